@@ -1,0 +1,5 @@
+"""``python -m dlsim`` runs the command line."""
+
+from dlsim.cli import entry
+
+entry()

@@ -1,0 +1,1 @@
+"""The Python API: what the CLI wraps. Each function returns plain records (dataclasses or dicts)."""

@@ -1,0 +1,39 @@
+"""The exception hierarchy. The CLI turns any `DlsimError` into one line and exit code 1."""
+
+from __future__ import annotations
+
+
+class DlsimError(Exception):
+    """Base class of every error dlsim reports to a user."""
+
+
+class UnitError(DlsimError):
+    """A quantity with a missing, unknown or invalid unit."""
+
+
+class SpecError(DlsimError):
+    """A model, cluster, strategy or table description that is malformed or inconsistent.
+
+    The message names the file, the field and the reason: ``file: field: reason``.
+    """
+
+    def __init__(self, reason: str, *, path: object = None, field: str | None = None):
+        self.path, self.field, self.reason = path, field, reason
+        parts = [str(p) for p in (path, field) if p not in (None, "")]
+        super().__init__(": ".join(parts + [reason]))
+
+
+class ShapeError(SpecError):
+    """Tensor shapes that do not fit together; the message names the layer."""
+
+
+class InfeasibleError(DlsimError):
+    """A strategy that cannot run: out of memory, sizes that do not divide. Says which limit and by how much."""
+
+
+class SolverError(DlsimError):
+    """An optimisation solver failed, timed out without a solution, or the problem is infeasible."""
+
+
+class TableLookupError(DlsimError):
+    """A measured table is missing, malformed, or has no entry that can answer a query."""

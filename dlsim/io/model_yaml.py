@@ -1,0 +1,159 @@
+"""Loading a network description (YAML) into a `Model`.
+
+A description has ``name``, ``dtype``, ``input`` (``{shape: [C, H, W]}`` or ``{tokens: L}``),
+``params`` (named numbers usable as ``$name`` or ``${expr}`` anywhere), ``blocks`` (parametric
+sub-graphs) and ``layers``. ``extends: other`` starts from another description and overrides it
+(``params`` are merged), so model families are a few lines each.
+
+A layer entry is either an operator ``{name, type, inputs?, ...attrs}`` or a block call
+``{name, block, repeat?, args?}``. Inside a block, ``input`` names the block's input, ``$index``
+is the repeat index and ``when: ${expr}`` drops a layer for some repeats. Repeats are chained:
+the input of repeat i+1 is the last layer of repeat i.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from dlsim.errors import SpecError
+from dlsim.io.expr import ExprError, substitute
+from dlsim.io.paths import resolve_model
+from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
+from dlsim.spec.model import INPUT, Model, build_model
+
+_TOP_KEYS = {"name", "description", "source", "dtype", "input", "params", "blocks", "layers", "extends", "published"}
+_MAX_DEPTH = 8
+
+
+def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    if path.resolve() in chain:
+        raise SpecError("extends forms a cycle", path=path, field="extends")
+    data = read_yaml(path)
+    data = expect_mapping(data, path, "")
+    check_keys(data, _TOP_KEYS, path, "")
+    if "extends" not in data:
+        return dict(data)
+    parent = _load_raw(resolve_model(data["extends"], relative_to=path.parent), chain + (path.resolve(),))
+    merged = {**parent, **{k: v for k, v in data.items() if k != "extends"}}
+    merged["params"] = {**parent.get("params", {}), **data.get("params", {})}
+    merged["blocks"] = {**parent.get("blocks", {}), **data.get("blocks", {})}
+    return merged
+
+
+class _Expander:
+    """Expands block calls into flat operator entries with unique, dotted names."""
+
+    def __init__(self, path: Path, blocks: dict, params: Mapping[str, Any]):
+        self.path, self.blocks, self.params = path, blocks, params
+        self.out: list[dict] = []
+
+    def _sub(self, value: Any, names: Mapping[str, Any], where: str) -> Any:
+        try:
+            return substitute(value, names)
+        except (ExprError, ZeroDivisionError, TypeError) as exc:
+            raise SpecError(str(exc), path=self.path, field=where) from None
+
+    def expand(self, entries: Any, names: Mapping[str, Any], prefix: str, block_input: str,
+               where: str, depth: int = 0) -> str:
+        """Append the entries' operators; return the name of the last one (the scope's output)."""
+        if not isinstance(entries, list):
+            raise SpecError("must be a list of layers", path=self.path, field=where)
+        local: dict[str, str] = {INPUT: block_input}
+        last = block_input
+        for i, raw in enumerate(entries):
+            here = f"{where}[{i}]"
+            raw = expect_mapping(raw, self.path, here)
+            if "when" in raw and not self._sub(raw["when"], names, f"{here}.when"):
+                continue
+            name = raw.get("name")
+            if not isinstance(name, str) or not name or name == INPUT or "." in name:
+                raise SpecError("every layer needs a name without dots, other than 'input'",
+                                path=self.path, field=f"{here}.name")
+            here = f"{where}[{i}] {name!r}" if depth == 0 else f"{where}[{i}] {prefix}{name!r}"
+            full = prefix + name
+            if "block" in raw:
+                last = self._call(raw, names, full, last, here, depth)
+            else:
+                entry = {k: self._sub(v, names, f"{here}.{k}") for k, v in raw.items() if k not in ("inputs", "when")}
+                if "inputs" in raw:
+                    inputs = self._sub(raw["inputs"], names, f"{here}.inputs")
+                    inputs = [inputs] if isinstance(inputs, str) else inputs
+                    if not isinstance(inputs, list) or not all(isinstance(s, str) for s in inputs):
+                        raise SpecError("inputs must be a list of layer names", path=self.path, field=f"{here}.inputs")
+                    entry["inputs"] = [local.get(s, s) for s in inputs]
+                else:
+                    entry["inputs"] = [last]
+                if isinstance(entry.get("tied_to"), str):
+                    entry["tied_to"] = local.get(entry["tied_to"], entry["tied_to"])
+                entry["name"], entry["where"] = full, here
+                self.out.append(entry)
+                last = full
+            local[name] = last
+        return last
+
+    def _call(self, raw: dict, names: Mapping[str, Any], full: str, previous: str, here: str, depth: int) -> str:
+        check_keys(raw, {"name", "block", "repeat", "args", "inputs", "when"}, self.path, here)
+        if depth >= _MAX_DEPTH:
+            raise SpecError(f"blocks nested deeper than {_MAX_DEPTH}", path=self.path, field=here)
+        bname = raw["block"]
+        if bname not in self.blocks:
+            raise SpecError(f"unknown block {bname!r} (defined: {', '.join(self.blocks) or 'none'})",
+                            path=self.path, field=f"{here}.block")
+        block = self.blocks[bname]
+        if isinstance(block, list):
+            block = {"layers": block}
+        block = expect_mapping(block, self.path, f"blocks.{bname}")
+        repeat = self._sub(raw.get("repeat", 1), names, f"{here}.repeat")
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise SpecError(f"repeat must be a positive integer, got {repeat!r}", path=self.path, field=f"{here}.repeat")
+        args = self._sub(raw.get("args", {}), names, f"{here}.args")
+        defaults = self._sub(block.get("args", {}), names, f"blocks.{bname}.args")
+        if not isinstance(args, dict) or not isinstance(defaults, dict):
+            raise SpecError("args must be a mapping", path=self.path, field=f"{here}.args")
+        first_input = previous
+        if "inputs" in raw:
+            first_input = self._sub(raw["inputs"], names, f"{here}.inputs")
+            first_input = first_input[0] if isinstance(first_input, list) else first_input
+        last = first_input
+        for index in range(repeat):
+            scope = {**names, **defaults, **args, "index": index, "repeat": repeat}
+            prefix = f"{full}.{index}." if repeat > 1 else f"{full}."
+            last = self.expand(block.get("layers"), scope, prefix, last, f"blocks.{bname}.layers", depth + 1)
+        return last
+
+
+def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Model:
+    """Load a zoo model name or a YAML path; `overrides` replace entries of ``params``."""
+    path = resolve_model(name_or_path)
+    raw = _load_raw(path)
+    params = expect_mapping(raw.get("params", {}) or {}, path, "params")
+    for key in overrides or {}:
+        if key not in params:
+            raise SpecError(f"unknown parameter {key!r} (model parameters: {', '.join(params) or 'none'})",
+                            path=path, field="params")
+    params = {**params, **(overrides or {})}
+    names: dict[str, Any] = {}
+    for key, value in params.items():  # params may refer to earlier params
+        try:
+            names[key] = substitute(value, names)
+        except (ExprError, ZeroDivisionError, TypeError) as exc:
+            raise SpecError(str(exc), path=path, field=f"params.{key}") from None
+    blocks = expect_mapping(raw.get("blocks", {}) or {}, path, "blocks")
+    inp = expect_mapping(raw.get("input"), path, "input") if "input" in raw else None
+    if inp is None:
+        raise SpecError("missing required field", path=path, field="input")
+    check_keys(inp, {"shape", "tokens"}, path, "input")
+    if ("shape" in inp) == ("tokens" in inp):
+        raise SpecError("give exactly one of shape: [C, H, W] or tokens: L", path=path, field="input")
+    expander = _Expander(path, blocks, names)
+    if "tokens" in inp:
+        shape, kind = [substitute(inp["tokens"], names)], "tokens"
+    else:
+        shape, kind = substitute(inp["shape"], names), "tensor"
+        if not isinstance(shape, list):
+            raise SpecError("shape must be a list of sizes", path=path, field="input.shape")
+    expander.expand(raw.get("layers"), names, "", INPUT, "layers")
+    name = raw.get("name") or path.stem
+    dtype = raw.get("dtype", "fp32")
+    return build_model(str(name), dtype, shape, kind, expander.out, source=str(path), params_used=names)

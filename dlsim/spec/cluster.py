@@ -1,0 +1,83 @@
+"""A cluster: one device type, nodes of several devices, an intra-node and an inter-node link tier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+TOPOLOGIES = ("switch", "fully-connected", "fat-tree", "torus", "ring", "dragonfly",
+              "nvswitch", "hybrid-cube-mesh", "pcie-tree")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or CPU socket). All quantities SI.
+
+    `peak_flops` holds the dense matrix-unit (tensor-core) peak per data type, `vector_flops`
+    the peak without matrix units (element-wise work). `compute_efficiency` is the fraction of
+    peak that large GEMMs attain; it reaches half of that at `half_efficiency_flops` of work per
+    kernel (see `dlsim.cost.roofline`). `memory_efficiency` is the attainable fraction of
+    `memory_bandwidth` for streaming kernels.
+    """
+
+    name: str
+    peak_flops: Mapping[str, float]
+    vector_flops: Mapping[str, float]
+    memory_bytes: float
+    memory_bandwidth: float
+    launch_overhead: float
+    compute_efficiency: float = 0.7
+    half_efficiency_flops: float = 1e9
+    memory_efficiency: float = 0.8
+
+
+@dataclass(frozen=True)
+class LinkTier:
+    """A level of the network with LogGP parameters (Alexandrov et al., SPAA 1995).
+
+    `latency` L and `bandwidth` (1/G, bytes/s per direction per endpoint) also give the Hockney
+    α-β model (α = L + 2o, β = G). `overhead` o is the CPU time to send or receive a message,
+    `gap` g the minimum interval between consecutive small messages.
+    """
+
+    name: str
+    latency: float
+    bandwidth: float
+    overhead: float = 0.0
+    gap: float = 0.0
+    topology: str = "switch"
+    oversubscription: float = 1.0
+    dims: tuple[int, ...] = ()
+
+    @property
+    def gap_per_byte(self) -> float:
+        """G: seconds per byte of a long message."""
+        return 1.0 / self.bandwidth
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes × devices per node, links per tier, optional measured tables (kind -> file)."""
+
+    name: str
+    device: Device
+    nodes: int
+    devices_per_node: int
+    intra: LinkTier
+    inter: LinkTier | None
+    reduce_bandwidth: float
+    tables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = ""
+    description: str = ""
+
+    @property
+    def num_devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def tier(self, ranks: int, ranks_per_node: int | None = None) -> LinkTier:
+        """The slowest tier a group of `ranks` consecutive ranks has to cross."""
+        per_node = ranks_per_node or self.devices_per_node
+        if ranks <= per_node or self.inter is None:
+            return self.intra
+        return self.inter

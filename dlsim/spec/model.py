@@ -1,0 +1,126 @@
+"""A network: a DAG of layers with per-sample shapes inferred from the input."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from dlsim.errors import SpecError
+from dlsim.spec.ops import OPS, REQUIRED, Shape, infer
+from dlsim.units import DTYPE_BYTES
+
+INPUT = "input"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One operator instance. Shapes exclude the batch dimension."""
+
+    name: str
+    type: str
+    inputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    in_shapes: tuple[Shape, ...]
+    out_shape: Shape
+    params: int
+
+    @property
+    def in_elements(self) -> int:
+        """Elements of all inputs, per sample."""
+        return sum(math.prod(s) for s in self.in_shapes)
+
+    @property
+    def out_elements(self) -> int:
+        """Elements of the output, per sample."""
+        return math.prod(self.out_shape)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A network description after validation and shape inference.
+
+    `input_shape` is per sample; `input_kind` is ``"tensor"`` (float data) or ``"tokens"``
+    (integer ids). `layers` are in a topological order.
+    """
+
+    name: str
+    dtype: str
+    input_shape: Shape
+    input_kind: str
+    layers: tuple[Layer, ...]
+    source: str = ""
+    params_used: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def params(self) -> int:
+        """Trainable parameters (shared weights counted once)."""
+        return sum(layer.params for layer in self.layers)
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+
+def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: str,
+                entries: list[dict], *, source: str = "", params_used: Mapping | None = None) -> Model:
+    """Validate layer entries and infer shapes through the DAG.
+
+    Each entry is ``{"name", "type", "inputs": [names] or None, "where": field path, **attrs}``;
+    ``inputs`` of None means "the previous layer" (the model input for the first one).
+    Errors name the source file, the field (``layers[i] 'name'``) and the reason.
+    """
+    if dtype not in DTYPE_BYTES or dtype in ("int8", "int64"):
+        raise SpecError(f"unknown dtype {dtype!r} (use fp32, fp16, bf16, fp8)", path=source, field="dtype")
+    shape = tuple(input_shape)
+    if not shape or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+        raise SpecError(f"input shape must be positive integers, got {list(shape)}", path=source, field="input")
+    shapes: dict[str, Shape] = {INPUT: shape}
+    layers: list[Layer] = []
+    previous = INPUT
+    for entry in entries:
+        where = entry.get("where", "layers")
+        lname = entry.get("name")
+        if not isinstance(lname, str) or not lname:
+            raise SpecError("every layer needs a name", path=source, field=where)
+        if lname in shapes:
+            raise SpecError(f"duplicate layer name {lname!r}", path=source, field=where)
+        kind = entry.get("type")
+        if kind not in OPS:
+            raise SpecError(f"unknown layer type {kind!r} (known: {', '.join(sorted(OPS))})",
+                            path=source, field=f"{where}.type")
+        op = OPS[kind]
+        attrs = {}
+        for key, value in entry.items():
+            if key in ("name", "type", "inputs", "where"):
+                continue
+            if key not in op.attrs:
+                raise SpecError(f"unknown field for {kind} (known: {', '.join(op.attrs) or 'none'})",
+                                path=source, field=f"{where}.{key}")
+            attrs[key] = value
+        for key, default in op.attrs.items():
+            if key not in attrs:
+                if default is REQUIRED:
+                    raise SpecError(f"missing required field for {kind}", path=source, field=f"{where}.{key}")
+                attrs[key] = default
+        inputs = entry.get("inputs") or [previous]
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        for src in inputs:
+            if src not in shapes:
+                raise SpecError(f"input {src!r} is not a layer defined before it", path=source, field=f"{where}.inputs")
+        if attrs.get("tied_to") and attrs["tied_to"] not in shapes:
+            raise SpecError(f"tied_to {attrs['tied_to']!r} is not a layer defined before it",
+                            path=source, field=f"{where}.tied_to")
+        in_shapes = [shapes[s] for s in inputs]
+        out, nparams = infer(op, attrs, in_shapes, lname, where=source or None)
+        shapes[lname] = out
+        layers.append(Layer(lname, kind, tuple(inputs), MappingProxyType(attrs), tuple(in_shapes), out, nparams))
+        previous = lname
+    if not layers:
+        raise SpecError("a model needs at least one layer", path=source, field="layers")
+    return Model(name, dtype, shape, input_kind, tuple(layers), source,
+                 MappingProxyType(dict(params_used or {})))

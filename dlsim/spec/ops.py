@@ -1,0 +1,321 @@
+"""Operator types: their attributes, shape inference and parameter counts.
+
+Shapes are per sample (the batch dimension is left out): images are ``(C, H, W)``,
+sequences ``(L, D)``, flat features ``(F,)``, token ids ``(L,)``, a loss ``()``.
+Each operator type declares its attributes (with defaults) and two pure functions, so a new
+operator is one entry in `OPS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dlsim.errors import ShapeError
+
+Shape = tuple[int, ...]
+REQUIRED = object()
+
+
+class _Fail(Exception):
+    """Raised by shape rules; turned into a ShapeError naming the layer."""
+
+
+def _pair(value: Any, what: str) -> tuple[int, int]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            raise _Fail(f"{what} must be an integer or a pair, got {value!r}")
+        a, b = value
+    else:
+        a = b = value
+    for v in (a, b):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise _Fail(f"{what} must be an integer or a pair of integers, got {value!r}")
+    return int(a), int(b)
+
+
+def _positive(value: Any, what: str, allow_zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
+        raise _Fail(f"{what} must be a {'non-negative' if allow_zero else 'positive'} integer, got {value!r}")
+    return value
+
+
+def _expect_rank(shape: Shape, ranks: tuple[int, ...], what: str) -> None:
+    if len(shape) not in ranks:
+        raise _Fail(f"expects a {' or '.join(str(r) + '-d' for r in ranks)} per-sample input ({what}), got shape {list(shape)}")
+
+
+def _single(ins: list[Shape]) -> Shape:
+    if len(ins) != 1:
+        raise _Fail(f"takes one input, got {len(ins)}")
+    return ins[0]
+
+
+def conv_geometry(attrs: dict, in_shape: Shape) -> dict:
+    """Kernel, stride, padding, dilation and output size of a conv2d / pooling window.
+
+    Output size (S002 Appendix B, with dilation d): H' = floor((H + 2P - d(K-1) - 1)/S) + 1.
+    """
+    kh, kw = _pair(attrs["kernel"], "kernel")
+    sh, sw = _pair(attrs.get("stride") or attrs["kernel"], "stride")
+    padding = attrs.get("padding", 0)
+    dh, dw = _pair(attrs.get("dilation", 1), "dilation")
+    if padding == "same":
+        ph, pw = (dh * (kh - 1)) // 2, (dw * (kw - 1)) // 2
+    else:
+        ph, pw = _pair(padding, "padding")
+    for v, what in ((kh, "kernel"), (kw, "kernel"), (sh, "stride"), (sw, "stride"), (dh, "dilation"), (dw, "dilation")):
+        _positive(v, what)
+    for v in (ph, pw):
+        _positive(v, "padding", allow_zero=True)
+    _, h, w = in_shape
+    def out(n: int, k: int, s: int, p: int, d: int) -> int:
+        span = n + 2 * p - d * (k - 1) - 1
+        if attrs.get("ceil_mode"):
+            return -(-span // s) + 1
+        return span // s + 1
+    ho, wo = out(h, kh, sh, ph, dh), out(w, kw, sw, pw, dw)
+    if ho < 1 or wo < 1:
+        raise _Fail(f"window {kh}x{kw} (stride {sh}, padding {ph}, dilation {dh}) does not fit input {h}x{w}")
+    return {"kh": kh, "kw": kw, "sh": sh, "sw": sw, "ph": ph, "pw": pw, "dh": dh, "dw": dw, "ho": ho, "wo": wo}
+
+
+# --- shape rules -------------------------------------------------------------------------
+
+def _conv2d(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (3,), "C, H, W")
+    cout, groups = _positive(a["out_channels"], "out_channels"), _positive(a["groups"], "groups")
+    if x[0] % groups or cout % groups:
+        raise _Fail(f"groups={groups} must divide in_channels={x[0]} and out_channels={cout}")
+    g = conv_geometry(a, x)
+    return (cout, g["ho"], g["wo"])
+
+
+def _pool(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (3,), "C, H, W")
+    g = conv_geometry(a, x)
+    return (x[0], g["ho"], g["wo"])
+
+
+def _global_pool(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (3,), "C, H, W")
+    return (x[0],)
+
+
+def _linear(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (1, 2), "features or L, D")
+    return x[:-1] + (_positive(a["out_features"], "out_features"),)
+
+
+def _same(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    if len(x) == 0:
+        raise _Fail("cannot apply to a scalar")
+    return x
+
+
+def _batchnorm(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (1, 3), "C or C, H, W")
+    return x
+
+
+def _lrn(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (3,), "C, H, W")
+    _positive(a["size"], "size")
+    return x
+
+
+def _add(a: dict, ins: list[Shape]) -> Shape:
+    if len(ins) < 2:
+        raise _Fail(f"needs at least two inputs, got {len(ins)}")
+    if any(s != ins[0] for s in ins):
+        raise _Fail(f"input shapes differ: {[list(s) for s in ins]}")
+    return ins[0]
+
+
+def _concat(a: dict, ins: list[Shape]) -> Shape:
+    if len(ins) < 2:
+        raise _Fail(f"needs at least two inputs, got {len(ins)}")
+    axis = a["axis"]
+    rank = len(ins[0])
+    if not -rank <= axis < rank:
+        raise _Fail(f"axis {axis} out of range for {rank}-d inputs")
+    axis %= rank
+    for s in ins:
+        if len(s) != rank or any(s[i] != ins[0][i] for i in range(rank) if i != axis):
+            raise _Fail(f"inputs differ outside axis {axis}: {[list(s) for s in ins]}")
+    return ins[0][:axis] + (sum(s[axis] for s in ins),) + ins[0][axis + 1:]
+
+
+def _flatten(a: dict, ins: list[Shape]) -> Shape:
+    return (math.prod(_single(ins)),)
+
+
+def _reshape(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    target = list(a["shape"])
+    if sum(1 for d in target if d == -1) > 1 or any((not isinstance(d, int)) or d == 0 or d < -1 for d in target):
+        raise _Fail(f"shape {target} must hold positive integers and at most one -1")
+    total, known = math.prod(x), math.prod(d for d in target if d != -1)
+    if -1 in target:
+        if total % known:
+            raise _Fail(f"cannot reshape {list(x)} into {target}")
+        target[target.index(-1)] = total // known
+    if math.prod(target) != total:
+        raise _Fail(f"cannot reshape {list(x)} ({total} elements) into {target}")
+    return tuple(target)
+
+
+def _embedding(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (1,), "token ids L")
+    _positive(a["vocab"], "vocab")
+    if a["positions"] and x[0] > a["positions"]:
+        raise _Fail(f"sequence length {x[0]} exceeds positions={a['positions']}")
+    return (x[0], _positive(a["dim"], "dim"))
+
+
+def _recurrent(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (2,), "L, features")
+    _positive(a["layers"], "layers")
+    return (x[0], _positive(a["hidden"], "hidden") * (2 if a["bidirectional"] else 1))
+
+
+def _attention(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (2,), "L, D")
+    heads = _positive(a["heads"], "heads")
+    kv = _positive(a["kv_heads"] or heads, "kv_heads")
+    if x[1] % heads:
+        raise _Fail(f"hidden size {x[1]} is not divisible by heads={heads}")
+    if heads % kv:
+        raise _Fail(f"heads={heads} is not divisible by kv_heads={kv}")
+    return x
+
+
+def _loss(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (1, 2), "classes or L, vocab")
+    return ()
+
+
+# --- parameter counts --------------------------------------------------------------------
+
+def _no_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    return 0
+
+
+def _conv2d_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    kh, kw = _pair(a["kernel"], "kernel")
+    cin, cout = ins[0][0], a["out_channels"]
+    return cout * (cin // a["groups"]) * kh * kw + (cout if a["bias"] else 0)
+
+
+def _linear_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    weight = 0 if a["tied_to"] else ins[0][-1] * a["out_features"]
+    return weight + (a["out_features"] if a["bias"] else 0)
+
+
+def _norm_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    channels = ins[0][0] if a.get("_channel_first") else ins[0][-1]
+    return 2 * channels if a["affine"] else 0
+
+
+def _bn_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    return 2 * ins[0][0] if a["affine"] else 0
+
+
+def _embedding_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    return (a["vocab"] + a["positions"] + a["token_types"]) * a["dim"]
+
+
+def recurrent_gates(kind: str) -> int:
+    """Gate GEMMs per time step: LSTM 4 (i, f, g, o), GRU 3 (r, z, n), Elman RNN 1."""
+    return {"lstm": 4, "gru": 3, "rnn": 1}[kind]
+
+
+def _recurrent_params(kind: str) -> Callable[[dict, list[Shape], Shape], int]:
+    def count(a: dict, ins: list[Shape], out: Shape) -> int:
+        """PyTorch convention: per layer and direction g*(F*h + h*h) weights and 2*g*h biases."""
+        g, h, dirs = recurrent_gates(kind), a["hidden"], 2 if a["bidirectional"] else 1
+        total, feat = 0, ins[0][-1]
+        for _ in range(a["layers"]):
+            total += dirs * (g * (feat * h + h * h) + (2 * g * h if a["bias"] else 0))
+            feat = h * dirs
+        return total
+    return count
+
+
+def _attention_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    """Q and output projections D x D, K and V projections D x (kv_heads * head_dim), with biases."""
+    d, heads = ins[0][-1], a["heads"]
+    kv_dim = d // heads * (a["kv_heads"] or heads)
+    weights = 2 * d * d + 2 * d * kv_dim
+    return weights + ((2 * d + 2 * kv_dim) if a["bias"] else 0)
+
+
+@dataclass(frozen=True)
+class OpType:
+    """An operator type: attribute defaults, shape rule, parameter count, number of inputs."""
+
+    name: str
+    attrs: dict
+    shape: Callable[[dict, list[Shape]], Shape]
+    params: Callable[[dict, list[Shape], Shape], int] = _no_params
+    doc: str = ""
+
+
+_WINDOW = {"kernel": REQUIRED, "stride": None, "padding": 0, "dilation": 1, "ceil_mode": False}
+
+OPS: dict[str, OpType] = {op.name: op for op in [
+    OpType("conv2d", {"out_channels": REQUIRED, "kernel": REQUIRED, "stride": 1, "padding": 0,
+                      "dilation": 1, "groups": 1, "bias": True, "method": "auto"},
+           _conv2d, _conv2d_params, "2-D convolution (cross-correlation), NCHW"),
+    OpType("linear", {"out_features": REQUIRED, "bias": True, "tied_to": None}, _linear, _linear_params,
+           "fully connected layer over the last dimension"),
+    OpType("maxpool", dict(_WINDOW), _pool, doc="max pooling"),
+    OpType("avgpool", dict(_WINDOW), _pool, doc="average pooling"),
+    OpType("global_avgpool", {}, _global_pool, doc="average over H and W, output (C,)"),
+    OpType("global_maxpool", {}, _global_pool, doc="max over H and W, output (C,)"),
+    OpType("batchnorm", {"affine": True, "eps": 1e-5}, _batchnorm, _bn_params, "batch normalisation"),
+    OpType("layernorm", {"affine": True, "eps": 1e-5}, _same, _norm_params, "layer normalisation over the last dimension"),
+    OpType("lrn", {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 2.0}, _lrn, doc="local response normalisation across channels"),
+    OpType("relu", {}, _same, doc="max(0, x)"),
+    OpType("gelu", {}, _same, doc="Gaussian error linear unit"),
+    OpType("tanh", {}, _same, doc="hyperbolic tangent"),
+    OpType("sigmoid", {}, _same, doc="logistic function"),
+    OpType("softmax", {}, _same, doc="softmax over the last dimension"),
+    OpType("dropout", {"p": 0.5}, _same, doc="dropout with keep-mask"),
+    OpType("add", {}, _add, doc="element-wise sum of two or more tensors (residual)"),
+    OpType("concat", {"axis": 0}, _concat, doc="concatenation along a per-sample axis (0 = channels)"),
+    OpType("flatten", {}, _flatten, doc="flatten to (features,)"),
+    OpType("reshape", {"shape": REQUIRED}, _reshape, doc="reshape (one -1 allowed)"),
+    OpType("embedding", {"vocab": REQUIRED, "dim": REQUIRED, "positions": 0, "token_types": 0},
+           _embedding, _embedding_params, "token (+ learned position / token-type) embedding lookup"),
+    OpType("lstm", {"hidden": REQUIRED, "layers": 1, "bias": True, "bidirectional": False},
+           _recurrent, _recurrent_params("lstm"), "LSTM over the sequence"),
+    OpType("gru", {"hidden": REQUIRED, "layers": 1, "bias": True, "bidirectional": False},
+           _recurrent, _recurrent_params("gru"), "GRU over the sequence"),
+    OpType("rnn", {"hidden": REQUIRED, "layers": 1, "bias": True, "bidirectional": False},
+           _recurrent, _recurrent_params("rnn"), "Elman RNN (tanh) over the sequence"),
+    OpType("attention", {"heads": REQUIRED, "kv_heads": None, "causal": False, "bias": True, "dropout": 0.0},
+           _attention, _attention_params, "multi-head self-attention with Q/K/V and output projections"),
+    OpType("cross_entropy", {}, _loss, doc="softmax cross-entropy loss against integer labels"),
+]}
+
+
+def infer(op: OpType, attrs: dict, in_shapes: list[Shape], layer: str, where: object = None) -> tuple[Shape, int]:
+    """Output shape and parameter count of a layer, or a ShapeError that names the layer."""
+    try:
+        out = op.shape(attrs, in_shapes)
+        return out, op.params(attrs, in_shapes, out)
+    except _Fail as exc:
+        raise ShapeError(f"{op.name}: {exc}", path=where, field=f"layer {layer!r}") from None
