@@ -1,0 +1,34 @@
+"""`estimate()`: one device, one training iteration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
+from dlsim.cost.estimate import estimate_iteration
+from dlsim.cost.memory import OPTIMIZERS
+from dlsim.errors import SpecError
+from dlsim.results import EstimateResult
+from dlsim.spec.cluster import Cluster
+from dlsim.spec.model import Model
+
+
+def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: int = 32, *,
+             dtype: str | None = None, optimizer: str = "adam", measured: bool = True,
+             overrides: Mapping[str, Any] | None = None) -> EstimateResult:
+    """Predict one training iteration of `model` on one device of `cluster`.
+
+    Kernel times come from the profile's measured tables where it has them (`measured=True`)
+    and from the roofline model otherwise; every layer's estimate says which.
+    """
+    model, cluster = as_model(model, overrides), as_cluster(cluster)
+    batch, dtype = check_batch(batch), check_dtype(dtype, model)
+    if optimizer not in OPTIMIZERS:
+        raise SpecError(f"unknown optimizer {optimizer!r} (use {', '.join(OPTIMIZERS)})", field="optimizer")
+    tables, notes = None, []
+    if measured and cluster.tables:
+        from dlsim.io.kernel_tables import load_kernel_times
+        tables, notes = load_kernel_times(cluster)
+    return estimate_iteration(model, cluster, batch, dtype=dtype, optimizer=optimizer, tables=tables,
+                              notes=tuple(notes))

@@ -1,0 +1,37 @@
+"""``dlsim estimate``: one device, one training iteration."""
+
+from __future__ import annotations
+
+import click
+
+from dlsim.api.estimate import estimate
+from dlsim.cli import main
+from dlsim.cli.options import json_option, parse_overrides, set_option
+from dlsim.cli.output import emit_json
+from dlsim.report.text import estimate_table
+
+
+@main.command("estimate")
+@click.argument("model")
+@click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
+@click.option("--batch", type=int, default=32, show_default=True, help="Samples per iteration.")
+@click.option("--dtype", default=None, help="fp32, tf32, fp16, bf16 (default: the model's).")
+@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
+@click.option("--model-only", is_flag=True, help="Ignore measured tables; price everything with the roofline model.")
+@click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
+@set_option
+@json_option
+def estimate_cmd(model: str, cluster: str, batch: int, dtype: str | None, optimizer: str, model_only: bool,
+                 show_all: bool, overrides: tuple[str, ...], json_out: str | None) -> None:
+    """Predict one training iteration of MODEL on one device of a cluster profile.
+
+    Prints per-layer forward / backward times (and where each number came from), the iteration
+    time, throughput and memory.
+    """
+    result = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer, measured=not model_only,
+                      overrides=parse_overrides(overrides))
+    rec = result.to_dict()
+    if json_out is not None:
+        emit_json(rec, json_out)
+    else:
+        click.echo(estimate_table(rec, None if show_all else 25))

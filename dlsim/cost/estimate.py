@@ -1,0 +1,41 @@
+"""One device, one training iteration: per-layer times, optimizer step, memory, provenance.
+
+iteration = Σ_layers (forward + ∇x + ∇w) + optimizer step, executed one kernel after another
+(no overlap on a single device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dlsim.cost.layers import layer_cost
+from dlsim.cost.memory import OPTIMIZERS, activation_bytes, optimizer_step_traffic, state_bytes_per_param
+from dlsim.cost.pricing import KernelTimes, price_layer
+from dlsim.cost.roofline import roofline_time
+from dlsim.results import EstimateResult, MemoryBreakdown
+from dlsim.spec.cluster import Cluster
+from dlsim.spec.model import Model
+
+
+def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str | None = None,
+                       optimizer: str = "adam", tables: KernelTimes | None = None,
+                       notes: tuple[str, ...] = ()) -> EstimateResult:
+    """Predict one training iteration of `model` with `batch` samples on one device of `cluster`."""
+    dtype = dtype or model.dtype
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    device = cluster.device
+    costs = {layer.name: layer_cost(layer, batch, dtype) for layer in model.layers}
+    kept = activation_bytes(model, costs, batch, dtype)
+    timings = tuple(
+        replace(price_layer(layer, batch, dtype, device, tables, costs[layer.name]), activation_bytes=kept[layer.name])
+        for layer in model.layers
+    )
+    step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
+    tensors = sum(1 for layer in model.layers if layer.params)
+    step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
+    per = state_bytes_per_param(dtype, optimizer)
+    memory = MemoryBreakdown(weights=model.params * per.weights, gradients=model.params * per.gradients,
+                             optimizer=model.params * per.optimizer, activations=sum(kept.values()))
+    return EstimateResult(model.name, cluster.name, device.name, batch, dtype, optimizer, timings, step, memory,
+                          device.memory_bytes, sum(t.flops for t in timings), model.params, notes)

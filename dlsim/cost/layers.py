@@ -1,0 +1,343 @@
+"""Per-operator cost of one training step: forward y, backward-data ∇x and backward-weights ∇w.
+
+For each pass: FLOPs (a multiply-accumulate = 2), work W and depth D in the survey's sense
+(Ben-Nun & Hoefler 2018, Table 4; `dlsim.cost.workdepth`), bytes read and written by an
+unfused kernel, and the GEMM calls the pass maps onto (so measured GEMM tables can price it).
+Also what the layer keeps alive for the backward pass (activation memory).
+
+Element-wise FLOP counts per element are conventions (documented per operator); these operators
+are memory-bound on every device dlsim models, so their time comes from the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dlsim.cost.workdepth import clog2, conv_direct_depth
+from dlsim.spec.model import Layer
+from dlsim.spec.ops import conv_geometry, recurrent_gates
+from dlsim.units import DTYPE_BYTES
+
+MASK_BYTES = 1   # a dropout keep-mask element (bool)
+INDEX_BYTES = 8  # an int64 token id
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """C[m×n] = A[m×k]·B[k×n], `count` independent times (a batched GEMM)."""
+
+    m: int
+    n: int
+    k: int
+    count: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Cost of one pass of one layer for a whole (micro-)batch.
+
+    `kind` is "gemm" (priced by its GEMMs), "conv" (a convolution; `gemms` is its im2col form)
+    or "memory" (element-wise / reduction work, bandwidth-bound). `kernels` is the number of
+    kernel launches the pass needs.
+    """
+
+    flops: float = 0.0
+    work: float = 0.0
+    depth: int = 0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    gemms: tuple[Gemm, ...] = ()
+    kind: str = "memory"
+    kernels: int = 1
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def matmul_flops(self) -> float:
+        return float(sum(g.flops for g in self.gemms))
+
+
+NO_PASS = PassCost(kernels=0)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Forward, ∇x and ∇w costs of a layer, and what it keeps for the backward pass."""
+
+    forward: PassCost
+    backward_data: PassCost
+    backward_weight: PassCost
+    saves_input: bool = False
+    saves_output: bool = False
+    extra_saved_bytes: float = 0.0
+    conv: dict | None = field(default=None)
+
+    @property
+    def matmul_flops(self) -> float:
+        """Forward FLOPs of matrix-multiply-class work (conv, linear, attention products), as
+        PyTorch's FlopCounterMode counts them."""
+        return self.forward.matmul_flops
+
+    @property
+    def flops(self) -> float:
+        return self.forward.flops + self.backward_data.flops + self.backward_weight.flops
+
+
+def _elementwise(elements: float, b: int, flops_per: float, reads: int = 1, writes: int = 1,
+                 depth: int = 1) -> PassCost:
+    return PassCost(flops=flops_per * elements, work=flops_per * elements, depth=depth,
+                    bytes_read=reads * elements * b, bytes_written=writes * elements * b)
+
+
+def _conv2d(layer: Layer, n: int, b: int) -> LayerCost:
+    """Convolution as im2col GEMMs (S002 Appendix B.2): forward (M, N, K) = (C_out/g, N·H'·W', C_in/g·K_y·K_x),
+    ∇x (C_in/g·K_y·K_x, N·H'·W', C_out/g) then col2im, ∇w (C_out/g, C_in/g·K_y·K_x, N·H'·W'); g groups.
+    Work per pass = N·C_out·H'·W'·(C_in/g)·K_y·K_x MACs for all three (the exact count; Table 4 writes
+    ∇x with H·W, the same for stride 1); depth per Table 4/6: ⌈log2 C_in⌉ + ⌈log2 K_y⌉ + ⌈log2 K_x⌉.
+    """
+    a, (cin, h, w) = layer.attrs, layer.in_shapes[0]
+    g = conv_geometry(dict(a), layer.in_shapes[0])
+    groups, cout = a["groups"], a["out_channels"]
+    cin_g, cout_g = cin // groups, cout // groups
+    kk = g["kh"] * g["kw"]
+    pixels = n * g["ho"] * g["wo"]
+    macs = pixels * cout * cin_g * kk
+    x_bytes, y_bytes, w_bytes = n * cin * h * w * b, pixels * cout * b, layer.params * b
+    bias = pixels * cout if a["bias"] else 0
+    depth = conv_direct_depth(cin_g, g["kh"], g["kw"])
+    geometry = {"n": n, "c_in": cin, "h": h, "w": w, "c_out": cout, "k_h": g["kh"], "k_w": g["kw"],
+                "stride": (g["sh"], g["sw"]), "padding": (g["ph"], g["pw"]), "dilation": (g["dh"], g["dw"]),
+                "groups": groups, "h_out": g["ho"], "w_out": g["wo"]}
+    fwd = PassCost(2 * macs + bias, macs, depth, x_bytes + w_bytes, y_bytes,
+                   (Gemm(cout_g, pixels, cin_g * kk, groups),), "conv")
+    bwd_x = PassCost(2 * macs, macs, depth, y_bytes + w_bytes, x_bytes,
+                     (Gemm(cin_g * kk, pixels, cout_g, groups),), "conv")
+    bwd_w = PassCost(2 * macs + bias, macs, depth, y_bytes + x_bytes, w_bytes,
+                     (Gemm(cout_g, cin_g * kk, pixels, groups),), "conv")
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, conv=geometry)
+
+
+def _linear(layer: Layer, n: int, b: int) -> LayerCost:
+    """Fully connected layer over the last dimension (S002 Table 4, Appendix A.3) with R = N·(leading dims)
+    rows: forward GEMM (R, C_out, C_in), ∇x (R, C_in, C_out), ∇w (C_out, C_in, R); depths ⌈log2 C_in⌉,
+    ⌈log2 C_out⌉, ⌈log2 R⌉."""
+    fin, fout = layer.in_shapes[0][-1], layer.attrs["out_features"]
+    rows = n * math.prod(layer.in_shapes[0][:-1])
+    macs = rows * fin * fout
+    bias = rows * fout if layer.attrs["bias"] else 0
+    x_bytes, y_bytes, w_bytes = rows * fin * b, rows * fout * b, fin * fout * b
+    fwd = PassCost(2 * macs + bias, macs, clog2(fin), x_bytes + w_bytes, y_bytes, (Gemm(rows, fout, fin),), "gemm")
+    bwd_x = PassCost(2 * macs, macs, clog2(fout), y_bytes + w_bytes, x_bytes, (Gemm(rows, fin, fout),), "gemm")
+    bwd_w = PassCost(2 * macs + bias, macs, clog2(rows), y_bytes + x_bytes, w_bytes, (Gemm(fout, fin, rows),), "gemm")
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True)
+
+
+def _pool(layer: Layer, n: int, b: int) -> LayerCost:
+    """Max/average pooling (S002 Table 4): forward one comparison/add per window element of every output,
+    depth ⌈log2 K_y⌉ + ⌈log2 K_x⌉; ∇x touches every input element once, depth 1."""
+    g = conv_geometry(dict(layer.attrs), layer.in_shapes[0])
+    ins, outs = n * layer.in_elements, n * layer.out_elements
+    work = outs * g["kh"] * g["kw"]
+    fwd = PassCost(work, work, clog2(g["kh"]) + clog2(g["kw"]), ins * b, outs * b)
+    bwd = PassCost(ins, ins, 1, outs * b + (ins * b if layer.type == "maxpool" else 0), ins * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=layer.type == "maxpool", saves_output=layer.type == "maxpool")
+
+
+def _global_pool(layer: Layer, n: int, b: int) -> LayerCost:
+    """Global pooling: a reduction over H·W per channel, depth ⌈log2 HW⌉; ∇x broadcasts back."""
+    c, h, w = layer.in_shapes[0]
+    ins = n * c * h * w
+    fwd = PassCost(ins, ins, clog2(h * w), ins * b, n * c * b)
+    bwd = PassCost(ins, ins, 1, n * c * b, ins * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=layer.type == "global_maxpool")
+
+
+def _norm(layer: Layer, n: int, b: int) -> LayerCost:
+    """Batch norm (S002 Appendix A.6) over N·H·W per channel, layer norm over the last dimension.
+
+    Forward: mean, variance, normalise, scale and shift ≈ 8 FLOP/element, reads x twice (statistics,
+    then normalisation), writes y; depth ⌈log2(reduced elements)⌉ (Table 4: O(log N) for batch norm).
+    Backward: ∇x, ∇γ and ∇β in one fused kernel (as cuDNN and PyTorch do) ≈ 12 FLOP/element, reading
+    x and ∇y twice; ∇w is accounted inside ∇x.
+    """
+    shape = layer.in_shapes[0]
+    elems = n * layer.in_elements
+    reduced = n * math.prod(shape[1:]) if layer.type == "batchnorm" else shape[-1]
+    depth = clog2(reduced)
+    fwd = PassCost(8 * elems, 8 * elems, depth, 2 * elems * b, elems * b)
+    bwd = PassCost(12 * elems, 12 * elems, depth, 4 * elems * b, elems * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=2 * 4 * (elems // reduced or 1))
+
+
+def _lrn(layer: Layer, n: int, b: int) -> LayerCost:
+    """Local response normalisation across `size` channels: per element a windowed sum of squares
+    (2·size FLOP), then scale and power (≈ 4 FLOP); depth ⌈log2 size⌉. Backward ≈ twice the forward."""
+    elems, size = n * layer.in_elements, layer.attrs["size"]
+    per = 2 * size + 4
+    fwd = PassCost(per * elems, per * elems, clog2(size), elems * b, elems * b)
+    bwd = PassCost(2 * per * elems, 2 * per * elems, clog2(size), 3 * elems * b, elems * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, saves_output=True)
+
+
+# FLOP per element, forward / backward (conventions: relu a compare; sigmoid exp+add+div;
+# tanh ~ exp-based; gelu tanh-approximation).
+_ACTIVATION_FLOPS = {"relu": (1, 1), "sigmoid": (4, 3), "tanh": (5, 3), "gelu": (14, 20)}
+
+
+def _activation(layer: Layer, n: int, b: int) -> LayerCost:
+    """Activation σ(x) (S002 Table 4, Appendix A.2): W = O(NCHW), D = O(1) for y and ∇x; no parameters."""
+    elems = n * layer.in_elements
+    f, bw = _ACTIVATION_FLOPS[layer.type]
+    out_saved = layer.type in ("relu", "sigmoid", "tanh")
+    return LayerCost(_elementwise(elems, b, f), _elementwise(elems, b, bw, reads=2), NO_PASS,
+                     saves_input=not out_saved, saves_output=out_saved)
+
+
+def _softmax(layer: Layer, n: int, b: int) -> LayerCost:
+    """Softmax over the last dimension d: max, subtract, exp, sum, divide ≈ 5 FLOP/element, depth
+    2⌈log2 d⌉ (two reductions); backward y⊙(∇y − Σ y⊙∇y) ≈ 4 FLOP/element."""
+    elems, d = n * layer.in_elements, layer.in_shapes[0][-1]
+    return LayerCost(_elementwise(elems, b, 5, depth=2 * clog2(d)), _elementwise(elems, b, 4, reads=2, depth=clog2(d)),
+                     NO_PASS, saves_output=True)
+
+
+def _dropout(layer: Layer, n: int, b: int) -> LayerCost:
+    """Dropout: draw a keep-mask and scale (2 FLOP/element), store the 1-byte mask; ∇x applies it."""
+    elems = n * layer.in_elements
+    fwd = PassCost(2 * elems, 2 * elems, 1, elems * b, elems * (b + MASK_BYTES))
+    bwd = PassCost(elems, elems, 1, elems * (b + MASK_BYTES), elems * b)
+    return LayerCost(fwd, bwd, NO_PASS, extra_saved_bytes=elems * MASK_BYTES)
+
+
+def _add(layer: Layer, n: int, b: int) -> LayerCost:
+    """Sum of k tensors: (k−1) adds per element, reads k, writes 1; the gradient passes through unchanged."""
+    k, elems = len(layer.inputs), n * layer.out_elements
+    return LayerCost(_elementwise(elems, b, k - 1, reads=k), NO_PASS, NO_PASS)
+
+
+def _concat(layer: Layer, n: int, b: int) -> LayerCost:
+    """Concatenation copies every input once; its gradient is a set of views (no copy)."""
+    elems = n * layer.out_elements
+    return LayerCost(PassCost(0, elems, 1, elems * b, elems * b), NO_PASS, NO_PASS)
+
+
+def _view(layer: Layer, n: int, b: int) -> LayerCost:
+    """Flatten and reshape are views: no kernel."""
+    return LayerCost(NO_PASS, NO_PASS, NO_PASS)
+
+
+def _embedding(layer: Layer, n: int, b: int) -> LayerCost:
+    """Embedding gather of N·L rows of width d (+ position / token-type rows added: 1 FLOP per element
+    each). ∇w scatters N·L rows into a dense vocab×d gradient (zeroed first, as PyTorch does)."""
+    a = layer.attrs
+    tokens, d = n * layer.in_shapes[0][0], a["dim"]
+    extra = (1 if a["positions"] else 0) + (1 if a["token_types"] else 0)
+    rows_read = tokens * (1 + extra)
+    fwd = PassCost(extra * tokens * d, tokens * d * (1 + extra), 1, rows_read * d * b + tokens * INDEX_BYTES,
+                   tokens * d * b, kernels=1 + extra)
+    table = (a["vocab"] + a["positions"] + a["token_types"]) * d
+    bwd_w = PassCost(rows_read * d, rows_read * d, 1, tokens * d * b + tokens * INDEX_BYTES,
+                     table * b + rows_read * d * b, kernels=2 + extra)
+    return LayerCost(fwd, NO_PASS, bwd_w, extra_saved_bytes=tokens * INDEX_BYTES)
+
+
+def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
+    """LSTM / GRU / Elman RNN over L steps (S002 §3.1.2, §4.4): per layer and direction one input GEMM for
+    all steps (N·L, g·h, F) and L sequential recurrent GEMMs (N, g·h, h), g gates; ≈ 3·g element-wise
+    FLOP per hidden unit per step. Depth is sequential in time: L·(⌈log2 (F+h)⌉ + 2). ∇x and ∇w repeat
+    the GEMM volumes (∇w's recurrent part as one GEMM over all steps)."""
+    a, (steps, feat) = layer.attrs, layer.in_shapes[0]
+    gates, h = recurrent_gates(layer.type), a["hidden"]
+    dirs = 2 if a["bidirectional"] else 1
+    fwd_g, bx_g, bw_g = [], [], []
+    flops_el = 0.0
+    f_in = feat
+    for _ in range(a["layers"]):
+        for _ in range(dirs):
+            fwd_g += [Gemm(n * steps, gates * h, f_in), Gemm(n, gates * h, h, steps)]
+            bx_g += [Gemm(n * steps, f_in, gates * h), Gemm(n, h, gates * h, steps)]
+            bw_g += [Gemm(gates * h, f_in, n * steps), Gemm(gates * h, h, n * steps)]
+            flops_el += 3 * gates * h * n * steps
+        f_in = h * dirs
+    out_elems = n * steps * h * dirs
+    in_elems = n * steps * feat
+    state_bytes = n * steps * (gates + 2) * h * dirs * a["layers"] * b
+    depth = steps * (clog2(feat + h) + 2)
+    w_bytes = layer.params * b
+    def gemm_pass(gemms: list[Gemm], reads: float, writes: float, elementwise: float) -> PassCost:
+        flops = sum(g.flops for g in gemms) + elementwise
+        return PassCost(flops, flops / 2, depth, reads, writes, tuple(gemms), "gemm", kernels=len(gemms) + steps)
+    fwd = gemm_pass(fwd_g, in_elems * b + w_bytes, out_elems * b + state_bytes, flops_el)
+    bwd_x = gemm_pass(bx_g, out_elems * b + state_bytes + w_bytes, in_elems * b, 2 * flops_el)
+    bwd_w = gemm_pass(bw_g, state_bytes + in_elems * b, w_bytes, 0)
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, saves_output=True, extra_saved_bytes=state_bytes)
+
+
+def _attention(layer: Layer, n: int, b: int) -> LayerCost:
+    """Multi-head self-attention, unfused (as a framework's math path runs it), R = N·L rows, h heads
+    of width d_h = D/h, KV width D_kv = kv_heads·d_h:
+    Q/K/V projections GEMM (R, D + 2·D_kv, D); scores QKᵀ batched GEMM (L, L, d_h)×N·h; softmax over
+    N·h·L² scores (5 FLOP/element); context AV (L, d_h, L)×N·h; output projection (R, D, D).
+    ∇x: projections' transposes plus four batched GEMMs (∇P = ∇O·Vᵀ, ∇V = Pᵀ·∇O, ∇Q = ∇S·K, ∇K = ∇Sᵀ·Q);
+    ∇w: (D + 2·D_kv, D, R) and (D, D, R). Causal masking is counted as full products, as PyTorch's
+    counter does. Keeps x, Q, K, V, the probabilities and the context for the backward pass.
+    """
+    a, (steps, d) = layer.attrs, layer.in_shapes[0]
+    heads = a["heads"]
+    dh = d // heads
+    kv = dh * (a["kv_heads"] or heads)
+    rows, bh = n * steps, n * heads
+    scores = bh * steps * steps
+    w_bytes = layer.params * b
+    qkv = d + 2 * kv
+    fwd_g = (Gemm(rows, qkv, d), Gemm(steps, steps, dh, bh), Gemm(steps, dh, steps, bh), Gemm(rows, d, d))
+    bx_g = (Gemm(rows, d, d), Gemm(steps, steps, dh, bh), Gemm(steps, dh, steps, bh),
+            Gemm(steps, dh, steps, bh), Gemm(steps, dh, steps, bh), Gemm(rows, d, qkv))
+    bw_g = (Gemm(d, d, rows), Gemm(qkv, d, rows))
+    bias = rows * (qkv + d) if a["bias"] else 0
+    act = rows * (d + qkv + d) * b  # x, Q/K/V, context
+    depth = clog2(d) + clog2(dh) + 2 * clog2(steps) + clog2(steps) + clog2(d)
+    def gemm_pass(gemms: tuple[Gemm, ...], extra: float, reads: float, writes: float) -> PassCost:
+        flops = sum(g.flops for g in gemms) + extra
+        return PassCost(flops, flops / 2, depth, reads, writes, gemms, "gemm", kernels=len(gemms) + 2)
+    fwd = gemm_pass(fwd_g, 5 * scores + bias, rows * d * b + w_bytes + act + 2 * scores * b, act + 2 * scores * b)
+    bwd_x = gemm_pass(bx_g, 4 * scores, act + w_bytes + 3 * scores * b, act + 2 * scores * b)
+    bwd_w = gemm_pass(bw_g, bias, 2 * act, w_bytes)
+    dropout = scores * MASK_BYTES if a["dropout"] else 0
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + scores * b + dropout)
+
+
+def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:
+    """Softmax cross-entropy over V classes (S002 §2.1, ℓ_ce): log-softmax and pick ≈ 5 FLOP/element,
+    depth 2⌈log2 V⌉; backward softmax − one-hot ≈ 4 FLOP/element."""
+    elems, v = n * layer.in_elements, layer.in_shapes[0][-1]
+    fwd = PassCost(5 * elems, 5 * elems, 2 * clog2(v), elems * b, (elems // v) * 4)
+    bwd = PassCost(4 * elems, 4 * elems, 2 * clog2(v), elems * b, elems * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
+
+
+_RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
+    "conv2d": _conv2d, "linear": _linear, "maxpool": _pool, "avgpool": _pool,
+    "global_avgpool": _global_pool, "global_maxpool": _global_pool,
+    "batchnorm": _norm, "layernorm": _norm, "lrn": _lrn,
+    "relu": _activation, "gelu": _activation, "tanh": _activation, "sigmoid": _activation,
+    "softmax": _softmax, "dropout": _dropout, "add": _add, "concat": _concat,
+    "flatten": _view, "reshape": _view, "embedding": _embedding,
+    "lstm": _recurrent, "gru": _recurrent, "rnn": _recurrent,
+    "attention": _attention, "cross_entropy": _cross_entropy,
+}
+
+
+def layer_cost(layer: Layer, batch: int, dtype: str = "fp32") -> LayerCost:
+    """Cost of `layer` for `batch` samples with elements of `dtype`."""
+    if batch < 1:
+        raise ValueError(f"batch must be positive, got {batch}")
+    return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])

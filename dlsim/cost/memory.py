@@ -1,0 +1,79 @@
+"""Device memory of training: weights, gradients, optimizer state, activations kept for backward.
+
+Per-layer storage in the survey's terms is |w| + |f(o)| + |∇w| + |∇o| (S001 L155). dlsim counts
+weights and gradients in the model's data type, the optimizer's state in fp32 (momentum: one copy
+of the weights, Adam: two), plus an fp32 master copy of the weights when training in fp16/bf16
+(mixed precision, Micikevicius et al. 2018; the ZeRO paper's K = 12 bytes/parameter for Adam,
+Rajbhandari et al. SC'20 §3.1). Activations: each layer output that a backward pass needs (because
+its consumer saves its input, or its producer saves its output) is counted once, plus the extra
+state layers keep (dropout masks, attention probabilities, recurrent gates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlsim.cost.layers import LayerCost
+from dlsim.spec.model import INPUT, Model
+from dlsim.units import DTYPE_BYTES
+
+OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
+"""fp32 state tensors of the size of the weights, per optimizer (S002 Table 3 update rules)."""
+
+# bytes moved and FLOPs per parameter of one optimizer step (fp32 state; read w, g and state, write w and state)
+_STEP = {"sgd": (3, 2), "momentum": (5, 4), "adam": (7, 12)}
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter for weights, gradients and optimizer state."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+
+def state_bytes_per_param(dtype: str, optimizer: str) -> StateBytes:
+    """Bytes per parameter: weights and gradients in `dtype`; optimizer state (+ fp32 master weights
+    for half precision) in fp32."""
+    b = DTYPE_BYTES[dtype]
+    master = 4 if b < 4 else 0
+    return StateBytes(b, b, 4 * OPTIMIZERS[optimizer] + master)
+
+
+def optimizer_step_traffic(params: int, optimizer: str) -> tuple[float, float]:
+    """(bytes, FLOPs) of one optimizer step over `params` fp32 parameters."""
+    per_bytes, per_flops = _STEP[optimizer]
+    return params * per_bytes * 4.0, params * float(per_flops)
+
+
+def activation_bytes(model: Model, costs: dict[str, LayerCost], batch: int, dtype: str) -> dict[str, float]:
+    """Bytes each layer keeps alive until its backward pass, for `batch` samples.
+
+    A tensor (a layer's output, or the model input) is kept when its producer saves its output or a
+    consumer saves its input; the model input of token models (int ids) is counted in the embedding's
+    extra state. Each kept tensor is charged once, to its producer.
+    """
+    b = DTYPE_BYTES[dtype]
+    kept: set[str] = set()
+    for layer in model.layers:
+        cost = costs[layer.name]
+        if cost.saves_output:
+            kept.add(layer.name)
+        if cost.saves_input:
+            kept.update(layer.inputs)
+    out = {}
+    for layer in model.layers:
+        own = layer.out_elements * batch * b if layer.name in kept else 0.0
+        out[layer.name] = own + costs[layer.name].extra_saved_bytes
+    if INPUT in kept and model.input_kind == "tensor":
+        first = model.layers[0].name
+        out[first] = out[first] + batch * _prod(model.input_shape) * b
+    return out
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    total = 1
+    for d in shape:
+        total *= d
+    return total

@@ -1,0 +1,71 @@
+"""Turning operator costs into seconds: measured kernel tables first, the roofline otherwise.
+
+A `KernelTimes` (implemented over measured tables in `dlsim.cost.lookup`) answers GEMM,
+convolution and memory-bound kernel queries with an `Estimate` that says whether the number was
+measured, interpolated or extrapolated, or None when it cannot answer; then the roofline prices it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from dlsim.cost.layers import Gemm, LayerCost, PassCost, layer_cost
+from dlsim.cost.roofline import roofline_time
+from dlsim.results import Estimate, LayerTiming, Source
+from dlsim.spec.cluster import Device
+from dlsim.spec.model import Layer
+
+PASSES = ("forward", "backward_data", "backward_weight")
+
+
+class KernelTimes(Protocol):
+    """Measured kernel times. Each method returns None when it has no data for the query."""
+
+    def gemm(self, gemm: Gemm, dtype: str) -> Estimate | None: ...
+
+    def conv(self, pass_name: str, geometry: dict, dtype: str) -> Estimate | None: ...
+
+    def memory_bound(self, op_type: str, pass_name: str, cost: PassCost, dtype: str) -> Estimate | None: ...
+
+
+def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dtype: str,
+               tables: KernelTimes | None = None, geometry: dict | None = None) -> Estimate:
+    """Seconds for one pass of one layer, with its provenance."""
+    if cost.kernels == 0 and cost.flops == 0 and cost.bytes == 0:
+        return Estimate(0.0, Source.MEASURED if tables is not None else Source.MODEL, "no kernel")
+    if tables is not None:
+        found = None
+        if cost.kind == "conv" and geometry is not None:
+            found = tables.conv(pass_name, geometry, dtype)
+        if found is None and cost.gemms:
+            parts = [tables.gemm(g, dtype) for g in cost.gemms]
+            if all(p is not None for p in parts):
+                found = sum(parts[1:], parts[0])  # type: ignore[arg-type]
+                rest = cost.flops - cost.matmul_flops
+                if rest > 0:  # element-wise remainder (softmax inside attention, biases, gates)
+                    found = found + roofline_time(rest, 0.0, device, dtype, matrix=False, kernels=0)
+        if found is None and not cost.gemms:
+            found = tables.memory_bound(op_type, pass_name, cost, dtype)
+        if found is not None:
+            return found
+    if cost.gemms:
+        gemm_flops = cost.matmul_flops
+        estimate = Estimate(0.0, Source.MODEL, "roofline")
+        for g in cost.gemms:
+            share = g.flops / gemm_flops if gemm_flops else 0.0
+            estimate = estimate + roofline_time(g.flops, cost.bytes * share, device, dtype, matrix=True)
+        extra_kernels = max(cost.kernels - len(cost.gemms), 0)
+        rest = cost.flops - gemm_flops
+        if rest > 0 or extra_kernels:
+            estimate = estimate + roofline_time(rest, 0.0, device, dtype, matrix=False, kernels=extra_kernels)
+        return estimate
+    return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=False, kernels=cost.kernels)
+
+
+def price_layer(layer: Layer, batch: int, dtype: str, device: Device, tables: KernelTimes | None = None,
+                cost: LayerCost | None = None) -> LayerTiming:
+    """Forward, ∇x and ∇w time of one layer for `batch` samples on `device`."""
+    cost = cost or layer_cost(layer, batch, dtype)
+    times = [price_pass(getattr(cost, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
+    return LayerTiming(layer.name, layer.type, times[0], times[1], times[2], cost.flops, layer.params, 0.0,
+                       layer.out_shape)

@@ -1,0 +1,55 @@
+"""`dlsim estimate` end to end and the single-device iteration model."""
+
+import json
+
+import pytest
+
+from dlsim.api.estimate import estimate
+from dlsim.cost.roofline import roofline_time
+from dlsim.results import Source
+
+
+def test_estimate_json_record(cli):
+    code, out, err = cli("estimate", "resnet50", "--cluster", "dgx-h100", "--batch", "64", "--json")
+    assert code == 0, err
+    rec = json.loads(out)
+    assert rec["kind"] == "estimate" and rec["batch"] == 64
+    layer_sum = sum(layer["time_s"] for layer in rec["layers"]) + rec["optimizer_time_s"]
+    assert rec["iteration_time_s"] == pytest.approx(layer_sum)
+    assert rec["throughput_samples_per_s"] == pytest.approx(64 / rec["iteration_time_s"])
+    assert len(rec["layers"]) == 175
+    assert sum(rec["time_by_source_s"].values()) == pytest.approx(rec["iteration_time_s"])
+    assert rec["memory_bytes"]["total"] == pytest.approx(sum(v for k, v in rec["memory_bytes"].items() if k != "total"))
+
+
+def test_estimate_table_is_readable(cli):
+    code, out, _ = cli("estimate", "resnet50", "--cluster", "dgx-h100", "--batch", "64")
+    assert code == 0
+    assert "iteration time" in out and "samples/s" in out and "layer1.0.conv2" in out
+
+
+def test_iteration_scales_with_batch_and_precision():
+    small = estimate("resnet50", "dgx-h100", 16)
+    large = estimate("resnet50", "dgx-h100", 128)
+    # more work in total, less per sample (small kernels do not fill the device)
+    assert 1 < large.iteration_time_s / small.iteration_time_s < 8
+    half = estimate("resnet50", "dgx-h100", 128, dtype="bf16")
+    assert half.iteration_time_s < large.iteration_time_s / 2
+    assert all(layer.forward.source == Source.MODEL for layer in large.layers)
+
+
+def test_adam_state_memory_is_zero_paper_k12():
+    """ZeRO (Rajbhandari et al. SC'20 §3.1): mixed-precision Adam holds 2+2+12 = 16 bytes per parameter."""
+    r = estimate("resnet50", "dgx-h100", 1, dtype="bf16", optimizer="adam")
+    m = r.memory
+    assert (m.weights + m.gradients + m.optimizer) / r.params == pytest.approx(16)
+
+
+def test_roofline_bounds(tmp_path):
+    from dlsim.io.profile_yaml import load_profile
+    dev = load_profile("dgx-h100").device
+    mem = roofline_time(0, 3.35e9, dev, "fp32", matrix=False, kernels=0)
+    assert mem.seconds == pytest.approx(1e-3 / dev.memory_efficiency)
+    big = roofline_time(1e15, 0, dev, "bf16", matrix=True, kernels=0)
+    eff = dev.compute_efficiency * 1e15 / (1e15 + dev.half_efficiency_flops)
+    assert big.seconds == pytest.approx(1e15 / (989.4e12 * eff))
