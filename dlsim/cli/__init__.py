@@ -21,7 +21,7 @@ def main() -> None:
 
 def _register() -> None:
     from dlsim.cli import zoo, estimate  # noqa: F401  (modules add commands to `main`)
-    for optional in ("comm", "plan", "simulate", "calibrate", "validate"):
+    for optional in ("comm", "plan", "simulate", "calibrate", "validate", "import_cmd"):
         try:
             __import__(f"dlsim.cli.{optional}")
         except ModuleNotFoundError as exc:

@@ -1,0 +1,66 @@
+"""Importing a PyTorch module: same parameters and matmul FLOPs as PyTorch counts."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+NET = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = nn.BatchNorm2d(16)
+        self.c2 = nn.Conv2d(16, 16, 3, stride=2, padding=1, bias=False)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.drop = nn.Dropout(0.1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.c1(x)))
+        z = self.c2(y)
+        z = torch.cat([z, z], 1)[:, :16] if False else z
+        return self.fc(self.drop(torch.flatten(self.pool(z), 1)))
+
+
+class Bad(nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x)
+'''
+
+
+def test_import_matches_torch(tmp_path, cli):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dlsim.cost.layers import layer_cost
+    from dlsim.io.model_yaml import load_model
+
+    src = tmp_path / "net.py"
+    src.write_text(NET)
+    out = tmp_path / "net.yaml"
+    code, _, err = cli("import", "torch", f"{src}:Net", "--input-shape", "3,32,32", "--out", out)
+    assert code == 0, err
+    model = load_model(out)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("net_mod", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    net = mod.Net()
+    assert model.params == sum(p.numel() for p in net.parameters())
+    with FlopCounterMode(display=False) as counter:
+        net(torch.randn(4, 3, 32, 32))
+    ours = sum(layer_cost(layer, 4).matmul_flops for layer in model.layers)
+    assert ours == counter.get_total_flops()
+    # never overwrites without --force
+    code, _, err = cli("import", "torch", f"{src}:Net", "--input-shape", "3,32,32", "--out", out)
+    assert code == 1 and "exists" in err
+
+
+def test_unsupported_operator_is_one_line(tmp_path, cli):
+    src = tmp_path / "bad.py"
+    src.write_text(NET)
+    code, _, err = cli("import", "torch", f"{src}:Bad", "--input-shape", "8")
+    assert code == 1 and "no dlsim operator" in err and err.count("\n") == 1
