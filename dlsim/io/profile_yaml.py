@@ -115,7 +115,9 @@ def load_profile(name_or_path: str | Path) -> Cluster:
     path = folder / "profile.yaml" if folder.is_dir() else folder
     data = expect_mapping(read_yaml(path), path, "")
     check_keys(data, _TOP_KEYS, path, "")
-    device = _device(data.get("device"), path)
+    if "device" not in data:
+        raise SpecError("missing required field", path=path, field="device")
+    device = _device(data["device"], path)
     nodes = _count(data, "nodes", path, 1)
     per_node = _count(data, "devices_per_node", path, 1)
     if "intra_node" not in data:
