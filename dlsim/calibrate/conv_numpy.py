@@ -2,7 +2,7 @@
 
 Every algorithm computes one pass of a 2-D convolution (cross-correlation, NCHW, fp32, one group) into
 an output array the caller owns, using only the temporaries `dlsim.cost.conv_methods.workspace_buffers`
-lists, carved from a caller-owned `Workspace` (a too-small arena raises `WorkspaceTooSmall`):
+lists (``implementation="numpy"``), carved from a caller-owned `Workspace` (a too-small arena raises `WorkspaceTooSmall`):
 
 * forward:          y = conv(x, w)
 * backward_data:    ∇x = conv^T(∇y, w)
@@ -62,7 +62,7 @@ def _scatter_add(dst: np.ndarray, src: np.ndarray, rows: tuple, cols: tuple, g: 
 
 
 def _views(method: str, pass_name: str, g: ConvGeometry, ws: Workspace) -> dict[str, np.ndarray]:
-    return ws.carve(workspace_buffers(method, pass_name, g))
+    return ws.carve(workspace_buffers(method, pass_name, g, implementation="numpy"))
 
 
 # --- direct: K_y·K_x shifted GEMMs per sample -----------------------------------------------
@@ -215,7 +215,7 @@ def numpy_applicable(method: str, g: ConvGeometry) -> str | None:
 
 def workspace_size(method: str, pass_name: str, g: ConvGeometry) -> int:
     """Bytes of workspace arena `method` needs for `pass_name` at batch `g.n` (fp32)."""
-    return arena_bytes(workspace_buffers(method, pass_name, g))
+    return arena_bytes(workspace_buffers(method, pass_name, g, implementation="numpy"))
 
 
 def run_pass(method: str, pass_name: str, g: ConvGeometry, ws: Workspace, *, x: np.ndarray | None = None,

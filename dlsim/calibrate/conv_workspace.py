@@ -35,9 +35,16 @@ def arena_bytes(buffers: tuple[Buffer, ...], dtype_bytes: int = 4) -> int:
 class Workspace:
     """`nbytes` of memory; `carve` hands out typed views of it, one per buffer, without copying."""
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, block: np.ndarray | None = None):
         self.nbytes = int(nbytes)
-        self.block = np.empty(max(self.nbytes, 1), dtype=np.uint8)
+        self.block = np.empty(max(self.nbytes, 1), dtype=np.uint8) if block is None else block
+
+    def segment(self, offset: int, nbytes: int) -> "Workspace":
+        """A private part of this arena (WD: each kernel its own segment), sharing its memory."""
+        if offset % ALIGN or offset < 0 or offset + nbytes > self.nbytes:
+            raise WorkspaceTooSmall(f"segment [{offset}, {offset + nbytes}) does not fit an arena of "
+                                    f"{format_bytes(self.nbytes)}")
+        return Workspace(nbytes, self.block[offset:offset + max(nbytes, 1)])
 
     def carve(self, buffers: tuple[Buffer, ...], dtype_bytes: int = 4, offset: int = 0) -> dict[str, np.ndarray]:
         """Flat views named like the buffers, starting at byte `offset` (a segment of a shared arena)."""

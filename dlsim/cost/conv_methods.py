@@ -16,11 +16,14 @@ backward-filter) this module gives:
   it that runs as matrix products (``matmul_flops``: GEMM-class work that matrix units can run).
 * ``bytes_read`` / ``bytes_written``: compulsory traffic of inputs, weights and outputs plus one
   write and one read of every workspace buffer (a streaming model).
-* ``workspace_bytes``: the temporary buffers of the method, listed one by one in ``buffers``. The
-  buffer lists are those of dlsim's NumPy reference implementations (`dlsim.calibrate.conv_numpy`,
-  which carve exactly these buffers from one workspace arena), and they have the asymptotic shape of
-  cuDNN's algorithms: direct O(one sample), im2col O(N·C_in·K_y·K_x·H'·W'), FFT
-  O((N·C_in + C_in·C_out + N·C_out)·bins), Winograd O(α²·(C_in·C_out + (C_in + C_out)·tiles)).
+* ``workspace_bytes``: the temporary buffers of the method, listed one by one in ``buffers``. They are
+  the buffers of dlsim's NumPy reference implementations (`dlsim.calibrate.conv_numpy`, which carve
+  exactly these from one workspace arena) and have the asymptotic shape of cuDNN's algorithms: im2col
+  O(N·C_in·K_y·K_x·H'·W'), FFT O((N·C_in + C_in·C_out + N·C_out)·bins), Winograd
+  O(α²·(C_in·C_out + (C_in + C_out)·tiles)). Direct convolution (the survey's Algorithm 3: every
+  output a private reduction, as GPU direct / implicit-GEMM kernels run it) needs none; the NumPy
+  reference runs it as K_y·K_x shifted GEMMs per sample and needs one sample's scratch
+  (``implementation="numpy"``).
 
 Shapes follow the survey (Appendix B): x is N×C_in×H×W, w is C_out×(C_in/g)×K_y×K_x, y is
 N×C_out×H'×W', with H' = ⌊(H + 2P − d(K − 1) − 1)/S⌋ + 1. FFT and Winograd need stride 1,
@@ -207,10 +210,12 @@ class MethodPassCost:
         return self.bytes_read + self.bytes_written
 
 
-def workspace_buffers(method: str, pass_name: str, g: ConvGeometry, m: int = WINOGRAD_M) -> tuple[Buffer, ...]:
+def workspace_buffers(method: str, pass_name: str, g: ConvGeometry, m: int = WINOGRAD_M, *,
+                      implementation: str = "survey") -> tuple[Buffer, ...]:
     """The temporary buffers of `method` for `pass_name` (see the module docstring); empty ones are left out.
 
-    direct (Appendix B.1, run as K_y·K_x shifted GEMMs per sample, "kn2row"): the weights re-laid out
+    direct (Appendix B.1): none (``implementation="survey"``); the NumPy reference
+    (``implementation="numpy"``) runs it as K_y·K_x shifted GEMMs per sample ("kn2row") with the weights re-laid out
     per kernel offset (K·C_out·C_in), one sample's shifted input slice (C_in·H'W'), one sample's
     partial product (C_out·H'W' forward; C_out·C_in for ∇w); ∇x needs the transposed weights and one
     sample's partial ∇x columns (C_in·H'W').
@@ -233,7 +238,11 @@ def workspace_buffers(method: str, pass_name: str, g: ConvGeometry, m: int = WIN
     n, ci, co = g.n, g.c_in, g.c_out
     kk, hw_out = g.k_h * g.k_w, g.h_out * g.w_out
     wk = co * (ci // g.groups) * kk
-    if method == "direct":
+    if implementation not in ("survey", "numpy"):
+        raise ValueError(f"unknown implementation {implementation!r} (use survey or numpy)")
+    if method == "direct" and implementation == "survey":
+        bufs = []
+    elif method == "direct":
         slice_ = 0 if g.pointwise else ci * hw_out
         if pass_name == "forward":
             bufs = [Buffer("weights_by_offset", wk if kk > 1 else 0), Buffer("input_slice", slice_),
@@ -283,7 +292,7 @@ def _fft_flops(points: int) -> float:
 
 
 def method_pass_cost(method: str, pass_name: str, g: ConvGeometry, dtype_bytes: int = 4, *,
-                     m: int = WINOGRAD_M, fft_c: float = 1.0) -> MethodPassCost:
+                     m: int = WINOGRAD_M, fft_c: float = 1.0, implementation: str = "survey") -> MethodPassCost:
     """Runtime-multiplicity cost of one pass of `method` on geometry `g` (batch `g.n`).
 
     Work W (inner statements, a MAC = 1) and depth D per pass, with S002 Table 4/6 and Appendix B:
@@ -303,7 +312,7 @@ def method_pass_cost(method: str, pass_name: str, g: ConvGeometry, dtype_bytes: 
     reason = applicable(method, g)
     if reason:
         raise ValueError(reason)
-    bufs = workspace_buffers(method, pass_name, g, m)
+    bufs = workspace_buffers(method, pass_name, g, m, implementation=implementation)
     ws = sum(b.nbytes(dtype_bytes) for b in bufs)
     n, ci, co, ho, wo = g.n, g.c_in, g.c_out, g.h_out, g.w_out
     x_el, y_el, w_el = n * ci * g.h * g.w, n * co * ho * wo, co * (ci // g.groups) * g.k_h * g.k_w
@@ -354,10 +363,10 @@ def method_pass_cost(method: str, pass_name: str, g: ConvGeometry, dtype_bytes: 
 
 def conv_method_costs(n: int, c_in: int, h: int, w: int, c_out: int, k_h: int, k_w: int, stride: int | tuple = 1,
                       padding: int | tuple = 0, dilation: int | tuple = 1, groups: int = 1, dtype_bytes: int = 4, *,
-                      m: int = WINOGRAD_M) -> dict[str, dict[str, MethodPassCost]]:
+                      m: int = WINOGRAD_M, implementation: str = "survey") -> dict[str, dict[str, MethodPassCost]]:
     """Every applicable method's cost per pass: ``{method: {pass: MethodPassCost}}`` (plain-number signature)."""
     g = conv_geometry(n, c_in, h, w, c_out, k_h, k_w, stride, padding, dilation, groups)
-    return {meth: {p: method_pass_cost(meth, p, g, dtype_bytes, m=m) for p in PASSES}
+    return {meth: {p: method_pass_cost(meth, p, g, dtype_bytes, m=m, implementation=implementation) for p in PASSES}
             for meth in METHODS if applicable(meth, g) is None}
 
 

@@ -1,0 +1,117 @@
+"""Reading and writing convolution benchmark tables (CSV) for micro-batch planning.
+
+Columns: ``layer,pass,microbatch_size,algorithm,time_s,workspace_bytes`` (``pass`` optional: without
+it every row is a forward pass). ``layer`` is a layer name or a geometry signature
+(``conv64x56x56-64-k3x3-s1x1-p1x1-d1x1-g1``); ``pass`` is forward, backward_data or backward_weight
+(also: fwd, backward-data, dgrad, backward_filter, wgrad, ...). Every error names the file, the line
+and the reason on one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Iterable
+
+from dlsim.errors import SpecError
+from dlsim.io.files import write_atomic
+from dlsim.plan.microbatch.configs import Kernel
+from dlsim.plan.microbatch.table import BenchTable, canonical_pass
+
+COLUMNS = ("layer", "pass", "microbatch_size", "algorithm", "time_s", "workspace_bytes")
+REQUIRED = ("layer", "microbatch_size", "algorithm", "time_s", "workspace_bytes")
+
+
+def _number(text: str, path: Path, line: int, column: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise SpecError(f"{column} must be a number, got {text!r}", path=path, field=f"line {line}") from None
+    if not math.isfinite(value):
+        raise SpecError(f"{column} must be finite, got {text!r}", path=path, field=f"line {line}")
+    return value
+
+
+def parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | None = None,
+               source: str = "measured") -> BenchTable:
+    """Validate CSV text into a `BenchTable`; `known_layers` (names or signatures) rejects unknown layers."""
+    reader = csv.DictReader(lines)
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    if not header:
+        raise SpecError("empty file: expected a header line " + ",".join(COLUMNS), path=path)
+    reader.fieldnames = header
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise SpecError(f"missing column {missing[0]!r} (columns: {','.join(header)}; expected {','.join(COLUMNS)})",
+                        path=path)
+    known = set(known_layers) if known_layers is not None else None
+    seen: dict[tuple, int] = {}
+    rows = []
+    for rec in reader:
+        line = reader.line_num
+        if all((v or "").strip() == "" for v in rec.values() if isinstance(v, str)):
+            continue
+        if None in rec:
+            raise SpecError(f"more fields than the header has columns", path=path, field=f"line {line}")
+        layer = (rec.get("layer") or "").strip()
+        if not layer:
+            raise SpecError("empty layer", path=path, field=f"line {line}")
+        if known is not None and layer not in known:
+            raise SpecError(f"unknown layer {layer!r}", path=path, field=f"line {line}")
+        pass_text = (rec.get("pass") or "forward").strip() or "forward"
+        pass_name = canonical_pass(pass_text)
+        if pass_name is None:
+            raise SpecError(f"unknown pass {pass_text!r} (use forward, backward_data, backward_weight)",
+                            path=path, field=f"line {line}")
+        algorithm = (rec.get("algorithm") or "").strip()
+        if not algorithm:
+            raise SpecError("empty algorithm", path=path, field=f"line {line}")
+        size = _number(rec.get("microbatch_size") or "", path, line, "microbatch_size")
+        if size < 1 or size != int(size):
+            raise SpecError(f"microbatch_size must be a positive integer, got {rec['microbatch_size']!r}",
+                            path=path, field=f"line {line}")
+        seconds = _number(rec.get("time_s") or "", path, line, "time_s")
+        if seconds <= 0:
+            raise SpecError(f"{'negative' if seconds < 0 else 'zero'} time_s {rec['time_s'].strip()} "
+                            "(a kernel's time must be positive)", path=path, field=f"line {line}")
+        ws = _number(rec.get("workspace_bytes") or "", path, line, "workspace_bytes")
+        if ws < 0:
+            raise SpecError(f"negative workspace_bytes {rec['workspace_bytes'].strip()}", path=path, field=f"line {line}")
+        key = (layer, pass_name, int(size), algorithm)
+        if key in seen:
+            raise SpecError(f"duplicate row for layer {layer!r} {pass_name} size {int(size)} {algorithm} "
+                            f"(first on line {seen[key]})", path=path, field=f"line {line}")
+        seen[key] = line
+        rows.append((layer, pass_name, Kernel(algorithm, int(size), seconds, ws)))
+    if not rows:
+        raise SpecError("no rows", path=path)
+    return BenchTable.from_rows(rows, source=source, origin=str(path))
+
+
+def load_bench_table(path: str | Path, known_layers: Iterable[str] | None = None,
+                     source: str = "measured") -> BenchTable:
+    """Load and validate a benchmark CSV (see the module docstring)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read file ({exc.strerror})", path=path) from None
+    return parse_rows(path, text.splitlines(), known_layers, source)
+
+
+def format_rows(rows: Iterable[tuple[str, str, Kernel]]) -> str:
+    """CSV text (with header) for (layer, pass, Kernel) rows."""
+    out = [",".join(COLUMNS)]
+    for layer, pass_name, k in rows:
+        out.append(format_row(layer, pass_name, k))
+    return "\n".join(out) + "\n"
+
+
+def format_row(layer: str, pass_name: str, k: Kernel) -> str:
+    return f"{layer},{pass_name},{k.size},{k.algorithm},{k.time_s:.9g},{k.workspace_bytes:.0f}"
+
+
+def write_bench_table(path: str | Path, table: BenchTable) -> None:
+    """Write a whole table atomically."""
+    write_atomic(Path(path), format_rows((k.layer, k.pass_name, r) for k in table.kernels for r in k.rows))

@@ -1,0 +1,194 @@
+"""Micro-batch plans for a network's convolutions: WR (per-kernel DP) and WD (ILP over desirable sets).
+
+A kernel is one (layer, pass). WR gives every kernel the same workspace limit M and one buffer that
+its micro-batches reuse, so the device needs max_k ws_k (one buffer shared by all kernels run one
+after another). WD divides one budget M among the kernels, each keeping a private segment, so the
+device needs Σ_k ws_k ≤ M. Both are compared with the undivided baseline under the same limit:
+the fastest single algorithm per kernel for the whole batch (WD: the ILP restricted to those).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from dlsim.errors import InfeasibleError
+from dlsim.plan.microbatch.configs import Config, Kernel, pareto_front
+from dlsim.plan.microbatch.dp import min_feasible_limit, undivided, wr_best, wr_desirable
+from dlsim.plan.microbatch.ilp import wd_ilp
+from dlsim.plan.microbatch.policies import batch_sizes
+from dlsim.plan.microbatch.table import PASSES, BenchTable, KernelTable
+from dlsim.units import format_bytes
+
+MODES = ("wr", "wd")
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """The plan of one kernel: micro-batches (size, algorithm, time, workspace) in execution order."""
+
+    pass_name: str
+    microbatches: tuple[Kernel, ...]
+    time_s: float
+    workspace_bytes: float
+    undivided: Kernel | None
+    source: str
+    pareto: tuple[Config, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        def mb(k: Kernel) -> dict[str, Any]:
+            return {"size": k.size, "algorithm": k.algorithm, "time_s": k.time_s, "workspace_bytes": k.workspace_bytes}
+        out = {"time_s": self.time_s, "workspace_bytes": self.workspace_bytes, "source": self.source,
+               "microbatches": [mb(k) for k in self.microbatches],
+               "undivided": mb(self.undivided) if self.undivided else None}
+        if self.pareto:
+            out["pareto"] = [{"time_s": c.time_s, "workspace_bytes": c.workspace_bytes,
+                              "microbatches": [mb(k) for k in c.kernels]} for c in self.pareto]
+        return out
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """A convolution layer's passes; workspace is the max over passes (WR) or their sum (WD)."""
+
+    name: str
+    passes: tuple[PassPlan, ...]
+    workspace_bytes: float
+
+    @property
+    def time_s(self) -> float:
+        return sum(p.time_s for p in self.passes)
+
+    def get(self, pass_name: str) -> PassPlan | None:
+        return next((p for p in self.passes if p.pass_name == pass_name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "time_s": self.time_s, "workspace_bytes": self.workspace_bytes,
+                "microbatches": {p.pass_name: p.to_dict()["microbatches"] for p in self.passes},
+                "passes": {p.pass_name: p.to_dict() for p in self.passes}}
+
+
+@dataclass(frozen=True)
+class MicrobatchPlan:
+    """Per convolution layer and pass: micro-batch sizes, algorithms, time and workspace; totals and baseline.
+
+    `workspace_bytes` is the device memory the plan needs for convolution workspace (WR: the largest
+    kernel's, one reused buffer; WD: the sum of the kernels' segments). `undivided_time_s` is None when
+    the undivided baseline does not fit the limit.
+    """
+
+    mode: str
+    policy: str
+    batch: int
+    workspace_limit: float
+    layers: tuple[LayerPlan, ...]
+    time_s: float
+    undivided_time_s: float | None
+    workspace_bytes: float
+    source: str
+    solver: str = ""
+    optimal: bool = True
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.undivided_time_s / self.time_s if self.undivided_time_s and self.time_s > 0 else None
+
+    def layer(self, name: str) -> LayerPlan:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    def pass_time_s(self, layer: str, pass_name: str) -> float | None:
+        """Planned seconds of one layer's pass, None when the plan does not cover it."""
+        for lp in self.layers:
+            if lp.name == layer:
+                p = lp.get(pass_name)
+                return p.time_s if p else None
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": 1, "kind": "microbatch_plan", "mode": self.mode, "policy": self.policy,
+                "batch": self.batch, "workspace_limit_bytes": self.workspace_limit, "source": self.source,
+                "time_s": self.time_s, "undivided_time_s": self.undivided_time_s, "speedup": self.speedup,
+                "workspace_bytes": self.workspace_bytes, "solver": self.solver, "optimal": self.optimal,
+                "notes": list(self.notes), "layers": [layer.to_dict() for layer in self.layers]}
+
+
+def _kernels(table: BenchTable) -> list[KernelTable]:
+    return [k for layer in table.layers() for p in PASSES if (k := table.kernel(layer, p)) is not None]
+
+
+def _source(kernels: Sequence[KernelTable]) -> str:
+    kinds = {k.source for k in kernels}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def _cached(fn, cache: dict, table: KernelTable, *args):
+    key = (fn.__name__, table.rows, *args)
+    if key not in cache:
+        cache[key] = fn(table, *args)
+    return cache[key]
+
+
+def _assemble(mode, policy, batch, limit, kernels, chosen, baseline, fronts, notes, solver="", optimal=True
+              ) -> MicrobatchPlan:
+    by_layer: dict[str, list[PassPlan]] = {}
+    for k, cfg, base, front in zip(kernels, chosen, baseline, fronts):
+        by_layer.setdefault(k.layer, []).append(
+            PassPlan(k.pass_name, cfg.kernels, cfg.time_s, cfg.workspace_bytes, base, k.source, tuple(front)))
+    combine = max if mode == "wr" else sum
+    layers = tuple(LayerPlan(name, tuple(ps), combine(p.workspace_bytes for p in ps)) for name, ps in by_layer.items())
+    base_time = None if any(b is None for b in baseline) else sum(b.time_s for b in baseline)
+    if base_time is None:
+        notes = notes + ("the undivided baseline does not fit this workspace limit",)
+    total_ws = combine(c.workspace_bytes for c in chosen) if chosen else 0.0
+    return MicrobatchPlan(mode, policy, batch, limit, layers, sum(c.time_s for c in chosen), base_time, total_ws,
+                          _source(kernels), solver, optimal, notes)
+
+
+def plan_wr(table: BenchTable, batch: int, limit: float, policy: str = "powerOfTwo", *, pareto: bool = False,
+            notes: tuple[str, ...] = ()) -> MicrobatchPlan:
+    """WR: the fastest split of every kernel with each micro-batch's workspace ≤ `limit`."""
+    batch_sizes(policy, batch)
+    kernels, cache = _kernels(table), {}
+    chosen, baseline, fronts = [], [], []
+    for k in kernels:
+        cfg = _cached(wr_best, cache, k, batch, limit, policy)
+        if cfg is None:
+            worst = max((_cached(min_feasible_limit, cache, kt, batch, policy) or float("inf")) for kt in kernels)
+            hint = f"; the smallest limit every kernel fits is {format_bytes(worst)} ({worst:.0f} bytes)" \
+                if worst != float("inf") else "; some kernel has no measured size that the policy can combine"
+            raise InfeasibleError(f"{k.layer} {k.pass_name}: no configuration with policy {policy} fits the "
+                                  f"workspace limit {format_bytes(limit)}{hint}")
+        chosen.append(cfg)
+        baseline.append(_cached(undivided, cache, k, batch, limit))
+        fronts.append(_cached(wr_desirable, cache, k, batch, limit, policy) if pareto else [])
+    return _assemble("wr", policy, batch, limit, kernels, chosen, baseline, fronts, notes)
+
+
+def plan_wd(table: BenchTable, batch: int, budget: float, policy: str = "powerOfTwo", *, solver: Any = "cbc",
+            time_limit_s: float = 10.0, pareto: bool = False, notes: tuple[str, ...] = ()) -> MicrobatchPlan:
+    """WD: one configuration per kernel from its desirable set (each capped by `budget`), Σ workspace ≤ budget."""
+    batch_sizes(policy, batch)
+    kernels, cache = _kernels(table), {}
+    fronts = [_cached(wr_desirable, cache, k, batch, budget, policy) for k in kernels]
+    names = [f"{k.layer} {k.pass_name}" for k in kernels]
+    if any(not f for f in fronts):
+        least = sum((_cached(min_feasible_limit, cache, k, batch, policy) or float("inf")) for k in kernels)
+        empty = names[next(i for i, f in enumerate(fronts) if not f)]
+        raise InfeasibleError(f"{empty}: no configuration with policy {policy} fits the workspace budget "
+                              f"{format_bytes(budget)}; the smallest feasible budget is {format_bytes(least)} "
+                              f"({least:.0f} bytes)")
+    result = wd_ilp(fronts, budget, solver=solver, time_limit_s=time_limit_s, names=names)
+    chosen = [f[c] for f, c in zip(fronts, result.choice)]
+    singles = [pareto_front([r for r in k.at(batch) if r.workspace_bytes <= budget]) for k in kernels]
+    baseline: list[Kernel | None] = [None] * len(kernels)
+    if all(singles) and sum(min(r.workspace_bytes for r in s) for s in singles) <= budget:
+        base = wd_ilp([[Config.of([r]) for r in s] for s in singles], budget, solver=solver,
+                      time_limit_s=time_limit_s, names=names)
+        baseline = [singles[k][c] for k, c in enumerate(base.choice)]
+    notes = notes + ((result.note,) if result.note else ())
+    return _assemble("wd", policy, batch, budget, kernels, chosen, baseline, fronts if pareto else [[]] * len(kernels),
+                     notes, result.solver, result.optimal)
