@@ -16,28 +16,25 @@ more workspace and the candidate's warm-up run is more than 1.5× slower, the ca
 part of a Pareto-optimal split, so it is not timed further (its row is left out; ``--no-prune``
 keeps everything).
 
-Resumable: rows are appended to the CSV one by one (each a single write, flushed and fsynced); a
-restart reads the file and measures only what is missing. A partial last line left by a killed run
-is dropped.
+Resumable: the caller passes the rows it already has (`done`) and a sink (`emit`) that stores each
+new measurement at once (`dlsim.io.bench_table.append_rows`: one write, fsynced); a restart measures
+only what is missing.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from dlsim.calibrate.conv_numpy import numpy_applicable, run_pass, workspace_size
 from dlsim.calibrate.conv_workspace import Workspace
 from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry
-from dlsim.io.bench_table import COLUMNS, format_row, load_bench_table
 from dlsim.plan.microbatch.configs import Kernel
-from dlsim.plan.microbatch.table import BenchTable
 from dlsim.units import KIB, MIB, format_bytes, format_time
 
 PRUNE_FACTOR = 1.5
@@ -107,45 +104,22 @@ def time_microbatches(t: Tensors, method: str, pass_name: str, g: ConvGeometry, 
     return statistics.median(samples), samples
 
 
-def _existing(path: Path) -> dict[tuple[str, str, int, str], Kernel]:
-    """Rows already measured in `path` by key; drops a partial last line left by an interrupted run."""
-    if not path.exists() or path.stat().st_size == 0:
-        return {}
-    text = path.read_text()
-    if not text.endswith("\n"):
-        keep = text[:text.rfind("\n") + 1]
-        with open(path, "r+") as handle:
-            handle.truncate(len(keep.encode()))
-        text = keep
-    if text.strip() == ",".join(COLUMNS):
-        return {}
-    table = load_bench_table(path)
-    return {(k.layer, k.pass_name, r.size, r.algorithm): r for k in table.kernels for r in k.rows}
+Row = tuple[str, str, Kernel]
 
 
-def _append(path: Path, lines: list[str]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, ("\n".join(lines) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def bench_layers(layers: Sequence[tuple[str, ConvGeometry]], batch: int, sizes: Sequence[int], *,
+                 done: Mapping[tuple[str, str, int, str], Kernel] | None = None,
+                 emit: Callable[[list[Row]], None] | None = None, passes: Sequence[str] = PASSES,
+                 methods: Sequence[str] = METHODS, max_workspace: float | None = None, repeats: int = 5,
+                 min_samples: int = 8, prune: bool = True, progress: Callable[[str], None] | None = None) -> list[Row]:
+    """Measure every (layer shape, pass, size, algorithm) not in `done`; each measurement goes to `emit` at once.
 
-
-def bench_layers(layers: Sequence[tuple[str, ConvGeometry]], batch: int, sizes: Sequence[int], out: str | Path, *,
-                 passes: Sequence[str] = PASSES, methods: Sequence[str] = METHODS, max_workspace: float | None = None,
-                 repeats: int = 5, min_samples: int = 8, prune: bool = True,
-                 progress: Callable[[str], None] | None = None) -> BenchTable:
-    """Measure every (layer shape, pass, size, algorithm) into the CSV `out` (resuming it) and return the table.
-
-    `layers` are (name, per-sample geometry); `max_workspace` skips configurations needing more (like
-    ``cudnnFind…Ex`` with a workspace limit).
+    `layers` are (name, per-sample geometry); `done` maps (layer, pass, size, algorithm) to rows
+    measured before (a resumed run); `max_workspace` skips configurations needing more (like
+    ``cudnnFind…Ex`` with a workspace limit). Returns the new rows.
     """
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    done = _existing(path)
-    if not path.exists() or path.stat().st_size == 0:
-        _append(path, [",".join(COLUMNS)])
+    done = dict(done or {})
+    new_rows: list[Row] = []
     groups: dict[str, list[str]] = {}
     shapes: dict[str, ConvGeometry] = {}
     for name, g in layers:
@@ -181,8 +155,11 @@ def bench_layers(layers: Sequence[tuple[str, ConvGeometry]], batch: int, sizes: 
                                                    min_samples=min_samples, ws=ws)
                     measured.append((ws_bytes, seconds))
                     kernel = Kernel(method, b, seconds, float(ws_bytes))
-                    _append(path, [format_row(n, pass_name, kernel) for n in names if (n, pass_name, b, method) not in done])
+                    rows = [(n, pass_name, kernel) for n in names if (n, pass_name, b, method) not in done]
+                    if emit:
+                        emit(rows)
+                    new_rows += rows
                     done.update({(n, pass_name, b, method): kernel for n in names})
                     say(f"[{index}/{len(groups)}] {names[0]} {pass_name} b={b} {method}: {format_time(seconds)}, "
                         f"{format_bytes(ws_bytes)}")
-    return load_bench_table(path)
+    return new_rows

@@ -22,7 +22,7 @@ from dlsim.calibrate.conv_workspace import ALIGN, Workspace
 from dlsim.calibrate.microbatch_bench import Tensors
 from dlsim.cost.conv_methods import ConvGeometry
 from dlsim.errors import SpecError
-from dlsim.plan.microbatch.plan import MicrobatchPlan
+from dlsim.plan.microbatch.records import MicrobatchPlan
 
 
 def _schedule(plan: MicrobatchPlan) -> list[tuple[str, str]]:

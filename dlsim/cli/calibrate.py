@@ -15,7 +15,7 @@ def calibrate() -> None:
     """Measure real kernels (compute) or collectives (comm) and write tables into a profile."""
 
 
-for _name in ("calibrate_comm", "calibrate_compute"):
+for _name in ("calibrate_comm", "calibrate_compute", "calibrate_microbatch"):
     try:
         __import__(f"dlsim.cli.{_name}")
     except ModuleNotFoundError as _exc:

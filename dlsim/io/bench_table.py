@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from pathlib import Path
 from typing import Iterable
 
@@ -115,3 +116,43 @@ def format_row(layer: str, pass_name: str, k: Kernel) -> str:
 def write_bench_table(path: str | Path, table: BenchTable) -> None:
     """Write a whole table atomically."""
     write_atomic(Path(path), format_rows((k.layer, k.pass_name, r) for k in table.kernels for r in k.rows))
+
+
+def resume_rows(path: str | Path) -> dict[tuple[str, str, int, str], Kernel]:
+    """Rows already in a benchmark CSV that a calibration appends to, by (layer, pass, size, algorithm).
+
+    Creates the file with its header when it is missing or empty. A partial last line (a run killed
+    while writing it) is cut off: it is an unfinished measurement, never a complete row.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.stat().st_size == 0:
+        append_lines(path, [",".join(COLUMNS)])
+        return {}
+    text = path.read_text()
+    if not text.endswith("\n"):
+        keep = text[:text.rfind("\n") + 1]
+        with open(path, "r+b") as handle:
+            handle.truncate(len(keep.encode()))
+        text = keep
+    if text.strip() == ",".join(COLUMNS):
+        return {}
+    table = parse_rows(path, text.splitlines())
+    return {(k.layer, k.pass_name, r.size, r.algorithm): r for k in table.kernels for r in k.rows}
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    """Append whole lines with one write, then fsync: a crash leaves complete rows and at most one partial line."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, ("\n".join(lines) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_rows(path: str | Path, rows: Iterable[tuple[str, str, Kernel]]) -> None:
+    """Append measured rows to a benchmark CSV (see `resume_rows`)."""
+    lines = [format_row(layer, p, k) for layer, p, k in rows]
+    if lines:
+        append_lines(Path(path), lines)

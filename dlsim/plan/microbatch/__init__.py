@@ -8,7 +8,8 @@ across layers over the DP's desirable sets). See `dp`, `ilp`, `plan`.
 from dlsim.plan.microbatch.configs import Config, Kernel, pareto_front
 from dlsim.plan.microbatch.dp import min_feasible_limit, undivided, wr_best, wr_desirable
 from dlsim.plan.microbatch.ilp import IlpResult, wd_ilp
-from dlsim.plan.microbatch.plan import MODES, LayerPlan, MicrobatchPlan, PassPlan, plan_wd, plan_wr
+from dlsim.plan.microbatch.plan import plan_wd, plan_wr
+from dlsim.plan.microbatch.records import MODES, LayerPlan, MicrobatchPlan, PassPlan
 from dlsim.plan.microbatch.policies import POLICIES, batch_sizes
 from dlsim.plan.microbatch.table import PASSES, BenchTable, KernelTable
 

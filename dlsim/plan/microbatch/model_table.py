@@ -9,11 +9,12 @@ bandwidth, one launch overhead per kernel. Rows are tagged ``source="model"``.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry, applicable, geometry_from_dict, method_pass_cost
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.roofline import roofline_time
 from dlsim.plan.microbatch.configs import Kernel
-from dlsim.plan.microbatch.policies import batch_sizes
 from dlsim.plan.microbatch.table import BenchTable
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import Model
@@ -40,11 +41,11 @@ def method_time_s(method: str, pass_name: str, g: ConvGeometry, device: Device, 
     return t, c.workspace_bytes
 
 
-def model_bench_table(model: Model, device: Device, batch: int, policy: str, dtype: str | None = None,
-                      layers: list[str] | None = None) -> BenchTable:
-    """Modelled (algorithm, micro-batch size) → (time, workspace) rows for the model's convolutions."""
+def model_bench_table(model: Model, device: Device, sizes: Sequence[int], dtype: str | None = None,
+                      layers: Sequence[str] | None = None) -> BenchTable:
+    """Modelled (algorithm, micro-batch size) → (time, workspace) rows for the model's convolutions
+    (all of them, or those named in `layers`), at the micro-batch `sizes` (see `policies.batch_sizes`)."""
     dtype = dtype or model.dtype
-    sizes = batch_sizes(policy, batch)
     cache: dict[tuple, tuple[float, int]] = {}
     rows = []
     for name, g in conv_layers(model):
