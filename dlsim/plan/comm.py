@@ -1,0 +1,98 @@
+"""How a task graph asks for communication costs: rank layout, link tiers, and a pricer protocol.
+
+Ranks are laid out as Megatron-LM does by default (order tp, dp, pp: tensor-parallel ranks
+adjacent, then data-parallel replicas, pipeline stages outermost):
+rank = tp_rank + tp·(dp_rank + dp·pp_rank). A group of ranks crosses the inter-node tier when its
+members live on more than one node (node = rank // devices_per_node).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from dlsim.results import Estimate, Source
+
+INTRA, INTER = "intra", "inter"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the ranks of a dp × tp × pp strategy sit on nodes of `devices_per_node` devices."""
+
+    dp: int
+    tp: int
+    pp: int
+    devices_per_node: int
+
+    def rank(self, dp_rank: int, tp_rank: int, stage: int) -> int:
+        return tp_rank + self.tp * (dp_rank + self.dp * stage)
+
+    def node(self, rank: int) -> int:
+        return rank // self.devices_per_node
+
+    def tier(self, ranks: Sequence[int]) -> str:
+        """intra when all `ranks` share a node, inter otherwise."""
+        first = self.node(ranks[0])
+        return INTRA if all(self.node(r) == first for r in ranks) else INTER
+
+    def ranks_per_node(self, ranks: Sequence[int]) -> int:
+        """Largest number of group members on one node."""
+        count: dict[int, int] = {}
+        for r in ranks:
+            count[self.node(r)] = count.get(self.node(r), 0) + 1
+        return max(count.values())
+
+    def tp_group(self, dp_rank: int, stage: int) -> list[int]:
+        return [self.rank(dp_rank, t, stage) for t in range(self.tp)]
+
+    def dp_group(self, tp_rank: int, stage: int) -> list[int]:
+        return [self.rank(d, tp_rank, stage) for d in range(self.dp)]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One point-to-point message of an expanded collective, between group members (indices into
+    the group's rank list), with its uncontended duration and the transfers it waits for."""
+
+    src: int
+    dst: int
+    nbytes: float
+    duration: float
+    deps: tuple[int, ...]
+
+
+class CommPricer(Protocol):
+    """Prices collectives and point-to-point transfers between real ranks."""
+
+    def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
+        """Closed-form time of collective `op` (allreduce, reduce_scatter, allgather, broadcast,
+        alltoall) of `nbytes` (the full buffer) over `ranks`."""
+
+    def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:
+        """Time of one message of `nbytes` from rank `src` to rank `dst`."""
+
+    def expand(self, op: str, nbytes: float, ranks: Sequence[int]) -> list[Transfer] | None:
+        """The collective as point-to-point transfers, or None when it has no executable form."""
+
+    def tier(self, ranks: Sequence[int]) -> str:
+        """The link tier (intra or inter) a group of ranks communicates over."""
+
+
+class FreeComm:
+    """Communication that costs nothing (closed-form checks: "uniform stages, free communication")."""
+
+    def __init__(self, layout: Layout | None = None):
+        self.layout = layout
+
+    def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
+        return Estimate(0.0, Source.MODEL, "free communication")
+
+    def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:
+        return Estimate(0.0, Source.MODEL, "free communication")
+
+    def expand(self, op: str, nbytes: float, ranks: Sequence[int]) -> list[Transfer] | None:
+        return None
+
+    def tier(self, ranks: Sequence[int]) -> str:
+        return self.layout.tier(ranks) if self.layout else INTRA

@@ -1,0 +1,78 @@
+"""Gradient compression as a change of message volume plus compression compute.
+
+reference/algorithms.md §7: T = T_compress(n) + T_comm(compressed bytes) + T_decompress. A dense
+quantised payload cannot be summed on the wire, so it is reduce-scattered (each rank decompresses,
+adds and re-quantises its stripe) and all-gathered (the two exchange phases of 1-bit SGD, Seide et
+al., Interspeech 2014); a sparse top-k payload is all-gathered (each rank receives (p − 1)·k pairs;
+Aji & Heafield 2017, Lin et al. DGC 2018). Payloads for n elements:
+
+* fp16: 2n bytes, still summable: one all-reduce;
+* QSGD with b bits per element and one fp32 norm per bucket of d elements (Alistarh et al., NIPS
+  2017, practical bucketed form): n·b/8 + 4·⌈n/d⌉;
+* top-k with density ρ: k = ⌈ρn⌉ (index, value) pairs of 4 + 4 bytes: 8k per rank;
+* 1-bit SGD: n/8 bytes of signs + 2 fp32 reconstruction values per column of d elements: n/8 + 8⌈n/d⌉.
+
+Error feedback (residual accumulation) keeps one more fp32 copy of the gradients and adds a pass
+over them. Compression work is element-wise and memory-bound: it is priced by the roofline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dlsim.spec.strategy import Compression
+
+FP32 = 4
+PAIR_BYTES = 8
+
+
+@dataclass(frozen=True)
+class CompressedSync:
+    """How one gradient bucket is synchronised: collectives (op, full-buffer bytes) in order, and the
+    element-wise work before (compress) and after (decompress) as (flops, bytes moved)."""
+
+    collectives: tuple[tuple[str, float], ...]
+    compress: tuple[float, float]
+    decompress: tuple[float, float]
+    payload: float
+
+
+def plan_sync(comp: Compression, nbytes: float, grad_bytes_per_elem: int, ranks: int,
+              base_op: str = "allreduce") -> CompressedSync:
+    """The synchronisation of `nbytes` of gradients over `ranks` under `comp`."""
+    n = nbytes / grad_bytes_per_elem
+    kind = comp.kind
+    ef = (2.0, 2 * FP32 * n) if comp.error_feedback and kind not in ("none", "fp16") else (0.0, 0.0)
+    if kind == "none":
+        return CompressedSync(((base_op, nbytes),), (0.0, 0.0), (0.0, 0.0), nbytes)
+    if kind == "fp16":
+        payload = 2 * n
+        if grad_bytes_per_elem <= 2:
+            return CompressedSync(((base_op, nbytes),), (0.0, 0.0), (0.0, 0.0), nbytes)
+        return CompressedSync(((base_op, payload),), (n, nbytes + payload), (n, payload + nbytes), payload)
+    if kind == "qsgd":
+        payload = n * comp.bits / 8 + FP32 * math.ceil(n / comp.bucket_elements)
+        work = (6 * n + ef[0] * n, nbytes + payload + ef[1])
+        back = (6 * n, 2 * payload + nbytes)  # decode stripes, add, re-quantise, decode
+        return CompressedSync((("reduce_scatter", payload), ("allgather", payload)), work, back, payload)
+    if kind == "1bit":
+        payload = n / 8 + 2 * FP32 * math.ceil(n / comp.bucket_elements)
+        work = (4 * n + ef[0] * n, nbytes + payload + ef[1])
+        back = (4 * n, 2 * payload + nbytes)
+        return CompressedSync((("reduce_scatter", payload), ("allgather", payload)), work, back, payload)
+    if kind == "topk":
+        k = math.ceil(comp.density * n)
+        payload = PAIR_BYTES * k
+        # selection: a threshold pass and a gather pass over the gradients (O(n), DGC's sampling)
+        work = (3 * n + ef[0] * n, 2 * nbytes + payload + ef[1])
+        back = (2.0 * k * ranks, ranks * payload + nbytes)
+        return CompressedSync((("allgather", payload * ranks),), work, back, payload)
+    raise ValueError(f"unknown compression {kind!r}")
+
+
+def error_feedback_bytes(comp: Compression, params: float) -> float:
+    """Memory of the residual kept by error feedback: one fp32 copy of the gradients."""
+    if comp.kind in ("none", "fp16") or not comp.error_feedback:
+        return 0.0
+    return FP32 * params

@@ -1,0 +1,333 @@
+"""The task graph of one synchronous training iteration under dp × tp × pp (and layer groups).
+
+Every simulated device runs its pipeline stage's op order (`dlsim.plan.pipeline`); each op is a
+chunk's forward or backward step list (`dlsim.plan.templates`) for one micro-batch, on the device's
+compute stream, with tensor-parallel collectives inline (they block the stream, as Megatron-LM's
+all-reduces on the default stream do). Activations and gradients cross stage boundaries as
+point-to-point transfers on per-pair channels. Gradient buckets are reduced on the communication
+stream as they become ready (`dlsim.plan.dataparallel`, ZeRO per `dlsim.plan.zero`), then each
+device runs its optimizer step.
+
+Symmetry: with `explicit_dp` / `explicit_tp` off, one data-parallel replica and one tensor-parallel
+rank per stage are simulated and their collectives priced at the full rank count; the result is
+the same as simulating all ranks when they are identical (tests/test_sim_symmetry.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from dlsim.plan.comm import CommPricer, Layout
+from dlsim.plan.compression import error_feedback_bytes
+from dlsim.plan.dataparallel import Bucket, make_buckets
+from dlsim.plan.layertable import LayerEntry, boundary_bytes
+from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
+from dlsim.plan.syncplan import SyncEmitter
+from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, TRANSIENT_PARAMS, WORKSPACE, SimDevice, TaskGraph
+from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps
+from dlsim.plan.zero import model_state_bytes
+from dlsim.results import Estimate
+from dlsim.spec.model import Model
+from dlsim.spec.strategy import Strategy
+from dlsim.units import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class IterationInputs:
+    """What `build_iteration` needs. `optimizer_time(params)` and `elementwise_time(flops, bytes)`
+    price the optimizer step and compression kernels on one device."""
+
+    model: Model
+    entries: tuple[LayerEntry, ...]
+    ranges: tuple[tuple[int, int], ...]
+    strategy: Strategy
+    layout: Layout
+    pricer: CommPricer
+    dtype: str
+    device_name: str
+    capacity: float
+    optimizer_time: Callable[[float], Estimate]
+    elementwise_time: Callable[[float, float], Estimate]
+    explicit_dp: bool = False
+    explicit_tp: bool = False
+    expand: bool = False
+
+
+class _Builder:
+    def __init__(self, x: IterationInputs):
+        self.x, s = x, x.strategy
+        self.s = s
+        self.g = TaskGraph()
+        self.p, self.v, self.m, self.K = s.pp, s.virtual_stages, s.num_microbatches, s.chunks
+        self.dps = list(range(s.dp)) if x.explicit_dp else [0]
+        self.tps = list(range(s.tp)) if x.explicit_tp else [0]
+        self.chunk_entries = [x.entries[a:b] for a, b in x.ranges]
+        self.boundary = boundary_bytes(x.model, x.entries, x.ranges)
+        self.price_cache: dict[tuple, Estimate] = {}
+        self.ports: dict[tuple[int, str, str], int] = {}
+        self.pending: dict[tuple, list[int]] = {}
+        self.pending_est: dict[tuple, tuple[Estimate, list[int]]] = {}
+        self.sync = SyncEmitter(self)
+        self._templates()
+        self._devices()
+
+    # -- setup -------------------------------------------------------------------------------
+    def _templates(self) -> None:
+        s, tp = self.s, self.s.tp
+        self.fwd = [forward_steps(es, tp) for es in self.chunk_entries]
+        self.bwd = [backward_steps(es, tp) for es in self.chunk_entries]
+        gb = DTYPE_BYTES[self.x.dtype]
+        self.buckets: list[list[Bucket]] = []
+        self.bwd_split: list[list[Step]] = []
+        for es in self.chunk_entries:
+            grads = [(e.index, e.params * gb) for e in es if self.dp_synced(e)]
+            buckets = make_buckets(grads, s.bucket_size, s.first_bucket_size) if s.dp > 1 or s.zero else []
+            ready: dict[int, tuple[int, ...]] = {}
+            for j, b in enumerate(buckets):
+                ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
+            self.buckets.append(buckets)
+            self.bwd_split.append(backward_steps(es, tp, ready))
+        if s.recompute == "full":
+            self.recomp = [forward_steps(es, tp, RECOMPUTE) for es in self.chunk_entries]
+        elif s.recompute == "selective":
+            self.recomp = [selective_recompute_steps(es) for es in self.chunk_entries]
+        else:
+            self.recomp = [[] for _ in self.chunk_entries]
+        # activation bytes per micro-batch: (kept after forward, transient during forward / recompute)
+        self.act: list[tuple[float, float]] = []
+        for k, es in enumerate(self.chunk_entries):
+            full = sum(e.saved_bytes for e in es)
+            if s.recompute == "full":
+                kept = self.boundary[k - 1] if k > 0 else es[0].saved_bytes
+                self.act.append((min(kept, full), full))
+            elif s.recompute == "selective":
+                self.act.append((full - sum(e.core_bytes for e in es), full))
+            else:
+                self.act.append((full, full))
+
+    def dp_synced(self, e: LayerEntry) -> bool:
+        """Parameters reduced across data-parallel replicas (not those of layers split over them)."""
+        return e.params > 0 and e.tp_degree == self.s.tp
+
+    def _devices(self) -> None:
+        x, s, lay = self.x, self.s, self.x.layout
+        self.dev: dict[tuple[int, int, int], int] = {}
+        self.cstream: list[int] = []
+        self.mstream: list[int] = []
+        mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps))
+        gb = DTYPE_BYTES[x.dtype]
+        for stage in range(self.p):
+            chunks = [c * self.p + stage for c in range(self.v)]
+            params = sum(e.params for k in chunks for e in self.chunk_entries[k])
+            synced = sum(e.params for k in chunks for e in self.chunk_entries[k] if self.dp_synced(e))
+            params += self._tied_copy(chunks)
+            states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, s.dp)
+            local = model_state_bytes(params - synced, x.dtype, s.optimizer, 0, 1)
+            static = [(k, states[k] + local[k]) for k in ("weights", "gradients", "optimizer")]
+            static.append(("error_feedback", error_feedback_bytes(s.compression, synced)))
+            workspace = max((e.workspace for k in chunks for e in self.chunk_entries[k]), default=0.0)
+            static.append((WORKSPACE, workspace))
+            for d in self.dps:
+                for t in self.tps:
+                    rank = lay.rank(d, t, stage)
+                    i = len(self.g.devices)
+                    self.g.devices.append(SimDevice(f"rank{rank} (dp{d} tp{t} pp{stage})", rank, stage, mult,
+                                                    x.capacity, tuple(static)))
+                    self.dev[(d, t, stage)] = i
+                    self.cstream.append(self.g.add_stream(f"rank{rank} compute", i, "compute"))
+                    self.mstream.append(self.g.add_stream(f"rank{rank} comm", i, "comm"))
+
+    def _tied_copy(self, chunks: list[int]) -> int:
+        """Parameters of weights tied to a layer on another stage (Megatron keeps a copy of the word
+        embedding on the last stage and all-reduces its gradient with the first stage)."""
+        mine = {e.name for k in chunks for e in self.chunk_entries[k]}
+        extra = 0
+        for k in chunks:
+            for e in self.chunk_entries[k]:
+                tied = self.x.model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
+                if tied and tied not in mine:
+                    target = next(t for t in self.x.entries if t.name == tied)
+                    extra += target.params
+        return extra
+
+    # -- pricing -----------------------------------------------------------------------------
+    def price(self, op: str, nbytes: float, ranks: list[int]) -> Estimate:
+        lay = self.x.layout
+        key = (op, nbytes, len(ranks), self.x.pricer.tier(ranks), lay.ranks_per_node(ranks))
+        est = self.price_cache.get(key)
+        if est is None:
+            est = self.price_cache[key] = self.x.pricer.collective(op, nbytes, ranks)
+        return est
+
+    def port(self, device: int, tier: str, direction: str) -> int:
+        key = (device, tier, direction)
+        pid = self.ports.get(key)
+        if pid is None:
+            pid = self.ports[key] = self.g.add_port(f"{self.g.devices[device].name} {tier} {direction}",
+                                                    device, tier, direction)
+        return pid
+
+    def group_ranks(self, kind: str, d: int, t: int, stage: int) -> list[int]:
+        lay = self.x.layout
+        return lay.tp_group(d, stage) if kind == "tp" else lay.dp_group(t, stage)
+
+    def collective(self, name: str, op: str, nbytes: float, kind: str, pos: tuple[int, int, int], key: tuple,
+                   stream: int, deps: list[int], label: tuple) -> int:
+        """A collective task for position `pos` = (dp, tp, stage) over its `kind` group ("tp" or "dp").
+        Solo (priced, holding this device's ports) when that group is not simulated explicitly,
+        else a member of a group joined by `key`."""
+        d, t, stage = pos
+        ranks = self.group_ranks(kind, d, t, stage)
+        if len(ranks) == 1:
+            return self.g.add(name, self.dev[pos], stream, 0.0, COMM, deps, label=label)
+        est = self.price(op, nbytes, ranks)
+        device = self.dev[pos]
+        tier = self.x.pricer.tier(ranks)
+        ports = (self.port(device, tier, "out"), self.port(device, tier, "in"))
+        explicit = self.x.explicit_tp if kind == "tp" else self.x.explicit_dp
+        if not explicit:
+            return self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, ports=ports,
+                              label=label)
+        tid = self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, label=label)
+        gkey = (kind, op, nbytes, tuple(ranks)) + key
+        members = self.pending.setdefault(gkey, [])
+        members.append(tid)
+        if len(members) == len(ranks):
+            self._close_group(gkey, members, op, nbytes, ranks, est, kind)
+        return tid
+
+    def _close_group(self, gkey, members, op, nbytes, ranks, est, kind) -> None:
+        devices = [self.g.tasks[m].device for m in members]
+        tier = self.x.pricer.tier(ranks)
+        ports = tuple(sorted(self.port(dv, tier, dr) for dv in devices for dr in ("out", "in")))
+        messages = ()
+        if self.x.expand:
+            transfers = self.x.pricer.expand(op, nbytes, ranks)
+            if transfers is not None:
+                from dlsim.plan.taskgraph import Message
+                messages = tuple(Message(devices[tr.src], devices[tr.dst], tr.nbytes, tr.duration, tr.deps,
+                                         (self.port(devices[tr.src], tier, "out"),
+                                          self.port(devices[tr.dst], tier, "in"))) for tr in transfers)
+        self.g.add_group(members, est.seconds, ports, messages)
+        del self.pending[gkey]
+
+    # -- ops ---------------------------------------------------------------------------------
+    def emit(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int],
+             on_ready: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+        """Instantiate a step list on device `pos`; returns (first task, last task)."""
+        device = self.dev[pos]
+        cs = self.cstream[device]
+        first = last = -1
+        for i, st in enumerate(steps):
+            step_deps = deps if first < 0 else []
+            if st.kind == "compute":
+                last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
+                                  list(step_deps), label=label)
+                if st.duration > 0 and st.measured:
+                    self.g.tasks[last].measured = st.measured / st.duration
+            else:
+                c = st.collective
+                last = self.collective(f"{label[0]} {st.name} mb{label[2]}", c.op, c.nbytes, st.group, pos,
+                                       label + (i,), cs, list(step_deps), label)
+            if first < 0:
+                first = last
+            if on_ready is not None:
+                for j in st.buckets:
+                    on_ready(j, last)
+        return first, last
+
+    def build(self) -> TaskGraph:
+        s = self.s
+        self.fwd_first: dict[tuple, int] = {}
+        self.fwd_last: dict[tuple, int] = {}
+        self.bwd_first: dict[tuple, int] = {}
+        self.bwd_last: dict[tuple, int] = {}
+        for stage in range(self.p):
+            ops = stage_ops(s.schedule, self.p, self.m, self.v, stage)
+            last_b = {}
+            for n, op in enumerate(ops):
+                if op.kind == BACKWARD:
+                    last_b[op.chunk] = n
+            for d in self.dps:
+                for t in self.tps:
+                    self._device_program((d, t, stage), ops, last_b)
+        self._p2p()
+        return self.g
+
+    def _device_program(self, pos, ops, last_b) -> None:
+        s, (d, t, stage) = self.s, pos
+        device = self.dev[pos]
+        last_compute = -1
+        sync = self.sync.start(pos)
+        for n, op in enumerate(ops):
+            k = op.chunk * self.p + stage
+            i = op.microbatch
+            kept, full = self.act[k]
+            if op.kind == FORWARD:
+                deps = sync.before_forward(k, i)
+                first, last = self.emit(self.fwd[k], pos, ("F", k, i), deps)
+                self.g.tasks[first].mem_start += ((ACTIVATIONS, full),)
+                if kept != full:
+                    self.g.tasks[last].mem_end += ((ACTIVATIONS, kept - full),)
+                self.fwd_first[(d, t, k, i)], self.fwd_last[(d, t, k, i)] = first, last
+                sync.after_forward(k, i, first, last)
+            else:
+                deps = [self.fwd_last[(d, t, k, i)]] + sync.before_backward(k, i)
+                first = -1
+                if self.recomp[k]:
+                    first, rlast = self.emit(self.recomp[k], pos, ("R", k, i), deps)
+                    if kept != full:
+                        self.g.tasks[first].mem_start += ((ACTIVATIONS, full - kept),)
+                    deps = []
+                producing = n == last_b[op.chunk]
+                split = sync.split_backward(producing)
+                steps = self.bwd_split[k] if split else self.bwd[k]
+                on_ready = sync.ready_callback(k, i, producing) if split else None
+                bfirst, last = self.emit(steps, pos, ("B", k, i), deps, on_ready)
+                first = bfirst if first < 0 else first
+                self.g.tasks[last].mem_end += ((ACTIVATIONS, -full),)
+                self.bwd_first[(d, t, k, i)], self.bwd_last[(d, t, k, i)] = first, last
+                sync.after_backward(k, i, first, last)
+            last_compute = self.g.orders[self.cstream[device]][-1]
+        sync.finish(last_compute)
+
+    def _p2p(self) -> None:
+        """Activations forward and gradients backward between consecutive chunks, per channel in the
+        sender's program order."""
+        s, lay = self.s, self.x.layout
+        channels: dict[tuple[int, int], int] = {}
+        for stage in range(self.p):
+            ops = stage_ops(s.schedule, self.p, self.m, self.v, stage)
+            for d in self.dps:
+                for t in self.tps:
+                    for op in ops:
+                        k = op.chunk * self.p + stage
+                        i = op.microbatch
+                        if op.kind == FORWARD and k < self.K - 1:
+                            src, dst = self.fwd_last[(d, t, k, i)], self.fwd_first[(d, t, k + 1, i)]
+                            self._send(channels, (d, t, stage), (d, t, (k + 1) % self.p), self.boundary[k],
+                                       src, dst, ("SF", k, i))
+                        elif op.kind == BACKWARD and k > 0:
+                            src, dst = self.bwd_last[(d, t, k, i)], self.bwd_first[(d, t, k - 1, i)]
+                            self._send(channels, (d, t, stage), (d, t, (k - 1) % self.p), self.boundary[k - 1],
+                                       src, dst, ("SB", k, i))
+
+    def _send(self, channels, a, b, nbytes, src_task, dst_task, label) -> None:
+        lay = self.x.layout
+        da, db = self.dev[a], self.dev[b]
+        ra, rb = lay.rank(*a), lay.rank(*b)
+        ch = channels.get((da, db))
+        if ch is None:
+            ch = channels[(da, db)] = self.g.add_stream(f"rank{ra}->rank{rb} p2p", da, "link")
+        est = self.x.pricer.p2p(nbytes, ra, rb)
+        tier = self.x.pricer.tier([ra, rb])
+        tid = self.g.add(f"send {label[0][1]} chunk{label[1]} mb{label[2]}", da, ch, est.seconds, COMM, [src_task],
+                         source=est.source, ports=(self.port(da, tier, "out"), self.port(db, tier, "in")),
+                         label=label, cross_stage=True)
+        self.g.tasks[dst_task].deps.append(tid)
+
+
+def build_iteration(x: IterationInputs) -> TaskGraph:
+    """The task graph of one iteration (see the module docstring)."""
+    return _Builder(x).build()

@@ -1,0 +1,151 @@
+"""Per-layer, per-device costs of one micro-batch: the table a task graph is built from.
+
+Each layer is priced once per (shape, batch, tensor-parallel role) through `dlsim.cost.pricing`
+(measured kernel tables first, roofline otherwise, with provenance), after dividing its work by the
+tensor-parallel degree where the layer is split (`dlsim.plan.tensorparallel`). Saved activations are
+those `dlsim.cost.memory.activation_bytes` charges to each layer, divided by `tp` where the tensor
+or the layer is sharded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from dlsim.cost.layers import LayerCost, layer_cost
+from dlsim.cost.memory import activation_bytes
+from dlsim.cost.pricing import KernelTimes, price_layer, price_pass
+from dlsim.results import Estimate, Source
+from dlsim.spec.cluster import Device
+from dlsim.spec.model import INPUT, Model
+from dlsim.plan.tensorparallel import TPLayer, attention_core, classify, shard_cost
+from dlsim.units import DTYPE_BYTES
+
+ZERO = Estimate(0.0, Source.MODEL, "none")
+
+
+@dataclass(frozen=True)
+class LayerEntry:
+    """One layer as one device runs it for one micro-batch of `batch` samples.
+
+    forward / backward (∇x + ∇w) with provenance; `params` held by the device; `saved_bytes` kept
+    from the forward until the backward; `out_bytes` of its output on this device; `tp` its
+    tensor-parallel role and collectives; `core` / `core_bytes` the attention core that selective
+    recomputation re-runs and the bytes that saves; `workspace` bytes of scratch memory.
+    """
+
+    index: int
+    name: str
+    type: str
+    batch: int
+    tp_degree: int
+    forward: Estimate
+    backward: Estimate
+    params: int
+    saved_bytes: float
+    out_bytes: float
+    flops: float
+    tp: TPLayer
+    core: Estimate = ZERO
+    core_bytes: float = 0.0
+    workspace: float = 0.0
+
+
+def _key(layer, batch: int, tp: int, role: str) -> tuple:
+    attrs = tuple(sorted((k, repr(v)) for k, v in layer.attrs.items()))
+    return layer.type, attrs, layer.in_shapes, layer.out_shape, batch, tp, role
+
+
+def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
+                      tables: KernelTimes | None = None,
+                      overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None) -> tuple[LayerEntry, ...]:
+    """The per-device cost of every layer of `model`.
+
+    `batch` and `tp` are one value for all layers or one per layer (per-layer-group strategies).
+    `overrides` maps a layer name to (forward, backward, workspace bytes) measured elsewhere (the
+    μ-cuDNN micro-batch planner's per-layer convolution times).
+    """
+    n = len(model.layers)
+    batches = [batch] * n if isinstance(batch, int) else list(batch)
+    degrees = [tp] * n if isinstance(tp, int) else list(tp)
+    roles: dict[str, TPLayer] = {}
+    # classify runs of layers with the same (batch, tp); a sharded tensor entering a run keeps its state
+    sharded_out: set[str] = set()
+    start = 0
+    while start < n:
+        end = start
+        while end < n and (batches[end], degrees[end]) == (batches[start], degrees[start]):
+            end += 1
+        run = model.layers[start:end]
+        got = classify(model, degrees[start], batches[start], dtype, run, frozenset(sharded_out))
+        roles.update(got)
+        sharded_out |= {name for name, r in got.items() if r.out_sharded}
+        start = end
+    costs: dict[str, LayerCost] = {}
+    priced: dict[tuple, tuple] = {}
+    entries_raw = []
+    for i, layer in enumerate(model.layers):
+        b, t, role = batches[i], degrees[i], roles[layer.name]
+        key = _key(layer, b, t, role.role)
+        if key not in priced:
+            full = layer_cost(layer, b, dtype)
+            cost = shard_cost(layer, full, role, t, b)
+            timing = price_layer(layer, b, dtype, device, tables, cost)
+            core, core_bytes = ZERO, 0.0
+            if layer.type == "attention":
+                core_pass, core_bytes = attention_core(layer, cost, b, dtype, t if role.compute_sharded else 1)
+                core = price_pass(core_pass, layer.type, "forward", device, dtype, tables)
+            priced[key] = (cost, timing, core, core_bytes)
+        cost, timing, core, core_bytes = priced[key]
+        costs[layer.name] = cost
+        entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes))
+    saved = _saved_bytes(model, costs, batches, dtype)
+    b_el = DTYPE_BYTES[dtype]
+    out = []
+    for i, (layer, b, t, role, cost, timing, core, core_bytes) in enumerate(entries_raw):
+        own, extra = saved[layer.name]
+        shard = t if role.out_sharded else 1
+        fwd, bwd = timing.forward, timing.backward_data + timing.backward_weight
+        workspace = 0.0
+        if overrides and layer.name in overrides:
+            fwd, bwd, workspace = overrides[layer.name]
+        params = layer.params // t if role.params_sharded else layer.params
+        out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
+                              layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace))
+    return tuple(out)
+
+
+def _saved_bytes(model: Model, costs: dict[str, LayerCost], batches: list[int], dtype: str) -> dict[str, tuple[float, float]]:
+    """(kept output bytes, extra saved bytes) per layer, each at the layer's own batch."""
+    no_extra = {name: replace(c, extra_saved_bytes=0.0) for name, c in costs.items()}
+    by_batch = {b: activation_bytes(model, no_extra, b, dtype) for b in sorted(set(batches))}
+    result = {}
+    for i, layer in enumerate(model.layers):
+        own = by_batch[batches[i]][layer.name]
+        result[layer.name] = (own, costs[layer.name].extra_saved_bytes)
+    return result
+
+
+def boundary_bytes(model: Model, entries: Sequence[LayerEntry], ranges: Sequence[tuple[int, int]]) -> list[float]:
+    """Bytes that cross each chunk boundary i → i+1 per micro-batch: the outputs of layers in chunks
+    ≤ i used by layers in chunks > i (the model input is present everywhere)."""
+    chunk_of = {}
+    for c, (first, end) in enumerate(ranges):
+        for i in range(first, end):
+            chunk_of[model.layers[i].name] = c
+    last_chunk: dict[str, int] = {}
+    for layer in model.layers:
+        for src in layer.inputs:
+            if src != INPUT:
+                last_chunk[src] = max(last_chunk.get(src, -1), chunk_of[layer.name])
+    out = [0.0] * max(len(ranges) - 1, 0)
+    for e in entries:
+        c, last = chunk_of[e.name], last_chunk.get(e.name, -1)
+        for boundary in range(c, last):
+            out[boundary] += e.out_bytes
+    return out
+
+
+def round_up(x: float, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)

@@ -1,0 +1,108 @@
+"""Splitting a layer sequence into pipeline chunks: given counts, or balanced by cost.
+
+Cuts are placed where exactly one tensor crosses (between transformer blocks, residual blocks),
+so a stage boundary sends one activation, as Megatron-LM and GPipe cut; when there are too few
+such places, any layer boundary is allowed. The balanced partition minimises the slowest chunk
+(fwd + bwd time), the objective of the PipeDream planner's straight pipeline (Narayanan et al.,
+SOSP 2019 §3.1, reference/algorithms.md §4.4, with one replica per stage): bisection on the
+bottleneck value with a greedy feasibility test, which is exact for contiguous min-max partitions
+(the greedy packing decides whether a bottleneck C is achievable).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dlsim.errors import InfeasibleError, SpecError
+from dlsim.spec.model import INPUT, Model
+
+
+def single_tensor_cuts(model: Model) -> list[int]:
+    """Indices i (1..n−1) such that cutting before layer i leaves exactly one live tensor."""
+    layers = model.layers
+    last_use: dict[str, int] = {}
+    for i, layer in enumerate(layers):
+        for src in layer.inputs:
+            last_use[src] = i
+    live: set[str] = {INPUT} if last_use.get(INPUT, -1) >= 0 else set()
+    cuts = []
+    for i in range(1, len(layers)):
+        prev = layers[i - 1].name
+        if last_use.get(prev, -1) >= i:
+            live.add(prev)
+        live = {t for t in live if last_use.get(t, -1) >= i}
+        if len(live) == 1:
+            cuts.append(i)
+    return cuts
+
+
+def _greedy(costs: Sequence[float], limit: float) -> list[int] | None:
+    """Left-to-right packing under `limit`; the start index of each part, or None if a unit exceeds it."""
+    starts, acc = [0], 0.0
+    for i, c in enumerate(costs):
+        if c > limit:
+            return None
+        if acc + c > limit and i > 0:
+            starts.append(i)
+            acc = 0.0
+        acc += c
+    return starts
+
+
+def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
+    """Start index of each of `parts` contiguous groups of `costs` minimising the largest group sum."""
+    n = len(costs)
+    if parts > n:
+        raise InfeasibleError(f"{parts} pipeline chunks need at least {parts} units, the model has {n}")
+    if parts == 1:
+        return [0]
+    lo, hi = max(costs), sum(costs)
+    best = _greedy(costs, hi) or [0]
+    for _ in range(100):
+        if hi - lo <= 1e-12 * max(hi, 1e-300):
+            break
+        mid = (lo + hi) / 2
+        found = _greedy(costs, mid)
+        if found is not None and len(found) <= parts:
+            hi, best = mid, found
+        else:
+            lo = mid
+    starts = list(best)
+    while len(starts) < parts:  # split off single units from the right (keeps the bottleneck)
+        bounds = starts + [n]
+        for j in range(len(starts) - 1, -1, -1):
+            if bounds[j + 1] - bounds[j] >= 2:
+                starts.insert(j + 1, bounds[j + 1] - 1)
+                break
+    return starts
+
+
+def partition(model: Model, layer_costs: Sequence[float], chunks: int,
+              counts: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """(first, end) layer index ranges of each chunk, end exclusive.
+
+    `counts` (layers per chunk) is used as given; otherwise the chunks are balanced by
+    `layer_costs` (seconds per layer: forward + backward), cutting only where one tensor crosses if
+    that leaves enough places.
+    """
+    n = len(model.layers)
+    if counts is not None:
+        if sum(counts) != n:
+            raise SpecError(f"layer counts add up to {sum(counts)}, the model has {n} layers",
+                            field="stage_partition")
+        out, first = [], 0
+        for c in counts:
+            out.append((first, first + c))
+            first += c
+        return out
+    if chunks > n:
+        raise InfeasibleError(f"pp x virtual_stages = {chunks} chunks but {model.name} has only {n} layers "
+                              f"({chunks - n} too many)")
+    cuts = single_tensor_cuts(model)
+    if len(cuts) + 1 < chunks:
+        cuts = list(range(1, n))
+    bounds = [0] + cuts + [n]
+    unit_costs = [sum(layer_costs[bounds[u]:bounds[u + 1]]) for u in range(len(bounds) - 1)]
+    starts = balanced_starts(unit_costs, chunks)
+    edges = [bounds[s] for s in starts] + [n]
+    return [(edges[i], edges[i + 1]) for i in range(chunks)]

@@ -1,0 +1,178 @@
+"""Gradient synchronisation and the optimizer step of one device, emitted into the iteration graph.
+
+* DDP / ZeRO-1: gradients accumulate over micro-batches; the backward pass of the micro-batch that
+  completes a chunk's gradients launches one collective per bucket as it becomes ready (`overlap`),
+  or all of them after the last backward pass (no overlap). ZeRO-2/3 reduce-scatter every
+  micro-batch's buckets. ZeRO-3 also all-gathers a chunk's parameters before each forward and
+  backward pass of it (prefetched one pass ahead on the communication stream) and frees them after.
+* Compression (`dlsim.plan.compression`): a compress kernel on the compute stream as the bucket
+  becomes ready, the compressed collectives, and the decompress kernels before the optimizer step.
+* Word embeddings tied across the first and last stage: their gradients are all-reduced between the
+  two stages (Megatron-LM `_allreduce_word_embedding_grads`).
+* The optimizer step (on 1/dp of the parameters under ZeRO), then ZeRO-1/2's all-gather of the
+  updated parameters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from dlsim.plan.compression import plan_sync
+from dlsim.plan.taskgraph import COMPUTE, TRANSIENT_PARAMS
+from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch
+from dlsim.units import DTYPE_BYTES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dlsim.plan.iteration import _Builder
+
+
+class SyncEmitter:
+    """Creates the per-device synchronisation emitters of one iteration graph."""
+
+    def __init__(self, builder: "_Builder"):
+        self.b = builder
+        x = builder.x
+        chunk_of = {}
+        for k, (a, e) in enumerate(x.ranges):
+            for i in range(a, e):
+                chunk_of[x.entries[i].name] = k
+        self.tied: list[tuple[int, int, float]] = []
+        gb = DTYPE_BYTES[x.dtype]
+        for entry in x.entries:
+            tied = x.model.layers[entry.index].attrs.get("tied_to") if entry.type == "linear" else None
+            if tied and chunk_of[tied] % builder.p != chunk_of[entry.name] % builder.p:
+                target = next(t for t in x.entries if t.name == tied)
+                self.tied.append((chunk_of[tied] % builder.p, chunk_of[entry.name] % builder.p, target.params * gb))
+
+    def start(self, pos: tuple[int, int, int]) -> "DeviceSync":
+        return DeviceSync(self, pos)
+
+
+class DeviceSync:
+    """Synchronisation tasks of one simulated device (called by the iteration builder in program order)."""
+
+    def __init__(self, parent: SyncEmitter, pos: tuple[int, int, int]):
+        self.parent, self.b, self.pos = parent, parent.b, pos
+        b = self.b
+        self.s = b.s
+        self.device = b.dev[pos]
+        self.cs, self.ms = b.cstream[self.device], b.mstream[self.device]
+        self.gb = DTYPE_BYTES[b.x.dtype]
+        self.active = self.s.sync == "allreduce"
+        self.syncs: list[int] = []
+        self.decompress: list[tuple[float, float, int, str]] = []
+        self.prev_first = -1
+        self.gathered = 0.0
+        self.stage = pos[2]
+
+    # -- ZeRO-3 parameter gathers ------------------------------------------------------------
+    def _chunk_bytes(self, k: int) -> float:
+        return sum(e.params for e in self.b.chunk_entries[k] if self.b.dp_synced(e)) * self.gb
+
+    def _gather(self, k: int, i: int, phase: str) -> list[int]:
+        if not (self.active and self.s.zero == 3 and self.s.dp > 1):
+            return []
+        nbytes = self._chunk_bytes(k)
+        deps = [self.prev_first] if self.prev_first >= 0 else []
+        tid = self.b.collective(f"allgather params chunk{k} {phase} mb{i}", "allgather", nbytes, "dp", self.pos,
+                                ("ag", phase, k, i), self.ms, deps, ("AG", k, i))
+        self.gathered = nbytes * (self.s.dp - 1) / self.s.dp
+        self.b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, self.gathered),)
+        return [tid]
+
+    def _release(self, first: int, last: int) -> None:
+        self.prev_first = first
+        if self.active and self.s.zero == 3 and self.s.dp > 1:
+            self.b.g.tasks[last].mem_end += ((TRANSIENT_PARAMS, -self.gathered),)
+
+    def before_forward(self, k: int, i: int) -> list[int]:
+        return self._gather(k, i, "F")
+
+    def after_forward(self, k: int, i: int, first: int, last: int) -> None:
+        self._release(first, last)
+
+    def before_backward(self, k: int, i: int) -> list[int]:
+        return self._gather(k, i, "B")
+
+    def after_backward(self, k: int, i: int, first: int, last: int) -> None:
+        self._release(first, last)
+
+    # -- gradient buckets --------------------------------------------------------------------
+    def split_backward(self, producing: bool) -> bool:
+        if not self.active or self.s.dp == 1:
+            return False
+        if reduces_every_microbatch(self.s.zero):
+            return True
+        return producing and self.s.overlap
+
+    def ready_callback(self, k: int, i: int, producing: bool) -> Callable[[int, int], None]:
+        return lambda j, tid: self._bucket(k, j, i, tid)
+
+    def _bucket(self, k: int, j: int, i: int, ready: int) -> None:
+        b, s = self.b, self.s
+        bucket = b.buckets[k][j]
+        base = gradient_collective(s.zero)
+        plan = plan_sync(s.compression, bucket.nbytes, self.gb, s.dp, base)
+        deps = [ready]
+        if plan.compress[1] > 0:
+            est = b.x.elementwise_time(*plan.compress)
+            deps = [b.g.add(f"compress bucket{j} chunk{k}", self.device, self.cs, est.seconds, COMPUTE, deps,
+                            source=est.source, label=("C", k, i, j))]
+        last = -1
+        for n, (op, nbytes) in enumerate(plan.collectives):
+            last = b.collective(f"{op} bucket{j} chunk{k} mb{i}", op, nbytes, "dp", self.pos, ("grad", k, j, i, n),
+                                self.ms, deps, ("G", k, i, j))
+            deps = [last]
+        self.syncs.append(last)
+        if plan.decompress[1] > 0:
+            self.decompress.append((*plan.decompress, last, f"decompress bucket{j} chunk{k}"))
+
+    # -- end of the iteration ----------------------------------------------------------------
+    def finish(self, last_compute: int) -> None:
+        b, s = self.b, self.s
+        if not self.active:
+            return
+        if s.dp > 1 and not s.overlap and not reduces_every_microbatch(s.zero):
+            for c in range(b.v):
+                k = c * b.p + self.stage
+                for j in range(len(b.buckets[k])):
+                    self._bucket(k, j, b.m - 1, last_compute)
+        waits = list(self.syncs)
+        for flops, nbytes, after, name in self.decompress:
+            est = b.x.elementwise_time(flops, nbytes)
+            waits.append(b.g.add(name, self.device, self.cs, est.seconds, COMPUTE, [after], source=est.source,
+                                 label=("D",)))
+        d, t, stage = self.pos
+        for first_stage, last_stage, nbytes in self.parent.tied:
+            if stage in (first_stage, last_stage):
+                waits.append(self._embedding_sync(first_stage, last_stage, nbytes, last_compute))
+        params = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage])
+        synced = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage] if b.dp_synced(e))
+        updated = synced * optimizer_share(s.zero, s.dp) + (params - synced)
+        est = b.x.optimizer_time(updated)
+        opt = b.g.add(f"optimizer step ({s.optimizer})", self.device, self.cs, est.seconds, COMPUTE,
+                      [w for w in waits if w >= 0], source=est.source, label=("O",))
+        if s.dp > 1 and gathers_updated_params(s.zero):
+            for c in range(b.v):
+                k = c * b.p + stage
+                b.collective(f"allgather params chunk{k}", "allgather", self._chunk_bytes(k), "dp", self.pos,
+                             ("upd", k), self.ms, [opt], ("U", k))
+
+    def _embedding_sync(self, first_stage: int, last_stage: int, nbytes: float, after: int) -> int:
+        b = self.b
+        d, t, _ = self.pos
+        lay = b.x.layout
+        ranks = [lay.rank(d, t, first_stage), lay.rank(d, t, last_stage)]
+        est = b.price("allreduce", nbytes, ranks)
+        tid = b.g.add("allreduce tied embedding grads", self.device, self.ms, est.seconds, "comm", [after],
+                      source=est.source, label=("E",))
+        key = ("embed", d, t, first_stage, last_stage)
+        members = b.pending.setdefault(key, [])
+        members.append(tid)
+        if len(members) == 2:
+            tier = b.x.pricer.tier(ranks)
+            devs = [b.g.tasks[m].device for m in members]
+            ports = tuple(sorted(b.port(dv, tier, dr) for dv in devs for dr in ("out", "in")))
+            b.g.add_group(members, est.seconds, ports)
+            del b.pending[key]
+        return tid

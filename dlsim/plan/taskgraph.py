@@ -1,0 +1,153 @@
+"""The task graph of a training iteration: what the simulator executes (plain data, no simpy).
+
+A task runs on one stream of one simulated device (compute or communication; CUDA-stream
+semantics: a stream runs its tasks one after another in issue order) or on no stream (a
+point-to-point transfer, ordered only by its channel). A task starts when it is at the head of its
+stream, all its dependencies have finished (a dataflow runtime's rule: a node runs when its inputs
+are ready, as TensorFlow's executor does) and it holds the link ports it needs (shared links:
+contention). Tasks of one collective on several simulated devices form a group: the collective
+starts when every member is ready, runs as a priced duration or as its expanded point-to-point
+schedule, and ends for all members together. Memory deltas are applied at a task's start and end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlsim.results import Source
+
+# task categories (what the time of a task counts as)
+COMPUTE = "compute"
+RECOMPUTE = "recompute"
+COMM = "comm"
+CATEGORIES = (COMPUTE, RECOMPUTE, COMM)
+
+# memory kinds tracked over time
+ACTIVATIONS = "activations"
+TRANSIENT_PARAMS = "gathered_params"
+WORKSPACE = "workspace"
+BUFFERS = "comm_buffers"
+MEMORY_KINDS = (ACTIVATIONS, TRANSIENT_PARAMS, WORKSPACE, BUFFERS)
+
+
+@dataclass(slots=True)
+class Task:
+    """One unit of work. `stream` is an index into `TaskGraph.streams` (−1: a transfer on no
+    stream). `deps` are task ids. `ports` are link ports held while it runs. `group` ties the
+    members of one collective. `mem_start` / `mem_end` are (kind, bytes) deltas on `device`.
+    `measured` is the share of its duration priced from measured (or interpolated) tables;
+    `label` = (phase, chunk, micro-batch, ...) for event-order inspection; `cross_stage` marks
+    transfers between pipeline stages."""
+
+    tid: int
+    name: str
+    device: int
+    stream: int
+    duration: float
+    category: str
+    deps: list[int]
+    measured: float = 0.0
+    ports: tuple[int, ...] = ()
+    group: int = -1
+    mem_start: tuple[tuple[str, float], ...] = ()
+    mem_end: tuple[tuple[str, float], ...] = ()
+    label: tuple = ()
+    cross_stage: bool = False
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An ordered queue of tasks on one device (kind: compute | comm), or a channel (kind: link)."""
+
+    name: str
+    device: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class Port:
+    """One direction of one device's attachment to a link tier (full duplex: out and in)."""
+
+    name: str
+    device: int
+    tier: str
+    direction: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """One point-to-point transfer of an expanded collective schedule (simulated device ids)."""
+
+    src: int
+    dst: int
+    nbytes: float
+    duration: float
+    deps: tuple[int, ...]
+    ports: tuple[int, ...]
+
+
+@dataclass
+class Group:
+    """A collective over several simulated devices: member task ids, and either a priced
+    `duration` (closed form) holding `ports`, or `messages` executed on the link ports."""
+
+    members: list[int]
+    duration: float
+    ports: tuple[int, ...] = ()
+    messages: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True)
+class SimDevice:
+    """A simulated device: the ranks it stands for (`multiplicity` real devices behave like it),
+    its memory `capacity` and the static bytes it holds (weights, gradients, optimizer state...)."""
+
+    name: str
+    rank: int
+    stage: int
+    multiplicity: int
+    capacity: float
+    static: tuple[tuple[str, float], ...]
+
+
+@dataclass
+class TaskGraph:
+    """Everything the engine needs; built by `dlsim.plan.iteration`, never read from files."""
+
+    devices: list[SimDevice] = field(default_factory=list)
+    streams: list[Stream] = field(default_factory=list)
+    orders: list[list[int]] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    ports: list[Port] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add_stream(self, name: str, device: int, kind: str) -> int:
+        self.streams.append(Stream(name, device, kind))
+        self.orders.append([])
+        return len(self.streams) - 1
+
+    def add_port(self, name: str, device: int, tier: str, direction: str) -> int:
+        self.ports.append(Port(name, device, tier, direction))
+        return len(self.ports) - 1
+
+    def add(self, name: str, device: int, stream: int, duration: float, category: str, deps: list[int], *,
+            source: Source = Source.MODEL, ports: tuple[int, ...] = (), group: int = -1,
+            mem_start: tuple[tuple[str, float], ...] = (), mem_end: tuple[tuple[str, float], ...] = (),
+            label: tuple = (), cross_stage: bool = False) -> int:
+        """Append a task (to its stream's order when it has one); returns its id."""
+        tid = len(self.tasks)
+        measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+        self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
+                               mem_start, mem_end, label, cross_stage))
+        if stream >= 0:
+            self.orders[stream].append(tid)
+        return tid
+
+    def add_group(self, members: list[int], duration: float, ports: tuple[int, ...] = (),
+                  messages: tuple[Message, ...] = ()) -> int:
+        gid = len(self.groups)
+        self.groups.append(Group(members, duration, ports, messages))
+        for tid in members:
+            self.tasks[tid].group = gid
+        return gid

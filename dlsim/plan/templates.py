@@ -1,0 +1,105 @@
+"""Per-chunk step lists: the forward, backward and recompute pass of one model chunk for one
+micro-batch, as runs of layer kernels separated by the blocking collectives tensor parallelism
+puts between them (`dlsim.plan.tensorparallel`). Instantiated once per micro-batch and device by
+`dlsim.plan.iteration`.
+
+Consecutive layers without communication between them become one compute step (their kernels run
+back to back on one stream, so one task with the summed time is the same timeline). A backward
+pass can be split where gradient buckets become complete, so that their reduction can start
+while the rest of the backward pass runs (wait-free backpropagation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from dlsim.plan.layertable import LayerEntry
+from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE
+from dlsim.plan.tensorparallel import Collective
+from dlsim.results import Source
+
+_MEASURED = (Source.MEASURED, Source.INTERPOLATED)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A compute run (`duration`, of which `measured` seconds come from measured tables) or a
+    blocking collective (`collective` over the layer's model-parallel group `group`: "tp", or "dp"
+    for model-parallel layer groups split over the data-parallel ranks). `buckets` lists the
+    gradient buckets complete after this step."""
+
+    kind: str
+    name: str
+    category: str
+    duration: float = 0.0
+    measured: float = 0.0
+    collective: Collective | None = None
+    group: str = "tp"
+    buckets: tuple[int, ...] = ()
+
+
+class _Acc:
+    def __init__(self, category: str):
+        self.category = category
+        self.steps: list[Step] = []
+        self.names: list[str] = []
+        self.duration = 0.0
+        self.measured = 0.0
+
+    def add(self, name: str, seconds: float, source: Source) -> None:
+        self.names.append(name)
+        self.duration += seconds
+        if source in _MEASURED:
+            self.measured += seconds
+
+    def flush(self, buckets: tuple[int, ...] = ()) -> None:
+        if self.names or buckets:
+            name = self.names[0] if len(self.names) == 1 else f"{self.names[0]}..{self.names[-1]}" if self.names else "-"
+            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, buckets=buckets))
+        self.names, self.duration, self.measured = [], 0.0, 0.0
+
+    def collective(self, c: Collective, group: str) -> None:
+        self.flush()
+        self.steps.append(Step("collective", c.why, COMM, collective=c, group=group))
+
+
+def _group(entry: LayerEntry, tp: int) -> str:
+    return "tp" if entry.tp_degree == tp else "dp"
+
+
+def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE) -> list[Step]:
+    """Forward pass of a chunk (`category` recompute for a full recomputation)."""
+    acc = _Acc(category)
+    for e in entries:
+        for c in e.tp.before:
+            acc.collective(c, _group(e, tp))
+        acc.add(e.name, e.forward.seconds, e.forward.source)
+        for c in e.tp.after_fwd:
+            acc.collective(c, _group(e, tp))
+    acc.flush()
+    return acc.steps
+
+
+def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, tuple[int, ...]] | None = None) -> list[Step]:
+    """Backward pass of a chunk, layers in reverse. `ready_at` maps a layer index to the buckets its
+    backward completes; the pass is split there."""
+    acc = _Acc(COMPUTE)
+    for e in reversed(entries):
+        acc.add(e.name, e.backward.seconds, e.backward.source)
+        if ready_at and e.index in ready_at:
+            acc.flush(ready_at[e.index])
+        for c in e.tp.after_bwd:
+            acc.collective(c, _group(e, tp))
+    acc.flush()
+    return acc.steps
+
+
+def selective_recompute_steps(entries: Sequence[LayerEntry]) -> list[Step]:
+    """The attention cores of a chunk, recomputed before its backward pass (selective recomputation)."""
+    acc = _Acc(RECOMPUTE)
+    for e in entries:
+        if e.core.seconds > 0:
+            acc.add(e.name, e.core.seconds, e.core.source)
+    acc.flush()
+    return acc.steps

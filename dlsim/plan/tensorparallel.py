@@ -1,0 +1,182 @@
+"""Megatron-style tensor (intra-layer model) parallelism over any layer DAG.
+
+Shoeybi et al. 2019 (Megatron-LM) §3 and Narayanan et al. SC'21 §2.3 (reference/algorithms.md §5.1):
+a linear layer whose input is replicated is split column-wise (output features sharded, no forward
+communication, its input gradient all-reduced in the backward pass: the `f` operator); a linear
+layer whose input is sharded is split row-wise (partial sums all-reduced in the forward pass: the
+`g` operator). Multi-head attention splits its heads (column-parallel Q/K/V, row-parallel output
+projection: one all-reduce forward, one backward). Embeddings are vocabulary-parallel (one
+forward all-reduce); the loss over a sharded vocabulary is the parallel cross-entropy (three
+all-reduces of one value per row: max logit, sum of exponentials, target logit). Element-wise and
+per-channel operators keep the sharding; operators that need whole features (layer norm, softmax,
+recurrent layers, ...) gather a sharded input first. Convolutions follow the linear rule over
+channels.
+
+Per transformer layer this gives 2 forward + 2 backward all-reduces of b·s·h elements (SC'21 §3.3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from dlsim.cost.layers import MASK_BYTES, Gemm, LayerCost, PassCost
+from dlsim.spec.model import INPUT, Layer, Model
+from dlsim.units import DTYPE_BYTES
+
+_KEEPS_SHARDING = {"relu", "gelu", "tanh", "sigmoid", "dropout", "maxpool", "avgpool", "lrn", "batchnorm",
+                   "global_avgpool", "global_maxpool", "flatten"}
+_SPLITTABLE = {"linear", "conv2d"}
+LOSS_REDUCTIONS = 3
+"""Megatron parallel cross-entropy: all-reduces of max logit, sum of exp, target logit (one fp32 per row)."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A blocking collective inside a layer sequence: `op` over `nbytes` (the full, unsharded tensor)."""
+
+    op: str
+    nbytes: float
+    why: str
+
+
+@dataclass(frozen=True)
+class TPLayer:
+    """How one layer runs under tensor parallelism of degree `tp`.
+
+    role: replicated | column | row | sharded | attention | vocab | parallel_ce. `compute_sharded`
+    and `params_sharded` say whether its work and parameters are divided by `tp`; `out_sharded`
+    whether its output is feature-sharded. Collectives: `before` (gather sharded inputs), `after_fwd`
+    (after the forward), `after_bwd` (after the backward, on the input gradient).
+    """
+
+    role: str
+    compute_sharded: bool
+    params_sharded: bool
+    out_sharded: bool
+    before: tuple[Collective, ...] = ()
+    after_fwd: tuple[Collective, ...] = ()
+    after_bwd: tuple[Collective, ...] = ()
+
+
+def _rows(layer: Layer, batch: int) -> int:
+    shape = layer.in_shapes[0] if layer.in_shapes else layer.out_shape
+    return batch * math.prod(shape[:-1]) if layer.type in ("linear", "attention") else -1
+
+
+def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer, ...] | None = None,
+             sharded_inputs: frozenset[str] = frozenset()) -> dict[str, TPLayer]:
+    """Role and collectives of every layer (of `layers`, default all) for tensor parallel degree `tp`.
+
+    `sharded_inputs` names tensors produced outside `layers` that arrive feature-sharded.
+    """
+    b = DTYPE_BYTES[dtype]
+    out_bytes = {layer.name: layer.out_elements * batch * b for layer in model.layers}
+    if model.input_kind == "tensor":
+        out_bytes[INPUT] = math.prod(model.input_shape) * batch * b
+    sharded: dict[str, bool] = {name: True for name in sharded_inputs}
+    result: dict[str, TPLayer] = {}
+    for layer in layers if layers is not None else model.layers:
+        ins = [sharded.get(src, False) for src in layer.inputs]
+        gradient_needed = [src != INPUT for src in layer.inputs]
+        if tp == 1:
+            role = TPLayer("replicated", False, False, False)
+        else:
+            role = _classify_one(layer, ins, gradient_needed, out_bytes, batch, tp)
+        sharded[layer.name] = role.out_sharded
+        result[layer.name] = role
+    return result
+
+
+def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_bytes: dict[str, float],
+                  batch: int, tp: int) -> TPLayer:
+    out = out_bytes[layer.name]
+    gathers = tuple(Collective("allgather", out_bytes[src], f"gather {src} for {layer.name}")
+                    for src, s in zip(layer.inputs, ins) if s)
+    in_grad = tuple(Collective("allreduce", out_bytes[src], f"f: input gradient of {layer.name}")
+                    for src, need in zip(layer.inputs, grad_needed) if need)
+    kind = layer.type
+    if kind in _SPLITTABLE and not (kind == "conv2d" and layer.attrs["groups"] != 1):
+        if not ins[0]:
+            return TPLayer("column", True, True, True, after_bwd=in_grad)
+        return TPLayer("row", True, True, False,
+                       after_fwd=(Collective("allreduce", out, f"g: output of {layer.name}"),))
+    if kind == "attention":
+        return TPLayer("attention", True, True, False, before=gathers,
+                       after_fwd=(Collective("allreduce", out, f"g: output of {layer.name}"),),
+                       after_bwd=in_grad)
+    if kind == "embedding":
+        return TPLayer("vocab", False, True, False,
+                       after_fwd=(Collective("allreduce", out, f"vocab-parallel {layer.name}"),))
+    if kind == "cross_entropy" and ins[0]:
+        rows = batch * math.prod(layer.in_shapes[0][:-1])
+        reductions = tuple(Collective("allreduce", rows * 4, f"parallel cross-entropy {layer.name}")
+                           for _ in range(LOSS_REDUCTIONS))
+        return TPLayer("parallel_ce", True, False, False, after_fwd=reductions)
+    if kind in _KEEPS_SHARDING or (kind == "conv2d" and layer.attrs["groups"] % tp == 0):
+        if all(ins):
+            return TPLayer("sharded", True, layer.params > 0, True)
+        return TPLayer("replicated", False, False, False, before=gathers)
+    if kind in ("add", "concat") and all(ins):
+        return TPLayer("sharded", True, False, True)
+    return TPLayer("replicated", False, False, False, before=gathers)
+
+
+def _shard_gemm(g: Gemm, tp: int, rows: int) -> Gemm:
+    """Split a GEMM `tp` ways: batched GEMMs over heads by count, others along their largest
+    dimension that is not the token rows (the output features of a column-parallel layer, the
+    reduction of a row-parallel one): FLOPs divide by `tp` either way."""
+    if g.count > 1 and g.count % tp == 0:
+        return replace(g, count=g.count // tp)
+    dims = [g.m, g.n, g.k]
+    candidates = [i for i in range(3) if dims[i] != rows] or [0, 1, 2]
+    i = max(candidates, key=lambda j: (dims[j], -j))
+    dims[i] = max(1, -(-dims[i] // tp))
+    return Gemm(dims[0], dims[1], dims[2], g.count)
+
+
+def _shard_pass(p: PassCost, tp: int, rows: int) -> PassCost:
+    return replace(p, flops=p.flops / tp, work=p.work / tp, bytes_read=p.bytes_read / tp,
+                   bytes_written=p.bytes_written / tp, gemms=tuple(_shard_gemm(g, tp, rows) for g in p.gemms))
+
+
+def shard_cost(layer: Layer, cost: LayerCost, role: TPLayer, tp: int, batch: int) -> LayerCost:
+    """The per-device cost of `layer` under `role`: work, bytes and saved state divided by `tp`."""
+    if not role.compute_sharded or tp == 1:
+        return cost
+    rows = _rows(layer, batch)
+    conv = cost.conv
+    if conv is not None:
+        conv = dict(conv)
+        if role.role == "row":
+            conv["c_in"] = max(1, conv["c_in"] // tp)
+        else:
+            conv["c_out"] = max(1, conv["c_out"] // tp)
+            if role.role == "sharded":
+                conv["c_in"] = max(1, conv["c_in"] // tp)
+                conv["groups"] = max(1, conv["groups"] // tp)
+    return replace(cost, forward=_shard_pass(cost.forward, tp, rows),
+                   backward_data=_shard_pass(cost.backward_data, tp, rows),
+                   backward_weight=_shard_pass(cost.backward_weight, tp, rows),
+                   extra_saved_bytes=cost.extra_saved_bytes / tp, conv=conv)
+
+
+def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: int) -> tuple[PassCost, float]:
+    """The part of an attention forward that selective recomputation re-runs, and the bytes it frees.
+
+    Korthikanti et al. 2022 ("Reducing activation recomputation in large transformer models", §4.2):
+    keep the projections' inputs, drop the L×L attention probabilities and their dropout mask, and
+    recompute QKᵀ, softmax, dropout and the product with V. The freed bytes are those
+    `dlsim.cost.layers` charges the attention for them (probabilities in the model's data type plus
+    a one-byte mask when attention dropout is on). `cost` is the per-device (sharded) cost.
+    """
+    steps = layer.in_shapes[0][0]
+    scores = batch * layer.attrs["heads"] * steps * steps / tp
+    core = tuple(g for g in cost.forward.gemms if g.count > 1)
+    proj_flops = sum(g.flops for g in cost.forward.gemms if g.count == 1)
+    flops = cost.forward.flops - proj_flops
+    share = flops / cost.forward.flops if cost.forward.flops else 0.0
+    b = DTYPE_BYTES[dtype]
+    freed = scores * (b + (MASK_BYTES if layer.attrs["dropout"] else 0))
+    return PassCost(flops, flops / 2, cost.forward.depth, cost.forward.bytes_read * share,
+                    cost.forward.bytes_written * share, core, "gemm", kernels=len(core) + 1), freed

@@ -1,0 +1,55 @@
+"""ZeRO / FSDP sharding: model-state memory per device and the collectives each stage needs.
+
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC'20,
+§5 and Fig. 1 (reference/algorithms.md §5.2), Ψ parameters, N_d data-parallel ranks, K bytes of
+optimizer state per parameter (mixed-precision Adam: K = 12):
+
+| stage | memory per device            | collectives per iteration                                  |
+|-------|------------------------------|------------------------------------------------------------|
+| 0     | (2 + 2 + K)·Ψ                | all-reduce gradients                                         |
+| 1     | 4Ψ + K·Ψ/N_d                 | reduce-scatter gradients, all-gather updated parameters      |
+| 2     | 2Ψ + (2 + K)·Ψ/N_d           | reduce-scatter each bucket every micro-batch, all-gather      |
+| 3     | (2 + 2 + K)·Ψ/N_d            | all-gather parameters before each forward and backward (per   |
+|       |                              | unit, per micro-batch), reduce-scatter gradients (1.5× DP)    |
+
+Bytes per parameter come from `dlsim.cost.memory.state_bytes_per_param` (weights and gradients
+in the training data type; optimizer state and fp32 master weights in fp32).
+"""
+
+from __future__ import annotations
+
+from dlsim.cost.memory import state_bytes_per_param
+
+
+def model_state_bytes(params: float, dtype: str, optimizer: str, zero: int, dp: int) -> dict[str, float]:
+    """Weights, gradients and optimizer state one device holds for `params` parameters."""
+    per = state_bytes_per_param(dtype, optimizer)
+    weights, grads, opt = params * per.weights, params * per.gradients, params * per.optimizer
+    if zero >= 1:
+        opt /= dp
+    if zero >= 2:
+        grads /= dp
+    if zero >= 3:
+        weights /= dp
+    return {"weights": weights, "gradients": grads, "optimizer": opt}
+
+
+def gradient_collective(zero: int) -> str:
+    """The collective that synchronises gradient buckets: all-reduce, or reduce-scatter when sharded."""
+    return "allreduce" if zero == 0 else "reduce_scatter"
+
+
+def reduces_every_microbatch(zero: int) -> bool:
+    """ZeRO-2/3 keep only their gradient shard, so every micro-batch's gradients are reduce-scattered
+    (DeepSpeed reduces at each micro-step); DDP and ZeRO-1 accumulate locally and reduce once."""
+    return zero >= 2
+
+
+def gathers_updated_params(zero: int) -> bool:
+    """ZeRO-1/2 all-gather the updated parameter shards after the optimizer step."""
+    return zero in (1, 2)
+
+
+def optimizer_share(zero: int, dp: int) -> float:
+    """Fraction of the device's parameters its optimizer step updates."""
+    return 1.0 / dp if zero >= 1 else 1.0

@@ -1,0 +1,133 @@
+"""Simulation result records: one training iteration (`SimResult`) and asynchronous training
+(`AsyncResult`). Plain values with `to_dict`; reports and plots read only these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlsim.results import SCHEMA_VERSION, TimeBreakdown
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """One simulated device: which ranks it stands for, its time breakdown and memory."""
+
+    name: str
+    rank: int
+    stage: int
+    multiplicity: int
+    breakdown: TimeBreakdown
+    communication_s: float
+    utilisation: float
+    peak_memory_bytes: float
+    memory: dict[str, float]
+    capacity_bytes: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rank": self.rank, "stage": self.stage, "multiplicity": self.multiplicity,
+                "breakdown_s": self.breakdown.to_dict(), "communication_s": self.communication_s,
+                "utilisation": self.utilisation, "peak_memory_bytes": self.peak_memory_bytes,
+                "memory_bytes": dict(self.memory), "capacity_bytes": self.capacity_bytes,
+                "fits_in_memory": self.peak_memory_bytes <= self.capacity_bytes}
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One simulated training iteration of a model under a strategy on a cluster."""
+
+    model: str
+    cluster: str
+    device: str
+    strategy: dict[str, Any]
+    iteration_time_s: float
+    global_batch: int
+    breakdown: TimeBreakdown
+    communication_s: float
+    devices: tuple[DeviceRecord, ...]
+    critical_path: dict[str, Any]
+    measured_share: float
+    flops_per_iteration: float
+    peak_flops: float
+    total_devices: int
+    simulated_devices: int
+    tasks: int
+    events: int
+    feasible: bool = True
+    infeasible_reason: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def throughput_samples_per_s(self) -> float:
+        return self.global_batch / self.iteration_time_s if self.iteration_time_s > 0 else 0.0
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max((d.peak_memory_bytes for d in self.devices), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.iteration_time_s
+        mfu = self.flops_per_iteration / (t * self.total_devices * self.peak_flops) if t > 0 and self.peak_flops else 0.0
+        return {
+            "schema_version": SCHEMA_VERSION, "kind": "simulation",
+            "model": self.model, "cluster": self.cluster, "device": self.device, "strategy": self.strategy,
+            "feasible": self.feasible, "infeasible_reason": self.infeasible_reason,
+            "iteration_time_s": t, "throughput_samples_per_s": self.throughput_samples_per_s,
+            "global_batch": self.global_batch,
+            "breakdown_s": self.breakdown.to_dict(), "communication_s": self.communication_s,
+            "utilisation": sum(d.utilisation * d.multiplicity for d in self.devices)
+            / max(sum(d.multiplicity for d in self.devices), 1),
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "flops_per_iteration": self.flops_per_iteration, "model_flops_utilisation": mfu,
+            "measured_share": self.measured_share,
+            "critical_path": self.critical_path,
+            "devices": [d.to_dict() for d in self.devices],
+            "simulation": {"total_devices": self.total_devices, "simulated_devices": self.simulated_devices,
+                           "tasks": self.tasks, "events": self.events},
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class AsyncResult:
+    """Many iterations of parameter-server training (synchronous, asynchronous or stale-synchronous)."""
+
+    model: str
+    cluster: str
+    strategy: dict[str, Any]
+    sync: str
+    workers: int
+    samples_per_update: int
+    simulated_time_s: float
+    updates: int
+    worker_iterations: tuple[int, ...]
+    worker_compute_s: tuple[float, ...]
+    worker_wait_s: tuple[float, ...]
+    worker_comm_s: tuple[float, ...]
+    staleness_histogram: dict[int, int]
+    iteration_compute_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def throughput_samples_per_s(self) -> float:
+        return self.updates * self.samples_per_update / self.simulated_time_s if self.simulated_time_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        total = sum(self.staleness_histogram.values())
+        mean = sum(k * v for k, v in self.staleness_histogram.items()) / total if total else 0.0
+        return {
+            "schema_version": SCHEMA_VERSION, "kind": "async_simulation",
+            "model": self.model, "cluster": self.cluster, "strategy": self.strategy, "sync": self.sync,
+            "workers": self.workers, "simulated_time_s": self.simulated_time_s, "updates": self.updates,
+            "throughput_samples_per_s": self.throughput_samples_per_s,
+            "updates_per_s": self.updates / self.simulated_time_s if self.simulated_time_s > 0 else 0.0,
+            "iteration_time_s": self.simulated_time_s / max(min(self.worker_iterations, default=1), 1),
+            "iteration_compute_s": self.iteration_compute_s,
+            "staleness_histogram": {str(k): v for k, v in sorted(self.staleness_histogram.items())},
+            "staleness_mean": mean, "staleness_max": max(self.staleness_histogram, default=0),
+            "workers_detail": [{"worker": i, "iterations": n, "compute_s": c, "wait_s": w, "comm_s": m}
+                               for i, (n, c, w, m) in enumerate(zip(self.worker_iterations, self.worker_compute_s,
+                                                                     self.worker_wait_s, self.worker_comm_s))],
+            "notes": list(self.notes),
+        }

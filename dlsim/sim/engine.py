@@ -1,0 +1,237 @@
+"""The discrete-event engine: executes a prepared `TaskGraph` with SimPy (the only simpy import).
+
+Streams are SimPy processes that run their tasks in issue order; a task waits for its
+dependencies, then for the link ports it needs (`simpy.Resource`s of capacity 1, requested in one
+global order so that no two transfers can deadlock), then runs for its duration. Collective groups
+start when all members are ready and run either their priced duration or their point-to-point
+messages. Memory is tracked per device and kind as tasks start and end. Ties break in SimPy's
+(time, priority, insertion) order, and the graph is built deterministically, so the same graph
+gives the same timeline, bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from dlsim.plan.taskgraph import MEMORY_KINDS, TaskGraph
+
+
+@dataclass
+class Timeline:
+    """What happened: start and end time of every task, busy intervals of every port, memory peaks.
+
+    `memory_peak[d]` is the largest dynamic (activations, gathered parameters, workspace, buffers)
+    total of device d, `memory_peak_time[d]` when it was first reached and `memory_at_peak[d]` its
+    split by kind; `events` counts the SimPy events processed.
+    """
+
+    start: list[float]
+    end: list[float]
+    makespan: float
+    port_busy: list[list[tuple[float, float, int]]]
+    memory_peak: list[float]
+    memory_peak_time: list[float]
+    memory_at_peak: list[dict[str, float]]
+    message_times: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
+    events: int = 0
+
+
+class _Run:
+    def __init__(self, graph: TaskGraph):
+        self.g = graph
+        self.env = simpy.Environment()
+        n = len(graph.tasks)
+        self.start = [0.0] * n
+        self.end: list[float | None] = [None] * n
+        self.waiters: dict[int, simpy.Event] = {}
+        self.events = 0
+        self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
+        self.resources = self._contended_ports()
+        self.group_left = [len(gr.members) for gr in graph.groups]
+        self.group_done: list[simpy.Event | None] = [None] * len(graph.groups)
+        self.group_start = [0.0] * len(graph.groups)
+        self.message_times: dict[int, list[tuple[int, float, float]]] = {}
+        nd = len(graph.devices)
+        self.kinds = {k: i for i, k in enumerate(MEMORY_KINDS)}
+        self.mem = [[0.0] * len(MEMORY_KINDS) for _ in range(nd)]
+        self.mem_total = [0.0] * nd
+        self.peak = [0.0] * nd
+        self.peak_time = [0.0] * nd
+        self.at_peak = [dict.fromkeys(MEMORY_KINDS, 0.0) for _ in range(nd)]
+
+    def _contended_ports(self) -> dict[int, simpy.Resource]:
+        """Ports that two or more independent users can want at once (others need no resource)."""
+        users: dict[int, set] = {}
+        for t in self.g.tasks:
+            if t.ports and t.group < 0:
+                key = ("s", t.stream) if t.stream >= 0 else ("t", t.tid)
+                for p in t.ports:
+                    users.setdefault(p, set()).add(key)
+        for gid, gr in enumerate(self.g.groups):
+            for p in gr.ports:
+                users.setdefault(p, set()).add(("g", gid))
+            for i, msg in enumerate(gr.messages):
+                for p in msg.ports:
+                    users.setdefault(p, set()).add(("m", gid, i))
+        return {p: simpy.Resource(self.env, capacity=1) for p in sorted(users) if len(users[p]) > 1}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _wait(self, tid: int) -> simpy.Event:
+        ev = self.waiters.get(tid)
+        if ev is None:
+            ev = self.waiters[tid] = self.env.event()
+        return ev
+
+    def _finish(self, tid: int) -> None:
+        self.end[tid] = self.env.now
+        ev = self.waiters.pop(tid, None)
+        if ev is not None:
+            ev.succeed()
+
+    def _memory(self, device: int, deltas: tuple[tuple[str, float], ...]) -> None:
+        if not deltas or device < 0:
+            return
+        row = self.mem[device]
+        for kind, nbytes in deltas:
+            row[self.kinds[kind]] += nbytes
+            self.mem_total[device] += nbytes
+        if self.mem_total[device] > self.peak[device] + 1e-9 * max(1.0, self.peak[device]):
+            self.peak[device] = self.mem_total[device]
+            self.peak_time[device] = self.env.now
+            self.at_peak[device] = dict(zip(MEMORY_KINDS, row))
+
+    def _acquire(self, ports: tuple[int, ...]):
+        held = []
+        for p in ports:
+            res = self.resources.get(p)
+            if res is not None:
+                req = res.request()
+                held.append((res, req))
+                yield req
+        return held
+
+    @staticmethod
+    def _release(held) -> None:
+        for res, req in held:
+            res.release(req)
+
+    # -- processes ---------------------------------------------------------------------------
+    def stream(self, order: list[int]):
+        tasks, end = self.g.tasks, self.end
+        for tid in order:
+            t = tasks[tid]
+            for d in t.deps:
+                if end[d] is None:
+                    yield self._wait(d)
+            if t.group >= 0:
+                yield from self._join(t.group)
+                self.start[tid] = self.group_start[t.group]
+                self._memory(t.device, t.mem_start)
+                self._memory(t.device, t.mem_end)
+                self._finish(tid)
+                continue
+            held = (yield from self._acquire(t.ports)) if t.ports else ()
+            now = self.env.now
+            self.start[tid] = now
+            self._memory(t.device, t.mem_start)
+            if t.duration > 0:
+                yield self.env.timeout(t.duration)
+            if held:
+                self._release(held)
+            for p in t.ports:
+                self.port_busy[p].append((now, self.env.now, tid))
+            self._memory(t.device, t.mem_end)
+            self._finish(tid)
+
+    def _join(self, gid: int):
+        done = self.group_done[gid]
+        if done is None:
+            done = self.group_done[gid] = self.env.event()
+        self.group_left[gid] -= 1
+        if self.group_left[gid] == 0:
+            self.env.process(self._run_group(gid, done))
+        yield done
+
+    def _run_group(self, gid: int, done: simpy.Event):
+        gr = self.g.groups[gid]
+        if gr.messages:
+            self.group_start[gid] = self.env.now
+            yield from self._messages(gid, gr.messages)
+        else:
+            held = (yield from self._acquire(gr.ports)) if gr.ports else ()
+            now = self.group_start[gid] = self.env.now
+            if gr.duration > 0:
+                yield self.env.timeout(gr.duration)
+            if held:
+                self._release(held)
+            for p in gr.ports:
+                self.port_busy[p].append((now, self.env.now, gr.members[0]))
+        done.succeed()
+
+    def _messages(self, gid: int, messages):
+        finished = [self.env.event() for _ in messages]
+        times: list[tuple[int, float, float]] = []
+
+        def one(i: int):
+            msg = messages[i]
+            for d in msg.deps:
+                if not finished[d].triggered:
+                    yield finished[d]
+            held = (yield from self._acquire(msg.ports)) if msg.ports else ()
+            now = self.env.now
+            if msg.duration > 0:
+                yield self.env.timeout(msg.duration)
+            if held:
+                self._release(held)
+            for p in msg.ports:
+                self.port_busy[p].append((now, self.env.now, self.g.groups[gid].members[0]))
+            times.append((i, now, self.env.now))
+            finished[i].succeed()
+
+        procs = [self.env.process(one(i)) for i in range(len(messages))]
+        yield simpy.AllOf(self.env, procs)
+        self.message_times[gid] = sorted(times)
+
+    def standalone(self, tid: int):
+        t = self.g.tasks[tid]
+        for d in t.deps:
+            if self.end[d] is None:
+                yield self._wait(d)
+        held = (yield from self._acquire(t.ports)) if t.ports else ()
+        now = self.start[tid] = self.env.now
+        self._memory(t.device, t.mem_start)
+        if t.duration > 0:
+            yield self.env.timeout(t.duration)
+        if held:
+            self._release(held)
+        for p in t.ports:
+            self.port_busy[p].append((now, self.env.now, tid))
+        self._memory(t.device, t.mem_end)
+        self._finish(tid)
+
+
+def execute(graph: TaskGraph) -> Timeline:
+    """Run `graph` to completion. Raises RuntimeError if some task can never start (a cycle)."""
+    run = _Run(graph)
+    env = run.env
+    for order in graph.orders:
+        if order:
+            env.process(run.stream(order))
+    for t in graph.tasks:
+        if t.stream < 0:
+            env.process(run.standalone(t.tid))
+    steps = 0
+    try:
+        while True:
+            env.step()
+            steps += 1
+    except simpy.core.EmptySchedule:
+        pass
+    missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
+    if missing:
+        raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")
+    end = [float(e) for e in run.end]  # type: ignore[arg-type]
+    return Timeline(run.start, end, max(end, default=0.0), run.port_busy, run.peak, run.peak_time,
+                    run.at_peak, run.message_times, steps)

@@ -1,0 +1,288 @@
+"""A parallelisation strategy: how one training iteration is spread over devices (frozen data).
+
+One glossary everywhere (YAML keys, fields, CLI flags): `dp`, `tp`, `pp`, `microbatch_size`,
+`num_microbatches`, `global_batch`, `schedule`. Inside, every size is in bytes. `make_strategy`
+validates user input once and raises `SpecError` naming the field and the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dlsim.errors import SpecError
+from dlsim.units import MIB
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SYNCS = ("allreduce", "ps", "async", "ssp")
+RECOMPUTE = ("none", "full", "selective")
+COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
+JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
+PARALLEL_MODES = ("data", "model")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+DEFAULT_BUCKET_BYTES = 25 * MIB
+"""PyTorch DDP `bucket_cap_mb = 25` (torch/csrc/distributed/c10d/reducer.hpp kDefaultBucketBytesCap)."""
+DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
+"""PyTorch DDP kDefaultFirstBucketBytes."""
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers `first`..`last` (inclusive, model order) run `parallel` = data or model.
+
+    Krizhevsky 2014 ("One weird trick for parallelizing convolutional neural networks"): the
+    convolutions data-parallel, the fully connected layers model-parallel over the same devices.
+    """
+
+    first: str
+    last: str
+    parallel: str
+
+
+@dataclass(frozen=True)
+class Compression:
+    """Gradient compression of data-parallel traffic (reference/algorithms.md §7).
+
+    kind: none, fp16, qsgd (`bits` per element, one norm per `bucket_elements`), topk (keep a
+    `density` fraction of (index, value) pairs), 1bit (sign + two reconstruction floats per
+    column, Seide et al. 2014). `error_feedback` keeps the residual (one more gradient copy).
+    """
+
+    kind: str = "none"
+    bits: int = 4
+    density: float = 0.01
+    bucket_elements: int = 512
+    error_feedback: bool = True
+
+
+@dataclass(frozen=True)
+class Variability:
+    """Run-time jitter and stragglers, drawn from a seeded generator.
+
+    Every compute task's time is multiplied by a factor with mean 1 and coefficient of variation
+    `jitter_cv` (distribution `jitter`); a `straggler_fraction` of the devices (chosen by the seed)
+    is `straggler_slowdown` times slower; `device_slowdown` gives (rank, factor) pairs explicitly
+    (heterogeneous devices).
+    """
+
+    jitter: str = "none"
+    jitter_cv: float = 0.0
+    straggler_fraction: float = 0.0
+    straggler_slowdown: float = 1.0
+    device_slowdown: tuple[tuple[int, float], ...] = ()
+    seed: int = 0
+
+    @property
+    def active(self) -> bool:
+        return (self.jitter != "none" and self.jitter_cv > 0) or (
+            self.straggler_fraction > 0 and self.straggler_slowdown != 1.0) or bool(self.device_slowdown)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """dp × tp × pp devices; `num_microbatches` micro-batches of `microbatch_size` per replica.
+
+    Pipeline: `schedule` gpipe | 1f1b | interleaved (`virtual_stages` model chunks per device),
+    `stage_partition` layers per chunk (None: balanced). Data parallel: `sync` allreduce | ps |
+    async | ssp (`staleness` s for ssp; `ps_shards` servers; pull every `fetch_every`, push every
+    `push_every` steps; `iterations` simulated per worker), `collective` algorithm or auto,
+    gradient buckets of `bucket_size` bytes (the first `first_bucket_size`), `overlap` with
+    backpropagation. `recompute` none | full | selective; `zero` stage 0-3.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    microbatch_size: int = 1
+    num_microbatches: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    sync: str = "allreduce"
+    staleness: int = 0
+    ps_shards: int = 1
+    fetch_every: int = 1
+    push_every: int = 1
+    iterations: int = 20
+    collective: str = "auto"
+    bucket_size: float = DEFAULT_BUCKET_BYTES
+    first_bucket_size: float = DEFAULT_FIRST_BUCKET_BYTES
+    overlap: bool = True
+    recompute: str = "none"
+    zero: int = 0
+    compression: Compression = field(default_factory=Compression)
+    variability: Variability = field(default_factory=Variability)
+    stage_partition: tuple[int, ...] | None = None
+    layer_groups: tuple[LayerGroup, ...] = ()
+    optimizer: str = "adam"
+    dtype: str | None = None
+
+    @property
+    def global_batch(self) -> int:
+        return self.dp * self.microbatch_size * self.num_microbatches
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks in the whole pipeline: pp · virtual_stages."""
+        return self.pp * self.virtual_stages
+
+    def to_dict(self) -> dict[str, Any]:
+        c, v = self.compression, self.variability
+        return {
+            "dp": self.dp, "tp": self.tp, "pp": self.pp, "microbatch_size": self.microbatch_size,
+            "num_microbatches": self.num_microbatches, "global_batch": self.global_batch,
+            "schedule": self.schedule, "virtual_stages": self.virtual_stages, "sync": self.sync,
+            "staleness": self.staleness, "ps_shards": self.ps_shards, "fetch_every": self.fetch_every,
+            "push_every": self.push_every, "iterations": self.iterations, "collective": self.collective,
+            "bucket_size_bytes": self.bucket_size, "first_bucket_size_bytes": self.first_bucket_size,
+            "overlap": self.overlap, "recompute": self.recompute, "zero": self.zero,
+            "compression": {"kind": c.kind, "bits": c.bits, "density": c.density,
+                            "bucket_elements": c.bucket_elements, "error_feedback": c.error_feedback},
+            "variability": {"jitter": v.jitter, "jitter_cv": v.jitter_cv,
+                            "straggler_fraction": v.straggler_fraction,
+                            "straggler_slowdown": v.straggler_slowdown,
+                            "device_slowdown": [list(p) for p in v.device_slowdown], "seed": v.seed},
+            "stage_partition": list(self.stage_partition) if self.stage_partition else None,
+            "layer_groups": [{"first": g.first, "last": g.last, "parallel": g.parallel} for g in self.layer_groups],
+            "optimizer": self.optimizer, "dtype": self.dtype,
+        }
+
+
+def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(f"must be an integer >= {minimum}, got {value!r}", field=name)
+    return value
+
+
+def _choice(value: Any, name: str, options: tuple[str, ...]) -> str:
+    if value not in options:
+        raise SpecError(f"unknown value {value!r} (use {', '.join(options)})", field=name)
+    return value
+
+
+def _fraction(value: Any, name: str, low: float = 0.0, high: float = 1.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
+        raise SpecError(f"must be a number in [{low}, {high}], got {value!r}", field=name)
+    return float(value)
+
+
+def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | None,
+                 global_batch: int | None) -> tuple[int, int]:
+    """(microbatch_size, num_microbatches) from any two of the three, checked against the third."""
+    if global_batch is not None:
+        _positive_int(global_batch, "global_batch")
+    if microbatch_size is not None:
+        _positive_int(microbatch_size, "microbatch_size")
+    if num_microbatches is not None:
+        _positive_int(num_microbatches, "num_microbatches")
+    if global_batch is None:
+        return microbatch_size or 1, num_microbatches or 1
+    per_replica, rest = divmod(global_batch, dp)
+    if rest:
+        raise SpecError(f"global_batch {global_batch} is not divisible by dp {dp} (remainder {rest})",
+                        field="global_batch")
+    if microbatch_size is None and num_microbatches is None:
+        return per_replica, 1
+    if microbatch_size is None:
+        mbs, rest = divmod(per_replica, num_microbatches)  # type: ignore[arg-type]
+        if rest:
+            raise SpecError(f"global_batch {global_batch} / dp {dp} = {per_replica} samples is not divisible by "
+                            f"num_microbatches {num_microbatches} (remainder {rest})", field="global_batch")
+        return mbs, num_microbatches  # type: ignore[return-value]
+    if num_microbatches is None:
+        m, rest = divmod(per_replica, microbatch_size)
+        if rest or m == 0:
+            raise SpecError(f"global_batch {global_batch} / dp {dp} = {per_replica} samples is not a multiple of "
+                            f"microbatch_size {microbatch_size}", field="global_batch")
+        return microbatch_size, m
+    if dp * microbatch_size * num_microbatches != global_batch:
+        raise SpecError(f"global_batch {global_batch} != dp {dp} x microbatch_size {microbatch_size} x "
+                        f"num_microbatches {num_microbatches} = {dp * microbatch_size * num_microbatches}",
+                        field="global_batch")
+    return microbatch_size, num_microbatches
+
+
+def make_strategy(*, global_batch: int | None = None, microbatch_size: int | None = None,
+                  num_microbatches: int | None = None, **fields: Any) -> Strategy:
+    """Validate and build a `Strategy`; any two of the batch sizes determine the third."""
+    known = {f for f in Strategy.__dataclass_fields__}
+    for key in fields:
+        if key not in known:
+            raise SpecError(f"unknown strategy field (known: {', '.join(sorted(known | {'global_batch'}))})",
+                            field=key)
+    dp = _positive_int(fields.get("dp", 1), "dp")
+    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch)
+    s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
+    return validate_strategy(s)
+
+
+def validate_strategy(s: Strategy) -> Strategy:
+    """Check every field of `s`; raise `SpecError` naming the first bad one."""
+    for name in ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
+                 "fetch_every", "push_every", "iterations"):
+        _positive_int(getattr(s, name), name)
+    _positive_int(s.staleness, "staleness", 0)
+    _choice(s.schedule, "schedule", SCHEDULES)
+    _choice(s.sync, "sync", SYNCS)
+    _choice(s.recompute, "recompute", RECOMPUTE)
+    _choice(s.optimizer, "optimizer", OPTIMIZERS)
+    if s.zero not in (0, 1, 2, 3) or isinstance(s.zero, bool):
+        raise SpecError(f"must be 0, 1, 2 or 3, got {s.zero!r}", field="zero")
+    if s.virtual_stages > 1 and s.schedule != "interleaved":
+        raise SpecError(f"virtual_stages {s.virtual_stages} needs schedule interleaved", field="virtual_stages")
+    if s.schedule == "interleaved":
+        if s.pp < 2:
+            raise SpecError("the interleaved schedule needs pp >= 2", field="schedule")
+        if s.num_microbatches % s.pp:
+            raise SpecError(f"the interleaved schedule needs num_microbatches ({s.num_microbatches}) divisible by "
+                            f"pp ({s.pp}) (Megatron-LM)", field="num_microbatches")
+    for name in ("bucket_size", "first_bucket_size"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+            raise SpecError(f"must be a positive size, got {value!r}", field=name)
+    if s.sync != "allreduce" and s.zero:
+        raise SpecError(f"zero {s.zero} needs sync allreduce, got {s.sync}", field="zero")
+    if s.sync == "ssp" and s.staleness < 0:
+        raise SpecError("staleness must be >= 0", field="staleness")
+    if not isinstance(s.overlap, bool):
+        raise SpecError(f"must be true or false, got {s.overlap!r}", field="overlap")
+    c = s.compression
+    _choice(c.kind, "compression", COMPRESSIONS)
+    if c.kind == "qsgd":
+        _positive_int(c.bits, "compression.bits")
+        if c.bits > 16:
+            raise SpecError(f"qsgd bits must be <= 16, got {c.bits}", field="compression.bits")
+        _positive_int(c.bucket_elements, "compression.bucket_elements")
+    if c.kind == "topk" and not (0 < c.density <= 1):
+        raise SpecError(f"top-k density must be in (0, 1], got {c.density!r}", field="compression.density")
+    v = s.variability
+    _choice(v.jitter, "jitter", JITTERS)
+    _fraction(v.jitter_cv, "jitter_cv", 0.0, 10.0)
+    _fraction(v.straggler_fraction, "straggler_fraction")
+    if isinstance(v.straggler_slowdown, bool) or not isinstance(v.straggler_slowdown, (int, float)) \
+            or not (1.0 <= v.straggler_slowdown < math.inf):
+        raise SpecError(f"must be a number >= 1, got {v.straggler_slowdown!r}", field="straggler_slowdown")
+    for rank, factor in v.device_slowdown:
+        _positive_int(rank, "device_slowdown rank", 0)
+        if not isinstance(factor, (int, float)) or not (0 < factor < math.inf):
+            raise SpecError(f"slowdown of rank {rank} must be positive, got {factor!r}", field="device_slowdown")
+    _positive_int(v.seed, "seed", 0)
+    if s.stage_partition is not None:
+        if len(s.stage_partition) != s.chunks:
+            raise SpecError(f"needs {s.chunks} entries (pp x virtual_stages), got {len(s.stage_partition)}",
+                            field="stage_partition")
+        for n in s.stage_partition:
+            _positive_int(n, "stage_partition")
+    for g in s.layer_groups:
+        _choice(g.parallel, "layer_groups.parallel", PARALLEL_MODES)
+    if s.layer_groups and (s.tp > 1 or s.pp > 1):
+        raise SpecError("layer_groups (data-parallel / model-parallel per layer group) need tp = pp = 1; the "
+                        "model-parallel groups are split over the dp devices", field="layer_groups")
+    if s.dtype is not None and s.dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
+        raise SpecError(f"unknown dtype {s.dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
+    return s
