@@ -1,0 +1,153 @@
+"""The public functions: price a collective, choose its algorithm, its lower bound, its schedule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dlsim.cost.collectives.bounds import lower_bound_time
+from dlsim.cost.collectives.costs import Costs, make_costs
+from dlsim.cost.collectives.registry import ALGORITHMS, Algorithm, Options, applicable
+from dlsim.cost.collectives.schedule import Schedule
+from dlsim.cost.collectives.segments import check_segments
+from dlsim.errors import SpecError
+from dlsim.results import Estimate, Source
+from dlsim.spec.cluster import LinkTier
+
+
+def check_collective(collective: str) -> dict[str, Algorithm]:
+    if collective not in ALGORITHMS:
+        raise SpecError(f"unknown collective {collective!r} (use {', '.join(ALGORITHMS)})", field="collective")
+    return ALGORITHMS[collective]
+
+
+def check_ranks(ranks: object) -> int:
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise SpecError(f"ranks must be a positive integer, got {ranks!r}", field="ranks")
+    return ranks
+
+
+def check_size(n_bytes: object) -> float:
+    if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, float)) or not math.isfinite(n_bytes) or n_bytes < 0:
+        raise SpecError(f"size must be a finite non-negative number of bytes, got {n_bytes!r}", field="size")
+    return float(n_bytes)
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{name} must be a positive integer, got {value!r}", field=name)
+    return value
+
+
+def make_options(*, segments: int | None = None, shards: int = 1, fanout: int = 3, rounds: int = 1, seed: int = 0,
+                 ranks_per_node: int | None = None, inter_algorithm: str = "ring",
+                 max_segments: int = 1024) -> Options:
+    """Checked `Options` (one-line SpecError on a bad value)."""
+    if inter_algorithm not in ALGORITHMS["allreduce"] or inter_algorithm in ("hierarchical", "parameter-server"):
+        flat = [a for a in ALGORITHMS["allreduce"] if a not in ("hierarchical", "parameter-server")]
+        raise SpecError(f"unknown inter-node algorithm {inter_algorithm!r} (use {', '.join(flat)})",
+                        field="inter_algorithm")
+    return Options(segments=check_segments(segments), max_segments=_positive("max_segments", max_segments),
+                   shards=_positive("shards", shards), fanout=_positive("fanout", fanout),
+                   rounds=_positive("rounds", rounds), seed=int(seed),
+                   ranks_per_node=None if ranks_per_node is None else _positive("ranks_per_node", ranks_per_node),
+                   inter_algorithm=inter_algorithm)
+
+
+def get_algorithm(collective: str, algorithm: str, ranks: int, options: Options) -> Algorithm:
+    """The algorithm entry, checked to apply to `ranks` ranks."""
+    table = check_collective(collective)
+    if algorithm not in table:
+        raise SpecError(f"unknown algorithm {algorithm!r} for {collective} (use {', '.join(table)} or auto)",
+                        field="algorithm")
+    algo = table[algorithm]
+    if not applicable(algo, ranks, options):
+        if algo.needs == "pof2":
+            raise SpecError(f"{algorithm} {collective} needs a power-of-two number of ranks, got {ranks}",
+                            field="ranks")
+        raise SpecError(f"{algorithm} {collective} needs ranks_per_node dividing ranks ({ranks}), "
+                        f"got {options.ranks_per_node}", field="ranks_per_node")
+    return algo
+
+
+def priced(algo: Algorithm, n, p, costs: Costs, options: Options):
+    """`algo.time` with nothing to do priced at zero: n = 0, or one rank (except PS push/pull)."""
+    t = algo.time(n, p, costs, options)
+    idle = (n == 0) | ((p == 1) & (algo.collective not in ("push", "pull")))
+    return np.where(idle, 0.0, t) if np.ndim(idle) else (0.0 if idle else t)
+
+
+def choose(collective: str, n_bytes: float, ranks: int, costs: Costs, options: Options) -> str:
+    """The cheapest applicable algorithm by closed form (NCCL's rule, `reference/algorithms.md` §3.4)."""
+    best, best_time = "", math.inf
+    for name, algo in check_collective(collective).items():
+        if algo.auto and applicable(algo, ranks, options):
+            t = float(priced(algo, n_bytes, ranks, costs, options))
+            if t < best_time:
+                best, best_time = name, t
+    return best
+
+
+def _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options):
+    check_collective(collective)
+    return check_size(n_bytes), check_ranks(ranks), make_costs(link, gamma=gamma, intra=intra, model=model)
+
+
+def collective_time(collective: str, algorithm: str, n_bytes: float, ranks: int, link: LinkTier, *,
+                    gamma: float | None = None, ranks_per_node: int | None = None, intra: LinkTier | None = None,
+                    model: str = "auto", **params) -> Estimate:
+    """Model time of one collective call on `ranks` ranks over `link` (source MODEL; note = algorithm).
+
+    `n_bytes` follows nccl-tests: the vector per rank (allreduce, reduce, broadcast), the gathered
+    output (allgather), the input per rank (reduce-scatter), each rank's send buffer (all-to-all).
+    `gamma` is the reduction cost in seconds per byte (1 / `Cluster.reduce_bandwidth`); `intra` the
+    intra-node tier used by the hierarchical algorithm; `params` go to `make_options` (segments,
+    shards, fanout, rounds, seed, inter_algorithm). `algorithm="auto"` picks the cheapest.
+    """
+    options = make_options(ranks_per_node=ranks_per_node, **params)
+    n, p, costs = _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options)
+    name = choose(collective, n, p, costs, options) if algorithm == "auto" else algorithm
+    algo = get_algorithm(collective, name, p, options)
+    seconds = float(priced(algo, n, p, costs, options))
+    note = f"{collective} {name} ({costs.main.model})" + (" chosen by auto" if algorithm == "auto" else "")
+    return Estimate(seconds, Source.MODEL, note)
+
+
+def choose_algorithm(collective: str, n_bytes: float, ranks: int, link: LinkTier, *, gamma: float | None = None,
+                     ranks_per_node: int | None = None, intra: LinkTier | None = None, model: str = "auto",
+                     **params) -> str:
+    """The algorithm `auto` uses: the cheapest applicable one by its closed form."""
+    options = make_options(ranks_per_node=ranks_per_node, **params)
+    n, p, costs = _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options)
+    return choose(collective, n, p, costs, options)
+
+
+def lower_bound(collective: str, n_bytes: float, ranks: int, link: LinkTier, *, gamma: float | None = None,
+                model: str = "auto", shards: int = 1, fanout: int = 3, rounds: int = 1) -> float:
+    """The lower bound of `bounds.py` for `collective` with the link's α = L + 2o and β = G."""
+    check_collective(collective)
+    costs = make_costs(link, gamma=gamma, model=model)
+    return float(lower_bound_time(collective, check_size(n_bytes), check_ranks(ranks), costs.main, costs.gamma,
+                                  shards=shards, fanout=fanout, rounds=rounds))
+
+
+def expand_schedule(collective: str, algorithm: str, n_bytes: float, ranks: int, *, link: LinkTier | None = None,
+                    gamma: float | None = None, ranks_per_node: int | None = None, intra: LinkTier | None = None,
+                    model: str = "auto", **params) -> Schedule:
+    """The point-to-point messages of one call (see `schedule.py` for their meaning).
+
+    Pipelined algorithms need a segment count: given in `params`, or chosen as `collective_time`
+    does when `link` is given, else one segment per rank (the survey's "P segments").
+    """
+    options = make_options(ranks_per_node=ranks_per_node, **params)
+    n, p = check_size(n_bytes), check_ranks(ranks)
+    costs = make_costs(link, gamma=gamma, intra=intra, model=model) if link is not None else None
+    if algorithm == "auto":
+        if costs is None:
+            raise SpecError("algorithm auto needs a link to choose by", field="algorithm")
+        algorithm = choose(collective, n, p, costs, options)
+    algo = get_algorithm(collective, algorithm, p, options)
+    if n == 0 or (p == 1 and collective not in ("push", "pull")):
+        return Schedule(collective, algorithm, n, p, ())
+    return algo.schedule(n, p, options, costs)

@@ -1,0 +1,59 @@
+"""Ring algorithms (Patarasuk & Yuan, JPDC 69(2) 2009; the Baidu/Horovod ring; Thakur et al. 2005).
+
+The vector is cut into p chunks of n/p bytes; in every step each rank sends one chunk to its right
+neighbour and receives one from its left neighbour.
+
+    reduce-scatter (p−1 steps, combine on receipt):  (p−1)·[T(n/p) + r(n/p)]
+    allgather      (p−1 steps; n = gathered size):   (p−1)·T(n/p)
+    allreduce      (reduce-scatter then allgather):  (p−1)·[T(n/p) + r(n/p)] + (p−1)·T(n/p)
+
+With Hockney T this is 2(p−1)α + 2((p−1)/p)nβ + ((p−1)/p)nγ, the table of
+`reference/algorithms.md` §3.1 and S003 "Collectives for deep learning".
+"""
+
+from __future__ import annotations
+
+from dlsim.cost.collectives.costs import Costs
+from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
+
+
+def reduce_scatter_time(n, p, c: Costs, intra: bool = False):
+    return (p - 1) * c.step(n / p, reduce=True, intra=intra)
+
+
+def allgather_time(n, p, c: Costs, intra: bool = False):
+    return (p - 1) * c.step(n / p, intra=intra)
+
+
+def allreduce_time(n, p, c: Costs, intra: bool = False):
+    return reduce_scatter_time(n, p, c, intra) + allgather_time(n, p, c, intra)
+
+
+def add_ring(b: ScheduleBuilder, n: float, groups: list[list[int]], first_step: int, *, reduce: bool,
+             intra: bool = False) -> int:
+    """Append p−1 ring steps, run at once in every group of p ranks (chunks of n/p); returns the next step."""
+    p = len(groups[0])
+    for k in range(p - 1):
+        for ranks in groups:
+            for i in range(p):
+                b.send(first_step + k, ranks[i], ranks[(i + 1) % p], n / p, reduce=reduce, intra=intra)
+    return first_step + max(p - 1, 0)
+
+
+def reduce_scatter_schedule(n: float, p: int) -> Schedule:
+    b = ScheduleBuilder("reduce-scatter", "ring", n, p)
+    add_ring(b, n, [list(range(p))], 0, reduce=True)
+    return b.build()
+
+
+def allgather_schedule(n: float, p: int) -> Schedule:
+    b = ScheduleBuilder("allgather", "ring", n, p)
+    add_ring(b, n, [list(range(p))], 0, reduce=False)
+    return b.build()
+
+
+def allreduce_schedule(n: float, p: int) -> Schedule:
+    b = ScheduleBuilder("allreduce", "ring", n, p)
+    step = add_ring(b, n, [list(range(p))], 0, reduce=True)
+    add_ring(b, n, [list(range(p))], step, reduce=False)
+    return b.build()

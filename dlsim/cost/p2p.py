@@ -1,0 +1,143 @@
+"""Point-to-point message time: Hockney (α-β), LogP and LogGP, per link tier.
+
+A `LinkTier` carries the LogGP parameters (Alexandrov, Ionescu, Schauser, Scheiman, SPAA 1995):
+latency L, per-message CPU overhead o, gap g between consecutive messages, and G = 1/bandwidth
+seconds per byte. The three models price one message of `s` bytes as
+
+    Hockney (Hockney, Parallel Computing 20, 1994):  T(s) = α + β·s,  α = L + 2o,  β = G
+    LogGP (SPAA 1995):                               T(s) = L + 2o + (s − 1)·G       (s ≥ 1)
+    LogP (Culler et al., PPoPP 1993):                T(s) = L + 2o + (k − 1)·max(g, o)
+
+where LogP sends a long message as k = ⌈s / w⌉ small messages of w bytes and w = g / G, so that
+LogP's long-message rate (w bytes every g) equals the link bandwidth (the mapping α ≈ L + 2o,
+β ≈ G of `reference/algorithms.md` §2.1).
+
+Besides T(s) every model gives the *injection gap* S(s): the least time between the starts of two
+messages one rank sends back to back (or two that one rank receives back to back):
+
+    Hockney: S(s) = T(s)                   (messages are serialised, k·(α + βs) for k messages)
+    LogGP:   S(s) = max(o, g + (s − 1)·G)   (the spacing Netgauge fits, §2.2)
+    LogP:    S(s) = k·max(g, o)
+
+so k messages sent back to back arrive by (k − 1)·S(s) + T(s). dlsim's collective costs assume a
+sender can always start its next message once its previous one has fully arrived, S(s) ≤ T(s);
+for LogP/LogGP that is g ≤ L + 2o, checked when a model is built.
+
+Everything is vectorised: `s` may be a float or a NumPy array. The γ of the α-β-γ model (seconds
+per byte of reduction compute) is not a link property and lives with the collectives; the survey's
+γ ("bytes per value", seeds-inventory §14 item 5) is `elem_bytes` in `dlsim.cost.collectives.survey`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from dlsim.errors import SpecError
+from dlsim.spec.cluster import LinkTier
+
+Bytes = Union[float, np.ndarray]
+
+MODELS = ("hockney", "logp", "loggp")
+"""The point-to-point models; ``auto`` picks loggp when a link has an overhead or gap, else hockney."""
+
+
+@dataclass(frozen=True)
+class PointToPoint:
+    """One link tier under one p2p model: `time(s)` and `spacing(s)` in seconds, vectorised in s."""
+
+    model: str
+    latency: float
+    overhead: float
+    gap: float
+    gap_per_byte: float
+    packet_bytes: float = 0.0
+    name: str = ""
+
+    @property
+    def alpha(self) -> float:
+        """Hockney start-up α = L + 2o."""
+        return self.latency + 2.0 * self.overhead
+
+    @property
+    def beta(self) -> float:
+        """Hockney β = G, seconds per byte."""
+        return self.gap_per_byte
+
+    def time(self, s: Bytes) -> Bytes:
+        """T(s): from the start of a send of `s` bytes to its arrival at the receiver."""
+        if self.model == "hockney":
+            return self.alpha + self.beta * s
+        if self.model == "loggp":
+            return self.alpha + np.maximum(s - 1.0, 0.0) * self.gap_per_byte
+        return self.alpha + (self._packets(s) - 1.0) * max(self.gap, self.overhead)
+
+    def spacing(self, s: Bytes) -> Bytes:
+        """S(s): least time between the starts of two back-to-back messages at one rank (S ≤ T)."""
+        if self.model == "hockney":
+            return self.time(s)
+        if self.model == "loggp":
+            return np.maximum(self.overhead, self.gap + np.maximum(s - 1.0, 0.0) * self.gap_per_byte)
+        return self._packets(s) * max(self.gap, self.overhead)
+
+    def _packets(self, s: Bytes) -> Bytes:
+        return np.maximum(np.ceil(np.asarray(s, dtype=float) / self.packet_bytes), 1.0)
+
+
+def _check_link(link: LinkTier) -> None:
+    values = {"latency": link.latency, "bandwidth": link.bandwidth, "overhead": link.overhead, "gap": link.gap}
+    for key, value in values.items():
+        if not np.isfinite(value) or value < 0:
+            raise SpecError(f"must be a finite non-negative number, got {value!r}", field=f"link {link.name!r}.{key}")
+    if link.bandwidth <= 0:
+        raise SpecError("must be positive", field=f"link {link.name!r}.bandwidth")
+
+
+def p2p_model(link: LinkTier, model: str = "auto") -> PointToPoint:
+    """The point-to-point model of `link`: ``hockney``, ``logp``, ``loggp`` or ``auto``.
+
+    ``auto`` is LogGP when the link has an overhead o or gap g, Hockney otherwise (with o = g = 0
+    the two differ only by one byte's G). LogP and LogGP need g ≤ L + 2o (see the module doc).
+    """
+    _check_link(link)
+    if model == "auto":
+        model = "loggp" if (link.overhead > 0 or link.gap > 0) else "hockney"
+    if model not in MODELS:
+        raise SpecError(f"unknown point-to-point model {model!r} (use {', '.join(MODELS)} or auto)", field="model")
+    G = 1.0 / link.bandwidth
+    if model != "hockney" and link.gap > link.latency + 2 * link.overhead:
+        raise SpecError(f"gap g = {link.gap:.3g} s exceeds L + 2o = {link.latency + 2 * link.overhead:.3g} s; "
+                        "dlsim's LogP/LogGP collective costs need g <= L + 2o (or use --model hockney)",
+                        field=f"link {link.name!r}.gap")
+    packet = 0.0
+    if model == "logp":
+        if link.gap <= 0:
+            raise SpecError("LogP needs a gap g > 0 (its packet size is w = g x bandwidth); give a gap or use loggp",
+                            field=f"link {link.name!r}.gap")
+        packet = link.gap / G
+    return PointToPoint(model, link.latency, link.overhead, link.gap, G, packet, link.name)
+
+
+def hockney_time(n_bytes: Bytes, link: LinkTier) -> Bytes:
+    """Hockney α-β time of one message: α + β·n with α = L + 2o, β = 1/bandwidth."""
+    return p2p_model(link, "hockney").time(n_bytes)
+
+
+def loggp_time(n_bytes: Bytes, link: LinkTier) -> Bytes:
+    """LogGP time of one message: L + 2o + (n − 1)·G (Alexandrov et al. 1995)."""
+    return p2p_model(link, "loggp").time(n_bytes)
+
+
+def logp_time(n_bytes: Bytes, link: LinkTier) -> Bytes:
+    """LogP time of one message sent as ⌈n/w⌉ packets of w = g/G bytes: L + 2o + (k − 1)·max(g, o)."""
+    return p2p_model(link, "logp").time(n_bytes)
+
+
+def burst_time(count: int, n_bytes: Bytes, model: PointToPoint) -> Bytes:
+    """Arrival of the last of `count` back-to-back messages of `n_bytes`: (count − 1)·S(n) + T(n).
+
+    For LogGP this is the `(k−1)·max(o, g+(m−1)G) + L + 2o + (m−1)G` of `reference/algorithms.md` §2.1.
+    """
+    return (count - 1) * model.spacing(n_bytes) + model.time(n_bytes)

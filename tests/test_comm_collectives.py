@@ -1,0 +1,163 @@
+"""Closed forms of every collective algorithm against values computed by hand.
+
+Network: α = 5 us, 10 GB/s (β = 0.1 ns/B), γ = 0.1 ns/B, n = 100 MB, p = 8 unless stated.
+So T(n) = 5 us + 10 ms, r(n) = 10 ms; T(n/8) = 5 us + 1.25 ms.
+"""
+
+import math
+
+import pytest
+
+from dlsim.cost.collectives import ALGORITHMS, choose_algorithm, collective_time, lower_bound
+from dlsim.cost.collectives.dbt import dbt_layout, distinct_rounds, tree_parents
+from dlsim.cost.collectives.survey import SURVEY_ALGORITHMS, survey_allreduce_time, survey_lower_bound
+from dlsim.errors import SpecError
+from dlsim.results import Source
+from dlsim.spec.cluster import LinkTier
+
+US = 1e-6
+NET = LinkTier("net", latency=5 * US, bandwidth=10e9)
+FAST = LinkTier("nvlink", latency=1 * US, bandwidth=100e9)
+N, GAMMA = 1e8, 1e-10
+
+
+def t(collective, algorithm, p=8, n=N, **kw):
+    return collective_time(collective, algorithm, n, p, NET, gamma=GAMMA, **kw).seconds
+
+
+HAND = [
+    # allreduce
+    ("allreduce", "ring", 8, {}, 14 * 5 * US + 2 * 0.875e-2 + 0.875e-2),          # 2(p-1)α + 2(p-1)/p nβ + (p-1)/p nγ
+    ("allreduce", "recursive-doubling", 8, {}, 3 * (5 * US + 0.02)),
+    ("allreduce", "rabenseifner", 8, {}, 6 * 5 * US + 2 * 0.875e-2 + 0.875e-2),
+    ("allreduce", "binomial-tree", 8, {}, 3 * (5 * US + 0.02) + 3 * (5 * US + 0.01)),
+    ("allreduce", "chain", 8, {"segments": 4}, 10 * (2 * (5 * US + 2.5e-3) + 2.5e-3)),   # (k+p-2)(2T(n/k)+r(n/k))
+    ("allreduce", "double-binary-tree", 2, {"segments": 1}, (5 * US + 0.005 + 0.005) + (5 * US + 0.005)),
+    ("allreduce", "double-binary-tree", 4, {"segments": 1}, 4 * (5 * US + 0.01) + 4 * (5 * US + 0.005)),
+    ("allreduce", "parameter-server", 8, {}, 16 * 5 * US + 16 * 0.01 + 8 * 0.01),   # Dryden 2pα + 2pnβ + pnγ
+    ("allreduce", "parameter-server", 8, {"shards": 2}, 8 * (5 * US + 0.01) + 8 * (5 * US + 0.005)),
+    # non-power-of-two p = 6 (MPICH fold: rank 2i+1 -> 2i, then 4 ranks, then back)
+    ("allreduce", "recursive-doubling", 6, {}, 3 * (5 * US + 0.02) + (5 * US + 0.01)),
+    ("allreduce", "rabenseifner", 6, {}, (5 * US + 0.02) + (2 * 5 * US + 0.015) + (2 * 5 * US + 0.0075)
+     + (5 * US + 0.01)),
+    ("allreduce", "binomial-tree", 6, {}, 3 * (5 * US + 0.02) + 3 * (5 * US + 0.01)),
+    ("allreduce", "ring", 1, {}, 0.0),
+    # reduce-scatter, allgather
+    ("reduce-scatter", "ring", 8, {}, 7 * (5 * US + 2.5e-3)),
+    ("reduce-scatter", "recursive-halving", 8, {}, 3 * 5 * US + 2 * (0.005 + 0.0025 + 0.00125)),
+    ("allgather", "ring", 8, {}, 7 * (5 * US + 1.25e-3)),
+    ("allgather", "recursive-doubling", 8, {}, 3 * 5 * US + 0.00875),
+    ("allgather", "bruck", 8, {}, 3 * 5 * US + 0.00875),
+    ("allgather", "bruck", 6, {}, 3 * 5 * US + 5 / 6 * 0.01),       # blocks 1 + 2 + 2 = p - 1
+    # broadcast, reduce
+    ("broadcast", "binomial-tree", 8, {}, 3 * (5 * US + 0.01)),
+    ("broadcast", "chain", 8, {"segments": 4}, 10 * (5 * US + 2.5e-3)),      # (p-2+k) T(n/k)
+    ("broadcast", "scatter-allgather", 8, {}, (3 * 5 * US + 0.00875) + 7 * (5 * US + 1.25e-3)),
+    ("reduce", "binomial-tree", 8, {}, 3 * (5 * US + 0.02)),
+    ("reduce", "chain", 8, {"segments": 4}, 10 * (5 * US + 0.005)),
+    ("reduce", "rabenseifner", 8, {}, 6 * 5 * US + 2 * 0.875e-2 + 0.875e-2),
+    # all-to-all, send/recv, PS, gossip
+    ("all-to-all", "pairwise", 8, {}, 7 * (5 * US + 1.25e-3)),
+    ("all-to-all", "linear", 8, {}, 7 * (5 * US + 1.25e-3)),               # Hockney: S = T
+    ("all-to-all", "bruck", 8, {}, 3 * (5 * US + 0.005)),
+    ("send-recv", "direct", 2, {}, 5 * US + 0.01),
+    ("push", "sharded", 8, {}, 8 * (5 * US + 0.02)),
+    ("pull", "sharded", 8, {"shards": 4}, 4 * 2 * (5 * US + 0.0025)),
+    ("gossip", "random-peers", 8, {}, 3 * (5 * US + 0.02)),
+    ("gossip", "random-peers", 8, {"fanout": 1, "rounds": 5}, 5 * (5 * US + 0.02)),
+]
+
+
+@pytest.mark.parametrize("collective,algorithm,p,kw,expected", HAND, ids=[f"{h[0]}-{h[1]}-{h[2]}" for h in HAND])
+def test_hand_computed(collective, algorithm, p, kw, expected):
+    assert t(collective, algorithm, p, **kw) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_every_algorithm_has_a_hand_value():
+    covered = {(h[0], h[1]) for h in HAND} | {("allreduce", "hierarchical")}
+    assert covered == {(c, a) for c, algs in ALGORITHMS.items() for a in algs}
+
+
+def test_hierarchical_two_nodes_of_four():
+    # intra RS: 3(1us + 2.5e7/1e11 + 2.5e7 γ); inter ring allreduce of 2.5e7 B on 2 nodes; intra AG
+    rs = 3 * (1 * US + 2.5e-4 + 2.5e-3)
+    inter = (5 * US + 1.25e-3 + 1.25e-3) + (5 * US + 1.25e-3)
+    ag = 3 * (1 * US + 2.5e-4)
+    got = collective_time("allreduce", "hierarchical", N, 8, NET, gamma=GAMMA, ranks_per_node=4, intra=FAST)
+    assert got.seconds == pytest.approx(rs + inter + ag, rel=1e-12)
+    rd = collective_time("allreduce", "hierarchical", N, 8, NET, gamma=GAMMA, ranks_per_node=4, intra=FAST,
+                         inter_algorithm="recursive-doubling")
+    assert rd.seconds == pytest.approx(rs + (5 * US + 2.5e-3 + 2.5e-3) + ag, rel=1e-12)
+
+
+def test_loggp_linear_alltoall_overlaps_sends():
+    link = LinkTier("l", latency=3 * US, bandwidth=10e9, overhead=1 * US, gap=2 * US)
+    s = 1e6 / 8
+    got = collective_time("all-to-all", "linear", 1e6, 8, link).seconds
+    assert got == pytest.approx((5 * US + (s - 1) * 1e-10) + 6 * (2 * US + (s - 1) * 1e-10))
+    pairwise = collective_time("all-to-all", "pairwise", 1e6, 8, link).seconds
+    assert got < pairwise
+
+
+def test_estimate_record_and_auto():
+    est = collective_time("allreduce", "auto", 1e3, 8, NET)
+    assert est.source is Source.MODEL and "recursive-doubling" in est.note and "auto" in est.note
+    assert choose_algorithm("allreduce", 1e3, 8, NET) == "recursive-doubling"
+    assert choose_algorithm("allreduce", 1e9, 8, NET) == "rabenseifner"
+    assert choose_algorithm("allreduce", 1e9, 6, NET) == "ring"       # fold costs 2 nβ when p is not 2^k
+    assert choose_algorithm("broadcast", 1e3, 8, NET) == "binomial-tree"
+    assert collective_time("allreduce", "ring", 0, 8, NET).seconds == 0.0
+
+
+def test_lower_bounds():
+    lb = lower_bound("allreduce", N, 8, NET, gamma=GAMMA)
+    assert lb == pytest.approx(3 * 5 * US + 2 * 0.875e-2 + 0.875e-2)
+    for algo in ALGORITHMS["allreduce"]:
+        if algo not in ("hierarchical",):
+            assert t("allreduce", algo) >= lb * (1 - 1e-12)
+    assert lower_bound("broadcast", N, 8, NET) == pytest.approx(3 * 5 * US + 0.01)
+    assert lower_bound("send-recv", N, 2, NET) == pytest.approx(5 * US + 0.01)
+
+
+@pytest.mark.parametrize("survey,p", [(s, p) for s in SURVEY_ALGORITHMS for p in (2, 4, 16)])
+def test_survey_formulas_match(survey, p):
+    values, elem = 2.5e7, 4                              # 25M fp32 values = 100 MB
+    ours = collective_time("allreduce", SURVEY_ALGORITHMS[survey], values * elem, p, NET).seconds
+    assert survey_allreduce_time(survey, values, elem, p, 5 * US, 1e-10) == pytest.approx(ours, rel=1e-12)
+    assert survey_lower_bound(values, elem, p, 5 * US, 1e-10) == pytest.approx(lower_bound("allreduce", 1e8, p, NET))
+
+
+def test_double_binary_tree_structure():
+    first, second = tree_parents(14)
+    # NCCL trees.cc illustration: 0-8, 8-{4,12}, 4-{2,6}, 12-{10,13}, 2-{1,3}, ...
+    assert [first[r] for r in (8, 4, 12, 2, 6, 10, 13, 1, 3)] == [0, 8, 8, 4, 4, 12, 12, 2, 2]
+    assert second.index(-1) == 13 and tree_parents(13)[1].index(-1) == 1
+    for p in range(2, 70):
+        first, second = tree_parents(p)
+        internal = [{q for q in parents if q >= 0} for parents in (first, second)]
+        both = internal[0] & internal[1]
+        assert both <= ({0} if p % 2 else set())
+        edges, up, down = dbt_layout(p)
+        assert len(edges) == 2 * (p - 1)
+    # rounds of a phase grow by 2 per segment once the pipeline is full
+    _, up, down = dbt_layout(64)
+    assert distinct_rounds(up, 101) - distinct_rounds(up, 100) == 2
+
+
+def test_bad_arguments():
+    with pytest.raises(SpecError, match="unknown collective"):
+        t("allsum", "ring")
+    with pytest.raises(SpecError, match="unknown algorithm 'spiral'"):
+        t("allreduce", "spiral")
+    with pytest.raises(SpecError, match="power-of-two"):
+        t("allgather", "recursive-doubling", 6)
+    with pytest.raises(SpecError, match="ranks_per_node"):
+        t("allreduce", "hierarchical", 8)
+    with pytest.raises(SpecError, match="ranks must be a positive integer"):
+        t("allreduce", "ring", 0)
+    with pytest.raises(SpecError, match="size must be"):
+        t("allreduce", "ring", 8, n=-1.0)
+    with pytest.raises(SpecError, match="size must be"):
+        t("allreduce", "ring", 8, n=math.inf)
+    with pytest.raises(SpecError, match="segments"):
+        t("allreduce", "chain", 8, segments=0)
