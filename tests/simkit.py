@@ -39,3 +39,35 @@ def run_uniform(schedule: str, p: int, m: int, v: int = 1, *, layers_per_chunk: 
                         "test device", 1e18, lambda n: ZERO, lambda f, b: ZERO)
     graph = build_iteration(x)
     return graph, execute(graph), s
+
+
+class RingPricer:
+    """Test pricing with hand-checkable numbers: Hockney messages α + n·β, ring collectives
+    (allreduce 2(p−1)(α + nβ/p); reduce-scatter and allgather (p−1)(α + nβ/p)), expanded into the
+    same ring steps when asked."""
+
+    def __init__(self, alpha: float, beta: float, layout=None):
+        self.alpha, self.beta, self.layout = alpha, beta, layout
+
+    def collective(self, op, nbytes, ranks):
+        p = len(ranks)
+        steps = {"allreduce": 2, "reduce_scatter": 1, "allgather": 1, "alltoall": 1}[op] * (p - 1)
+        return Estimate(steps * (self.alpha + nbytes / p * self.beta), Source.MODEL, "test ring")
+
+    def p2p(self, nbytes, src, dst):
+        return Estimate(self.alpha + nbytes * self.beta, Source.MODEL, "test p2p")
+
+    def expand(self, op, nbytes, ranks):
+        from dlsim.plan.comm import Transfer
+        p = len(ranks)
+        rounds = {"allreduce": 2, "reduce_scatter": 1, "allgather": 1}[op] * (p - 1)
+        t = self.alpha + nbytes / p * self.beta
+        out = []
+        for k in range(rounds):
+            for i in range(p):
+                deps = tuple((k - 1) * p + j for j in (i, (i - 1) % p)) if k else ()
+                out.append(Transfer(i, (i + 1) % p, nbytes / p, t, deps, t, t))
+        return out
+
+    def tier(self, ranks):
+        return self.layout.tier(ranks) if self.layout else "intra"

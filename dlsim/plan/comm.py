@@ -53,13 +53,17 @@ class Layout:
 @dataclass(frozen=True)
 class Transfer:
     """One point-to-point message of an expanded collective, between group members (indices into
-    the group's rank list), with its uncontended duration and the transfers it waits for."""
+    the group's rank list): its duration (arrival plus reduction), how long it holds the sender's
+    and the receiver's port, the transfers it waits for, and whether it uses the intra-node tier."""
 
     src: int
     dst: int
     nbytes: float
     duration: float
     deps: tuple[int, ...]
+    hold: float
+    recv_hold: float
+    intra: bool = False
 
 
 class CommPricer(Protocol):

@@ -18,16 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from dlsim.plan.comm import CommPricer, Layout
+from dlsim.plan.comm import INTRA, CommPricer, Layout
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, make_buckets
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.syncplan import SyncEmitter
-from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, TRANSIENT_PARAMS, WORKSPACE, SimDevice, TaskGraph
+from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps
 from dlsim.plan.zero import model_state_bytes
-from dlsim.results import Estimate
+from dlsim.results import Estimate, Source
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
 from dlsim.units import DTYPE_BYTES
@@ -65,6 +65,8 @@ class _Builder:
         self.chunk_entries = [x.entries[a:b] for a, b in x.ranges]
         self.boundary = boundary_bytes(x.model, x.entries, x.ranges)
         self.price_cache: dict[tuple, Estimate] = {}
+        self.group_cache: dict[tuple, tuple] = {}
+        self.busy_cache: dict[tuple, set[str]] = {}
         self.ports: dict[tuple[int, str, str], int] = {}
         self.pending: dict[tuple, list[int]] = {}
         self.pending_est: dict[tuple, tuple[Estimate, list[int]]] = {}
@@ -152,9 +154,12 @@ class _Builder:
         return extra
 
     # -- pricing -----------------------------------------------------------------------------
-    def price(self, op: str, nbytes: float, ranks: list[int]) -> Estimate:
+    def price(self, op: str, nbytes: float, ranks: list[int], tier: str | None = None,
+              per_node: int | None = None) -> Estimate:
         lay = self.x.layout
-        key = (op, nbytes, len(ranks), self.x.pricer.tier(ranks), lay.ranks_per_node(ranks))
+        tier = tier or self.x.pricer.tier(ranks)
+        per_node = per_node or lay.ranks_per_node(ranks)
+        key = (op, nbytes, len(ranks), tier, per_node)
         est = self.price_cache.get(key)
         if est is None:
             est = self.price_cache[key] = self.x.pricer.collective(op, nbytes, ranks)
@@ -172,19 +177,29 @@ class _Builder:
         lay = self.x.layout
         return lay.tp_group(d, stage) if kind == "tp" else lay.dp_group(t, stage)
 
+    def _group_info(self, kind: str, pos: tuple[int, int, int]) -> tuple[list[int], str, int, tuple[int, int]]:
+        """(ranks, tier, ranks per node, this device's ports on that tier) of a position's group."""
+        key = (kind,) + pos
+        info = self.group_cache.get(key)
+        if info is None:
+            ranks = self.group_ranks(kind, *pos)
+            tier = self.x.pricer.tier(ranks)
+            device = self.dev[pos]
+            info = (ranks, tier, self.x.layout.ranks_per_node(ranks),
+                    (self.port(device, tier, "out"), self.port(device, tier, "in")))
+            self.group_cache[key] = info
+        return info
+
     def collective(self, name: str, op: str, nbytes: float, kind: str, pos: tuple[int, int, int], key: tuple,
                    stream: int, deps: list[int], label: tuple) -> int:
         """A collective task for position `pos` = (dp, tp, stage) over its `kind` group ("tp" or "dp").
         Solo (priced, holding this device's ports) when that group is not simulated explicitly,
         else a member of a group joined by `key`."""
-        d, t, stage = pos
-        ranks = self.group_ranks(kind, d, t, stage)
-        if len(ranks) == 1:
-            return self.g.add(name, self.dev[pos], stream, 0.0, COMM, deps, label=label)
-        est = self.price(op, nbytes, ranks)
+        ranks, tier, per_node, ports = self._group_info(kind, pos)
         device = self.dev[pos]
-        tier = self.x.pricer.tier(ranks)
-        ports = (self.port(device, tier, "out"), self.port(device, tier, "in"))
+        if len(ranks) == 1:
+            return self.g.add(name, device, stream, 0.0, COMM, deps, label=label)
+        est = self.price(op, nbytes, ranks, tier, per_node)
         explicit = self.x.explicit_tp if kind == "tp" else self.x.explicit_dp
         if not explicit:
             return self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, ports=ports,
@@ -205,19 +220,69 @@ class _Builder:
         if self.x.expand:
             transfers = self.x.pricer.expand(op, nbytes, ranks)
             if transfers is not None:
-                from dlsim.plan.taskgraph import Message
                 messages = tuple(Message(devices[tr.src], devices[tr.dst], tr.nbytes, tr.duration, tr.deps,
-                                         (self.port(devices[tr.src], tier, "out"),
-                                          self.port(devices[tr.dst], tier, "in"))) for tr in transfers)
+                                         (self.port(devices[tr.src], INTRA if tr.intra else tier, "out"),
+                                          self.port(devices[tr.dst], INTRA if tr.intra else tier, "in")),
+                                         tr.hold, tr.recv_hold) for tr in transfers)
         self.g.add_group(members, est.seconds, ports, messages)
         del self.pending[gkey]
 
     # -- ops ---------------------------------------------------------------------------------
+    def _busy_tiers(self, pos: tuple[int, int, int]) -> set[str]:
+        """Link tiers this device uses outside its compute stream (p2p, gradient and tied syncs)."""
+        d, t, stage = pos
+        lay, pricer = self.x.layout, self.x.pricer
+        me = lay.rank(*pos)
+        tiers = set()
+        if self.p > 1:
+            for other in ((stage + 1) % self.p, (stage - 1) % self.p):
+                tiers.add(pricer.tier([me, lay.rank(d, t, other)]))
+        if self.s.dp > 1:
+            tiers.add(pricer.tier(lay.dp_group(t, stage)))
+        return tiers
+
+    def _fusable(self, steps: list[Step], pos: tuple[int, int, int]) -> bool:
+        """Whether a step list can run as one task: its collectives are priced (not simulated member by
+        member) and their ports are used by nothing else on the device, so nothing can come between."""
+        busy = self.busy_cache.get(pos)
+        if busy is None:
+            busy = self.busy_cache[pos] = self._busy_tiers(pos)
+        for st in steps:
+            if st.kind != "compute":
+                explicit = self.x.explicit_tp if st.group == "tp" else self.x.explicit_dp
+                ranks, tier, _, _ = self._group_info(st.group, pos)
+                if len(ranks) > 1 and (explicit or tier in busy):
+                    return False
+        return True
+
+    def _emit_fused(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
+        parts = []
+        ports: set[int] = set()
+        for st in steps:
+            if st.kind == "compute":
+                parts.append((st.category, st.duration, st.measured))
+            else:
+                c = st.collective
+                ranks, tier, per_node, pp = self._group_info(st.group, pos)
+                if len(ranks) == 1:
+                    continue
+                est = self.price(c.op, c.nbytes, ranks, tier, per_node)
+                measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+                parts.append((COMM, est.seconds, measured))
+                ports.update(pp)
+        name = f"{label[0]} chunk{label[1]} mb{label[2]}"
+        device = self.dev[pos]
+        return self.g.add(name, device, self.cstream[device], 0.0, COMPUTE if label[0] != "R" else RECOMPUTE,
+                          list(deps), ports=tuple(sorted(ports)), label=label, parts=tuple(parts) or ((COMPUTE, 0.0, 0.0),))
+
     def emit(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int],
              on_ready: Callable[[int, int], None] | None = None) -> tuple[int, int]:
         """Instantiate a step list on device `pos`; returns (first task, last task)."""
         device = self.dev[pos]
         cs = self.cstream[device]
+        if on_ready is None and len(steps) > 1 and self._fusable(steps, pos):
+            tid = self._emit_fused(steps, pos, label, deps)
+            return tid, tid
         first = last = -1
         for i, st in enumerate(steps):
             step_deps = deps if first < 0 else []

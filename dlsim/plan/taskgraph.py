@@ -37,7 +37,7 @@ class Task:
     members of one collective. `mem_start` / `mem_end` are (kind, bytes) deltas on `device`.
     `measured` is the share of its duration priced from measured (or interpolated) tables;
     `label` = (phase, chunk, micro-batch, ...) for event-order inspection; `cross_stage` marks
-    transfers between pipeline stages."""
+    transfers between pipeline stages; `parts` splits a fused task into its pieces."""
 
     tid: int
     name: str
@@ -53,6 +53,12 @@ class Task:
     mem_end: tuple[tuple[str, float], ...] = ()
     label: tuple = ()
     cross_stage: bool = False
+    parts: tuple[tuple[str, float, float], ...] = ()
+
+    def segments(self) -> tuple[tuple[str, float, float], ...]:
+        """(category, seconds, measured seconds) of the pieces this task runs back to back: a fused
+        task (several kernels and uncontended blocking collectives on one stream) lists its parts."""
+        return self.parts or ((self.category, self.duration, self.duration * self.measured),)
 
 
 @dataclass(frozen=True)
@@ -76,14 +82,23 @@ class Port:
 
 @dataclass(frozen=True)
 class Message:
-    """One point-to-point transfer of an expanded collective schedule (simulated device ids)."""
+    """One point-to-point transfer of an expanded collective schedule (simulated device ids).
+
+    It starts when its `deps` (indices of earlier messages) have finished and it holds its sender's
+    out port and its receiver's in port (`ports`); it frees the out port after `hold` (the LogGP
+    injection gap S(s)), the in port after `recv_hold` (S(s) plus the reduction of its bytes) and
+    finishes after `duration` (arrival T(s) plus the reduction), as `dlsim.cost.collectives.schedule`
+    defines the data-flow semantics of a schedule.
+    """
 
     src: int
     dst: int
     nbytes: float
     duration: float
     deps: tuple[int, ...]
-    ports: tuple[int, ...]
+    ports: tuple[int, int]
+    hold: float
+    recv_hold: float
 
 
 @dataclass
@@ -134,12 +149,18 @@ class TaskGraph:
     def add(self, name: str, device: int, stream: int, duration: float, category: str, deps: list[int], *,
             source: Source = Source.MODEL, ports: tuple[int, ...] = (), group: int = -1,
             mem_start: tuple[tuple[str, float], ...] = (), mem_end: tuple[tuple[str, float], ...] = (),
-            label: tuple = (), cross_stage: bool = False) -> int:
-        """Append a task (to its stream's order when it has one); returns its id."""
+            label: tuple = (), cross_stage: bool = False,
+            parts: tuple[tuple[str, float, float], ...] = ()) -> int:
+        """Append a task (to its stream's order when it has one); returns its id. A fused task gives
+        its `parts` (category, seconds, measured seconds); its duration is their sum."""
         tid = len(self.tasks)
-        measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+        if parts:
+            duration = sum(p[1] for p in parts)
+            measured = sum(p[2] for p in parts) / duration if duration > 0 else 0.0
+        else:
+            measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
-                               mem_start, mem_end, label, cross_stage))
+                               mem_start, mem_end, label, cross_stage, parts))
         if stream >= 0:
             self.orders[stream].append(tid)
         return tid

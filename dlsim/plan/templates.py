@@ -64,7 +64,9 @@ class _Acc:
         self.steps.append(Step("collective", c.why, COMM, collective=c, group=group))
 
 
-def _group(entry: LayerEntry, tp: int) -> str:
+def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
+    if c.group:
+        return c.group
     return "tp" if entry.tp_degree == tp else "dp"
 
 
@@ -73,10 +75,10 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
     acc = _Acc(category)
     for e in entries:
         for c in e.tp.before:
-            acc.collective(c, _group(e, tp))
+            acc.collective(c, _group(e, tp, c))
         acc.add(e.name, e.forward.seconds, e.forward.source)
         for c in e.tp.after_fwd:
-            acc.collective(c, _group(e, tp))
+            acc.collective(c, _group(e, tp, c))
     acc.flush()
     return acc.steps
 
@@ -90,7 +92,7 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
         if ready_at and e.index in ready_at:
             acc.flush(ready_at[e.index])
         for c in e.tp.after_bwd:
-            acc.collective(c, _group(e, tp))
+            acc.collective(c, _group(e, tp, c))
     acc.flush()
     return acc.steps
 

@@ -33,11 +33,13 @@ LOSS_REDUCTIONS = 3
 
 @dataclass(frozen=True)
 class Collective:
-    """A blocking collective inside a layer sequence: `op` over `nbytes` (the full, unsharded tensor)."""
+    """A blocking collective inside a layer sequence: `op` over `nbytes` (the full, unsharded tensor),
+    over the layer's model-parallel group unless `group` names another ("tp" or "dp")."""
 
     op: str
     nbytes: float
     why: str
+    group: str | None = None
 
 
 @dataclass(frozen=True)

@@ -63,4 +63,10 @@ def apply_variability(graph: TaskGraph, var: Variability, ranks: int, group_of: 
     rng = np.random.default_rng([var.seed, 2])
     factors = draw(var, rng, (len(targets), width))
     for row, t in zip(factors, targets):
-        t.duration *= device_factor[t.device] * float(row[: len(group_of[t.device])].max())
+        f = device_factor[t.device] * float(row[: len(group_of[t.device])].max())
+        if t.parts:
+            t.parts = tuple((c, s * f if c in (COMPUTE, RECOMPUTE) else s, m * f if c in (COMPUTE, RECOMPUTE) else m)
+                            for c, s, m in t.parts)
+            t.duration = sum(s for _, s, _ in t.parts)
+        else:
+            t.duration *= f

@@ -78,10 +78,19 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool) -> list[Device
             s, e = tl.start[tid], tl.end[tid]
             if s > cursor:
                 gaps.append((cursor, s))
-            parts[graph.tasks[tid].category] += e - s
+            task = graph.tasks[tid]
+            if task.parts:
+                at = s
+                for category, seconds, _ in task.parts:
+                    parts[category] += seconds
+                    if category == COMM:
+                        union.append((at, at + seconds))
+                    at += seconds
+            else:
+                parts[task.category] += e - s
+                if task.category == COMM:
+                    union.append((s, e))
             cursor = max(cursor, e)
-            if graph.tasks[tid].category == COMM:
-                union.append((s, e))
         if T > cursor:
             gaps.append((cursor, T))
         union = _union(union)
@@ -136,6 +145,7 @@ def measured_share(graph: TaskGraph) -> float:
     """Share of all task-seconds priced from measured (or interpolated) tables."""
     total = measured = 0.0
     for t in graph.tasks:
-        total += t.duration
-        measured += t.duration * t.measured
+        for _, seconds, from_table in t.segments():
+            total += seconds
+            measured += from_table
     return measured / total if total > 0 else 0.0

@@ -48,7 +48,11 @@ class _Run:
         self.waiters: dict[int, simpy.Event] = {}
         self.events = 0
         self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
+        self.port_key = [(port.direction == "in", i) for i, port in enumerate(graph.ports)].__getitem__
         self.resources = self._contended_ports()
+        # per task: the ports it must actually acquire (contended ones), in the global order
+        self.acquire = [tuple(sorted((p for p in t.ports if p in self.resources), key=self.port_key))
+                        if t.ports else () for t in graph.tasks]
         self.group_left = [len(gr.members) for gr in graph.groups]
         self.group_done: list[simpy.Event | None] = [None] * len(graph.groups)
         self.group_start = [0.0] * len(graph.groups)
@@ -103,8 +107,10 @@ class _Run:
             self.at_peak[device] = dict(zip(MEMORY_KINDS, row))
 
     def _acquire(self, ports: tuple[int, ...]):
+        """Request ports in one global order (all out ports before all in ports, then by id), so
+        that two transfers can never wait for each other."""
         held = []
-        for p in ports:
+        for p in sorted(ports, key=self.port_key):
             res = self.resources.get(p)
             if res is not None:
                 req = res.request()
@@ -132,7 +138,7 @@ class _Run:
                 self._memory(t.device, t.mem_end)
                 self._finish(tid)
                 continue
-            held = (yield from self._acquire(t.ports)) if t.ports else ()
+            held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
             now = self.env.now
             self.start[tid] = now
             self._memory(t.device, t.mem_start)
@@ -140,10 +146,23 @@ class _Run:
                 yield self.env.timeout(t.duration)
             if held:
                 self._release(held)
-            for p in t.ports:
-                self.port_busy[p].append((now, self.env.now, tid))
+            if t.ports:
+                self._record_ports(t, now)
             self._memory(t.device, t.mem_end)
             self._finish(tid)
+
+    def _record_ports(self, t, start: float) -> None:
+        """Port occupancy of a task: its whole run, or only the communication parts of a fused task."""
+        if not t.parts:
+            for p in t.ports:
+                self.port_busy[p].append((start, self.env.now, t.tid))
+            return
+        at = start
+        for category, seconds, _ in t.parts:
+            if category == "comm" and seconds > 0:
+                for p in t.ports:
+                    self.port_busy[p].append((at, at + seconds, t.tid))
+            at += seconds
 
     def _join(self, gid: int):
         done = self.group_done[gid]
@@ -179,14 +198,28 @@ class _Run:
             for d in msg.deps:
                 if not finished[d].triggered:
                     yield finished[d]
-            held = (yield from self._acquire(msg.ports)) if msg.ports else ()
+            out_port, in_port = msg.ports
+            res_out, res_in = self.resources.get(out_port), self.resources.get(in_port)
+            req_out = res_out.request() if res_out is not None else None
+            if req_out is not None:
+                yield req_out
+            req_in = res_in.request() if res_in is not None else None
+            if req_in is not None:
+                yield req_in
             now = self.env.now
-            if msg.duration > 0:
-                yield self.env.timeout(msg.duration)
-            if held:
-                self._release(held)
-            for p in msg.ports:
-                self.port_busy[p].append((now, self.env.now, self.g.groups[gid].members[0]))
+            if msg.hold > 0:
+                yield self.env.timeout(msg.hold)
+            if req_out is not None:
+                res_out.release(req_out)
+            if msg.recv_hold > msg.hold:
+                yield self.env.timeout(msg.recv_hold - msg.hold)
+            if req_in is not None:
+                res_in.release(req_in)
+            if msg.duration > msg.recv_hold:
+                yield self.env.timeout(msg.duration - msg.recv_hold)
+            member = self.g.groups[gid].members[0]
+            self.port_busy[out_port].append((now, now + msg.hold, member))
+            self.port_busy[in_port].append((now, now + msg.recv_hold, member))
             times.append((i, now, self.env.now))
             finished[i].succeed()
 
@@ -199,15 +232,15 @@ class _Run:
         for d in t.deps:
             if self.end[d] is None:
                 yield self._wait(d)
-        held = (yield from self._acquire(t.ports)) if t.ports else ()
+        held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
         now = self.start[tid] = self.env.now
         self._memory(t.device, t.mem_start)
         if t.duration > 0:
             yield self.env.timeout(t.duration)
         if held:
             self._release(held)
-        for p in t.ports:
-            self.port_busy[p].append((now, self.env.now, tid))
+        if t.ports:
+            self._record_ports(t, now)
         self._memory(t.device, t.mem_end)
         self._finish(tid)
 

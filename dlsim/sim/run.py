@@ -50,7 +50,8 @@ def _critical(graph: TaskGraph, tl: Timeline) -> dict[str, Any]:
     previous_end = 0.0
     for tid in path:
         t = graph.tasks[tid]
-        by_kind[t.category] = by_kind.get(t.category, 0.0) + tl.end[tid] - tl.start[tid]
+        for category, seconds, _ in t.segments():
+            by_kind[category] = by_kind.get(category, 0.0) + (seconds if t.parts else tl.end[tid] - tl.start[tid])
         waiting += max(0.0, tl.start[tid] - previous_end)
         previous_end = tl.end[tid]
     tasks = [{"task": graph.tasks[tid].name, "device": graph.devices[graph.tasks[tid].device].name,

@@ -34,8 +34,15 @@ def chrome_trace(graph: TaskGraph, tl: Timeline, title: str = "") -> dict[str, A
             args: dict[str, Any] = {"task": tid, "label": list(t.label)}
             if t.measured:
                 args["measured_share"] = t.measured
-            events.append({"ph": "X", "name": t.name, "cat": t.category, "pid": dev, "tid": sid,
-                           "ts": tl.start[tid] / US, "dur": (tl.end[tid] - tl.start[tid]) / US, "args": args})
+            if not t.parts:
+                events.append({"ph": "X", "name": t.name, "cat": t.category, "pid": dev, "tid": sid,
+                               "ts": tl.start[tid] / US, "dur": (tl.end[tid] - tl.start[tid]) / US, "args": args})
+                continue
+            at = tl.start[tid]
+            for n, (category, seconds, _) in enumerate(t.parts):
+                events.append({"ph": "X", "name": f"{t.name} [{category} {n}]", "cat": category, "pid": dev,
+                               "tid": sid, "ts": at / US, "dur": seconds / US, "args": args})
+                at += seconds
     for pid, busy in enumerate(tl.port_busy):
         for a, b, tid in busy:
             events.append({"ph": "X", "name": graph.tasks[tid].name, "cat": "link", "pid": links_pid, "tid": pid,

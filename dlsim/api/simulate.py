@@ -1,0 +1,172 @@
+"""`simulate()`: one training iteration (or, for parameter-server training, many) event by event."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from dlsim.api.models import as_cluster, as_model, check_dtype
+from dlsim.cost.layers import layer_cost
+from dlsim.cost.memory import optimizer_step_traffic
+from dlsim.cost.roofline import roofline_time
+from dlsim.errors import InfeasibleError, SpecError
+from dlsim.io.strategy_yaml import load_strategy
+from dlsim.plan.comm import CommPricer, Layout
+from dlsim.plan.iteration import IterationInputs, build_iteration
+from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
+from dlsim.plan.layertable import LayerEntry, build_layer_table
+from dlsim.plan.partition import partition
+from dlsim.plan.variability import apply_variability
+from dlsim.results import Estimate
+from dlsim.results_sim import AsyncResult, SimResult
+from dlsim.sim.ps import PSInputs, simulate_ps
+from dlsim.sim.run import RunInfo, simulate_graph
+from dlsim.sim.trace import chrome_trace
+from dlsim.spec.cluster import Cluster
+from dlsim.spec.model import Model
+from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
+from dlsim.units import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A result record and, when asked for, its Chrome trace."""
+
+    result: SimResult | AsyncResult
+    trace: dict[str, Any] | None = None
+
+
+def as_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any]) -> Strategy:
+    """A `Strategy` from a Strategy (fields replace its values), a YAML path, or fields alone."""
+    if isinstance(strategy, Strategy):
+        return validate_strategy(replace(strategy, **fields)) if fields else strategy
+    if strategy is not None:
+        return load_strategy(strategy, dict(fields))
+    return make_strategy(**fields)
+
+
+def _check_fits(model: Model, cluster: Cluster, s: Strategy, entries: tuple[LayerEntry, ...]) -> None:
+    if s.devices > cluster.num_devices:
+        raise InfeasibleError(f"strategy needs dp x tp x pp = {s.dp} x {s.tp} x {s.pp} = {s.devices} devices, "
+                              f"{cluster.name} has {cluster.num_devices} ({s.devices - cluster.num_devices} short)")
+    for e in entries:
+        layer = model.layers[e.index]
+        if e.tp_degree > 1 and e.tp.compute_sharded and layer.type == "attention":
+            for key in ("heads", "kv_heads"):
+                heads = layer.attrs.get(key)
+                if heads and heads % e.tp_degree:
+                    raise InfeasibleError(f"tensor parallel degree {e.tp_degree} does not divide the {heads} "
+                                          f"{key.replace('_', ' ')} of layer {layer.name!r} (remainder "
+                                          f"{heads % e.tp_degree})")
+
+
+def _microbatch_overrides(model: Model, cluster: Cluster, s: Strategy, dtype: str, mode: str,
+                          workspace_limit: str | float) -> tuple[dict[str, tuple[Estimate, Estimate, float]], str]:
+    """Per-convolution (forward, backward, workspace) from the μ-cuDNN planner (dlsim.api.microbatch)."""
+    from dlsim.api.microbatch import plan_microbatches
+    from dlsim.results import Source
+    plan = plan_microbatches(model, cluster, s.microbatch_size, workspace_limit, mode, dtype=dtype)
+    out = {}
+    for lp in plan.layers:
+        times = {}
+        for p in lp.passes:
+            src = Source(p.source) if p.source in {x.value for x in Source} else Source.MODEL
+            times[p.pass_name] = Estimate(p.time_s, src, f"micro-batch plan {mode}")
+        fwd = times.get("forward")
+        if fwd is None:
+            continue
+        bwd = times.get("backward_data", Estimate(0.0, fwd.source)) + times.get("backward_weight", Estimate(0.0, fwd.source))
+        out[lp.name] = (fwd, bwd, lp.workspace_bytes)
+    note = (f"convolutions priced by the μ-cuDNN {mode.upper()} plan: {len(out)} layers, workspace "
+            f"{plan.workspace_bytes:.0f} B, {plan.time_s:.6g} s per micro-batch")
+    return out, note
+
+
+def _default_pricer(cluster: Cluster, layout: Layout, algorithm: str) -> CommPricer:
+    from dlsim.plan.commcost import ClusterPricer
+    return ClusterPricer(cluster, layout, algorithm)
+
+
+def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
+                   strategy: Strategy | str | Path | None = None, *, measured: bool = True, symmetry: bool = True,
+                   expand_collectives: bool = False, microbatch_plan: str | None = None,
+                   workspace_limit: str | float = "64MiB", trace: bool = False,
+                   overrides: Mapping[str, Any] | None = None, pricer: CommPricer | None = None,
+                   nodes: int | None = None, **fields: Any) -> Simulation:
+    """Simulate `model` on `cluster` under `strategy` (a Strategy, a YAML file, or strategy fields).
+
+    `symmetry` simulates one data-parallel replica and one tensor-parallel rank per stage (their
+    collectives priced at the full rank count); run-time variability keeps all replicas.
+    `expand_collectives` executes collectives as their point-to-point schedules on the link ports
+    (only where all their ranks are simulated). `microbatch_plan` (wr | wd) prices convolutions
+    with the μ-cuDNN planner under `workspace_limit`. `nodes` resizes the cluster (same nodes, more
+    or fewer of them).
+    """
+    model, cluster = as_model(model, overrides), as_cluster(cluster)
+    if nodes is not None:
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise SpecError(f"must be a positive integer, got {nodes!r}", field="nodes")
+        cluster = replace(cluster, nodes=nodes)
+    s = as_strategy(strategy, fields)
+    dtype = check_dtype(s.dtype, model)
+    device = cluster.device
+    tables, notes = None, []
+    if measured and cluster.tables:
+        from dlsim.io.kernel_tables import load_kernel_times
+        tables, notes = load_kernel_times(cluster)
+        notes = list(notes)
+    modes = group_modes(model, s.layer_groups) if s.layer_groups else ["data"] * len(model.layers)
+    batches, degrees = batches_and_degrees(modes, s.dp, s.microbatch_size, s.tp)
+    mb_overrides = None
+    if microbatch_plan:
+        if microbatch_plan not in ("wr", "wd"):
+            raise SpecError(f"unknown micro-batch plan {microbatch_plan!r} (use wr, wd)", field="microbatch_plan")
+        if s.tp > 1:
+            raise SpecError("a micro-batch plan prices unsplit convolutions; it needs tp = 1", field="microbatch_plan")
+        mb_overrides, note = _microbatch_overrides(model, cluster, s, dtype, microbatch_plan, workspace_limit)
+        notes.append(note)
+    entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, overrides=mb_overrides)
+    if s.layer_groups:
+        entries = add_transitions(model, entries, modes, s.dp, s.microbatch_size, dtype)
+    _check_fits(model, cluster, s, entries)
+    ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
+    layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node)
+    pricer = pricer or _default_pricer(cluster, layout, s.collective)
+    explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"
+    explicit_tp = not symmetry
+    step_kernels = max(1, sum(1 for e in entries if e.params) // (32 * s.pp))
+
+    def optimizer_time(params: float) -> Estimate:
+        nbytes, flops = optimizer_step_traffic(int(params), s.optimizer)
+        return roofline_time(flops, nbytes, device, "fp32", matrix=False, kernels=step_kernels)
+
+    def elementwise_time(flops: float, nbytes: float) -> Estimate:
+        return roofline_time(flops, nbytes, device, dtype, matrix=False)
+
+    x = IterationInputs(model, entries, tuple(ranges), s, layout, pricer, dtype, device.name, device.memory_bytes,
+                        optimizer_time, elementwise_time, explicit_dp, explicit_tp, expand_collectives)
+    graph = build_iteration(x)
+    group_of = {i: ([d.rank + t for t in range(s.tp)] if not explicit_tp else [d.rank])
+                for i, d in enumerate(graph.devices)}
+    if s.sync == "allreduce":
+        apply_variability(graph, s.variability, s.devices, group_of)
+    training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in model.layers) * s.global_batch
+    peak = device.peak_flops.get(dtype, max(device.peak_flops.values()))
+    chunk_note = f"stage partition (layers per chunk): {[b - a for a, b in ranges]}"
+    info = RunInfo(model.name, cluster.name, device.name, s.to_dict(), s.global_batch, s.pp > 1, training_flops,
+                   peak, s.devices, tuple(notes) + (chunk_note,))
+    result, tl = simulate_graph(graph, info)
+    if s.sync != "allreduce":
+        params = sum(layer.params for layer in model.layers)
+        ps = PSInputs(model.name, cluster.name, s, result.iteration_time_s, params * DTYPE_BYTES[dtype],
+                      optimizer_time(params / s.ps_shards), pricer, layout, tuple(notes))
+        return Simulation(simulate_ps(ps))
+    return Simulation(result, chrome_trace(graph, tl, f"{model.name} on {cluster.name}") if trace else None)
+
+
+def simulate(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,
+             **kwargs: Any) -> SimResult | AsyncResult:
+    """The result record of `run_simulation` (same arguments)."""
+    return run_simulation(model, cluster, strategy, **kwargs).result
+

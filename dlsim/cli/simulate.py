@@ -1,0 +1,119 @@
+"""``dlsim simulate``: one training iteration (or many, for parameter-server training), event by event."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dlsim.api.simulate import run_simulation
+from dlsim.cli import main
+from dlsim.cli.options import parse_overrides, set_option
+from dlsim.cli.output import emit_json
+from dlsim.errors import InfeasibleError, SpecError
+from dlsim.io.files import write_atomic
+from dlsim.report.sim_text import simulation_summary
+from dlsim.spec.strategy import COMPRESSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
+from dlsim.units import parse_size
+
+_INTS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "virtual_stages", "staleness",
+         "ps_shards", "fetch_every", "push_every", "iterations", "zero")
+
+
+def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
+    """Strategy fields from the options the user actually gave."""
+    fields: dict[str, Any] = {k: opts[k] for k in _INTS if opts.get(k) is not None}
+    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype"):
+        if opts.get(key) is not None:
+            fields[key] = opts[key]
+    if opts.get("overlap") is not None:
+        fields["overlap"] = opts["overlap"]
+    if opts.get("bucket_size") is not None:
+        fields["bucket_size"] = parse_size(opts["bucket_size"])
+    if opts.get("stage_partition"):
+        try:
+            fields["stage_partition"] = tuple(int(x) for x in opts["stage_partition"].split(","))
+        except ValueError:
+            raise SpecError(f"--stage-partition needs comma-separated layer counts, got {opts['stage_partition']!r}")
+    if opts.get("compression") is not None:
+        comp = {"kind": opts["compression"]}
+        for key in ("bits", "density"):
+            if opts.get(f"compression_{key}") is not None:
+                comp[key] = opts[f"compression_{key}"]
+        fields["compression"] = Compression(**comp)
+    var = {k: opts[k] for k in ("jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed")
+           if opts.get(k) is not None}
+    if var:
+        fields["variability"] = Variability(**var)
+    return fields
+
+
+@main.command("simulate")
+@click.argument("model")
+@click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
+@click.option("--strategy", "strategy_file", type=click.Path(dir_okay=False), default=None,
+              help="Strategy YAML file (flags given beside it override its fields).")
+@click.option("--dp", type=int, help="Data-parallel replicas.")
+@click.option("--tp", type=int, help="Tensor-parallel degree.")
+@click.option("--pp", type=int, help="Pipeline stages.")
+@click.option("--microbatch-size", type=int, help="Samples per micro-batch.")
+@click.option("--num-microbatches", type=int, help="Micro-batches per iteration and replica.")
+@click.option("--global-batch", type=int, help="Samples per iteration (dp x microbatch_size x num_microbatches).")
+@click.option("--schedule", type=click.Choice(SCHEDULES), help="Pipeline schedule.")
+@click.option("--virtual-stages", type=int, help="Model chunks per device (interleaved schedule).")
+@click.option("--stage-partition", help="Layers per chunk, comma-separated (default: balanced).")
+@click.option("--sync", type=click.Choice(SYNCS), help="Gradient synchronisation.")
+@click.option("--staleness", type=int, help="SSP staleness bound s.")
+@click.option("--ps-shards", type=int, help="Parameter-server shards.")
+@click.option("--fetch-every", type=int, help="Pull parameters every n steps (Downpour).")
+@click.option("--push-every", type=int, help="Push gradients every n steps (Downpour).")
+@click.option("--iterations", type=int, help="Iterations per worker (parameter-server modes).")
+@click.option("--collective", help="Collective algorithm (ring, recursive-doubling, ..., auto).")
+@click.option("--bucket-size", help="Gradient bucket size, e.g. 25MiB.")
+@click.option("--overlap/--no-overlap", default=None, help="Overlap gradient reduction with backpropagation.")
+@click.option("--recompute", type=click.Choice(RECOMPUTE), help="Activation recomputation.")
+@click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage.")
+@click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression.")
+@click.option("--compression-bits", type=int, help="QSGD bits per element.")
+@click.option("--compression-density", type=float, help="Top-k fraction kept.")
+@click.option("--jitter", type=click.Choice(JITTERS), help="Run-time jitter distribution.")
+@click.option("--jitter-cv", type=float, help="Jitter coefficient of variation.")
+@click.option("--straggler-fraction", type=float, help="Fraction of devices that are stragglers.")
+@click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor.")
+@click.option("--seed", type=int, help="Seed of the variability draws.")
+@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
+@click.option("--dtype", help="fp32, tf32, fp16, bf16 (default: the model's).")
+@click.option("--microbatch-plan", type=click.Choice(["wr", "wd"]), help="Price convolutions with a μ-cuDNN plan.")
+@click.option("--workspace-limit", default="64MiB", show_default=True, help="Workspace limit of --microbatch-plan.")
+@click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")
+@click.option("--expand-collectives", is_flag=True, help="Run collectives as point-to-point schedules (with --full).")
+@click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="Print the result record as JSON (or write it to FILE).")
+@click.option("--trace", "trace_out", type=click.Path(dir_okay=False), help="Write a Chrome trace (Perfetto).")
+@set_option
+def simulate_cmd(model: str, cluster: str, strategy_file: str | None, json_out: str | None, trace_out: str | None,
+                 microbatch_plan: str | None, workspace_limit: str, full: bool, expand_collectives: bool,
+                 model_only: bool, overrides: tuple[str, ...], **opts: Any) -> None:
+    """Simulate one training iteration of MODEL on a cluster profile under a parallel strategy.
+
+    Prints the iteration time, throughput, where the time goes (compute, exposed communication,
+    pipeline bubble, idle, recompute), memory per device and the critical path. An out-of-memory
+    strategy is reported as infeasible (exit code 1) after the record is written.
+    """
+    sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
+                         expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
+                         workspace_limit=workspace_limit, trace=trace_out is not None,
+                         overrides=parse_overrides(overrides), **_strategy_fields(opts))
+    rec = sim.result.to_dict()
+    if trace_out is not None and sim.trace is not None:
+        write_atomic(Path(trace_out), json.dumps(sim.trace) + "\n")
+        click.echo(f"wrote {trace_out}", err=True)
+    if json_out is not None:
+        emit_json(rec, json_out)
+    else:
+        click.echo(simulation_summary(rec))
+    if rec.get("feasible") is False:
+        raise InfeasibleError(rec["infeasible_reason"])

@@ -1,0 +1,103 @@
+"""Loading a strategy file (YAML) into a `Strategy`; units in key names (`bucket_size_mib`).
+
+Example:
+
+    dp: 32
+    tp: 8
+    pp: 16
+    microbatch_size: 1
+    num_microbatches: 64          # or global_batch: 2048
+    schedule: 1f1b                # gpipe | 1f1b | interleaved (+ virtual_stages: 2)
+    sync: allreduce               # ps | async | ssp (+ staleness: 3, ps_shards, fetch_every, push_every, iterations)
+    collective: auto              # or ring, recursive-doubling, rabenseifner, ...
+    bucket_size_mib: 25
+    overlap: true
+    recompute: selective          # none | full | selective
+    zero: 1
+    optimizer: adam
+    compression: {kind: topk, density: 0.01, error_feedback: true}
+    variability: {jitter: lognormal, jitter_cv: 0.05, straggler_fraction: 0.01, straggler_slowdown: 1.5, seed: 7}
+    stage_partition: [13, 12, ...]                       # layers per chunk (pp x virtual_stages entries)
+    layer_groups:                                        # Krizhevsky 2014's data/model split (tp = pp = 1)
+      - {first: conv1, last: flatten, parallel: data}
+      - {first: drop6, last: loss, parallel: model}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dlsim.errors import SpecError, UnitError
+from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
+from dlsim.spec.strategy import Compression, LayerGroup, Strategy, Variability, make_strategy
+from dlsim.units import KIB, MIB
+
+_PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
+          "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
+          "recompute", "zero", "optimizer", "dtype"}
+_SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
+          "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
+          "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}
+_NESTED = {"compression", "variability", "stage_partition", "layer_groups", "description"}
+_COMPRESSION_KEYS = {"kind", "bits", "density", "bucket_elements", "error_feedback"}
+_VARIABILITY_KEYS = {"jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "device_slowdown", "seed"}
+
+
+def strategy_fields(data: dict, path: Path | str = "<strategy>") -> dict[str, Any]:
+    """Keyword arguments of `make_strategy` from a strategy mapping (file units converted)."""
+    data = expect_mapping(data, Path(str(path)), "")
+    check_keys(data, _PLAIN | set(_SIZES) | _NESTED, Path(str(path)), "")
+    out: dict[str, Any] = {k: v for k, v in data.items() if k in _PLAIN}
+    for key, (name, scale) in _SIZES.items():
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise SpecError(f"must be a positive number, got {value!r}", path=path, field=key)
+            out[name] = float(value) * scale
+    if "compression" in data:
+        comp = data["compression"]
+        if isinstance(comp, str):
+            comp = {"kind": comp}
+        comp = expect_mapping(comp, Path(str(path)), "compression")
+        check_keys(comp, _COMPRESSION_KEYS, Path(str(path)), "compression")
+        out["compression"] = Compression(**comp)
+    if "variability" in data:
+        var = dict(expect_mapping(data["variability"], Path(str(path)), "variability"))
+        check_keys(var, _VARIABILITY_KEYS, Path(str(path)), "variability")
+        slow = var.pop("device_slowdown", {}) or {}
+        if not isinstance(slow, dict):
+            raise SpecError("must map rank -> slowdown factor", path=path, field="variability.device_slowdown")
+        out["variability"] = Variability(**var, device_slowdown=tuple(sorted((int(k), v) for k, v in slow.items())))
+    if "stage_partition" in data:
+        parts = data["stage_partition"]
+        if not isinstance(parts, list):
+            raise SpecError("must be a list of layer counts per chunk", path=path, field="stage_partition")
+        out["stage_partition"] = tuple(parts)
+    if "layer_groups" in data:
+        groups = data["layer_groups"]
+        if not isinstance(groups, list):
+            raise SpecError("must be a list of {first, last, parallel}", path=path, field="layer_groups")
+        parsed = []
+        for i, g in enumerate(groups):
+            g = expect_mapping(g, Path(str(path)), f"layer_groups[{i}]")
+            check_keys(g, {"first", "last", "parallel"}, Path(str(path)), f"layer_groups[{i}]")
+            missing = {"first", "last", "parallel"} - set(g)
+            if missing:
+                raise SpecError(f"missing {sorted(missing)[0]}", path=path, field=f"layer_groups[{i}]")
+            parsed.append(LayerGroup(str(g["first"]), str(g["last"]), str(g["parallel"])))
+        out["layer_groups"] = tuple(parsed)
+    return out
+
+
+def load_strategy(path: str | Path, overrides: dict[str, Any] | None = None) -> Strategy:
+    """A validated `Strategy` from a YAML file; `overrides` (already in SI) replace its fields."""
+    path = Path(path)
+    fields = strategy_fields(read_yaml(path) or {}, path)
+    fields.update(overrides or {})
+    try:
+        return make_strategy(**fields)
+    except SpecError as exc:
+        raise SpecError(exc.reason, path=path, field=exc.field) from None
+    except (TypeError, UnitError) as exc:
+        raise SpecError(str(exc), path=path) from None

@@ -1,0 +1,87 @@
+"""Communication prices for the task graph from a cluster profile, through `dlsim.cost.collectives`.
+
+A group of ranks on one node uses the intra-node tier, otherwise the inter-node tier (with the
+intra-node tier for the hierarchical algorithm and `ranks_per_node` from the rank layout). The
+strategy's `collective` names the algorithm (auto: the cheapest by closed form, as NCCL's tuner
+picks); where a collective has no algorithm of that name, auto is used for it. Reductions cost
+γ = 1 / `Cluster.reduce_bandwidth` seconds per byte. Point-to-point transfers use the tier's
+point-to-point model (`dlsim.cost.p2p`: LogGP when the tier has an overhead or gap, else Hockney).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dlsim.cost.collectives import ALGORITHMS, collective_time, expand_schedule, make_costs
+from dlsim.cost.collectives.registry import applicable
+from dlsim.cost.p2p import p2p_model
+from dlsim.errors import SpecError
+from dlsim.plan.comm import INTER, INTRA, Layout, Transfer
+from dlsim.results import Estimate, Source
+from dlsim.spec.cluster import Cluster, LinkTier
+
+OP_NAMES = {"allreduce": "allreduce", "reduce_scatter": "reduce-scatter", "allgather": "allgather",
+            "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce"}
+
+
+class ClusterPricer:
+    """`CommPricer` over a `Cluster` and a rank `Layout` (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster, layout: Layout, algorithm: str = "auto"):
+        known = {name for table in ALGORITHMS.values() for name in table} | {"auto"}
+        if algorithm not in known:
+            raise SpecError(f"unknown collective algorithm {algorithm!r} (use {', '.join(sorted(known))})",
+                            field="collective")
+        self.cluster, self.layout, self.algorithm = cluster, layout, algorithm
+        self.gamma = 1.0 / cluster.reduce_bandwidth if cluster.reduce_bandwidth > 0 else None
+        self._p2p = {tier: p2p_model(self.link(tier)) for tier in (INTRA, INTER)}
+
+    def link(self, tier: str) -> LinkTier:
+        if tier == INTER and self.cluster.inter is not None:
+            return self.cluster.inter
+        return self.cluster.intra
+
+    def tier(self, ranks: Sequence[int]) -> str:
+        if self.cluster.inter is None:
+            return INTRA
+        return self.layout.tier(ranks)
+
+    def _call(self, op: str, ranks: Sequence[int]) -> tuple[str, str, LinkTier, int | None]:
+        name = OP_NAMES.get(op)
+        if name is None:
+            raise ValueError(f"unknown collective {op!r}")
+        tier = self.tier(ranks)
+        per_node = self.layout.ranks_per_node(ranks) if tier == INTER else None
+        if per_node is not None and (per_node < 2 or len(ranks) % per_node):
+            per_node = None
+        algo = self.algorithm
+        table = ALGORITHMS[name]
+        if algo != "auto":
+            entry = table.get(algo)
+            from dlsim.cost.collectives.core import make_options
+            if entry is None or not applicable(entry, len(ranks), make_options(ranks_per_node=per_node)):
+                algo = "auto"
+        return name, algo, self.link(tier), per_node
+
+    def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
+        name, algo, link, per_node = self._call(op, ranks)
+        return collective_time(name, algo, float(nbytes), len(ranks), link, gamma=self.gamma, ranks_per_node=per_node,
+                               intra=self.cluster.intra)
+
+    def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:
+        tier = self.tier([src, dst])
+        model = self._p2p[tier]
+        return Estimate(float(model.time(float(nbytes))) if nbytes > 0 else 0.0, Source.MODEL,
+                        f"send {model.model} over {self.link(tier).name}")
+
+    def expand(self, op: str, nbytes: float, ranks: Sequence[int]) -> list[Transfer] | None:
+        name, algo, link, per_node = self._call(op, ranks)
+        schedule = expand_schedule(name, algo, float(nbytes), len(ranks), link=link, gamma=self.gamma,
+                                   ranks_per_node=per_node, intra=self.cluster.intra)
+        costs = make_costs(link, gamma=self.gamma, intra=self.cluster.intra)
+        out = []
+        for m in schedule.messages:
+            arrive, spacing, reduce = (float(costs.t(m.nbytes, m.intra)), float(costs.gap(m.nbytes, m.intra)),
+                                       float(costs.r(m.reduce_bytes)))
+            out.append(Transfer(m.src, m.dst, m.nbytes, arrive + reduce, m.deps, spacing, spacing + reduce, m.intra))
+        return out

@@ -1,0 +1,93 @@
+"""Readable summaries of simulation records (from the record alone)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlsim.units import format_bytes, format_time
+
+_PARTS = (("compute", "compute"), ("recompute", "recompute"), ("exposed_comm", "exposed communication"),
+          ("bubble", "pipeline bubble"), ("idle", "idle"))
+
+
+def _strategy_line(s: dict[str, Any]) -> str:
+    parts = [f"dp {s['dp']} x tp {s['tp']} x pp {s['pp']}",
+             f"micro-batch {s['microbatch_size']} x {s['num_microbatches']}",
+             f"global batch {s['global_batch']}"]
+    if s["pp"] > 1:
+        parts.append(s["schedule"] + (f" (v={s['virtual_stages']})" if s["virtual_stages"] > 1 else ""))
+    parts.append(f"sync {s['sync']}" + (f" s={s['staleness']}" if s["sync"] == "ssp" else ""))
+    if s["zero"]:
+        parts.append(f"ZeRO-{s['zero']}")
+    if s["recompute"] != "none":
+        parts.append(f"recompute {s['recompute']}")
+    if s["compression"]["kind"] != "none":
+        parts.append(f"compression {s['compression']['kind']}")
+    if s["layer_groups"]:
+        parts.append("layer groups " + ", ".join(f"{g['first']}..{g['last']}: {g['parallel']}"
+                                                  for g in s["layer_groups"]))
+    return ", ".join(parts)
+
+
+def simulation_summary(rec: dict[str, Any]) -> str:
+    """Summary of a `simulation` or `async_simulation` record."""
+    if rec.get("kind") == "async_simulation":
+        return async_summary(rec)
+    t = rec["iteration_time_s"]
+    lines = [f"{rec['model']} on {rec['cluster']} ({rec['device']})",
+             f"strategy: {_strategy_line(rec['strategy'])}",
+             f"iteration time   {format_time(t)}",
+             f"throughput       {rec['throughput_samples_per_s']:.4g} samples/s",
+             f"utilisation      {rec['utilisation']:.1%} of device time computing, "
+             f"model FLOPs utilisation {rec['model_flops_utilisation']:.1%}",
+             "where the time goes (mean over devices):"]
+    bd = rec["breakdown_s"]
+    for key, label in _PARTS:
+        share = bd[key] / t if t > 0 else 0.0
+        lines.append(f"  {label:<24}{format_time(bd[key]):>12}  {share:6.1%}")
+    lines.append(f"  {'communication (total)':<24}{format_time(rec['communication_s']):>12}  "
+                 f"{rec['communication_s'] / t if t else 0:6.1%}  (overlapped or not)")
+    worst = max(rec["devices"], key=lambda d: d["peak_memory_bytes"] / d["capacity_bytes"])
+    mem = worst["memory_bytes"]
+    lines.append(f"peak memory      {format_bytes(rec['peak_memory_bytes'])} of "
+                 f"{format_bytes(worst['capacity_bytes'])} on {worst['name']}")
+    lines.append("  " + ", ".join(f"{k} {format_bytes(v)}" for k, v in mem.items() if v > 0))
+    lines.append("per device (simulated; each stands for `x` identical ranks):")
+    lines.append(f"  {'device':<28}{'x':>5}{'compute':>11}{'exp.comm':>11}{'bubble':>11}{'idle':>11}{'memory':>12}")
+    for d in rec["devices"][:16]:
+        b = d["breakdown_s"]
+        lines.append(f"  {d['name']:<28}{d['multiplicity']:>5}{format_time(b['compute'] + b['recompute']):>11}"
+                     f"{format_time(b['exposed_comm']):>11}{format_time(b['bubble']):>11}{format_time(b['idle']):>11}"
+                     f"{format_bytes(d['peak_memory_bytes']):>12}")
+    if len(rec["devices"]) > 16:
+        lines.append(f"  ... {len(rec['devices']) - 16} more")
+    cp = rec["critical_path"]
+    by = ", ".join(f"{k} {format_time(v)}" for k, v in sorted(cp["time_by_category_s"].items()))
+    lines.append(f"critical path    {cp['tasks_on_path']} tasks: {by}; waiting {format_time(cp['waiting_s'])}")
+    lines.append(f"priced from measured data: {rec['measured_share']:.1%} of task time")
+    sim = rec["simulation"]
+    lines.append(f"simulated {sim['simulated_devices']} of {sim['total_devices']} devices, {sim['tasks']} tasks, "
+                 f"{sim['events']} events")
+    if not rec["feasible"]:
+        lines.append(f"INFEASIBLE: {rec['infeasible_reason']}")
+    for note in rec.get("notes", []):
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def async_summary(rec: dict[str, Any]) -> str:
+    """Summary of an `async_simulation` record."""
+    lines = [f"{rec['model']} on {rec['cluster']}: parameter server, sync {rec['sync']}, {rec['workers']} workers, "
+             f"{rec['strategy']['ps_shards']} shards",
+             f"simulated time   {format_time(rec['simulated_time_s'])} for {rec['strategy']['iterations']} "
+             f"iterations per worker (compute alone {format_time(rec['iteration_compute_s'])} each)",
+             f"throughput       {rec['throughput_samples_per_s']:.4g} samples/s, {rec['updates_per_s']:.4g} updates/s",
+             f"staleness        mean {rec['staleness_mean']:.3g}, max {rec['staleness_max']}; histogram "
+             + ", ".join(f"{k}: {v}" for k, v in rec["staleness_histogram"].items())]
+    lines.append(f"  {'worker':<8}{'compute':>12}{'wait':>12}{'comm':>12}")
+    for w in rec["workers_detail"][:16]:
+        lines.append(f"  {w['worker']:<8}{format_time(w['compute_s']):>12}{format_time(w['wait_s']):>12}"
+                     f"{format_time(w['comm_s']):>12}")
+    for note in rec.get("notes", []):
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
