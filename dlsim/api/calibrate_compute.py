@@ -1,0 +1,193 @@
+"""`calibrate_compute()`: measure a device's kernels into a hardware profile directory.
+
+Writes (in `out`): ``gemm.csv``, ``conv.csv``, ``memory.csv``, ``device.csv`` (rows appended as they
+are measured; a rerun resumes), ``meta.yaml`` (device, library versions, date, command, every run),
+and ``profile.yaml``: a new one with the measured and fitted roofline parameters, or, when one
+exists, only the table entries it lacks (nothing a user wrote is replaced).
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import yaml
+
+from dlsim.api.models import as_model, check_batch
+from dlsim.calibrate.compute_fit import GemmFit, MemoryFit, fit_gemm, fit_memory
+from dlsim.calibrate.compute_plan import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, Task, gemm_grid, memory_sweep,
+                                          model_tasks, optimizer_sweep)
+from dlsim.calibrate.compute_run import Backend, RunSummary, run_calibration
+from dlsim.calibrate.compute_timer import KernelTimer, cache_flusher, check_device, set_threads
+from dlsim.calibrate.compute_hostinfo import host_description
+from dlsim.errors import SpecError
+from dlsim.io.files import write_atomic
+from dlsim.io.kernel_tables import read_table
+from dlsim.io.profile_write import add_tables, write_new_profile
+from dlsim.io.yamlfile import read_yaml
+from dlsim.units import GBYTE_PER_S, GFLOPS, GIB, TFLOPS, US
+
+TABLES = {"gemm": "gemm.csv", "conv": "conv.csv", "memory": "memory.csv"}
+
+
+def framework_param_sizes(model: Any) -> tuple[int, ...] | None:
+    """The model's parameter tensors as PyTorch holds them (built on the meta device: no memory),
+    or None when PyTorch cannot build it."""
+    try:
+        from dlsim.validate.torch_model import build_torch_model
+        net = build_torch_model(model, device="meta")
+    except (ImportError, SpecError):
+        return None
+    return tuple(p.numel() for p in net.parameters())
+
+
+def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: Mapping[str, Any] | None = None,
+         device: str = "cpu", dtypes: Sequence[str] = ("fp32",), grid: bool = True,
+         algorithms: Sequence[str] | None = None) -> list[Task]:
+    """The kernels to measure: the generic grids (`grid`) and every kernel of each model at its batch size.
+
+    `batches` has one batch size per model, or one for all. `overrides` (model parameters such as
+    ``seq_len``) apply to each model that has the parameter; a key no model has is an error.
+    """
+    if models and len(batches) not in (1, len(models)):
+        raise SpecError(f"give one --batch for all models or one per model ({len(models)}), got {len(batches)}",
+                        field="batch")
+    if algorithms is not None:
+        bad = [a for a in algorithms if a not in CONV_ALGORITHMS[device]]
+        if bad:
+            raise SpecError(f"unknown {device} convolution algorithm {bad[0]!r} "
+                            f"(use {', '.join(CONV_ALGORITHMS[device])})", field="algorithm")
+    tasks: list[Task] = []
+    if grid:
+        tasks += gemm_grid(dtypes) + memory_sweep(dtypes) + optimizer_sweep()
+    used: set[str] = set()
+    for i, name in enumerate(models):
+        batch = check_batch(batches[i] if len(batches) > 1 else batches[0])
+        model = as_model(name)
+        own = {k: v for k, v in (overrides or {}).items() if k in model.params_used}
+        used.update(own)
+        model = as_model(name, own) if own else model
+        sizes = framework_param_sizes(model)
+        for dtype in dtypes:
+            tasks += model_tasks(model, batch, dtype, device, algorithms, param_sizes=sizes)
+    unknown = sorted(set(overrides or {}) - used)
+    if models and unknown:
+        raise SpecError(f"no model given has a parameter {unknown[0]!r}", field="set")
+    seen, unique = set(), []
+    for t in tasks:  # the same kernel needed twice is measured once
+        if t not in seen:
+            seen.add(t)
+            unique.append(t)
+    return unique
+
+
+def _fits(out: Path, dtypes: Iterable[str], device_rows: dict[str, float]) -> tuple[dict[str, GemmFit], MemoryFit | None]:
+    launch = device_rows.get("launch_overhead_s", 0.0)
+    gemm = read_table("gemm", out / TABLES["gemm"]) if (out / TABLES["gemm"]).stat().st_size else []
+    fits = {d: f for d in dtypes if (f := fit_gemm([r for r in gemm if r.set == "grid"] or gemm, d, launch))}
+    memory = read_table("memory", out / TABLES["memory"])
+    bw = device_rows.get("stream_bandwidth_bytes_per_s")
+    mem = fit_memory([r for r in memory if r.dtype == "fp32" and r.pass_name != "step"], bw, launch) if bw else None
+    return fits, mem
+
+
+def _device_rows(out: Path) -> dict[str, float]:
+    import csv
+    with open(out / "device.csv") as handle:
+        return {r["quantity"]: float(r["value"]) for r in csv.DictReader(handle)}
+
+
+def _num(x: float) -> str:
+    """A float as YAML reads it back as a float (YAML 1.1 wants a dot in 1.0e-09)."""
+    text = f"{x:.4g}"
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+
+
+def _profile_text(name: str, host: dict, fits: dict[str, GemmFit], mem: MemoryFit | None, dev: dict[str, float],
+                  date: str) -> str:
+    """A new profile.yaml whose every number is measured here or fitted to what was measured."""
+    ref = fits.get("fp32") or next(iter(fits.values()))
+    peak = ", ".join(f"{d}: {_num(f.peak_flops / TFLOPS)}" for d, f in fits.items())
+    vector = dev.get("elementwise_flops_per_s", ref.peak_flops) / ref.efficiency
+    bw = dev["stream_bandwidth_bytes_per_s"]
+    return f"""# Measured by `dlsim calibrate compute` on {date}: {host['device']}, {host['threads']} threads,
+# torch {host['torch']}. Every number below is measured on this machine or fitted to its measured tables
+# (see meta.yaml, gemm.csv, conv.csv, memory.csv, device.csv); none is a datasheet value.
+name: {name}
+description: {host['device']} ({host['threads']} threads), measured kernel tables
+nodes: 1
+devices_per_node: 1
+device:
+  name: {host['device']}
+  # measured: best GEMM throughput in gemm.csv per data type
+  peak_tflops: {{{peak}}}
+  # measured: softmax at 5 FLOP/element (device.csv elementwise_flops_per_s) / compute_efficiency
+  vector_tflops: {{fp32: {_num(vector / TFLOPS)}}}
+  memory_gib: {_num(host['memory_bytes'] / GIB)}   # read from the OS (MemTotal / device properties)
+  # measured: STREAM add, torch.add(a, b, out=c) on 3 x 128 MiB (device.csv)
+  memory_bandwidth_gbytes_per_s: {_num(bw / GBYTE_PER_S)}
+  # measured: one tiny operator with autograd recording (device.csv)
+  launch_overhead_us: {_num(dev['launch_overhead_s'] / US)}
+  # fitted to the {ref.rows} GEMMs of gemm.csv (median error {ref.median_abs_rel_error:.1%}), dlsim.calibrate.compute_fit
+  compute_efficiency: {_num(ref.efficiency)}
+  half_efficiency_gflop: {_num(ref.half_flops / GFLOPS)}
+  # fitted to the memory-bound kernels of memory.csv{f' (median error {mem.median_abs_rel_error:.1%})' if mem else ''}
+  memory_efficiency: {_num(mem.efficiency if mem else 1.0)}
+intra_node:
+  # one device: no link is used. `dlsim calibrate comm` measures real links.
+  name: none
+  latency_us: 0
+  bandwidth_gbytes_per_s: {_num(bw / GBYTE_PER_S)}
+tables: {{{', '.join(f'{k}: {v}' for k, v in TABLES.items())}}}
+"""
+
+
+def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[str] = (), batches: Sequence[int] = (1,),
+                      overrides: Mapping[str, Any] | None = None, dtypes: Sequence[str] = ("fp32",), grid: bool = True,
+                      algorithms: Sequence[str] | None = None, threads: int | None = None, repeats: int = 5,
+                      flush_cache: bool = True, command: str = "", progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
+    """Measure kernels into the profile directory `out` (see the module docstring); returns a summary record."""
+    out = Path(out)
+    check_device(device)
+    tasks = plan(models, batches, overrides=overrides, device=device, dtypes=dtypes, grid=grid, algorithms=algorithms)
+    threads_used = set_threads(threads)
+    backend = Backend.create(device)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None)
+    summary: RunSummary = run_calibration(tasks, out, backend, timer, progress=progress)
+    dev = _device_rows(out)
+    fits, mem = _fits(out, dtypes, dev)
+    host = host_description(device, threads_used)
+    meta_path = out / "meta.yaml"
+    meta = (read_yaml(meta_path) or {}) if meta_path.exists() else {}
+    runs = list(meta.get("runs", [])) + [{
+        "date": started, "command": command or " ".join(sys.argv), "models": list(models), "batches": list(batches),
+        "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "threads": threads_used,
+        "flush_cache": flush_cache, "tasks": len(tasks),
+        "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
+        "seconds": round(summary.seconds, 1)}]
+    meta = {"device": host, "defaults": {"conv_algorithm": DEFAULT_CONV_ALGORITHM[device]},
+            "conv_algorithms": list(CONV_ALGORITHMS[device]),
+            "measured": {k: v for k, v in dev.items()},
+            "fitted": {**{f"gemm_{d}": asdict(f) for d, f in fits.items()}, **({"memory": asdict(mem)} if mem else {})},
+            "timing": {"repeats": repeats, "threads": threads_used, "flush_cache": flush_cache,
+                       "statistic": ("median of single calls, each after a cache flush" if flush_cache else
+                                     "median over blocks of back-to-back calls") + ", after one warm-up call"},
+            "runs": runs}
+    write_atomic(meta_path, yaml.safe_dump(meta, sort_keys=False, width=120))
+    profile = out / "profile.yaml"
+    if profile.exists():
+        changes = add_tables(profile, TABLES)
+    elif fits:
+        write_new_profile(profile, _profile_text(out.name, host, fits, mem, dev, started))
+        changes = ["profile.yaml: written"]
+    else:
+        changes = ["profile.yaml: not written (no GEMM rows to fit the roofline; run with the grid)"]
+    return {"kind": "calibrate-compute", "out": str(out), "device": host["device"], "tasks": len(tasks),
+            "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
+            "dropped_partial_lines": summary.dropped_partial, "seconds": summary.seconds, "profile": changes,
+            "fitted": meta["fitted"], "measured_device": meta["measured"]}

@@ -1,0 +1,222 @@
+"""PyTorch callables for the kernels a calibration times: GEMMs, convolution passes, memory-bound layers.
+
+Each builder returns a zero-argument function that runs exactly one kernel (or one operator's
+forward or backward) on tensors allocated once, so timing it measures the kernel, its dispatch and
+its output allocation, as a framework pays them in a training step:
+
+* GEMM: ``torch.mm`` (``torch.bmm`` for a batched GEMM) of contiguous A[m×k]·B[k×n].
+* Convolution: forward ``F.conv2d``; backward-data and backward-filter are
+  ``aten.convolution_backward`` with output mask (∇x only) and (∇w only), the calls autograd
+  makes, under the algorithm choice (`conv_algorithm`) the library exposes.
+* Memory-bound layers (`memory_op`): the functional form of the operator PyTorch runs for that
+  dlsim layer type (the same ones `dlsim.validate.torch_model` builds its modules from): forward,
+  and backward as ``torch.autograd.grad`` of the retained graph with respect to every float input
+  and parameter, which is the operator's whole backward (for batch and layer norm it includes ∇γ
+  and ∇β, which dlsim's cost model counts in the ∇x pass).
+
+torch is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Callable, Iterator
+
+from dlsim.cost.layers import Gemm, layer_cost
+from dlsim.cost.lookup import ConvShape
+from dlsim.errors import DlsimError
+from dlsim.spec.model import Layer
+from dlsim.spec.ops import conv_geometry
+
+TORCH_DTYPES = {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def torch_dtype(dtype: str) -> Any:
+    import torch
+    if dtype not in TORCH_DTYPES:
+        raise DlsimError(f"no PyTorch type for dtype {dtype!r} (use {', '.join(TORCH_DTYPES)})")
+    return getattr(torch, TORCH_DTYPES[dtype])
+
+
+@contextlib.contextmanager
+def _quiet(flags: contextlib.AbstractContextManager) -> Iterator[None]:
+    """`flags`, without the warning PyTorch's oneDNN flags emit about Intel-GPU TF32 on every use."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with flags:
+            yield
+
+
+def conv_algorithm(algorithm: str) -> contextlib.AbstractContextManager:
+    """The context in which PyTorch runs convolutions with `algorithm` (see compute_plan.CONV_ALGORITHMS)."""
+    import torch
+    if algorithm == "mkldnn":
+        return _quiet(torch.backends.mkldnn.flags(enabled=True))
+    if algorithm == "native":
+        return _quiet(torch.backends.mkldnn.flags(enabled=False))
+    cudnn = {"cudnn-default": (False, False), "cudnn-benchmark": (True, False), "cudnn-deterministic": (False, True)}
+    if algorithm in cudnn:
+        benchmark, deterministic = cudnn[algorithm]
+        return torch.backends.cudnn.flags(enabled=True, benchmark=benchmark, deterministic=deterministic)
+    raise DlsimError(f"unknown convolution algorithm {algorithm!r}")
+
+
+def gemm_fn(g: Gemm, dtype: str, device: Any) -> Callable[[], Any]:
+    import torch
+    gen = torch.Generator().manual_seed(0)
+    t = torch_dtype(dtype)
+    if g.count == 1:
+        a = torch.randn(g.m, g.k, generator=gen).to(device=device, dtype=t)
+        b = torch.randn(g.k, g.n, generator=gen).to(device=device, dtype=t)
+        return lambda: torch.mm(a, b)
+    a = torch.randn(g.count, g.m, g.k, generator=gen).to(device=device, dtype=t)
+    b = torch.randn(g.count, g.k, g.n, generator=gen).to(device=device, dtype=t)
+    return lambda: torch.bmm(a, b)
+
+
+def conv_fn(shape: ConvShape, n: int, pass_name: str, dtype: str, device: Any) -> tuple[Callable[[], Any], int]:
+    """A function running one pass of the convolution, and the bytes of that pass's output tensor."""
+    import torch
+    import torch.nn.functional as F
+    s = shape
+    gen = torch.Generator().manual_seed(0)
+    t = torch_dtype(dtype)
+    x = torch.randn(n, s.c_in, s.h, s.w, generator=gen).to(device=device, dtype=t)
+    w = torch.randn(s.c_out, s.c_in // s.groups, s.k_h, s.k_w, generator=gen).to(device=device, dtype=t)
+    stride, pad, dil = [s.stride_h, s.stride_w], [s.pad_h, s.pad_w], [s.dil_h, s.dil_w]
+    if pass_name == "forward":
+        y = F.conv2d(x, w, None, stride, pad, dil, s.groups)
+        return (lambda: F.conv2d(x, w, None, stride, pad, dil, s.groups)), y.numel() * y.element_size()
+    ho = (s.h + 2 * s.pad_h - s.dil_h * (s.k_h - 1) - 1) // s.stride_h + 1
+    wo = (s.w + 2 * s.pad_w - s.dil_w * (s.k_w - 1) - 1) // s.stride_w + 1
+    dy = torch.randn(n, s.c_out, ho, wo, generator=gen).to(device=device, dtype=t)
+    mask = [True, False, False] if pass_name == "backward_data" else [False, True, False]
+    out = x if pass_name == "backward_data" else w
+    back = torch.ops.aten.convolution_backward
+    return (lambda: back(dy, x, w, None, stride, pad, dil, False, [0, 0], s.groups, mask)), \
+        out.numel() * out.element_size()
+
+
+def _window(layer: Layer) -> dict:
+    return conv_geometry(dict(layer.attrs), layer.in_shapes[0])
+
+
+def _forward(layer: Layer, xs: list, params: dict) -> Any:
+    """The operator PyTorch runs for one memory-bound dlsim layer."""
+    import torch
+    import torch.nn.functional as F
+    a, t, x = layer.attrs, layer.type, xs[0]
+    if t in ("maxpool", "avgpool"):
+        g = _window(layer)
+        k, s, p = (g["kh"], g["kw"]), (g["sh"], g["sw"]), (g["ph"], g["pw"])
+        if t == "maxpool":
+            return F.max_pool2d(x, k, s, p, (g["dh"], g["dw"]), ceil_mode=bool(a["ceil_mode"]))
+        return F.avg_pool2d(x, k, s, p, ceil_mode=bool(a["ceil_mode"]))
+    simple = {"global_avgpool": lambda: x.mean((2, 3)), "global_maxpool": lambda: x.amax((2, 3)),
+              "relu": lambda: torch.relu(x), "tanh": lambda: torch.tanh(x), "sigmoid": lambda: torch.sigmoid(x),
+              "gelu": lambda: F.gelu(x, approximate="tanh"), "softmax": lambda: torch.softmax(x, -1),
+              "dropout": lambda: F.dropout(x, a["p"], training=True),
+              "concat": lambda: torch.cat(xs, a["axis"] + 1 if a["axis"] >= 0 else a["axis"])}
+    if t in simple:
+        return simple[t]()
+    if t == "add":
+        out = xs[0]
+        for other in xs[1:]:
+            out = out + other
+        return out
+    if t == "batchnorm":
+        return F.batch_norm(x, params["mean"], params["var"], params.get("weight"), params.get("bias"), True, 0.1,
+                            a["eps"])
+    if t == "layernorm":
+        return F.layer_norm(x, (x.shape[-1],), params.get("weight"), params.get("bias"), a["eps"])
+    if t == "lrn":
+        return F.local_response_norm(x, a["size"], a["alpha"], a["beta"], a["k"])
+    if t == "embedding":
+        y = F.embedding(x, params["tokens"])
+        if "positions" in params:
+            y = y + F.embedding(torch.arange(x.shape[1], device=x.device), params["positions"])
+        if "token_types" in params:
+            y = y + F.embedding(torch.zeros_like(x), params["token_types"])
+        return y
+    if t == "cross_entropy":
+        return F.cross_entropy(x.reshape(-1, x.shape[-1]), xs[1].reshape(-1))
+    raise DlsimError(f"layer {layer.name!r}: {t} is not a memory-bound operator dlsim calibrates")
+
+
+def _inputs(layer: Layer, batch: int, dtype: str, device: Any) -> tuple[list, dict]:
+    import torch
+    gen = torch.Generator().manual_seed(0)
+    t = torch_dtype(dtype)
+    def floats(*shape: int, grad: bool = True) -> Any:
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=t).requires_grad_(grad)
+    a = layer.attrs
+    if layer.type == "embedding":
+        steps = layer.in_shapes[0][0]
+        ids = torch.randint(0, a["vocab"], (batch, steps), generator=gen).to(device)
+        params = {"tokens": floats(a["vocab"], a["dim"])}
+        if a["positions"]:
+            params["positions"] = floats(a["positions"], a["dim"])
+        if a["token_types"]:
+            params["token_types"] = floats(a["token_types"], a["dim"])
+        return [ids], params
+    xs = [floats(batch, *s) for s in layer.in_shapes]
+    params: dict = {}
+    if layer.type == "cross_entropy":
+        logits = layer.in_shapes[0]
+        xs.append(torch.randint(0, logits[-1], (batch, *logits[:-1]), generator=gen).to(device))
+    elif layer.type in ("batchnorm", "layernorm"):
+        width = layer.in_shapes[0][0] if layer.type == "batchnorm" else layer.in_shapes[0][-1]
+        if a["affine"]:
+            params = {"weight": floats(width), "bias": floats(width)}
+        if layer.type == "batchnorm":
+            params["mean"] = torch.zeros(width, device=device, dtype=t)
+            params["var"] = torch.ones(width, device=device, dtype=t)
+    return xs, params
+
+
+def memory_op(layer: Layer, batch: int, pass_name: str, dtype: str, device: Any) -> Callable[[], Any]:
+    """A function running the forward or the backward of one memory-bound layer (see the module docstring)."""
+    import torch
+    cost = layer_cost(layer, batch, dtype)
+    if pass_name != "forward" and getattr(cost, pass_name).kernels == 0:
+        raise DlsimError(f"layer {layer.name!r} ({layer.type}) has no {pass_name} pass")
+    xs, params = _inputs(layer, batch, dtype, device)
+    if pass_name == "forward":  # with autograd recording, as in training
+        return lambda: _forward(layer, xs, params)
+    y = _forward(layer, xs, params)
+    wrt = [v for v in (*xs, *params.values()) if v.requires_grad]
+    dy = torch.ones_like(y) if y.dim() == 0 else torch.randn_like(y)
+    return lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True)
+
+
+OPTIMIZER_NAMES = ("sgd", "momentum", "adam")
+
+
+def make_optimizer(name: str, params: Any) -> tuple[Any, str]:
+    """PyTorch's optimizer for dlsim's name (sgd: SGD; momentum: SGD with momentum 0.9; adam: Adam),
+    with the fused implementation (one kernel per parameter tensor) where this PyTorch has it for the
+    parameters' device, foreach otherwise; returns (optimizer, implementation)."""
+    import torch
+    if name not in OPTIMIZER_NAMES:
+        raise DlsimError(f"unknown optimizer {name!r} (use {', '.join(OPTIMIZER_NAMES)})")
+    params = list(params)
+    def build(impl: dict) -> Any:
+        if name == "adam":
+            return torch.optim.Adam(params, lr=1e-4, **impl)
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9 if name == "momentum" else 0.0, **impl)
+    try:
+        return build({"fused": True}), "fused"
+    except (RuntimeError, TypeError, ValueError):
+        return build({"foreach": True}), "foreach"
+
+
+def optimizer_step_fn(name: str, sizes: tuple[int, ...], device: Any) -> Callable[[], Any]:
+    """One optimizer step over fp32 parameter tensors of `sizes` elements with gradients set (the
+    optimizer state is created by the first, warm-up, step)."""
+    import torch
+    params = [torch.zeros(n, device=device, requires_grad=True) for n in sizes]
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    opt, _ = make_optimizer(name, params)
+    return opt.step

@@ -1,0 +1,206 @@
+"""What a compute calibration measures: the generic grids and exactly the kernels a model needs.
+
+Pure planning, no PyTorch: a list of tasks, each the key of one table row.
+
+* GEMM grid: every (m, n, k) with each dimension a power of two from 1 to `gemm_max`, except
+  products above `gemm_max_flops` (the largest kernels cost the most time and sit where the
+  throughput has saturated, so the lookup clamps there), per data type; plus batched GEMMs of
+  attention shapes (L×L×64 and L×64×L, 16 of them) for L = 64 … 1024.
+* Memory-bound sweep: each element-wise, normalisation, pooling, softmax, dropout and loss operator
+  on tensors of 4 Ki to 16 Mi elements (×4 steps), forward and backward, so that any model's
+  memory-bound layers land between measured sizes.
+* Optimizer steps (sgd, momentum, adam; PyTorch's fused kernels) over 2^16 … 2^26 parameters in
+  16 tensors, and over each model's own parameter tensors (one per layer with parameters, the
+  count dlsim's cost model uses).
+* A model at a batch size (`model_tasks`): for every layer, `dlsim.cost.layers.layer_cost` gives
+  the GEMMs of linear, attention and recurrent layers, the geometry of each convolution (measured
+  per pass and per algorithm the library offers) and the memory-bound passes; identical shapes
+  are measured once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from dlsim.cost.layers import Gemm, layer_cost
+from dlsim.cost.memory import OPTIMIZERS, optimizer_step_traffic
+from dlsim.cost.lookup import ConvShape
+from dlsim.cost.pricing import PASSES
+from dlsim.spec.model import INPUT, Layer, Model, build_model
+
+CONV_ALGORITHMS = {"cpu": ("mkldnn", "native"), "cuda": ("cudnn-default", "cudnn-benchmark", "cudnn-deterministic")}
+"""Convolution algorithm choices the library exposes: oneDNN on or off on a CPU
+(``torch.backends.mkldnn.enabled``); cuDNN's heuristic choice, its autotuner (``benchmark``) or its
+deterministic algorithms on CUDA."""
+DEFAULT_CONV_ALGORITHM = {"cpu": "mkldnn", "cuda": "cudnn-default"}
+"""What PyTorch runs when nobody changes a flag."""
+
+MEMORY_SWEEP_OPS = ("relu", "gelu", "tanh", "sigmoid", "add", "dropout", "softmax", "layernorm", "batchnorm",
+                    "maxpool", "avgpool", "global_avgpool", "lrn", "concat", "cross_entropy")
+SWEEP_ELEMENTS = tuple(4**e for e in range(6, 13))  # 4 Ki … 16 Mi per tensor
+
+
+@dataclass(frozen=True)
+class GemmTask:
+    dtype: str
+    gemm: Gemm
+    set: str = "grid"
+
+
+@dataclass(frozen=True)
+class ConvTask:
+    dtype: str
+    pass_name: str
+    algorithm: str
+    n: int
+    shape: ConvShape
+    set: str = "model"
+
+
+@dataclass(frozen=True)
+class MemoryTask:
+    """One memory-bound pass of `layer` for `batch` samples; `bytes`/`flops` are dlsim's cost of it."""
+
+    dtype: str
+    layer: Layer = field(compare=False)
+    batch: int
+    pass_name: str
+    signature: str
+    bytes: float
+    flops: float
+    set: str = "model"
+
+
+@dataclass(frozen=True)
+class OptimizerTask:
+    """One optimizer step over parameter tensors of `sizes` elements (fp32 state, as dlsim models it).
+
+    The row is keyed by the parameter count and `key_tensors`, the tensor count dlsim's estimate
+    asks for (one per layer with parameters), while the step runs over the real tensors (weights
+    and biases apart), whose number sets the per-tensor overhead."""
+
+    optimizer: str
+    sizes: tuple[int, ...]
+    key_tensors: int
+    set: str = "model"
+    dtype: str = "fp32"
+
+    @property
+    def signature(self) -> str:
+        return step_signature(self.optimizer, sum(self.sizes), self.key_tensors)
+
+    @property
+    def traffic(self) -> tuple[float, float]:
+        """(bytes, FLOPs) of the step in dlsim's cost model."""
+        return optimizer_step_traffic(sum(self.sizes), self.optimizer)
+
+
+Task = GemmTask | ConvTask | MemoryTask | OptimizerTask
+
+
+def step_signature(optimizer: str, params: int, tensors: int) -> str:
+    """The memory-table signature of an optimizer step (op = the optimizer, pass = "step")."""
+    return f"{optimizer}|p{params}|t{tensors}"
+
+
+def _dims(shape: Iterable[int]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def signature(layer: Layer, batch: int) -> str:
+    """A text key for a memory-bound kernel: type, batch, input shapes and the attributes that change it."""
+    attrs = ";".join(f"{k}={_dims(v) if isinstance(v, (list, tuple)) else v}" for k, v in sorted(layer.attrs.items())
+                     if k not in ("eps", "affine"))
+    ins = "+".join(_dims(s) for s in layer.in_shapes)
+    return f"{layer.type}|n{batch}|{ins}|{attrs}".replace(",", ";").replace(" ", "")
+
+
+def model_tasks(model: Model, batch: int, dtype: str, device: str = "cpu", algorithms: Iterable[str] | None = None,
+                set_name: str = "model", param_sizes: tuple[int, ...] | None = None) -> list[Task]:
+    """Every kernel `model` runs in one training iteration of `batch` samples, deduplicated.
+
+    `param_sizes` are the model's parameter tensors as the framework holds them (default: one
+    tensor per layer with parameters)."""
+    algos = tuple(algorithms) if algorithms is not None else CONV_ALGORITHMS[device]
+    tasks: dict[tuple, Task] = {}
+    for layer in model.layers:
+        cost = layer_cost(layer, batch, dtype)
+        for pass_name in PASSES:
+            p = getattr(cost, pass_name)
+            if p.kernels == 0 and p.flops == 0 and p.bytes == 0:
+                continue
+            if p.kind == "conv" and cost.conv is not None:
+                shape = ConvShape.from_geometry(cost.conv)
+                for algo in algos:
+                    t = ConvTask(dtype, pass_name, algo, batch, shape, set_name)
+                    tasks.setdefault(("conv", t), t)
+            elif p.gemms:
+                for g in p.gemms:
+                    tasks.setdefault(("gemm", dtype, g), GemmTask(dtype, g, set_name))
+            else:
+                sig = signature(layer, batch)
+                t = MemoryTask(dtype, layer, batch, pass_name, sig, p.bytes, p.flops, set_name)
+                tasks.setdefault(("memory", dtype, layer.type, pass_name, sig), t)
+    per_layer = tuple(layer.params for layer in model.layers if layer.params)
+    sizes = param_sizes if param_sizes and sum(param_sizes) == sum(per_layer) else per_layer
+    for opt in OPTIMIZERS if sizes else ():
+        tasks.setdefault(("step", opt, sizes), OptimizerTask(opt, sizes, len(per_layer), set_name))
+    return list(tasks.values())
+
+
+def optimizer_sweep(tensors: int = 16) -> list[OptimizerTask]:
+    """Optimizer steps over 2^16 … 2^26 parameters split into `tensors` tensors."""
+    return [OptimizerTask(opt, (2**e // tensors,) * tensors, tensors, "grid") for opt in OPTIMIZERS
+            for e in range(16, 27, 2)]
+
+
+def gemm_grid(dtypes: Iterable[str], max_dim: int = 4096, max_flops: float = 2.0**33,
+              attention: bool = True) -> list[GemmTask]:
+    """The GEMM calibration grid (see the module docstring), smallest kernels first."""
+    values = [2**e for e in range(0, max_dim.bit_length()) if 2**e <= max_dim]
+    out = []
+    for dtype in dtypes:
+        grid = [Gemm(m, n, k) for m in values for n in values for k in values if 2.0 * m * n * k <= max_flops]
+        if attention:
+            for steps in (64, 128, 256, 512, 1024):
+                grid += [Gemm(steps, steps, 64, 16), Gemm(steps, 64, steps, 16)]
+        out += [GemmTask(dtype, g, "grid") for g in sorted(grid, key=lambda g: (g.flops, g.m, g.n, g.k))]
+    return out
+
+
+def _sweep_layer(op: str, elements: int, dtype: str) -> tuple[Layer, int]:
+    """A one-layer model whose `op` layer touches about `elements` elements per input, and its batch."""
+    batch = 4
+    per = max(elements // batch, 1)
+    if op in ("batchnorm", "maxpool", "avgpool", "global_avgpool", "lrn", "concat"):
+        side = max(int(round((per / 64) ** 0.5)), 4)
+        shape, kind = (64, side, side), "tensor"
+    else:
+        width = 1024 if op in ("softmax", "layernorm", "cross_entropy") else 256
+        shape, kind = (max(per // width, 1), width), "tensor"
+    extra: dict = {"maxpool": {"kernel": 3, "stride": 2, "padding": 1}, "avgpool": {"kernel": 2, "stride": 2},
+                   "dropout": {"p": 0.1}}.get(op, {})
+    entries = [{"name": op, "type": op, **extra}]
+    if op in ("add", "concat"):
+        entries[0]["inputs"] = [INPUT, INPUT]
+    model = build_model(f"sweep-{op}", dtype, shape, kind, entries, source="calibration sweep")
+    return model.layers[0], batch
+
+
+def memory_sweep(dtypes: Iterable[str], ops: Iterable[str] = MEMORY_SWEEP_OPS,
+                 elements: Iterable[int] = SWEEP_ELEMENTS) -> list[MemoryTask]:
+    """Memory-bound kernels over a range of sizes, forward and backward (see the module docstring)."""
+    out: list[MemoryTask] = []
+    for dtype in dtypes:
+        for op in ops:
+            for count in elements:
+                layer, batch = _sweep_layer(op, count, dtype)
+                cost = layer_cost(layer, batch, dtype)
+                for pass_name in PASSES:
+                    p = getattr(cost, pass_name)
+                    if p.kernels == 0 and p.flops == 0 and p.bytes == 0:
+                        continue
+                    out.append(MemoryTask(dtype, layer, batch, pass_name, signature(layer, batch), p.bytes, p.flops,
+                                          "grid"))
+    return out

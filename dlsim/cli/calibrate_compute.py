@@ -1,0 +1,68 @@
+"""``dlsim calibrate compute``: time real kernels through PyTorch into a hardware profile."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from dlsim.api.calibrate_compute import calibrate_compute
+from dlsim.cli.calibrate import calibrate
+from dlsim.cli.options import json_option, parse_overrides, set_option
+from dlsim.cli.output import emit_json
+from dlsim.units import format_time
+
+
+def _progress(quiet: bool):
+    start = time.perf_counter()
+    def report(i: int, total: int, label: str, status: str) -> None:
+        if quiet:
+            return
+        elapsed = time.perf_counter() - start
+        click.echo(f"[{i}/{total} {format_time(elapsed)}] {label}: {status}", err=True)
+    return report
+
+
+@calibrate.command("compute")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--out", "-o", required=True, help="Profile directory (created; a rerun resumes and keeps what exists).")
+@click.option("--model", "models", multiple=True, help="Also measure exactly the kernels of this model (repeatable).")
+@click.option("--batch", "batches", type=int, multiple=True, help="Batch size per --model (one for all, or one each).")
+@click.option("--dtype", "dtypes", multiple=True, help="Data types to measure (repeatable; default fp32).")
+@click.option("--no-grid", is_flag=True, help="Skip the generic GEMM grid and memory-bound sweep (model shapes only).")
+@click.option("--algorithm", "algorithms", multiple=True,
+              help="Convolution algorithms to measure (cpu: mkldnn, native; cuda: cudnn-default, cudnn-benchmark, "
+                   "cudnn-deterministic; default all).")
+@click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's, one per core).")
+@click.option("--repeats", type=int, default=5, show_default=True, help="Timed blocks per kernel (median taken).")
+@click.option("--flush-cache/--no-flush-cache", default=True, show_default=True,
+              help="Evict the caches before every timed call (as other layers do in a training step).")
+@click.option("--quiet", "-q", is_flag=True, help="No per-kernel progress lines.")
+@set_option
+@json_option
+def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[int, ...], dtypes: tuple[str, ...],
+                no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool, quiet: bool,
+                overrides: tuple[str, ...], json_out: str | None) -> None:
+    """Measure GEMMs, convolutions (every algorithm), memory-bound kernels and launch overhead.
+
+    Writes CSV tables, meta.yaml and profile.yaml into OUT. Interrupt it at any time: rerunning the
+    same command measures only what is missing.
+    """
+    if models and not batches:
+        raise click.UsageError("--model needs --batch")
+    if repeats < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--repeats")
+    rec = calibrate_compute(out, device=device, models=models, batches=batches or (1,),
+                            overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
+                            algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache,
+                            command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(quiet))
+    if json_out is not None:
+        emit_json(rec, json_out)
+        return
+    click.echo(f"{rec['out']}: {rec['measured']} kernels measured, {rec['already_measured']} already there, "
+               f"{len(rec['failed'])} failed, in {format_time(rec['seconds'])} on {rec['device']}")
+    for line in rec["failed"]:
+        click.echo(f"  failed: {line}")
+    for line in rec["profile"]:
+        click.echo(f"  {line}")

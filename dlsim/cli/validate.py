@@ -1,0 +1,133 @@
+"""``dlsim validate``: dlsim's predictions against real PyTorch runs.
+
+``dlsim validate MODEL --cluster PROFILE --batch N`` (the same as ``dlsim validate model MODEL ...``)
+times real training iterations; ``dlsim validate kernels --cluster PROFILE`` checks held-out kernel
+shapes. Other validations attach to the `validate` group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dlsim.api.validate import validate_kernels, validate_model
+from dlsim.cli import main
+from dlsim.cli.options import json_option, parse_overrides, set_option
+from dlsim.cli.output import emit_json
+from dlsim.report.text import table
+from dlsim.units import format_time
+
+
+class _DefaultModelGroup(click.Group):
+    """A group whose unknown first word is a model name for the ``model`` subcommand."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["model", *args]
+        return super().resolve_command(ctx, args)
+
+
+@main.group("validate", cls=_DefaultModelGroup)
+def validate() -> None:
+    """Compare predictions with real runs: `dlsim validate MODEL ...` or `dlsim validate kernels ...`."""
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:+.1f}%"
+
+
+def model_report(rec: dict, top: int | None) -> str:
+    """Per-layer and end-to-end predicted vs measured, as text."""
+    layers = sorted(rec["layers"], key=lambda r: -(r["measured_s"] if r["measured_s"] == r["measured_s"] else 0))
+    shown = layers[:top] if top else layers
+    rows = [[r["name"], r["type"], format_time(r["predicted_forward_s"]), format_time(r["measured_forward_s"]),
+             format_time(r["predicted_backward_s"]), format_time(r["measured_backward_s"]), _pct(r["error"]), r["source"]]
+            for r in shown]
+    body = table(["layer", "type", "fwd pred", "fwd meas", "bwd pred", "bwd meas", "error", "src"], rows,
+                 [False, False, True, True, True, True, True, False])
+    p, m, e = rec["predicted"], rec["measured"], rec["error"]
+    phases = table(["phase", "predicted", "measured", "error"],
+                   [[k, format_time(p[f"{k}_s"]), format_time(m[f"{k}_s"]), _pct(e[k])]
+                    for k in ("forward", "backward", "optimizer", "iteration")], [False, True, True, True])
+    pl = rec["per_layer"]
+    big = pl["layers_over_1pct"]
+    lines = [f"{rec['model']} batch {rec['batch']} {rec['dtype']} on {rec['cluster']} ({rec['device']}, "
+             f"{rec['threads']} threads), {rec['optimizer']} ({rec['optimizer_impl']}), median of {rec['repeats']} "
+             f"iterations (spread {100 * m['spread']:.1f}%)", "", body]
+    if top and len(layers) > top:
+        lines.append(f"({len(layers) - top} more layers; --all shows every layer)")
+    lines += ["", phases, "",
+              f"per layer (hooks): {big.get('count', 0)} layers over 1% of the iteration, median |error| "
+              f"{100 * big.get('median_abs', float('nan')):.1f}%, worst {100 * big.get('max_abs', float('nan')):.1f}%; "
+              f"time-weighted |error| {100 * pl['time_weighted_abs_error']:.1f}%",
+              f"end to end: predicted {format_time(p['iteration_s'])}, measured {format_time(m['iteration_s'])}, "
+              f"error {_pct(e['iteration'])}  (src: M measured, I interpolated, X extrapolated, R roofline)"]
+    return "\n".join(lines)
+
+
+@validate.command("model")
+@click.argument("model")
+@click.option("--cluster", "-c", required=True, help="Hardware profile (with measured tables) to predict with.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--batch", type=int, default=8, show_default=True)
+@click.option("--dtype", default=None, help="Data type (default: the model's).")
+@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True, help="Timed iterations (median taken).")
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's).")
+@click.option("--no-layers", is_flag=True, help="Skip the per-layer (hooked) iterations.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
+@set_option
+@json_option
+def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | None, optimizer: str, repeats: int,
+              warmup: int, threads: int | None, no_layers: bool, plot: str | None, show_all: bool,
+              overrides: tuple[str, ...], json_out: str | None) -> None:
+    """Time real training iterations of MODEL in PyTorch and compare them with dlsim's prediction."""
+    rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
+                         warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides))
+    if plot:
+        from dlsim.report.validation_plots import plot_model_validation
+        plot_model_validation(rec, plot)
+        click.echo(f"wrote {plot}", err=True)
+    if json_out is not None:
+        emit_json(rec, json_out)
+    else:
+        click.echo(model_report(rec, None if show_all else 25))
+
+
+@validate.command("kernels")
+@click.option("--cluster", "-c", required=True, help="Hardware profile whose tables to check.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--dtype", default="fp32", show_default=True)
+@click.option("--gemms", type=int, default=40, show_default=True, help="Held-out GEMM shapes.")
+@click.option("--convs", type=int, default=20, show_default=True, help="Held-out convolution kernels.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--threads", type=int, default=None)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@json_option
+def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
+                plot: str | None, json_out: str | None) -> None:
+    """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
+    rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed, threads=threads,
+                           progress=lambda line: click.echo(line, err=True))
+    if plot:
+        from dlsim.report.validation_plots import plot_kernel_validation
+        plot_kernel_validation(rec, plot)
+        click.echo(f"wrote {plot}", err=True)
+    if json_out is not None:
+        emit_json(rec, json_out)
+        return
+    for kind in ("gemm", "conv"):
+        s = rec[kind]["summary"]
+        if s.get("count"):
+            click.echo(f"{kind}: {s['count']} held-out shapes, median |error| {100 * s['median_abs']:.1f}%, "
+                       f"90th percentile {100 * s['p90_abs']:.1f}%, worst {100 * s['max_abs']:.1f}%")
+    n = rec["gemm"]["nearest_summary"]
+    if n.get("count"):
+        click.echo(f"gemm, nearest-shape scaling instead of grid interpolation: median |error| {100 * n['median_abs']:.1f}%")
+    for kind, s in rec["conv"]["by_kind"].items():
+        if s.get("count"):
+            click.echo(f"conv {kind}: {s['count']} kernels, median |error| {100 * s['median_abs']:.1f}%, "
+                       f"worst {100 * s['max_abs']:.1f}%")

@@ -1,0 +1,372 @@
+"""Kernel times from measured tables: exact hits, interpolation between neighbours, marked extrapolation.
+
+`MeasuredKernelTimes` implements `dlsim.cost.pricing.KernelTimes` over three tables that
+`dlsim calibrate compute` measures (`dlsim.io.kernel_tables` reads them):
+
+GEMM ``C[m×n] = A[m×k]·B[k×n]`` (``count`` of them batched), per data type.
+  * exact (dtype, m, n, k, count) → **measured**.
+  * inside the calibration grid (rows with ``set = grid``): multilinear interpolation of the
+    log throughput ``log(F/t)`` in ``(log m, log n, log k)`` over the 8 corners of the enclosing
+    grid cell → **interpolated**. This is the recommendation of algorithms.md §8.3 ("interpolate
+    efficiency, not time", efficiency = F/(t·π)): with a constant π, log efficiency and log
+    throughput differ by a constant, and since ``log F = log 2 + log m + log n + log k`` is itself
+    multilinear, the same interpolant also reproduces ``log t`` exactly at the corners. Only the
+    two grid neighbours of each dimension take part, so a kernel switch (a BLAS library changing
+    its blocking between two sizes) can only bend the estimate inside the one cell where it
+    happens, never leak across the table. Corners missing from the grid (the calibrator skips
+    the largest products) are left out and the remaining weights renormalised; under half the
+    weight present, or a dimension beyond the grid's largest value (its coordinate clamped to
+    the edge: throughput saturates), the answer is **extrapolated**.
+  * no grid cell: the nearest measured shape in log space, scaled by FLOPs (same throughput)
+    → **extrapolated**. ``count`` > 1 without a batched row: count × the single-GEMM time →
+    **extrapolated**.
+  Measured error of the interpolant on held-out shapes: see reports/validation-cpu.md
+  (`dlsim validate kernels`).
+
+Convolution per pass and algorithm, keyed by geometry (channels, image, kernel, stride, padding,
+dilation, groups) and batch n. Exact → measured; the same geometry at neighbouring batch sizes:
+``log t`` linear in ``log n`` → interpolated; beyond the measured batch sizes, time per sample of
+the nearest → extrapolated; an unmeasured geometry → None (pricing then falls back to the
+im2col GEMMs, then to the roofline). The algorithm is the profile's default one (the one the
+framework runs unless told otherwise, e.g. oneDNN on a CPU), or the fastest measured when no
+default is set.
+
+Memory-bound kernels (norms, pooling, element-wise, softmax, dropout, embedding, loss) per
+(op type, pass, dtype), keyed by the bytes and FLOPs dlsim's cost model assigns the pass. Exact
+(bytes, FLOPs) → measured (the median when several shapes share them); between measured sizes
+``log t`` linear in ``log bytes`` → interpolated; above the largest the largest's effective
+bandwidth, below the smallest its time (a launch-bound floor) → extrapolated.
+
+Optimizer steps are rows of the memory table with pass ``step``, op the optimizer and signature
+``adam|p<parameters>|t<tensors>``: an exact (parameters, tensors) → measured; otherwise the
+optimizer's curve over the bytes the step moves (`dlsim.cost.memory.optimizer_step_traffic`),
+as for any memory-bound kernel.
+
+Every estimate's note names the table and the rows it came from.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from dlsim.cost.layers import Gemm, PassCost
+from dlsim.cost.memory import optimizer_step_traffic
+from dlsim.results import Estimate, Source
+
+GEMM_COLUMNS = ("dtype", "m", "n", "k", "count", "time_s", "iqr_s", "repeats", "set")
+CONV_SHAPE_FIELDS = ("c_in", "h", "w", "c_out", "k_h", "k_w", "stride_h", "stride_w", "pad_h", "pad_w",
+                     "dil_h", "dil_w", "groups")
+CONV_COLUMNS = ("dtype", "pass", "algorithm", "n", *CONV_SHAPE_FIELDS, "time_s", "iqr_s", "workspace_bytes",
+                "repeats", "set")
+MEMORY_COLUMNS = ("dtype", "op", "pass", "signature", "bytes", "flops", "time_s", "iqr_s", "repeats", "set")
+SETS = ("grid", "model", "heldout")
+"""Why a row was measured: the generic calibration grid, the shapes of a model, a held-out check."""
+CONV_PASSES = ("forward", "backward_data", "backward_weight")
+MIN_CORNER_WEIGHT = 0.5
+_STEP = re.compile(r"^(\w+)\|p(\d+)\|t(\d+)$")
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    dtype: str
+    m: int
+    n: int
+    k: int
+    count: int
+    time_s: float
+    iqr_s: float = 0.0
+    repeats: int = 1
+    set: str = "grid"
+
+    @property
+    def key(self) -> tuple:
+        return (self.dtype, self.m, self.n, self.k, self.count)
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """A convolution's geometry without the batch size (the CONV_SHAPE_FIELDS columns)."""
+
+    c_in: int
+    h: int
+    w: int
+    c_out: int
+    k_h: int
+    k_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    groups: int = 1
+
+    @staticmethod
+    def from_geometry(geometry: dict) -> "ConvShape":
+        """From `LayerCost.conv` (`dlsim.cost.layers._conv2d`)."""
+        g = geometry
+        return ConvShape(g["c_in"], g["h"], g["w"], g["c_out"], g["k_h"], g["k_w"], *g["stride"], *g["padding"],
+                         *g["dilation"], g["groups"])
+
+    def label(self) -> str:
+        return (f"c{self.c_in}x{self.h}x{self.w}-{self.c_out}-k{self.k_h}x{self.k_w}-s{self.stride_h}x{self.stride_w}"
+                f"-p{self.pad_h}x{self.pad_w}-d{self.dil_h}x{self.dil_w}-g{self.groups}")
+
+
+@dataclass(frozen=True)
+class ConvRow:
+    dtype: str
+    pass_name: str
+    algorithm: str
+    n: int
+    shape: ConvShape
+    time_s: float
+    iqr_s: float = 0.0
+    workspace_bytes: float = 0.0
+    repeats: int = 1
+    set: str = "model"
+
+    @property
+    def key(self) -> tuple:
+        return (self.dtype, self.pass_name, self.algorithm, self.n, self.shape)
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    dtype: str
+    op: str
+    pass_name: str
+    signature: str
+    bytes: float
+    flops: float
+    time_s: float
+    iqr_s: float = 0.0
+    repeats: int = 1
+    set: str = "model"
+
+    @property
+    def key(self) -> tuple:
+        return (self.dtype, self.op, self.pass_name, self.signature)
+
+
+def record(row: GemmRow | ConvRow | MemoryRow) -> dict[str, str]:
+    """A row as CSV fields (the *_COLUMNS names), numbers written exactly enough to round-trip."""
+    def num(v: float) -> str:
+        return str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else f"{v:.9g}"
+    if isinstance(row, GemmRow):
+        values = [row.dtype, row.m, row.n, row.k, row.count, row.time_s, row.iqr_s, row.repeats, row.set]
+        return {c: v if isinstance(v, str) else num(v) for c, v in zip(GEMM_COLUMNS, values)}
+    if isinstance(row, ConvRow):
+        s = row.shape
+        values = [row.dtype, row.pass_name, row.algorithm, row.n, *(getattr(s, f) for f in CONV_SHAPE_FIELDS),
+                  row.time_s, row.iqr_s, row.workspace_bytes, row.repeats, row.set]
+        return {c: v if isinstance(v, str) else num(v) for c, v in zip(CONV_COLUMNS, values)}
+    values = [row.dtype, row.op, row.pass_name, row.signature, row.bytes, row.flops, row.time_s, row.iqr_s,
+              row.repeats, row.set]
+    return {c: v if isinstance(v, str) else num(v) for c, v in zip(MEMORY_COLUMNS, values)}
+
+
+def bracket(axis: Sequence[float], x: float) -> tuple[list[tuple[float, float]], bool]:
+    """Neighbours of `x` on a sorted axis with their weights, linear in log x: ``([(value, weight)], clamped)``.
+
+    An exact value has weight 1; beyond the ends the end value takes it all and `clamped` is True.
+    """
+    if x <= axis[0] or x >= axis[-1]:
+        end = axis[0] if x <= axis[0] else axis[-1]
+        return [(end, 1.0)], x != end
+    i = bisect.bisect_left(axis, x)
+    if axis[i] == x:
+        return [(x, 1.0)], False
+    lo, hi = axis[i - 1], axis[i]
+    w = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return [(lo, 1.0 - w), (hi, w)], False
+
+
+def loglog(points: Sequence[tuple[float, float]], x: float) -> tuple[float, Source, str]:
+    """y(x) from sorted (x, y) points: exact, log-log linear between neighbours, or (beyond the ends)
+    proportional to x above the last point and equal to the first point's y below it."""
+    xs = [p[0] for p in points]
+    i = bisect.bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return points[i][1], Source.MEASURED, f"{x:g}"
+    if i == 0:
+        return points[0][1], Source.EXTRAPOLATED, f"below smallest measured {xs[0]:g}, its time"
+    if i == len(xs):
+        return points[-1][1] * x / xs[-1], Source.EXTRAPOLATED, f"above largest measured {xs[-1]:g}, scaled"
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp((1 - w) * math.log(y0) + w * math.log(y1)), Source.INTERPOLATED, f"between {x0:g} and {x1:g}"
+
+
+class MeasuredKernelTimes:
+    """`KernelTimes` over measured GEMM, convolution and memory-bound tables (see the module docstring).
+
+    `conv_algorithm` is the algorithm the framework runs by default (None: the fastest measured);
+    `gemm_method` is "multilinear" (default) or "nearest" (nearest measured shape scaled by FLOPs,
+    kept to compare the two interpolants on held-out shapes).
+    """
+
+    def __init__(self, gemm: Iterable[GemmRow] = (), conv: Iterable[ConvRow] = (), memory: Iterable[MemoryRow] = (),
+                 *, conv_algorithm: str | None = None, gemm_method: str = "multilinear", origin: str = "tables"):
+        if gemm_method not in ("multilinear", "nearest"):
+            raise ValueError(f"gemm_method must be 'multilinear' or 'nearest', got {gemm_method!r}")
+        self.conv_algorithm, self.gemm_method, self.origin = conv_algorithm, gemm_method, origin
+        self._gemm: dict[tuple, float] = {}
+        grid: dict[str, set[tuple[int, int, int]]] = {}
+        for r in gemm:
+            self._gemm[r.key] = r.time_s
+            if r.set == "grid" and r.count == 1:
+                grid.setdefault(r.dtype, set()).add((r.m, r.n, r.k))
+        self._axes = {dt: tuple(sorted({p[i] for p in pts}) for i in range(3)) for dt, pts in grid.items()}
+        self._points: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        for (dt, m, n, k, c) in self._gemm:
+            self._points.setdefault((dt, c), []).append((m, n, k))
+        self._conv: dict[tuple, dict[str, list[tuple[int, float]]]] = {}
+        for r in conv:
+            algos = self._conv.setdefault((r.dtype, r.pass_name, r.shape), {})
+            algos.setdefault(r.algorithm, []).append((r.n, r.time_s))
+        for algos in self._conv.values():
+            for pts in algos.values():
+                pts.sort()
+        mem: dict[tuple, dict[tuple[float, float], list[float]]] = {}
+        self._steps: dict[tuple[str, str, int, int], float] = {}
+        for r in memory:
+            if r.pass_name == "step" and (m := _STEP.match(r.signature)):
+                self._steps[(r.dtype, m.group(1), int(m.group(2)), int(m.group(3)))] = r.time_s
+            mem.setdefault((r.dtype, r.op, r.pass_name), {}).setdefault((round(r.bytes), round(r.flops)), []).append(r.time_s)
+        self._mem_exact = {key: {bf: statistics.median(ts) for bf, ts in rows.items()} for key, rows in mem.items()}
+        self._mem_curve: dict[tuple, list[tuple[float, float]]] = {}
+        for key, rows in self._mem_exact.items():
+            by_bytes: dict[float, list[float]] = {}
+            for (b, _), t in rows.items():
+                by_bytes.setdefault(float(b), []).append(t)
+            self._mem_curve[key] = sorted((b, statistics.median(ts)) for b, ts in by_bytes.items() if b > 0)
+
+    # --- GEMM -------------------------------------------------------------------------------
+
+    def gemm(self, gemm: Gemm, dtype: str) -> Estimate | None:
+        """Time of `gemm` (all `count` of them) in `dtype`, or None without any row for `dtype`."""
+        exact = self._gemm.get((dtype, gemm.m, gemm.n, gemm.k, gemm.count))
+        if exact is not None:
+            return Estimate(exact, Source.MEASURED, f"gemm table: {self._label(gemm)}")
+        if gemm.count > 1:
+            return self._batched(gemm, dtype)
+        single = self._single(gemm.m, gemm.n, gemm.k, dtype)
+        if single is None:
+            return None
+        return single
+
+    def _label(self, g: Gemm) -> str:
+        return f"{g.m}x{g.n}x{g.k}" + (f" x{g.count}" if g.count > 1 else "")
+
+    def _batched(self, g: Gemm, dtype: str) -> Estimate | None:
+        counts = sorted(c for (dt, m, n, k, c) in self._gemm if (dt, m, n, k) == (dtype, g.m, g.n, g.k))
+        if counts:
+            t, source, how = loglog([(c, self._gemm[(dtype, g.m, g.n, g.k, c)]) for c in counts], g.count)
+            return Estimate(t, source, f"gemm table: {self._label(g)} from batch counts {how}")
+        single = self._single(g.m, g.n, g.k, dtype)
+        if single is None:
+            return None
+        return Estimate(single.seconds * g.count, Source.EXTRAPOLATED,
+                        f"{g.count} x ({single.note}, {single.source.value})")
+
+    def _single(self, m: int, n: int, k: int, dtype: str) -> Estimate | None:
+        exact = self._gemm.get((dtype, m, n, k, 1))
+        if exact is not None:
+            return Estimate(exact, Source.MEASURED, f"gemm table: {m}x{n}x{k}")
+        if self.gemm_method == "multilinear" and dtype in self._axes:
+            found = self._multilinear(m, n, k, dtype)
+            if found is not None:
+                return found
+        return self._nearest(m, n, k, dtype)
+
+    def _multilinear(self, m: int, n: int, k: int, dtype: str) -> Estimate | None:
+        flops = 2.0 * m * n * k
+        sides, clamped = [], False
+        for axis, x in zip(self._axes[dtype], (m, n, k)):
+            side, c = bracket(axis, x)
+            sides.append(side)
+            clamped = clamped or c
+        total = acc = 0.0
+        for mv, mw in sides[0]:
+            for nv, nw in sides[1]:
+                for kv, kw in sides[2]:
+                    t = self._gemm.get((dtype, mv, nv, kv, 1))
+                    w = mw * nw * kw
+                    if t is None or w == 0:
+                        continue
+                    total += w
+                    acc += w * math.log(2.0 * mv * nv * kv / t)
+        if total == 0:
+            return None
+        t = flops / math.exp(acc / total)
+        corners = "x".join("/".join(str(v) for v, _ in s) for s in sides)
+        if clamped or total < MIN_CORNER_WEIGHT:
+            why = "clamped to the grid's edge" if clamped else f"{total:.0%} of the cell measured"
+            return Estimate(t, Source.EXTRAPOLATED, f"gemm grid cell {corners} ({why})")
+        return Estimate(t, Source.INTERPOLATED, f"gemm grid cell {corners}")
+
+    def _nearest(self, m: int, n: int, k: int, dtype: str) -> Estimate | None:
+        points = self._points.get((dtype, 1))
+        if not points:
+            return None
+        q = (math.log(m), math.log(n), math.log(k))
+        best = min(points, key=lambda p: sum((math.log(a) - b) ** 2 for a, b in zip(p, q)))
+        t = self._gemm[(dtype, *best, 1)] * (m * n * k) / (best[0] * best[1] * best[2])
+        return Estimate(t, Source.EXTRAPOLATED, f"gemm table: nearest {best[0]}x{best[1]}x{best[2]} scaled by FLOPs")
+
+    # --- convolution ------------------------------------------------------------------------
+
+    def conv_algorithms(self, pass_name: str, geometry: dict, dtype: str) -> dict[str, Estimate]:
+        """Every measured algorithm's estimate for this convolution pass (empty when the geometry is unknown)."""
+        algos = self._conv.get((dtype, pass_name, ConvShape.from_geometry(geometry)), {})
+        out = {}
+        for algo, pts in algos.items():
+            t, source, how = loglog(pts, geometry["n"])
+            out[algo] = Estimate(t, source, f"conv table: {algo}, batch {how}")
+        return out
+
+    def conv(self, pass_name: str, geometry: dict, dtype: str) -> Estimate | None:
+        """The default algorithm's time (or the fastest measured); None for an unmeasured geometry."""
+        options = self.conv_algorithms(pass_name, geometry, dtype)
+        if not options:
+            return None
+        if self.conv_algorithm in options:
+            return options[self.conv_algorithm]
+        return min(options.values(), key=lambda e: e.seconds)
+
+    # --- memory-bound -----------------------------------------------------------------------
+
+    def memory_bound(self, op_type: str, pass_name: str, cost: PassCost, dtype: str) -> Estimate | None:
+        """Time of a bandwidth-bound pass from the op's measured curve over bytes moved."""
+        key = (dtype, op_type, pass_name)
+        exact = self._mem_exact.get(key, {}).get((round(cost.bytes), round(cost.flops)))
+        if exact is not None:
+            return Estimate(exact, Source.MEASURED, f"memory table: {op_type} {pass_name}, {cost.bytes:.0f} bytes")
+        curve = self._mem_curve.get(key)
+        if not curve or cost.bytes <= 0:
+            return None
+        t, source, how = loglog(curve, cost.bytes)
+        return Estimate(t, source, f"memory table: {op_type} {pass_name}, bytes {how}")
+
+    def optimizer_step(self, optimizer: str, params: int, tensors: int, dtype: str = "fp32") -> Estimate | None:
+        """Time of one optimizer step over `params` parameters in `tensors` tensors (None: not measured)."""
+        exact = self._steps.get((dtype, optimizer, params, tensors))
+        if exact is not None:
+            return Estimate(exact, Source.MEASURED, f"memory table: {optimizer} step, {params} parameters")
+        curve = self._mem_curve.get((dtype, optimizer, "step"))
+        if not curve:
+            return None
+        t, source, how = loglog(curve, optimizer_step_traffic(params, optimizer)[0])
+        return Estimate(t, source, f"memory table: {optimizer} step, bytes {how}")
+
+    def summary(self) -> str:
+        """One line: how many rows of each table."""
+        convs = sum(len(p) for a in self._conv.values() for p in a.values())
+        mems = sum(len(r) for r in self._mem_exact.values())
+        return f"{self.origin}: {len(self._gemm)} GEMM, {convs} convolution, {mems} memory-bound measurements"

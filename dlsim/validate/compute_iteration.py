@@ -1,0 +1,134 @@
+"""Timing real training iterations of a dlsim model in PyTorch, end to end and per layer.
+
+An iteration is what a training loop runs: ``zero_grad(set_to_none=True)``, forward (the
+`dlsim.validate.torch_model` module, loss included), ``loss.backward()`` and ``optimizer.step()``
+built by `make_optimizer(name, parameters) -> (optimizer, implementation)` (the API passes the
+calibration's, so that the step validated is the step calibrated). After `warmup` iterations (allocator,
+oneDNN primitive caches, cuDNN autotuning), `repeats` iterations are timed with the device
+synchronised at the phase boundaries; the result is the median of each phase and of the total.
+
+Per-layer times come from separate iterations with hooks on every layer module (forward
+pre/post hooks; full backward pre/post hooks, which fire when the gradient of the layer's output
+arrives and when its input gradient is done): the hooks add autograd nodes and Python calls, so
+the end-to-end numbers are taken without them. A layer's backward time is the span between its
+two backward hooks, which is ∇x + ∇w of that layer (and, for the first layer of a branch, the
+gradient accumulation PyTorch performs where its input fans out).
+
+torch is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from dlsim.errors import SpecError
+from dlsim.spec.model import Model
+from dlsim.validate.torch_model import build_torch_model, example_batch, module_key
+
+@dataclass(frozen=True)
+class MeasuredIteration:
+    """Median seconds per phase over `repeats` iterations, per-layer medians (forward, backward)."""
+
+    iteration_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    iteration_samples: tuple[float, ...]
+    layers: dict[str, tuple[float, float]] = field(default_factory=dict)
+    repeats: int = 0
+    threads: int = 0
+    optimizer_impl: str = ""
+
+    @property
+    def spread(self) -> float:
+        """(max − min) / median of the timed iterations."""
+        s = self.iteration_samples
+        return (max(s) - min(s)) / self.iteration_s if s and self.iteration_s > 0 else 0.0
+
+
+def _hooks(net: Any, model: Model, clock: Callable[[], float], sync: Callable[[], None],
+           marks: dict[str, dict[str, float]]) -> list[Any]:
+    """Hooks writing each layer's forward start/end ("f0", "f1") and backward start/end ("b0", "b1")
+    of the current iteration into `marks`. The backward end is the later of the full backward hook
+    and the gradient accumulation of the layer's own (unshared) parameters: for a layer whose input
+    needs no gradient the backward hook fires before its ∇w is done."""
+    owners: dict[int, list[str]] = {}
+    for layer in model.layers:
+        for p in net.layers[module_key(layer.name)].parameters():
+            owners.setdefault(id(p), []).append(layer.name)
+    handles = []
+    for layer in model.layers:
+        module, name = net.layers[module_key(layer.name)], layer.name
+        def stamp(key: str, name: str = name, latest: bool = False) -> Callable[..., None]:
+            def hook(*_args: Any) -> None:
+                sync()
+                now = clock()
+                m = marks.setdefault(name, {})
+                m[key] = max(now, m.get(key, now)) if latest else now
+            return hook
+        handles += [module.register_forward_pre_hook(stamp("f0")), module.register_forward_hook(stamp("f1")),
+                    module.register_full_backward_pre_hook(stamp("b0")),
+                    module.register_full_backward_hook(stamp("b1", latest=True))]
+        for p in module.parameters():
+            if p.requires_grad and len(set(owners[id(p)])) == 1:
+                handles.append(p.register_post_accumulate_grad_hook(stamp("b1", latest=True)))
+    return handles
+
+
+def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, Any], tuple[Any, str]], *,
+                      device: str = "cpu", dtype: str = "fp32", optimizer: str = "adam", warmup: int = 2,
+                      repeats: int = 5, per_layer: bool = True, attention: str = "math",
+                      seed: int = 0) -> MeasuredIteration:
+    """Time training iterations of `model` (see the module docstring)."""
+    import torch
+    torch.manual_seed(seed)
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    clock = time.perf_counter
+    net = build_torch_model(model, device=dev, dtype=dtype, attention=attention).train()
+    x, target = example_batch(model, batch, device=dev, dtype=dtype, seed=seed)
+    if target is None:
+        raise SpecError("validation trains the model: it needs a cross_entropy loss layer", path=model.source)
+    opt, impl = make_optimizer(optimizer, net.parameters())
+    def step() -> tuple[float, float, float]:
+        sync()
+        t0 = clock()
+        opt.zero_grad(set_to_none=True)
+        loss = net(x, target)
+        sync()
+        t1 = clock()
+        loss.backward()
+        sync()
+        t2 = clock()
+        opt.step()
+        sync()
+        return t1 - t0, t2 - t1, clock() - t2
+    for _ in range(warmup):
+        step()
+    phases = [step() for _ in range(repeats)]
+    totals = tuple(sum(p) for p in phases)
+    layers: dict[str, tuple[float, float]] = {}
+    if per_layer:
+        marks: dict[str, dict[str, float]] = {}
+        spans: dict[str, list[tuple[float, float]]] = {layer.name: [] for layer in model.layers}
+        handles = _hooks(net, model, clock, sync, marks)
+        try:
+            for i in range(repeats + 1):  # the first iteration with hooks is a warm-up
+                marks.clear()
+                step()
+                for name, m in marks.items():
+                    if i > 0:
+                        spans[name].append((m.get("f1", 0.0) - m.get("f0", 0.0),
+                                            m["b1"] - m["b0"] if "b0" in m and "b1" in m else 0.0))
+        finally:
+            for h in handles:
+                h.remove()
+        for name, values in spans.items():
+            if values:
+                layers[name] = (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
+    med = [statistics.median(p[i] for p in phases) for i in range(3)]
+    return MeasuredIteration(statistics.median(totals), med[0], med[1], med[2], totals, layers, repeats,
+                             torch.get_num_threads(), impl)
