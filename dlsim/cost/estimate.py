@@ -1,7 +1,9 @@
 """One device, one training iteration: per-layer times, optimizer step, memory, provenance.
 
 iteration = Σ_layers (forward + ∇x + ∇w) + optimizer step, executed one kernel after another
-(no overlap on a single device).
+(no overlap on a single device). A layer fed only by the model's input computes no ∇x (the input
+needs no gradient; autograd skips it). The optimizer step comes from the measured tables when they
+have it (`KernelTimes.optimizer_step`), from the roofline otherwise.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import OPTIMIZERS, activation_bytes, optimizer_step_traffic, state_bytes_per_param
 from dlsim.cost.pricing import KernelTimes, price_layer
 from dlsim.cost.roofline import roofline_time
-from dlsim.results import EstimateResult, MemoryBreakdown
+from dlsim.results import Estimate, EstimateResult, MemoryBreakdown
 from dlsim.spec.cluster import Cluster
-from dlsim.spec.model import Model
+from dlsim.spec.model import INPUT, Model
 
 
 def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str | None = None,
@@ -27,15 +29,20 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     device = cluster.device
     costs = {layer.name: layer_cost(layer, batch, dtype) for layer in model.layers}
     kept = activation_bytes(model, costs, batch, dtype)
-    timings = tuple(
-        replace(price_layer(layer, batch, dtype, device, tables, costs[layer.name]), activation_bytes=kept[layer.name])
-        for layer in model.layers
-    )
+    timings = []
+    for layer in model.layers:
+        timing = replace(price_layer(layer, batch, dtype, device, tables, costs[layer.name]),
+                         activation_bytes=kept[layer.name])
+        if all(src == INPUT for src in layer.inputs):
+            timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
+        timings.append(timing)
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
     tensors = sum(1 for layer in model.layers if layer.params)
-    step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
+    step = getattr(tables, "optimizer_step", lambda *a: None)(optimizer, model.params, tensors)
+    if step is None:
+        step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
     per = state_bytes_per_param(dtype, optimizer)
     memory = MemoryBreakdown(weights=model.params * per.weights, gradients=model.params * per.gradients,
                              optimizer=model.params * per.optimizer, activations=sum(kept.values()))
-    return EstimateResult(model.name, cluster.name, device.name, batch, dtype, optimizer, timings, step, memory,
+    return EstimateResult(model.name, cluster.name, device.name, batch, dtype, optimizer, tuple(timings), step, memory,
                           device.memory_bytes, sum(t.flops for t in timings), model.params, notes)
