@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -116,13 +117,15 @@ def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, A
         spans: dict[str, list[tuple[float, float]]] = {layer.name: [] for layer in model.layers}
         handles = _hooks(net, model, clock, sync, marks)
         try:
-            for i in range(repeats + 1):  # the first iteration with hooks is a warm-up
-                marks.clear()
-                step()
-                for name, m in marks.items():
-                    if i > 0:
-                        spans[name].append((m.get("f1", 0.0) - m.get("f0", 0.0),
-                                            m["b1"] - m["b0"] if "b0" in m and "b1" in m else 0.0))
+            with warnings.catch_warnings():  # layers fed by the input: handled by the parameter hooks
+                warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+                for i in range(repeats + 1):  # the first iteration with hooks is a warm-up
+                    marks.clear()
+                    step()
+                    for name, m in marks.items():
+                        if i > 0:
+                            spans[name].append((m.get("f1", 0.0) - m.get("f0", 0.0),
+                                                m["b1"] - m["b0"] if "b0" in m and "b1" in m else 0.0))
         finally:
             for h in handles:
                 h.remove()

@@ -1,0 +1,111 @@
+"""Validation against real PyTorch runs (tiny models, few iterations) and held-out kernel shapes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from dlsim.cost.lookup import ConvRow, ConvShape, GemmRow
+from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
+
+
+def test_heldout_gemms_are_off_grid_inside_the_hull_and_seeded():
+    axis = [1, 4, 16, 64]
+    rows = [GemmRow("fp32", m, n, k, 1, 1e-5) for m in axis for n in axis for k in axis if m * n * k <= 16 * 64 * 64]
+    shapes = heldout_gemms(rows, "fp32", 12, seed=3)
+    assert len(shapes) == 12 and shapes == heldout_gemms(rows, "fp32", 12, seed=3)
+    for g in shapes:
+        assert all(1 <= d <= 64 and d not in axis for d in (g.m, g.n, g.k))
+        assert g.m * g.n * g.k <= 16 * 64 * 64
+    assert heldout_gemms(rows, "bf16", 5) == []
+
+
+def test_heldout_convs_are_new_batches_or_new_geometries():
+    shape = ConvShape(8, 10, 10, 16, 3, 3, 1, 1, 1, 1)
+    rows = [ConvRow("fp32", "forward", "mkldnn", n, shape, 1e-4) for n in (2, 4)]
+    picks = heldout_convs(rows, "mkldnn", 4)
+    assert ("forward", shape, 3, "new-batch") in picks
+    wider = [s for _, s, _, kind in picks if kind == "new-geometry"]
+    assert wider == [ConvShape(8, 10, 10, 24, 3, 3, 1, 1, 1, 1)]
+    assert conv_layer(shape).out_shape == (16, 10, 10)
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def tiny_profile(tmp_path_factory):
+    """A real calibration of this machine for LeNet-5 at batch 2 plus a small GEMM grid."""
+    from dlsim.api.calibrate_compute import calibrate_compute
+    from dlsim.calibrate.compute_plan import gemm_grid
+    from dlsim.calibrate.compute_run import Backend, run_calibration
+    from dlsim.calibrate.compute_timer import KernelTimer
+    out = tmp_path_factory.mktemp("prof") / "cpu-tiny"
+    run_calibration(gemm_grid(["fp32"], max_dim=32, attention=False), out, Backend.create("cpu"),
+                    KernelTimer("cpu", repeats=1, min_block_s=0.0), device_params=False)
+    calibrate_compute(out, models=["lenet5"], batches=[2], grid=False, repeats=1, flush_cache=False,
+                      algorithms=["mkldnn"], threads=1)
+    return out
+
+
+def test_measure_iteration_times_every_layer(tiny_profile):
+    from dlsim.calibrate.compute_ops import make_optimizer
+    from dlsim.io.model_yaml import load_model
+    from dlsim.validate.compute_iteration import measure_iteration
+    model = load_model("lenet5")
+    m = measure_iteration(model, 2, make_optimizer, warmup=1, repeats=2)
+    assert m.iteration_s > 0 and len(m.iteration_samples) == 2
+    assert m.iteration_s == pytest.approx(sorted(m.iteration_samples)[0] + (sorted(m.iteration_samples)[1]
+                                                                           - sorted(m.iteration_samples)[0]) / 2)
+    assert set(m.layers) == {layer.name for layer in model.layers}
+    assert all(f > 0 for f, _ in m.layers.values())
+    conv = next(layer.name for layer in model.layers if layer.type == "conv2d" and layer.inputs == ("input",))
+    assert m.layers[conv][1] > 0  # ∇w of a layer fed by the input is timed too
+    assert m.optimizer_impl in ("fused", "foreach")
+
+
+def test_validate_model_record_and_cli(tiny_profile, cli, tmp_path):
+    from dlsim.api.validate import validate_model
+    rec = validate_model("lenet5", tiny_profile, 2, repeats=1, warmup=1, threads=1)
+    assert rec["kind"] == "validate-model" and rec["measured_share"] > 0.9
+    p, m = rec["predicted"], rec["measured"]
+    assert rec["error"]["iteration"] == pytest.approx((p["iteration_s"] - m["iteration_s"]) / m["iteration_s"])
+    assert p["iteration_s"] == pytest.approx(p["forward_s"] + p["backward_s"] + p["optimizer_s"])
+    assert len(rec["layers"]) == 74 and all(math.isfinite(r["error"]) for r in rec["layers"])
+    png = tmp_path / "v.png"
+    code, out, err = cli("validate", "lenet5", "--cluster", tiny_profile, "--batch", "2", "--repeats", "1",
+                         "--threads", "1", "--json", "--plot", png)
+    assert code == 0 and json.loads(out)["model"] == "lenet5" and png.stat().st_size > 1000
+    code, out, err = cli("validate", "model", "lenet5", "--cluster", tiny_profile, "--batch", "2", "--repeats", "1",
+                         "--no-layers", "--threads", "1")
+    assert code == 0 and "end to end: predicted" in out
+
+
+def test_validate_kernels(tiny_profile, cli, tmp_path):
+    from dlsim.api.validate import validate_kernels
+    rec = validate_kernels(tiny_profile, gemms=4, convs=2, repeats=1, threads=1)
+    assert rec["gemm"]["summary"]["count"] == 4
+    assert {r["source"] for r in rec["gemm"]["rows"]} <= {"interpolated", "extrapolated"}
+    assert rec["conv"]["summary"]["count"] == 2
+    png = tmp_path / "k.png"
+    code, out, err = cli("validate", "kernels", "--cluster", tiny_profile, "--gemms", "2", "--convs", "0",
+                         "--threads", "1", "--plot", png)
+    assert code == 0 and "gemm: 2 held-out shapes" in out and png.exists()
+
+
+def test_validate_bad_input_is_one_line(cli, tmp_path):
+    for args, reason in ((["lenet5", "--cluster", "nonesuch"], "no such profile"),
+                         (["kernels", "--cluster", "dgx-h100"], "has no gemm table"),
+                         (["nonesuch", "--cluster", "dgx-h100"], "no such model")):
+        code, out, err = cli("validate", *args)
+        assert code == 1 and err.count("\n") == 1 and reason in err, err
+
+
+def test_zoo_plot_from_records(tmp_path):
+    from dlsim.report.validation_plots import plot_zoo_validation
+    recs = [{"model": m, "batch": 2, "predicted": {"iteration_s": p}, "measured": {"iteration_s": 1.0},
+             "error": {"iteration": p - 1.0}} for m, p in (("a", 1.05), ("b", 0.85))]
+    plot_zoo_validation(recs, tmp_path / "z.png")
+    assert (tmp_path / "z.png").stat().st_size > 1000
