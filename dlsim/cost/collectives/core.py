@@ -7,6 +7,8 @@ import math
 import numpy as np
 
 from dlsim.cost.collectives.bounds import lower_bound_time
+from dlsim.cost.collectives.chain import chain_segments
+from dlsim.cost.collectives.dbt import dbt_segments
 from dlsim.cost.collectives.costs import Costs, make_costs
 from dlsim.cost.collectives.registry import ALGORITHMS, Algorithm, Options, applicable
 from dlsim.cost.collectives.schedule import Schedule
@@ -151,3 +153,23 @@ def expand_schedule(collective: str, algorithm: str, n_bytes: float, ranks: int,
     if n == 0 or (p == 1 and collective not in ("push", "pull")):
         return Schedule(collective, algorithm, n, p, ())
     return algo.schedule(n, p, options, costs)
+
+
+def effective_params(collective: str, algorithm: str, n_bytes: float, ranks: int, link: LinkTier, *,
+                     gamma: float | None = None, ranks_per_node: int | None = None, intra: LinkTier | None = None,
+                     model: str = "auto", **params) -> dict[str, object]:
+    """The parameters an algorithm runs with, segments included when they are chosen for the size."""
+    options = make_options(ranks_per_node=ranks_per_node, **params)
+    n, p, costs = _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options)
+    out: dict[str, object] = {}
+    if algorithm == "chain":
+        out["segments"] = options.segments or int(chain_segments(n, p, costs, collective, options.max_segments))
+    elif algorithm == "double-binary-tree":
+        out["segments"] = options.segments or (int(dbt_segments(n, p, costs, options.max_segments)) if p > 1 else 1)
+    elif algorithm in ("parameter-server", "sharded"):
+        out["shards"] = options.shards
+    elif algorithm == "random-peers":
+        out.update(fanout=options.fanout, rounds=options.rounds)
+    elif algorithm == "hierarchical":
+        out.update(ranks_per_node=options.ranks_per_node, inter_algorithm=options.inter_algorithm)
+    return out

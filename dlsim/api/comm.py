@@ -1,0 +1,233 @@
+"""`comm()`, `comm_sweep()`, `comm_grid()`: price collectives on a profile or on given link parameters.
+
+Records are plain dicts (JSON-ready); `dlsim comm` prints them and `dlsim.report.comm_plots` draws them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from dlsim import units
+from dlsim.api.models import as_cluster
+from dlsim.cost.collectives import ALGORITHMS, bus_factor, collective_time, lower_bound, make_costs
+from dlsim.cost.collectives.core import check_collective, check_ranks, effective_params, get_algorithm, make_options
+from dlsim.cost.collectives.crossover import refine
+from dlsim.cost.collectives.registry import applicable
+from dlsim.cost.collectives.vectorized import bandwidths, best_of, evaluate, lower_bounds
+from dlsim.errors import DlsimError, SpecError
+from dlsim.spec.cluster import Cluster, LinkTier
+
+SCHEMA_VERSION = 1
+_PARAM_KEYS = ("segments", "shards", "fanout", "rounds", "seed", "inter_algorithm", "max_segments")
+
+
+@dataclass(frozen=True)
+class Network:
+    """What a collective is priced on: the main link tier, the intra-node tier, γ and ranks per node."""
+
+    link: LinkTier
+    intra: LinkTier | None
+    gamma: float | None
+    ranks_per_node: int | None
+    source: str
+
+    def describe(self, model: str) -> dict[str, Any]:
+        costs = make_costs(self.link, gamma=self.gamma, intra=self.intra, model=model)
+
+        def tier(t: LinkTier | None) -> dict[str, Any] | None:
+            return None if t is None else {"name": t.name, "latency_s": t.latency, "overhead_s": t.overhead,
+                                           "gap_s": t.gap, "bandwidth_bytes_per_s": t.bandwidth}
+        return {"source": self.source, "model": costs.main.model, "link": tier(self.link), "intra": tier(self.intra),
+                "alpha_s": costs.main.alpha, "beta_s_per_byte": costs.main.beta,
+                "gamma_s_per_byte": self.gamma, "ranks_per_node": self.ranks_per_node}
+
+
+def network(ranks: int, *, cluster: Cluster | str | Path | None = None, latency: str | float | None = None,
+            bandwidth: str | float | None = None, overhead: str | float | None = None, gap: str | float | None = None,
+            reduce_bandwidth: str | float | None = None, ranks_per_node: int | None = None) -> Network:
+    """A `Network` from a profile (the tier `ranks` ranks cross, γ = 1/reduce_bandwidth) or from link numbers."""
+    ranks = check_ranks(ranks)
+    given = [x is not None for x in (latency, bandwidth, overhead, gap)]
+    if cluster is not None and any(given):
+        raise SpecError("give a cluster profile or link parameters (--latency/--bandwidth), not both", field="cluster")
+    gamma = None
+    if reduce_bandwidth is not None:
+        rate = units.parse_bandwidth(reduce_bandwidth)
+        if rate <= 0:
+            raise SpecError("reduce bandwidth must be positive", field="reduce_bandwidth")
+        gamma = 1.0 / rate
+    if cluster is not None:
+        c = as_cluster(cluster)
+        per_node = ranks_per_node or min(c.devices_per_node, ranks)
+        link = c.tier(ranks, per_node)
+        intra = c.intra if link is not c.intra else None
+        if gamma is None and c.reduce_bandwidth > 0:
+            gamma = 1.0 / c.reduce_bandwidth
+        return Network(link, intra, gamma, per_node, c.name)
+    if latency is None or bandwidth is None:
+        raise SpecError("give --cluster PROFILE, or --latency and --bandwidth", field="cluster")
+    bw = units.parse_bandwidth(bandwidth)
+    if bw <= 0:
+        raise SpecError("bandwidth must be positive", field="bandwidth")
+    link = LinkTier("command-line", latency=units.parse_time(latency), bandwidth=bw,
+                    overhead=units.parse_time(overhead) if overhead is not None else 0.0,
+                    gap=units.parse_time(gap) if gap is not None else 0.0)
+    return Network(link, None, gamma, ranks_per_node, "command line")
+
+
+def _params(params: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(params) - set(_PARAM_KEYS)
+    if unknown:
+        raise SpecError(f"unknown parameter {sorted(unknown)[0]!r} (use {', '.join(_PARAM_KEYS)})")
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def algorithm_names(collective: str, algorithm: str | Sequence[str]) -> list[str]:
+    """`all`, `auto` (the candidates auto chooses among) or names, checked against the collective."""
+    table = check_collective(collective)
+    if isinstance(algorithm, str):
+        if algorithm == "all":
+            return list(table)
+        if algorithm == "auto":
+            return [name for name, algo in table.items() if algo.auto]
+        algorithm = [algorithm]
+    for name in algorithm:
+        if name not in table:
+            raise SpecError(f"unknown algorithm {name!r} for {collective} (use {', '.join(table)}, auto or all)",
+                            field="algorithm")
+    return list(algorithm)
+
+
+def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "auto", model: str = "auto",
+         **kwargs: Any) -> dict[str, Any]:
+    """Time, algbw, busbw (nccl-tests) and the lower bound of one collective call, per algorithm.
+
+    `algorithm`: a name, `auto` (the cheapest, as NCCL and MPICH choose) or `all`. Network keywords
+    as `network()`; algorithm keywords: segments, shards, fanout, rounds, seed, inter_algorithm.
+    """
+    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node")
+    net = network(ranks, **{k: kwargs.pop(k) for k in net_keys if k in kwargs})
+    params = _params(kwargs)
+    n = units.parse_size(size)
+    check_collective(collective)
+    options = make_options(ranks_per_node=net.ranks_per_node, **params)
+    names = algorithm_names(collective, algorithm)
+    common = dict(gamma=net.gamma, ranks_per_node=net.ranks_per_node, intra=net.intra, model=model, **params)
+    results, skipped = [], []
+    for name in names:
+        algo = ALGORITHMS[collective][name]
+        if not applicable(algo, ranks, options):
+            if algorithm in ("all", "auto"):
+                if algorithm == "all":
+                    reason = "needs a power-of-two number of ranks" if algo.needs == "pof2" else \
+                        "needs ranks_per_node dividing ranks"
+                    skipped.append({"algorithm": name, "reason": reason})
+                continue
+            get_algorithm(collective, name, ranks, options)         # raises the one-line error
+        est = collective_time(collective, name, n, ranks, net.link, **common)
+        alg, bus = bandwidths(collective, n, ranks, est.seconds)
+        results.append({"algorithm": name, "time_s": est.seconds, "algbw_bytes_per_s": float(alg),
+                        "busbw_bytes_per_s": float(bus), "source": est.source.value, "note": est.note,
+                        "params": effective_params(collective, name, n, ranks, net.link, **common)})
+    bound = lower_bound(collective, n, ranks, net.link, gamma=net.gamma, model=model,
+                        **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
+    for r in results:
+        r["lower_bound_ratio"] = r["time_s"] / bound if bound > 0 else None
+    best = min(results, key=lambda r: r["time_s"])["algorithm"] if results else None
+    if algorithm == "auto":
+        results = [r for r in results if r["algorithm"] == best]
+    return {"schema_version": SCHEMA_VERSION, "kind": "comm", "collective": collective, "size_bytes": n,
+            "ranks": ranks, "algorithm_requested": algorithm, "network": net.describe(model),
+            "bus_factor": float(bus_factor(collective, ranks)), "lower_bound_s": bound, "best": best,
+            "results": results, "skipped": skipped}
+
+
+def parse_sweep(spec: str) -> list[float]:
+    """``"1KB:1GB"`` (factor 2) or ``"1KB:1GB:4"``: START, START·FACTOR, ... up to STOP, and STOP itself."""
+    parts = str(spec).split(":")
+    if len(parts) not in (2, 3):
+        raise SpecError(f"sweep must be START:STOP or START:STOP:FACTOR, got {spec!r}", field="sweep")
+    start, stop = units.parse_size(parts[0]), units.parse_size(parts[1])
+    try:
+        factor = float(parts[2]) if len(parts) == 3 else 2.0
+    except ValueError:
+        raise SpecError(f"sweep factor must be a number, got {parts[2]!r}", field="sweep") from None
+    if start <= 0 or stop < start:
+        raise SpecError(f"sweep needs 0 < START <= STOP, got {spec!r}", field="sweep")
+    if not math.isfinite(factor) or factor <= 1:
+        raise SpecError(f"sweep factor must be > 1, got {factor}", field="sweep")
+    count = int(math.floor(math.log(stop / start) / math.log(factor) + 1e-9)) + 1
+    if count > 100_000:
+        raise SpecError(f"sweep has {count} sizes; use a larger factor (at most 100000 sizes)", field="sweep")
+    sizes = [start * factor ** i for i in range(count)]
+    if sizes[-1] < stop * (1 - 1e-9):
+        sizes.append(stop)
+    return sizes
+
+
+def comm_grid(collective: str, sizes: Iterable[float], ranks: Iterable[int], algorithms: str | Sequence[str],
+              net: Network, *, model: str = "auto", **params: Any) -> dict[str, np.ndarray]:
+    """The vectorised path: seconds per algorithm on the grid sizes × ranks (NaN where not applicable)."""
+    names = algorithm_names(collective, algorithms)
+    n = np.asarray(list(sizes), dtype=float)[:, None]
+    p = np.asarray(list(ranks), dtype=np.int64)[None, :]
+    return evaluate(collective, names, n, p, net.link, gamma=net.gamma, intra=net.intra, model=model,
+                    ranks_per_node=net.ranks_per_node, **_params(params))
+
+
+def _crossover(collective: str, a: str, b: str, lo: float, hi: float, ranks: int, net: Network,
+               common: dict[str, Any]) -> float:
+    def diff(size: float) -> float:
+        return (collective_time(collective, a, size, ranks, net.link, **common).seconds
+                - collective_time(collective, b, size, ranks, net.link, **common).seconds)
+    try:
+        if (diff(lo) < 0) != (diff(hi) < 0):
+            return refine(diff, lo, hi)
+    except DlsimError:
+        pass
+    return math.sqrt(lo * hi)
+
+
+def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, algorithm: str = "auto",
+               model: str = "auto", **kwargs: Any) -> dict[str, Any]:
+    """Times over sizes for every candidate algorithm, the best per size and the crossover sizes."""
+    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node")
+    net = network(ranks, **{k: kwargs.pop(k) for k in net_keys if k in kwargs})
+    params = _params(kwargs)
+    sizes = parse_sweep(sweep) if isinstance(sweep, str) else [units.parse_size(s) for s in sweep]
+    names = algorithm_names(collective, algorithm)
+    grid = comm_grid(collective, sizes, [ranks], names, net, model=model, **params)
+    names = [a for a in names if not np.all(np.isnan(grid[a]))]
+    if not names:
+        raise SpecError(f"no {collective} algorithm applies to {ranks} ranks", field="algorithm")
+    times = {a: grid[a][:, 0] for a in names}
+    index, best_t = best_of(times, names)
+    best = [names[i] for i in index]
+    common = dict(gamma=net.gamma, ranks_per_node=net.ranks_per_node, intra=net.intra, model=model, **params)
+    crossovers = []
+    for i in range(len(sizes) - 1):
+        if best[i] != best[i + 1]:
+            at = _crossover(collective, best[i], best[i + 1], sizes[i], sizes[i + 1], ranks, net, common)
+            crossovers.append({"size_bytes": at, "from": best[i], "to": best[i + 1]})
+    pairwise = []
+    for a, b in itertools.combinations(names, 2):
+        d = np.sign(times[a] - times[b])
+        for i in range(len(sizes) - 1):
+            if d[i] != 0 and d[i + 1] != 0 and d[i] != d[i + 1]:
+                at = _crossover(collective, a, b, sizes[i], sizes[i + 1], ranks, net, common)
+                pairwise.append({"size_bytes": at, "faster_below": b if d[i] > 0 else a,
+                                 "faster_above": a if d[i] > 0 else b})
+    bounds = lower_bounds(collective, sizes, ranks, net.link, gamma=net.gamma, model=model,
+                          **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
+    busbw = {a: bandwidths(collective, sizes, ranks, times[a])[1].tolist() for a in names}
+    return {"schema_version": SCHEMA_VERSION, "kind": "comm-sweep", "collective": collective, "ranks": ranks,
+            "network": net.describe(model), "algorithms": names, "sizes_bytes": list(sizes),
+            "times_s": {a: times[a].tolist() for a in names}, "busbw_bytes_per_s": busbw,
+            "lower_bound_s": bounds.tolist(), "best": best, "best_time_s": best_t.tolist(),
+            "crossovers": crossovers, "pairwise_crossovers": sorted(pairwise, key=lambda c: c["size_bytes"])}

@@ -1,0 +1,122 @@
+"""``dlsim comm``: time, algorithm and bus bandwidth, and the lower bound of a collective."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dlsim.api.comm import comm, comm_sweep
+from dlsim.cli import main
+from dlsim.cli.options import json_option
+from dlsim.cli.output import emit_json
+from dlsim.cost.collectives import COLLECTIVES
+from dlsim.cost.p2p import MODELS
+from dlsim.errors import SpecError
+from dlsim.report.text import table
+from dlsim.units import GBYTE_PER_S, format_bytes, format_time
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / GBYTE_PER_S:.4g} GB/s"
+
+
+def _network_line(rec: dict[str, Any]) -> str:
+    net = rec["network"]
+    link = net["link"]
+    parts = [f"{net['model']}", f"L={format_time(link['latency_s'])}"]
+    if link["overhead_s"] or link["gap_s"]:
+        parts += [f"o={format_time(link['overhead_s'])}", f"g={format_time(link['gap_s'])}"]
+    parts.append(_rate(link["bandwidth_bytes_per_s"]))
+    if net["gamma_s_per_byte"]:
+        parts.append(f"reduce {_rate(1 / net['gamma_s_per_byte'])}")
+    return f"{net['source']}, link {link['name']} ({', '.join(parts)})"
+
+
+def comm_text(rec: dict[str, Any]) -> str:
+    head = (f"{rec['collective']} of {format_bytes(rec['size_bytes'])} on {rec['ranks']} ranks; "
+            f"{_network_line(rec)}")
+    rows = []
+    for r in sorted(rec["results"], key=lambda r: r["time_s"]):
+        params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+        ratio = f"{r['lower_bound_ratio']:.3f}" if r["lower_bound_ratio"] is not None else "-"
+        rows.append([r["algorithm"] + (" *" if r["algorithm"] == rec["best"] else ""), format_time(r["time_s"]),
+                     _rate(r["algbw_bytes_per_s"]), _rate(r["busbw_bytes_per_s"]), ratio, params])
+    body = table(["algorithm", "time", "algbw", "busbw", "x bound", "parameters"], rows,
+                 [False, True, True, True, True, False])
+    lines = [head, body, f"lower bound: {format_time(rec['lower_bound_s'])} on a homogeneous network of link "
+             f"{rec['network']['link']['name']}; busbw = algbw x {rec['bus_factor']:.4g} (nccl-tests convention)"]
+    lines += [f"skipped {s['algorithm']}: {s['reason']}" for s in rec["skipped"]]
+    return "\n".join(lines)
+
+
+def sweep_text(rec: dict[str, Any]) -> str:
+    names = rec["algorithms"]
+    rows = []
+    for i, size in enumerate(rec["sizes_bytes"]):
+        rows.append([format_bytes(size)] + [format_time(rec["times_s"][a][i]) for a in names]
+                    + [rec["best"][i], format_time(rec["lower_bound_s"][i])])
+    body = table(["size"] + names + ["best", "bound"], rows, [True] * (len(names) + 1) + [False, True])
+    lines = [f"{rec['collective']} on {rec['ranks']} ranks; {_network_line(rec)}", body]
+    if rec["crossovers"]:
+        lines.append("crossovers of the best algorithm:")
+        lines += [f"  {c['from']} -> {c['to']} at {format_bytes(c['size_bytes'])}" for c in rec["crossovers"]]
+    else:
+        lines.append("no crossover: one algorithm is best over the whole range")
+    return "\n".join(lines)
+
+
+@main.command("comm")
+@click.argument("collective", metavar="COLLECTIVE")
+@click.option("--size", help="Message size, e.g. 100MB, 64MiB (per rank; nccl-tests convention).")
+@click.option("--sweep", help="Sizes START:STOP[:FACTOR], e.g. 1KB:1GB (factor 2).")
+@click.option("--ranks", type=int, required=True, help="Number of ranks.")
+@click.option("--cluster", "-c", help="Hardware profile: built-in name or directory.")
+@click.option("--latency", help="Link latency L, e.g. 5us.")
+@click.option("--bandwidth", help="Link bandwidth 1/G, e.g. 10GB/s or 100Gbps.")
+@click.option("--overhead", help="LogGP per-message CPU overhead o, e.g. 1us.")
+@click.option("--gap", help="LogGP gap g between messages, e.g. 2us.")
+@click.option("--reduce-bandwidth", help="Reduction speed (sets gamma = 1/rate), e.g. 20GB/s.")
+@click.option("--algorithm", "-a", default="auto", show_default=True,
+              help="ring, recursive-doubling, rabenseifner, binomial-tree, double-binary-tree, chain, "
+                   "hierarchical, ... or auto (the cheapest) or all.")
+@click.option("--model", default="auto", show_default=True, type=click.Choice(["auto", *MODELS]),
+              help="Point-to-point model (auto: LogGP when o or g is set, else Hockney).")
+@click.option("--ranks-per-node", type=int, help="Ranks per node (hierarchical allreduce).")
+@click.option("--inter-algorithm", default="ring", show_default=True, help="Inter-node allreduce of 'hierarchical'.")
+@click.option("--segments", type=int, help="Pipeline segments of chain / double-binary-tree (default: best).")
+@click.option("--shards", type=int, default=1, show_default=True, help="Parameter-server shards.")
+@click.option("--fanout", type=int, default=3, show_default=True, help="Gossip peers per round.")
+@click.option("--rounds", type=int, default=1, show_default=True, help="Gossip rounds.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the sweep into FILE.png.")
+@json_option
+def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, plot_path: str | None,
+             json_out: str | None, **kwargs: Any) -> None:
+    """Price COLLECTIVE (allreduce, reduce-scatter, allgather, broadcast, reduce, all-to-all, send-recv,
+    push, pull, gossip) with the alpha-beta, LogP or LogGP model: time, algorithm and bus bandwidth
+    (nccl-tests convention) and the lower bound; --sweep prints a table over sizes with the
+    crossover points between algorithms.
+    """
+    if collective not in COLLECTIVES:
+        raise SpecError(f"unknown collective {collective!r} (use {', '.join(COLLECTIVES)})", field="COLLECTIVE")
+    if (size is None) == (sweep is None):
+        raise SpecError("give either --size or --sweep", field="size")
+    if plot_path and sweep is None:
+        raise SpecError("--plot needs --sweep", field="plot")
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    algorithm = kwargs.pop("algorithm")
+    model = kwargs.pop("model")
+    if sweep is not None:
+        rec = comm_sweep(collective, sweep, ranks, algorithm=algorithm, model=model, **kwargs)
+        if plot_path:
+            from dlsim.report.comm_plots import plot_sweep
+            plot_sweep(rec, plot_path)
+            click.echo(f"wrote {plot_path}", err=True)
+        text = sweep_text(rec)
+    else:
+        rec = comm(collective, size, ranks, algorithm=algorithm, model=model, **kwargs)
+        text = comm_text(rec)
+    if json_out is not None:
+        emit_json(rec, json_out)
+    else:
+        click.echo(text)
