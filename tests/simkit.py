@@ -29,11 +29,11 @@ def uniform_table(model, t_f: float, t_b: float, saved: float = 1.0, params: int
 
 
 def run_uniform(schedule: str, p: int, m: int, v: int = 1, *, layers_per_chunk: int = 1, t_f: float = 1.0,
-                t_b: float = 2.0, saved: float = 1.0, pricer=None, **fields):
+                t_b: float = 2.0, saved: float = 1.0, pricer=None, params: int = 0, out_bytes: float = 0.0, **fields):
     """Build and execute a pipeline of uniform chunks; returns (graph, timeline, strategy)."""
     s = make_strategy(pp=p, num_microbatches=m, microbatch_size=1, schedule=schedule, virtual_stages=v, **fields)
     model = chain(layers_per_chunk * s.chunks)
-    table = uniform_table(model, t_f / v / layers_per_chunk, t_b / v / layers_per_chunk, saved)
+    table = uniform_table(model, t_f / v / layers_per_chunk, t_b / v / layers_per_chunk, saved, params, out_bytes)
     ranges = partition(model, [t_f + t_b] * len(table), s.chunks)
     x = IterationInputs(model, table, tuple(ranges), s, Layout(s.dp, s.tp, p, 8), pricer or FreeComm(), "fp32",
                         "test device", 1e18, lambda n: ZERO, lambda f, b: ZERO)

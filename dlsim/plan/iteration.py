@@ -25,7 +25,7 @@ from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
-from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps
+from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
 from dlsim.plan.zero import model_state_bytes
 from dlsim.results import Estimate, Source
 from dlsim.spec.model import Model
@@ -82,7 +82,9 @@ class _Builder:
         gb = DTYPE_BYTES[self.x.dtype]
         self.buckets: list[list[Bucket]] = []
         self.bwd_split: list[list[Step]] = []
-        for es in self.chunk_entries:
+        self.fwd_units: list[list[Step]] = []
+        self.bwd_units: list[list[Step]] = []
+        for k, es in enumerate(self.chunk_entries):
             grads = [(e.index, e.params * gb) for e in es if self.dp_synced(e)]
             buckets = make_buckets(grads, s.bucket_size, s.first_bucket_size) if s.dp > 1 or s.zero else []
             ready: dict[int, tuple[int, ...]] = {}
@@ -90,23 +92,37 @@ class _Builder:
                 ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
             self.buckets.append(buckets)
             self.bwd_split.append(backward_steps(es, tp, ready))
+            if s.zero == 3 and s.dp > 1 and buckets:
+                units = units_of(es, buckets)
+                self.fwd_units.append(forward_steps(es, tp, COMPUTE, units))
+                self.bwd_units.append(backward_steps(es, tp, ready, units))
+            else:
+                self.fwd_units.append(self.fwd[k])
+                self.bwd_units.append(self.bwd_split[k])
         if s.recompute == "full":
             self.recomp = [forward_steps(es, tp, RECOMPUTE) for es in self.chunk_entries]
         elif s.recompute == "selective":
             self.recomp = [selective_recompute_steps(es) for es in self.chunk_entries]
         else:
             self.recomp = [[] for _ in self.chunk_entries]
-        # activation bytes per micro-batch: (kept after forward, transient during forward / recompute)
-        self.act: list[tuple[float, float]] = []
+        # activation bytes per micro-batch and chunk: (kept from forward to backward, extra held while
+        # the forward runs, extra materialised by the recomputation before the backward)
+        self.act: list[tuple[float, float, float]] = []
         for k, es in enumerate(self.chunk_entries):
             full = sum(e.saved_bytes for e in es)
             if s.recompute == "full":
-                kept = self.boundary[k - 1] if k > 0 else es[0].saved_bytes
-                self.act.append((min(kept, full), full))
-            elif s.recompute == "selective":
-                self.act.append((full - sum(e.core_bytes for e in es), full))
+                # GPipe re-materialisation: keep the chunk input; during the forward one layer's
+                # activations are alive at a time; the recomputation rebuilds the whole chunk
+                kept = min(self.boundary[k - 1] if k > 0 else es[0].saved_bytes, full)
+                layer = max(e.saved_bytes for e in es)
+                self.act.append((kept, layer, full - kept))
+            elif s.recompute == "selective" and self.recomp[k]:
+                # Korthikanti et al. 2022: attention cores are dropped after each layer's forward
+                # and recomputed one layer at a time in the backward pass
+                core = max(e.core_bytes for e in es)
+                self.act.append((full - sum(e.core_bytes for e in es), core, core))
             else:
-                self.act.append((full, full))
+                self.act.append((full, 0.0, 0.0))
 
     def dp_synced(self, e: LayerEntry) -> bool:
         """Parameters reduced across data-parallel replicas (not those of layers split over them)."""
@@ -276,30 +292,31 @@ class _Builder:
                           list(deps), ports=tuple(sorted(ports)), label=label, parts=tuple(parts) or ((COMPUTE, 0.0, 0.0),))
 
     def emit(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int],
-             on_ready: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+             hooks: StepHooks | None = None) -> tuple[int, int]:
         """Instantiate a step list on device `pos`; returns (first task, last task)."""
         device = self.dev[pos]
         cs = self.cstream[device]
-        if on_ready is None and len(steps) > 1 and self._fusable(steps, pos):
+        if hooks is None and len(steps) > 1 and self._fusable(steps, pos):
             tid = self._emit_fused(steps, pos, label, deps)
             return tid, tid
         first = last = -1
         for i, st in enumerate(steps):
-            step_deps = deps if first < 0 else []
+            step_deps = list(deps) if first < 0 else []
+            if hooks is not None:
+                step_deps += hooks.before(st)
             if st.kind == "compute":
                 last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
-                                  list(step_deps), label=label)
+                                  step_deps, label=label)
                 if st.duration > 0 and st.measured:
                     self.g.tasks[last].measured = st.measured / st.duration
             else:
                 c = st.collective
                 last = self.collective(f"{label[0]} {st.name} mb{label[2]}", c.op, c.nbytes, st.group, pos,
-                                       label + (i,), cs, list(step_deps), label)
+                                       label + (i,), cs, step_deps, label)
             if first < 0:
                 first = last
-            if on_ready is not None:
-                for j in st.buckets:
-                    on_ready(j, last)
+            if hooks is not None:
+                hooks.after(st, last)
         return first, last
 
     def build(self) -> TaskGraph:
@@ -328,32 +345,37 @@ class _Builder:
         for n, op in enumerate(ops):
             k = op.chunk * self.p + stage
             i = op.microbatch
-            kept, full = self.act[k]
+            kept, fwd_extra, re_extra = self.act[k]
             if op.kind == FORWARD:
-                deps = sync.before_forward(k, i)
-                first, last = self.emit(self.fwd[k], pos, ("F", k, i), deps)
-                self.g.tasks[first].mem_start += ((ACTIVATIONS, full),)
-                if kept != full:
-                    self.g.tasks[last].mem_end += ((ACTIVATIONS, kept - full),)
+                hooks = sync.hooks(k, i, FORWARD, False)
+                steps = self.fwd_units[k] if hooks is not None else self.fwd[k]
+                first, last = self.emit(steps, pos, ("F", k, i), sync.before_op(), hooks)
+                self.g.tasks[first].mem_start += ((ACTIVATIONS, kept + fwd_extra),)
+                if fwd_extra:
+                    self.g.tasks[last].mem_end += ((ACTIVATIONS, -fwd_extra),)
                 self.fwd_first[(d, t, k, i)], self.fwd_last[(d, t, k, i)] = first, last
-                sync.after_forward(k, i, first, last)
+                sync.after_op(first, last, hooks)
             else:
-                deps = [self.fwd_last[(d, t, k, i)]] + sync.before_backward(k, i)
+                deps = [self.fwd_last[(d, t, k, i)]] + sync.before_op()
                 first = -1
                 if self.recomp[k]:
                     first, rlast = self.emit(self.recomp[k], pos, ("R", k, i), deps)
-                    if kept != full:
-                        self.g.tasks[first].mem_start += ((ACTIVATIONS, full - kept),)
+                    if re_extra:
+                        self.g.tasks[first].mem_start += ((ACTIVATIONS, re_extra),)
                     deps = []
                 producing = n == last_b[op.chunk]
-                split = sync.split_backward(producing)
-                steps = self.bwd_split[k] if split else self.bwd[k]
-                on_ready = sync.ready_callback(k, i, producing) if split else None
-                bfirst, last = self.emit(steps, pos, ("B", k, i), deps, on_ready)
+                hooks = sync.hooks(k, i, BACKWARD, producing)
+                if hooks is None:
+                    steps = self.bwd[k]
+                elif s.zero == 3:
+                    steps = self.bwd_units[k]
+                else:
+                    steps = self.bwd_split[k]
+                bfirst, last = self.emit(steps, pos, ("B", k, i), deps, hooks)
                 first = bfirst if first < 0 else first
-                self.g.tasks[last].mem_end += ((ACTIVATIONS, -full),)
+                self.g.tasks[last].mem_end += ((ACTIVATIONS, -(kept + (re_extra if self.recomp[k] else 0.0))),)
                 self.bwd_first[(d, t, k, i)], self.bwd_last[(d, t, k, i)] = first, last
-                sync.after_backward(k, i, first, last)
+                sync.after_op(first, last, hooks)
             last_compute = self.g.orders[self.cstream[device]][-1]
         sync.finish(last_compute)
 

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.taskgraph import COMPUTE, TRANSIENT_PARAMS
@@ -62,51 +62,29 @@ class DeviceSync:
         self.syncs: list[int] = []
         self.decompress: list[tuple[float, float, int, str]] = []
         self.prev_first = -1
-        self.gathered = 0.0
         self.stage = pos[2]
 
-    # -- ZeRO-3 parameter gathers ------------------------------------------------------------
     def _chunk_bytes(self, k: int) -> float:
         return sum(e.params for e in self.b.chunk_entries[k] if self.b.dp_synced(e)) * self.gb
 
-    def _gather(self, k: int, i: int, phase: str) -> list[int]:
-        if not (self.active and self.s.zero == 3 and self.s.dp > 1):
-            return []
-        nbytes = self._chunk_bytes(k)
-        deps = [self.prev_first] if self.prev_first >= 0 else []
-        tid = self.b.collective(f"allgather params chunk{k} {phase} mb{i}", "allgather", nbytes, "dp", self.pos,
-                                ("ag", phase, k, i), self.ms, deps, ("AG", k, i))
-        self.gathered = nbytes * (self.s.dp - 1) / self.s.dp
-        self.b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, self.gathered),)
-        return [tid]
+    # -- per-op hooks: buckets ready, ZeRO-3 parameter units -------------------------------
+    def before_op(self) -> list[int]:
+        return []
 
-    def _release(self, first: int, last: int) -> None:
+    def after_op(self, first: int, last: int, hooks: "OpHooks | None") -> None:
         self.prev_first = first
-        if self.active and self.s.zero == 3 and self.s.dp > 1:
-            self.b.g.tasks[last].mem_end += ((TRANSIENT_PARAMS, -self.gathered),)
+        if hooks is not None:
+            hooks.close(last)
 
-    def before_forward(self, k: int, i: int) -> list[int]:
-        return self._gather(k, i, "F")
-
-    def after_forward(self, k: int, i: int, first: int, last: int) -> None:
-        self._release(first, last)
-
-    def before_backward(self, k: int, i: int) -> list[int]:
-        return self._gather(k, i, "B")
-
-    def after_backward(self, k: int, i: int, first: int, last: int) -> None:
-        self._release(first, last)
-
-    # -- gradient buckets --------------------------------------------------------------------
-    def split_backward(self, producing: bool) -> bool:
+    def hooks(self, k: int, i: int, phase: str, producing: bool) -> "OpHooks | None":
+        """Hooks for one op: gather ZeRO-3 units, launch bucket reductions; None when neither applies."""
         if not self.active or self.s.dp == 1:
-            return False
-        if reduces_every_microbatch(self.s.zero):
-            return True
-        return producing and self.s.overlap
-
-    def ready_callback(self, k: int, i: int, producing: bool) -> Callable[[int, int], None]:
-        return lambda j, tid: self._bucket(k, j, i, tid)
+            return None
+        gather = self.s.zero == 3 and bool(self.b.buckets[k])
+        buckets = phase == "B" and (reduces_every_microbatch(self.s.zero) or (producing and self.s.overlap))
+        if not (gather or buckets):
+            return None
+        return OpHooks(self, k, i, phase, buckets, gather)
 
     def _bucket(self, k: int, j: int, i: int, ready: int) -> None:
         b, s = self.b, self.s
@@ -176,3 +154,56 @@ class DeviceSync:
             b.g.add_group(members, est.seconds, ports)
             del b.pending[key]
         return tid
+
+
+class OpHooks:
+    """Step hooks of one forward or backward op (see `dlsim.plan.templates.StepHooks`).
+
+    ZeRO-3 / FSDP: before the first step of each parameter unit, all-gather the unit on the
+    communication stream (prefetched: it may start once the previous unit's first step has run,
+    so at most two units are gathered at a time) and hold its full parameters until its last step
+    ends. Buckets: launch a bucket's reduction after the step that completes its gradients.
+    """
+
+    def __init__(self, sync: DeviceSync, k: int, i: int, phase: str, buckets: bool, gather: bool):
+        self.sync, self.k, self.i, self.phase = sync, k, i, phase
+        self.buckets, self.gather = buckets, gather
+        self.unit = -1
+        self.unit_first = -1
+        self.last = -1
+        self.held = 0.0
+
+    def before(self, step) -> list[int]:
+        if not self.gather or step.unit < 0 or step.unit == self.unit:
+            return []
+        sync, b = self.sync, self.sync.b
+        self._release()
+        if self.unit_first >= 0:
+            deps = [self.unit_first]
+        else:
+            deps = [sync.prev_first] if sync.prev_first >= 0 else []
+        nbytes = b.buckets[self.k][step.unit].nbytes
+        tid = b.collective(f"allgather unit{step.unit} chunk{self.k} {self.phase} mb{self.i}", "allgather", nbytes,
+                           "dp", sync.pos, ("ag", self.phase, self.k, self.i, step.unit), sync.ms, deps,
+                           ("AG", self.k, self.i, step.unit))
+        self.held = nbytes * (sync.s.dp - 1) / sync.s.dp
+        b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, self.held),)
+        self.unit, self.unit_first = step.unit, -1
+        return [tid]
+
+    def after(self, step, tid: int) -> None:
+        if self.gather and self.unit_first < 0:
+            self.unit_first = tid
+        self.last = tid
+        if self.buckets:
+            for j in step.buckets:
+                self.sync._bucket(self.k, j, self.i, tid)
+
+    def _release(self) -> None:
+        if self.held and self.last >= 0:
+            self.sync.b.g.tasks[self.last].mem_end += ((TRANSIENT_PARAMS, -self.held),)
+        self.held = 0.0
+
+    def close(self, last: int) -> None:
+        self.last = last
+        self._release()

@@ -12,7 +12,7 @@ while the rest of the backward pass runs (wait-free backpropagation).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE
@@ -27,7 +27,8 @@ class Step:
     """A compute run (`duration`, of which `measured` seconds come from measured tables) or a
     blocking collective (`collective` over the layer's model-parallel group `group`: "tp", or "dp"
     for model-parallel layer groups split over the data-parallel ranks). `buckets` lists the
-    gradient buckets complete after this step."""
+    gradient buckets complete after this step; `unit` the parameter unit (ZeRO-3 / FSDP) its layers
+    belong to (−1: not split by units)."""
 
     kind: str
     name: str
@@ -37,6 +38,28 @@ class Step:
     collective: Collective | None = None
     group: str = "tp"
     buckets: tuple[int, ...] = ()
+    unit: int = -1
+
+
+class StepHooks(Protocol):
+    """Called while a step list is instantiated: extra dependencies before a step, and the task
+    that ran it after (gradient buckets ready, parameter units to gather and release)."""
+
+    def before(self, step: Step) -> list[int]: ...
+
+    def after(self, step: Step, tid: int) -> None: ...
+
+
+def units_of(entries: Sequence[LayerEntry], buckets) -> dict[int, int]:
+    """Parameter unit of every layer of a chunk: the bucket holding it; a layer without parameters
+    joins the unit of the closest earlier layer with parameters (else the closest later one)."""
+    holder = {i: j for j, b in enumerate(buckets) for i in b.layers}
+    out: dict[int, int] = {}
+    current = next((holder[e.index] for e in entries if e.index in holder), -1)
+    for e in entries:
+        current = holder.get(e.index, current)
+        out[e.index] = current
+    return out
 
 
 class _Acc:
@@ -46,6 +69,7 @@ class _Acc:
         self.names: list[str] = []
         self.duration = 0.0
         self.measured = 0.0
+        self.unit = -1
 
     def add(self, name: str, seconds: float, source: Source) -> None:
         self.names.append(name)
@@ -56,12 +80,19 @@ class _Acc:
     def flush(self, buckets: tuple[int, ...] = ()) -> None:
         if self.names or buckets:
             name = self.names[0] if len(self.names) == 1 else f"{self.names[0]}..{self.names[-1]}" if self.names else "-"
-            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, buckets=buckets))
+            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, buckets=buckets,
+                                   unit=self.unit))
         self.names, self.duration, self.measured = [], 0.0, 0.0
 
     def collective(self, c: Collective, group: str) -> None:
         self.flush()
-        self.steps.append(Step("collective", c.why, COMM, collective=c, group=group))
+        self.steps.append(Step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
+
+    def enter(self, unit: int) -> None:
+        """Start a new parameter unit (flushing the current run)."""
+        if unit != self.unit:
+            self.flush()
+            self.unit = unit
 
 
 def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
@@ -70,10 +101,14 @@ def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
     return "tp" if entry.tp_degree == tp else "dp"
 
 
-def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE) -> list[Step]:
-    """Forward pass of a chunk (`category` recompute for a full recomputation)."""
+def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE,
+                  unit_of: dict[int, int] | None = None) -> list[Step]:
+    """Forward pass of a chunk (`category` recompute for a full recomputation); with `unit_of`
+    (layer index → parameter unit) the pass is split where the unit changes."""
     acc = _Acc(category)
     for e in entries:
+        if unit_of is not None:
+            acc.enter(unit_of[e.index])
         for c in e.tp.before:
             acc.collective(c, _group(e, tp, c))
         acc.add(e.name, e.forward.seconds, e.forward.source)
@@ -83,11 +118,14 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
     return acc.steps
 
 
-def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, tuple[int, ...]] | None = None) -> list[Step]:
+def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, tuple[int, ...]] | None = None,
+                   unit_of: dict[int, int] | None = None) -> list[Step]:
     """Backward pass of a chunk, layers in reverse. `ready_at` maps a layer index to the buckets its
-    backward completes; the pass is split there."""
+    backward completes; the pass is split there (and where the parameter unit changes)."""
     acc = _Acc(COMPUTE)
     for e in reversed(entries):
+        if unit_of is not None:
+            acc.enter(unit_of[e.index])
         acc.add(e.name, e.backward.seconds, e.backward.source)
         if ready_at and e.index in ready_at:
             acc.flush(ready_at[e.index])

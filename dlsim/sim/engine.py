@@ -134,8 +134,6 @@ class _Run:
             if t.group >= 0:
                 yield from self._join(t.group)
                 self.start[tid] = self.group_start[t.group]
-                self._memory(t.device, t.mem_start)
-                self._memory(t.device, t.mem_end)
                 self._finish(tid)
                 continue
             held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
@@ -175,18 +173,25 @@ class _Run:
 
     def _run_group(self, gid: int, done: simpy.Event):
         gr = self.g.groups[gid]
+        members = [self.g.tasks[m] for m in gr.members]
         if gr.messages:
             self.group_start[gid] = self.env.now
+            for t in members:
+                self._memory(t.device, t.mem_start)
             yield from self._messages(gid, gr.messages)
         else:
             held = (yield from self._acquire(gr.ports)) if gr.ports else ()
             now = self.group_start[gid] = self.env.now
+            for t in members:
+                self._memory(t.device, t.mem_start)
             if gr.duration > 0:
                 yield self.env.timeout(gr.duration)
             if held:
                 self._release(held)
             for p in gr.ports:
                 self.port_busy[p].append((now, self.env.now, gr.members[0]))
+        for t in members:
+            self._memory(t.device, t.mem_end)
         done.succeed()
 
     def _messages(self, gid: int, messages):
