@@ -1,0 +1,37 @@
+"""Gradient compression: payload sizes by hand (reference/algorithms.md §7) and their effect."""
+
+import math
+
+import pytest
+
+from dlsim.api.models import as_model
+from dlsim.api.simulate import simulate
+from dlsim.plan.compression import error_feedback_bytes, plan_sync
+from dlsim.spec.strategy import Compression
+
+N = 1_000_000  # fp32 gradient elements
+NB = 4 * N
+
+
+def test_payloads():
+    assert plan_sync(Compression("none"), NB, 4, 8).collectives == (("allreduce", NB),)
+    assert plan_sync(Compression("fp16"), NB, 4, 8).collectives == (("allreduce", 2 * N),)
+    q = 4 * N / 8 + 4 * math.ceil(N / 512)
+    assert plan_sync(Compression("qsgd", bits=4), NB, 4, 8).collectives == (("reduce_scatter", q), ("allgather", q))
+    one = N / 8 + 8 * math.ceil(N / 512)
+    assert plan_sync(Compression("1bit"), NB, 4, 8).payload == one
+    top = plan_sync(Compression("topk", density=0.01), NB, 4, 8)
+    assert top.payload == 8 * 10_000 and top.collectives == (("allgather", 8 * 10_000 * 8),)
+    assert plan_sync(Compression("fp16"), 2 * N, 2, 8).compress == (0.0, 0.0)  # already 16-bit
+    assert error_feedback_bytes(Compression("topk"), N) == 4 * N and error_feedback_bytes(Compression("fp16"), N) == 0
+
+
+def test_compression_cuts_communication_on_a_slow_network():
+    kw = dict(dp=16, microbatch_size=32, overlap=False)
+    plain = simulate("alexnet", "gpu-2013", **kw)
+    half = simulate("alexnet", "gpu-2013", compression=Compression("fp16"), **kw)
+    sparse = simulate("alexnet", "gpu-2013", compression=Compression("topk", density=0.001), **kw)
+    assert sparse.communication_s < half.communication_s < plain.communication_s
+    assert half.communication_s == pytest.approx(plain.communication_s / 2, rel=0.05)
+    assert sparse.iteration_time_s < plain.iteration_time_s
+    assert sparse.devices[0].memory["error_feedback"] == 4 * as_model("alexnet").params
