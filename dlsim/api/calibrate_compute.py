@@ -84,10 +84,25 @@ def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: 
     return unique
 
 
-def _fits(out: Path, dtypes: Iterable[str], device_rows: dict[str, float]) -> tuple[dict[str, GemmFit], MemoryFit | None]:
+def _conv_points(out: Path, dtype: str, algorithm: str) -> list[tuple[float, float]]:
+    """(FLOPs, seconds) of the measured convolutions run with `algorithm`, for the roofline fit."""
+    from dlsim.cost.layers import layer_cost
+    from dlsim.validate.compute_heldout import conv_layer
+    rows = read_table("conv", out / TABLES["conv"])
+    return [(getattr(layer_cost(conv_layer(r.shape), r.n, dtype), r.pass_name).flops, r.time_s) for r in rows
+            if r.dtype == dtype and r.algorithm == algorithm]
+
+
+def _fits(out: Path, dtypes: Iterable[str], device_rows: dict[str, float],
+          algorithm: str) -> tuple[dict[str, GemmFit], MemoryFit | None]:
     launch = device_rows.get("launch_overhead_s", 0.0)
-    gemm = read_table("gemm", out / TABLES["gemm"]) if (out / TABLES["gemm"]).stat().st_size else []
-    fits = {d: f for d in dtypes if (f := fit_gemm([r for r in gemm if r.set == "grid"] or gemm, d, launch))}
+    gemm = read_table("gemm", out / TABLES["gemm"])
+    grid = [r for r in gemm if r.set == "grid"]
+    fits = {}
+    for d in dtypes:
+        fit = fit_gemm(grid, d, launch) or fit_gemm(gemm, d, launch, _conv_points(out, d, algorithm))
+        if fit is not None:
+            fits[d] = fit
     memory = read_table("memory", out / TABLES["memory"])
     bw = device_rows.get("stream_bandwidth_bytes_per_s")
     mem = fit_memory([r for r in memory if r.dtype == "fp32" and r.pass_name != "step"], bw, launch) if bw else None
@@ -160,7 +175,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None)
     summary: RunSummary = run_calibration(tasks, out, backend, timer, progress=progress)
     dev = _device_rows(out)
-    fits, mem = _fits(out, dtypes, dev)
+    fits, mem = _fits(out, dtypes, dev, DEFAULT_CONV_ALGORITHM[device])
     host = host_description(device, threads_used)
     meta_path = out / "meta.yaml"
     meta = (read_yaml(meta_path) or {}) if meta_path.exists() else {}
@@ -186,7 +201,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         write_new_profile(profile, _profile_text(out.name, host, fits, mem, dev, started))
         changes = ["profile.yaml: written"]
     else:
-        changes = ["profile.yaml: not written (no GEMM rows to fit the roofline; run with the grid)"]
+        changes = ["profile.yaml: not written (too few GEMM or convolution rows to fit the roofline; run with the grid)"]
     return {"kind": "calibrate-compute", "out": str(out), "device": host["device"], "tasks": len(tasks),
             "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
             "dropped_partial_lines": summary.dropped_partial, "seconds": summary.seconds, "profile": changes,

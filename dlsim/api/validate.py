@@ -19,7 +19,7 @@ from dlsim.api.estimate import estimate
 from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
 from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, make_optimizer
 from dlsim.calibrate.compute_plan import DEFAULT_CONV_ALGORITHM
-from dlsim.calibrate.compute_timer import KernelTimer, check_device, set_threads
+from dlsim.calibrate.compute_timer import KernelTimer, check_device, set_threads, warm_allocator
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.pricing import price_pass
 from dlsim.errors import SpecError
@@ -110,6 +110,7 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     import torch
     dev = torch.device(device)
     timer = KernelTimer(device, repeats=repeats)
+    warm_allocator()
     tables, _ = load_kernel_times(cluster)
     nearest, _ = load_kernel_times(cluster, gemm_method="nearest")
     gemm_rows = []

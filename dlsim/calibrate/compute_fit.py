@@ -59,9 +59,11 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def fit_gemm(rows: Iterable[GemmRow], dtype: str, launch_s: float) -> GemmFit | None:
-    """Roofline compute parameters for `dtype` from single (count 1) GEMM rows; None with < 2 rows."""
-    pts = [(2.0 * r.m * r.n * r.k, r.time_s) for r in rows if r.dtype == dtype and r.count == 1]
+def fit_gemm(rows: Iterable[GemmRow], dtype: str, launch_s: float,
+             extra: Sequence[tuple[float, float]] = ()) -> GemmFit | None:
+    """Roofline compute parameters for `dtype` from single (count 1) GEMM rows and `extra` (FLOPs,
+    seconds) points of other matrix-class kernels (convolutions); None with < 2 different sizes."""
+    pts = [(2.0 * r.m * r.n * r.k, r.time_s) for r in rows if r.dtype == dtype and r.count == 1] + list(extra)
     if len({w for w, _ in pts}) < 2:
         return None
     best = max(w / t for w, t in pts)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, memory_op, optimizer_step_fn, torch_dtype
 from dlsim.calibrate.compute_plan import ConvTask, GemmTask, MemoryTask, OptimizerTask, Task
 from dlsim.calibrate.compute_store import TableFile
-from dlsim.calibrate.compute_timer import KernelTimer, Timing
+from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
     MemoryRow, record
 from dlsim.units import format_time
@@ -158,6 +158,7 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
                     progress: Callable[[int, int, str, str], None] | None = None) -> RunSummary:
     """Measure every task whose row is missing from the tables in `out_dir` (see the module docstring)."""
     out_dir = Path(out_dir)
+    warm_allocator()
     tables = open_tables(out_dir)
     summary = RunSummary(dropped_partial=[str(t.path) for t in tables.values() if t.dropped_partial])
     tasks = list(tasks)
