@@ -79,7 +79,12 @@ def add_transitions(model: Model, entries: tuple[LayerEntry, ...], modes: list[s
                 extra_bwd.append(Collective("allgather", gathered, f"gather gradient of {src}", "dp"))
         if extra_before or extra_bwd:
             e = out[i]
-            role = replace(e.tp, before=tuple(extra_before) + e.tp.before,
-                           after_bwd=e.tp.after_bwd + tuple(extra_bwd))
+            kept_bwd = e.tp.after_bwd
+            if mine == "model":
+                # a column-parallel consumer's input-gradient all-reduce (Megatron's f) is subsumed by
+                # the reduce-scatter that returns each worker its own samples' gradient
+                scattered = {c.nbytes for c in extra_bwd if c.op == "reduce_scatter"}
+                kept_bwd = tuple(c for c in kept_bwd if not (c.op == "allreduce" and c.nbytes in scattered))
+            role = replace(e.tp, before=tuple(extra_before) + e.tp.before, after_bwd=kept_bwd + tuple(extra_bwd))
             out[i] = replace(e, tp=role)
     return tuple(out)
