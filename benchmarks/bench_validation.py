@@ -47,25 +47,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--calibrate", action="store_true")
     ap.add_argument("--grid", action="store_true", help="with --calibrate: also the generic grids")
+    ap.add_argument("--statistic", choices=("median", "min"), default="median")
+    ap.add_argument("--no-flush-cache", action="store_true", help="with --calibrate: time kernels back to back")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from dlsim.api.calibrate_compute import calibrate_compute
     from dlsim.api.validate import validate_model
     chosen = [z for z in ZOO if z[0] in args.models.split(",")]
     record: dict = {"kind": "bench-validation", "cluster": args.cluster, "command": " ".join(sys.argv),
+                    "statistic": args.statistic,
                     "load_average_start": load()}
     if args.calibrate:
         start = time.perf_counter()
         overrides = {k: v for _, _, o in chosen for k, v in o.items()}
         cal = calibrate_compute(args.cluster, models=[m for m, _, _ in chosen], batches=[b for _, b, _ in chosen],
-                                overrides=overrides, grid=args.grid, threads=args.threads,
+                                overrides=overrides, grid=args.grid, threads=args.threads, statistic=args.statistic,
+                                flush_cache=not args.no_flush_cache,
                                 command="benchmarks/bench_validation.py --calibrate")
         record["calibration"] = {"seconds": time.perf_counter() - start, "measured": cal["measured"],
                                  "already_measured": cal["already_measured"], "failed": cal["failed"]}
     results = []
     for name, batch, overrides in chosen:
         rec = validate_model(name, args.cluster, batch, overrides=overrides, threads=args.threads,
-                             repeats=args.repeats)
+                             repeats=args.repeats, statistic=args.statistic)
         results.append(rec)
         print(f"{name} b{batch}: predicted {rec['predicted']['iteration_s']:.4f} s, measured "
               f"{rec['measured']['iteration_s']:.4f} s, error {100 * rec['error']['iteration']:+.1f}%", file=sys.stderr)

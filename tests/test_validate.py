@@ -56,13 +56,16 @@ def test_measure_iteration_times_every_layer(tiny_profile):
     from dlsim.validate.compute_iteration import measure_iteration
     model = load_model("lenet5")
     m = measure_iteration(model, 2, make_optimizer, warmup=1, repeats=2)
-    assert m.iteration_s > 0 and len(m.iteration_samples) == 2
-    assert m.iteration_s == pytest.approx(sorted(m.iteration_samples)[0] + (sorted(m.iteration_samples)[1]
-                                                                           - sorted(m.iteration_samples)[0]) / 2)
-    assert set(m.layers) == {layer.name for layer in model.layers}
-    assert all(f > 0 for f, _ in m.layers.values())
+    samples = m.iteration_samples
+    assert len(samples) == 2 and min(samples) > 0
+    assert m.phases()["iteration"] == pytest.approx(sum(samples) / 2)  # the median of two
+    assert m.phases("min")["iteration"] == min(samples)
+    assert m.phases("min")["forward"] == min(p[0] for p in m.samples)
+    layers = m.layers()
+    assert set(layers) == {layer.name for layer in model.layers}
+    assert all(f > 0 for f, _ in layers.values())
     conv = next(layer.name for layer in model.layers if layer.type == "conv2d" and layer.inputs == ("input",))
-    assert m.layers[conv][1] > 0  # ∇w of a layer fed by the input is timed too
+    assert layers[conv][1] > 0  # ∇w of a layer fed by the input is timed too
     assert m.optimizer_impl in ("fused", "foreach")
 
 

@@ -164,7 +164,7 @@ tables: {{{', '.join(f'{k}: {v}' for k, v in TABLES.items())}}}
 def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[str] = (), batches: Sequence[int] = (1,),
                       overrides: Mapping[str, Any] | None = None, dtypes: Sequence[str] = ("fp32",), grid: bool = True,
                       algorithms: Sequence[str] | None = None, threads: int | None = None, repeats: int = 5,
-                      flush_cache: bool = True, command: str = "", progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
+                      flush_cache: bool = True, statistic: str = "median", command: str = "", progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
     """Measure kernels into the profile directory `out` (see the module docstring); returns a summary record."""
     out = Path(out)
     check_device(device)
@@ -172,7 +172,8 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     threads_used = set_threads(threads)
     backend = Backend.create(device)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None)
+    timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None,
+                        statistic=statistic)
     summary: RunSummary = run_calibration(tasks, out, backend, timer, progress=progress)
     dev = _device_rows(out)
     fits, mem = _fits(out, dtypes, dev, DEFAULT_CONV_ALGORITHM[device])
@@ -182,16 +183,16 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     runs = list(meta.get("runs", [])) + [{
         "date": started, "command": command or " ".join(sys.argv), "models": list(models), "batches": list(batches),
         "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "threads": threads_used,
-        "flush_cache": flush_cache, "tasks": len(tasks),
+        "flush_cache": flush_cache, "statistic": statistic, "tasks": len(tasks),
         "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
         "seconds": round(summary.seconds, 1)}]
     meta = {"device": host, "defaults": {"conv_algorithm": DEFAULT_CONV_ALGORITHM[device]},
             "conv_algorithms": list(CONV_ALGORITHMS[device]),
             "measured": {k: v for k, v in dev.items()},
             "fitted": {**{f"gemm_{d}": asdict(f) for d, f in fits.items()}, **({"memory": asdict(mem)} if mem else {})},
-            "timing": {"repeats": repeats, "threads": threads_used, "flush_cache": flush_cache,
-                       "statistic": ("median of single calls, each after a cache flush" if flush_cache else
-                                     "median over blocks of back-to-back calls") + ", after one warm-up call"},
+            "timing": {"repeats": repeats, "threads": threads_used, "flush_cache": flush_cache, "statistic": statistic,
+                       "method": (f"{statistic} of single calls, each after a cache flush" if flush_cache else
+                                  f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls"},
             "runs": runs}
     write_atomic(meta_path, yaml.safe_dump(meta, sort_keys=False, width=120))
     profile = out / "profile.yaml"

@@ -19,7 +19,7 @@ from dlsim.api.estimate import estimate
 from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
 from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, make_optimizer
 from dlsim.calibrate.compute_plan import DEFAULT_CONV_ALGORITHM
-from dlsim.calibrate.compute_timer import KernelTimer, check_device, set_threads, warm_allocator
+from dlsim.calibrate.compute_timer import STATISTICS, KernelTimer, check_device, set_threads, warm_allocator
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.pricing import price_pass
 from dlsim.errors import SpecError
@@ -49,38 +49,42 @@ def error_summary(errors: list[float]) -> dict[str, float]:
 def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, batch: int, *, device: str = "cpu",
                    dtype: str | None = None, optimizer: str = "adam", repeats: int = 5, warmup: int = 2,
                    per_layer: bool = True, threads: int | None = None, overrides: Mapping[str, Any] | None = None,
-                   attention: str = "math") -> dict[str, Any]:
+                   attention: str = "math", statistic: str = "median") -> dict[str, Any]:
     """Predicted vs measured training iteration of `model` (see the module docstring); a result record."""
     model, cluster = as_model(model, overrides), as_cluster(cluster)
     batch, dtype = check_batch(batch), check_dtype(dtype, model)
     if repeats < 1 or warmup < 0:
         raise SpecError("repeats must be >= 1 and warmup >= 0", field="repeats")
+    if statistic not in STATISTICS:
+        raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
     check_device(device)
     threads_used = set_threads(threads)
     predicted = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer)
     measured = measure_iteration(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
                                  warmup=warmup, repeats=repeats, per_layer=per_layer, attention=attention)
     pred = predicted.to_dict()
+    measured_layers, mph = measured.layers(statistic), measured.phases(statistic)
     tag = {"measured": "M", "interpolated": "I", "extrapolated": "X", "model": "R"}
     layers = []
     for t in predicted.layers:
-        mf, mb = measured.layers.get(t.name, (float("nan"), float("nan")))
+        mf, mb = measured_layers.get(t.name, (float("nan"), float("nan")))
         pf, pb = t.forward.seconds, t.backward_data.seconds + t.backward_weight.seconds
         layers.append({"name": t.name, "type": t.type, "predicted_forward_s": pf, "measured_forward_s": mf,
                        "predicted_backward_s": pb, "measured_backward_s": mb, "predicted_s": pf + pb,
                        "measured_s": mf + mb, "error": rel_error(pf + pb, mf + mb),
                        "source": "".join(tag[e.source.value] for e in (t.forward, t.backward_data, t.backward_weight))})
-    total = measured.iteration_s
+    total = mph["iteration"]
     big = [r["error"] for r in layers if r["measured_s"] == r["measured_s"] and r["measured_s"] >= 0.01 * total]
     weighted = sum(abs(r["predicted_s"] - r["measured_s"]) for r in layers if r["measured_s"] == r["measured_s"])
-    phases = {"iteration": (pred["iteration_time_s"], measured.iteration_s),
-              "forward": (pred["forward_time_s"], measured.forward_s),
-              "backward": (pred["backward_time_s"], measured.backward_s),
-              "optimizer": (pred["optimizer_time_s"], measured.optimizer_s)}
+    phases = {"iteration": (pred["iteration_time_s"], mph["iteration"]),
+              "forward": (pred["forward_time_s"], mph["forward"]),
+              "backward": (pred["backward_time_s"], mph["backward"]),
+              "optimizer": (pred["optimizer_time_s"], mph["optimizer"])}
     return {
         "schema_version": SCHEMA_VERSION, "kind": "validate-model", "model": model.name, "cluster": cluster.name,
         "device": device, "batch": batch, "dtype": dtype, "optimizer": optimizer,
         "optimizer_impl": measured.optimizer_impl, "threads": threads_used, "repeats": repeats,
+        "statistic": statistic,
         "predicted": {f"{k}_s": p for k, (p, _) in phases.items()},
         "measured": {**{f"{k}_s": m for k, (_, m) in phases.items()},
                      "iteration_samples_s": list(measured.iteration_samples), "spread": measured.spread},
@@ -100,7 +104,7 @@ def _conv_default(cluster: Cluster) -> str | None:
 
 def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtype: str = "fp32", gemms: int = 40,
                      convs: int = 20, seed: int = 0, threads: int | None = None, repeats: int = 5,
-                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                     statistic: str = "median", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Held-out GEMM and convolution shapes: measured now vs looked up in `cluster`'s tables."""
     cluster = as_cluster(cluster)
     if "gemm" not in cluster.tables:
@@ -109,13 +113,13 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     threads_used = set_threads(threads)
     import torch
     dev = torch.device(device)
-    timer = KernelTimer(device, repeats=repeats)
+    timer = KernelTimer(device, repeats=repeats, statistic=statistic)
     warm_allocator()
     tables, _ = load_kernel_times(cluster)
     nearest, _ = load_kernel_times(cluster, gemm_method="nearest")
     gemm_rows = []
     for g in heldout_gemms(read_table("gemm", cluster.tables["gemm"]), dtype, gemms, seed):
-        t = timer.time(gemm_fn(g, dtype, dev)).median_s
+        t = timer.time(gemm_fn(g, dtype, dev)).seconds
         est, alt = tables.gemm(g, dtype), nearest.gemm(g, dtype)
         gemm_rows.append({"m": g.m, "n": g.n, "k": g.k, "measured_s": t, "predicted_s": est.seconds,
                           "source": est.source.value, "error": rel_error(est.seconds, t),
@@ -131,7 +135,7 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
             est = price_pass(getattr(cost, pass_name), "conv2d", pass_name, cluster.device, dtype, tables, cost.conv)
             with conv_algorithm(algo or DEFAULT_CONV_ALGORITHM[device]):
                 fn, _ = conv_fn(shape, n, pass_name, dtype, dev)
-                t = timer.time(fn).median_s
+                t = timer.time(fn).seconds
             conv_rows.append({"pass": pass_name, "shape": shape.label(), "n": n, "kind": kind, "measured_s": t,
                               "predicted_s": est.seconds, "source": est.source.value, "error": rel_error(est.seconds, t)})
             if progress:
@@ -139,7 +143,7 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
                          f"{est.seconds:.3g} s ({est.source.value})")
     by_kind = {k: error_summary([r["error"] for r in conv_rows if r["kind"] == k]) for k in ("new-batch", "new-geometry")}
     return {"schema_version": SCHEMA_VERSION, "kind": "validate-kernels", "cluster": cluster.name, "device": device,
-            "dtype": dtype, "threads": threads_used, "seed": seed,
+            "dtype": dtype, "threads": threads_used, "seed": seed, "statistic": statistic,
             "gemm": {"summary": error_summary([r["error"] for r in gemm_rows]),
                      "nearest_summary": error_summary([r["nearest_error"] for r in gemm_rows]), "rows": gemm_rows},
             "conv": {"summary": error_summary([r["error"] for r in conv_rows]), "by_kind": by_kind,

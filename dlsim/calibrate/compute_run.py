@@ -90,7 +90,7 @@ def open_tables(out_dir: Path) -> dict[str, TableFile]:
 
 
 def _row(task: Task, timing: Timing | None, workspace: float = 0.0) -> dict[str, str]:
-    t, iqr, reps = (timing.median_s, timing.iqr_s, timing.repeats) if timing else (1.0, 0.0, 1)
+    t, iqr, reps = (timing.seconds, timing.iqr_s, timing.repeats) if timing else (1.0, 0.0, 1)
     if isinstance(task, GemmTask):
         g = task.gemm
         return record(GemmRow(task.dtype, g.m, g.n, g.k, g.count, t, iqr, reps, task.set))
@@ -172,7 +172,7 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
             if dev_table.has({"quantity": quantity}):
                 continue
             timing = timer.time(fn)
-            value = timing.median_s if unit == "s" else amount / timing.median_s
+            value = timing.seconds if unit == "s" else amount / timing.seconds
             dev_table.append({"quantity": quantity, "value": f"{value:.9g}", "unit": unit, "how": how})
     for i, task in enumerate(todo, start=summary.skipped + 1):
         table = tables[kind_of(task)]

@@ -6,6 +6,9 @@ block at least `min_block_s` long so that the clock's resolution and Python's pe
 dominate tiny kernels. On CUDA the device is synchronised before and after every block (a kernel
 launch returns before the kernel ends). The result is the median time per call over the blocks
 and the interquartile range: medians resist the bursts of other processes on a shared machine.
+On a machine that other processes keep busy the noise is one-sided (interference only adds time)
+and the minimum (``statistic="min"``) estimates the undisturbed time better; a comparison must then
+use the minimum on both sides.
 
 With a cache flusher (`cache_flusher`), every timed call is instead preceded, outside the timing,
 by rewriting a buffer twice the size of the last-level cache, so no operand is cached when the
@@ -31,14 +34,24 @@ from dlsim.units import KIB, MIB
 DEVICES = ("cpu", "cuda")
 
 
+STATISTICS = ("median", "min")
+
+
 @dataclass(frozen=True)
 class Timing:
-    """Median seconds per call, the interquartile range over blocks, blocks and calls per block."""
+    """Seconds per call: median and minimum over the blocks, the interquartile range, blocks, calls
+    per block, and `seconds`, the statistic the timer was asked for."""
 
     median_s: float
     iqr_s: float
     repeats: int
     calls: int
+    min_s: float = 0.0
+    statistic: str = "median"
+
+    @property
+    def seconds(self) -> float:
+        return self.min_s if self.statistic == "min" else self.median_s
 
 
 def check_device(device: str) -> Any:
@@ -123,8 +136,11 @@ class KernelTimer:
 
     def __init__(self, device: str = "cpu", *, repeats: int = 5, min_block_s: float = 0.01,
                  long_kernel_s: float = 0.25, clock: Callable[[], float] = time.perf_counter,
-                 flush: Callable[[], Any] | None = None):
+                 flush: Callable[[], Any] | None = None, statistic: str = "median"):
+        if statistic not in STATISTICS:
+            raise DlsimError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})")
         self.device, self.repeats, self.min_block_s, self.long_kernel_s = device, repeats, min_block_s, long_kernel_s
+        self.statistic = statistic
         self.sync = synchronizer(device)
         self.clock, self.flush = clock, flush
 
@@ -137,7 +153,7 @@ class KernelTimer:
         return (self.clock() - start) / calls
 
     def time(self, fn: Callable[[], Any]) -> Timing:
-        """Median time per call of `fn` (after a warm-up call)."""
+        """Time per call of `fn` (after a warm-up call and a sizing call)."""
         self._block(fn, 1)
         first = max(self._block(fn, 1), 1e-9)
         calls = max(1, math.ceil(self.min_block_s / first)) if self.flush is None else 1
@@ -149,4 +165,4 @@ class KernelTimer:
             samples.append(self._block(fn, calls))
         samples.sort()
         q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
-        return Timing(statistics.median(samples), q[2] - q[0], repeats, calls)
+        return Timing(statistics.median(samples), q[2] - q[0], repeats, calls, samples[0], self.statistic)

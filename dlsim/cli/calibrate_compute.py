@@ -38,11 +38,13 @@ def _progress(quiet: bool):
 @click.option("--repeats", type=int, default=5, show_default=True, help="Timed blocks per kernel (median taken).")
 @click.option("--flush-cache/--no-flush-cache", default=True, show_default=True,
               help="Evict the caches before every timed call (as other layers do in a training step).")
+@click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True,
+              help="What a kernel's time is: the median or (on a busy machine) the minimum of its timed calls.")
 @click.option("--quiet", "-q", is_flag=True, help="No per-kernel progress lines.")
 @set_option
 @json_option
 def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[int, ...], dtypes: tuple[str, ...],
-                no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool, quiet: bool,
+                no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool, statistic: str, quiet: bool,
                 overrides: tuple[str, ...], json_out: str | None) -> None:
     """Measure GEMMs, convolutions (every algorithm), memory-bound kernels and launch overhead.
 
@@ -55,7 +57,7 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
     rec = calibrate_compute(out, device=device, models=models, batches=batches or (1,),
                             overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
-                            algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache,
+                            algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache, statistic=statistic,
                             command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(quiet))
     if json_out is not None:
         emit_json(rec, json_out)

@@ -53,7 +53,7 @@ def model_report(rec: dict, top: int | None) -> str:
     pl = rec["per_layer"]
     big = pl["layers_over_1pct"]
     lines = [f"{rec['model']} batch {rec['batch']} {rec['dtype']} on {rec['cluster']} ({rec['device']}, "
-             f"{rec['threads']} threads), {rec['optimizer']} ({rec['optimizer_impl']}), median of {rec['repeats']} "
+             f"{rec['threads']} threads), {rec['optimizer']} ({rec['optimizer_impl']}), {rec['statistic']} of {rec['repeats']} "
              f"iterations (spread {100 * m['spread']:.1f}%)", "", body]
     if top and len(layers) > top:
         lines.append(f"({len(layers) - top} more layers; --all shows every layer)")
@@ -77,16 +77,19 @@ def model_report(rec: dict, top: int | None) -> str:
 @click.option("--warmup", type=int, default=2, show_default=True)
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's).")
 @click.option("--no-layers", is_flag=True, help="Skip the per-layer (hooked) iterations.")
+@click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True,
+              help="Summarise the timed iterations by their median or (on a busy machine) their minimum.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
 @click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
 @set_option
 @json_option
 def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | None, optimizer: str, repeats: int,
-              warmup: int, threads: int | None, no_layers: bool, plot: str | None, show_all: bool,
+              warmup: int, threads: int | None, no_layers: bool, statistic: str, plot: str | None, show_all: bool,
               overrides: tuple[str, ...], json_out: str | None) -> None:
     """Time real training iterations of MODEL in PyTorch and compare them with dlsim's prediction."""
     rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
-                         warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides))
+                         warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
+                         statistic=statistic)
     if plot:
         from dlsim.report.validation_plots import plot_model_validation
         plot_model_validation(rec, plot)
@@ -105,13 +108,14 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
 @click.option("--convs", type=int, default=20, show_default=True, help="Held-out convolution kernels.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--threads", type=int, default=None)
+@click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
 @json_option
 def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
-                plot: str | None, json_out: str | None) -> None:
+                statistic: str, plot: str | None, json_out: str | None) -> None:
     """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
     rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed, threads=threads,
-                           progress=lambda line: click.echo(line, err=True))
+                           statistic=statistic, progress=lambda line: click.echo(line, err=True))
     if plot:
         from dlsim.report.validation_plots import plot_kernel_validation
         plot_kernel_validation(rec, plot)

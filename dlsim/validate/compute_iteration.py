@@ -5,7 +5,8 @@ An iteration is what a training loop runs: ``zero_grad(set_to_none=True)``, forw
 built by `make_optimizer(name, parameters) -> (optimizer, implementation)` (the API passes the
 calibration's, so that the step validated is the step calibrated). After `warmup` iterations (allocator,
 oneDNN primitive caches, cuDNN autotuning), `repeats` iterations are timed with the device
-synchronised at the phase boundaries; the result is the median of each phase and of the total.
+synchronised at the phase boundaries; `MeasuredIteration` summarises them by their median (or,
+on a busy machine, their minimum) per phase and in total.
 
 Per-layer times come from separate iterations with hooks on every layer module (forward
 pre/post hooks; full backward pre/post hooks, which fire when the gradient of the layer's output
@@ -31,23 +32,35 @@ from dlsim.validate.torch_model import build_torch_model, example_batch, module_
 
 @dataclass(frozen=True)
 class MeasuredIteration:
-    """Median seconds per phase over `repeats` iterations, per-layer medians (forward, backward)."""
+    """Timed iterations: (forward, backward, optimizer) seconds of each, per-layer (forward, backward)
+    samples from the hooked iterations; summarised by a statistic ("median" or "min")."""
 
-    iteration_s: float
-    forward_s: float
-    backward_s: float
-    optimizer_s: float
-    iteration_samples: tuple[float, ...]
-    layers: dict[str, tuple[float, float]] = field(default_factory=dict)
-    repeats: int = 0
+    samples: tuple[tuple[float, float, float], ...]
+    layer_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     threads: int = 0
     optimizer_impl: str = ""
+
+    @property
+    def iteration_samples(self) -> tuple[float, ...]:
+        return tuple(sum(p) for p in self.samples)
+
+    def phases(self, statistic: str = "median") -> dict[str, float]:
+        """forward, backward, optimizer and iteration seconds (each summarised on its own)."""
+        pick = min if statistic == "min" else statistics.median
+        out = {name: pick(p[i] for p in self.samples) for i, name in enumerate(("forward", "backward", "optimizer"))}
+        out["iteration"] = pick(self.iteration_samples)
+        return out
+
+    def layers(self, statistic: str = "median") -> dict[str, tuple[float, float]]:
+        pick = min if statistic == "min" else statistics.median
+        return {name: (pick(v[0] for v in vs), pick(v[1] for v in vs)) for name, vs in self.layer_samples.items() if vs}
 
     @property
     def spread(self) -> float:
         """(max − min) / median of the timed iterations."""
         s = self.iteration_samples
-        return (max(s) - min(s)) / self.iteration_s if s and self.iteration_s > 0 else 0.0
+        mid = statistics.median(s) if s else 0.0
+        return (max(s) - min(s)) / mid if mid > 0 else 0.0
 
 
 def _hooks(net: Any, model: Model, clock: Callable[[], float], sync: Callable[[], None],
@@ -109,12 +122,11 @@ def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, A
         return t1 - t0, t2 - t1, clock() - t2
     for _ in range(warmup):
         step()
-    phases = [step() for _ in range(repeats)]
-    totals = tuple(sum(p) for p in phases)
-    layers: dict[str, tuple[float, float]] = {}
+    phases = tuple(step() for _ in range(repeats))
+    spans: dict[str, list[tuple[float, float]]] = {}
     if per_layer:
         marks: dict[str, dict[str, float]] = {}
-        spans: dict[str, list[tuple[float, float]]] = {layer.name: [] for layer in model.layers}
+        spans = {layer.name: [] for layer in model.layers}
         handles = _hooks(net, model, clock, sync, marks)
         try:
             with warnings.catch_warnings():  # layers fed by the input: handled by the parameter hooks
@@ -129,9 +141,4 @@ def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, A
         finally:
             for h in handles:
                 h.remove()
-        for name, values in spans.items():
-            if values:
-                layers[name] = (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
-    med = [statistics.median(p[i] for p in phases) for i in range(3)]
-    return MeasuredIteration(statistics.median(totals), med[0], med[1], med[2], totals, layers, repeats,
-                             torch.get_num_threads(), impl)
+    return MeasuredIteration(phases, spans, torch.get_num_threads(), impl)
