@@ -53,6 +53,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
 @main.command("simulate")
 @click.argument("model")
 @click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
+@click.option("--nodes", type=int, default=None, help="Resize the cluster to this many nodes (same node type).")
 @click.option("--strategy", "strategy_file", type=click.Path(dir_okay=False), default=None,
               help="Strategy YAML file (flags given beside it override its fields).")
 @click.option("--dp", type=int, help="Data-parallel replicas.")
@@ -94,7 +95,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
               help="Print the result record as JSON (or write it to FILE).")
 @click.option("--trace", "trace_out", type=click.Path(dir_okay=False), help="Write a Chrome trace (Perfetto).")
 @set_option
-def simulate_cmd(model: str, cluster: str, strategy_file: str | None, json_out: str | None, trace_out: str | None,
+def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None, trace_out: str | None,
                  microbatch_plan: str | None, workspace_limit: str, full: bool, expand_collectives: bool,
                  model_only: bool, overrides: tuple[str, ...], **opts: Any) -> None:
     """Simulate one training iteration of MODEL on a cluster profile under a parallel strategy.
@@ -105,7 +106,7 @@ def simulate_cmd(model: str, cluster: str, strategy_file: str | None, json_out: 
     """
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
-                         workspace_limit=workspace_limit, trace=trace_out is not None,
+                         workspace_limit=workspace_limit, trace=trace_out is not None, nodes=nodes,
                          overrides=parse_overrides(overrides), **_strategy_fields(opts))
     rec = sim.result.to_dict()
     if trace_out is not None and sim.trace is not None:

@@ -1,0 +1,88 @@
+"""Speed of `dlsim simulate` (issue 4 acceptance): one iteration of GPT-3 175B on 4,096 GPUs
+(tp 8, pp 16, dp 32, 1F1B, 64 micro-batches) under 2 s; ResNet-50 data parallel on 1,024 GPUs
+under 0.5 s; events per second.
+
+Prints JSON: per case the median (and max) wall time of the whole in-process `simulate()` call
+(model loading, pricing, graph building, simulation, analysis), of the event loop alone, the
+events and tasks, and the CLI process wall time (Python start-up included).
+Usage: python benchmarks/bench_sim.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import dlsim.sim.run as sim_run
+
+CASES = [
+    {"name": "gpt3-175b 4096 GPUs", "model": "gpt3-175b", "cluster": "dgx-h100", "nodes": 512, "limit_s": 2.0,
+     "strategy": {"dp": 32, "tp": 8, "pp": 16, "schedule": "1f1b", "microbatch_size": 1, "num_microbatches": 64}},
+    {"name": "resnet50 DP 1024 GPUs", "model": "resnet50", "cluster": "dgx-h100", "nodes": 128, "limit_s": 0.5,
+     "strategy": {"dp": 1024, "microbatch_size": 32}},
+    {"name": "gpt3-175b interleaved v=2", "model": "gpt3-175b", "cluster": "dgx-h100", "nodes": 512, "limit_s": None,
+     "strategy": {"dp": 32, "tp": 8, "pp": 16, "schedule": "interleaved", "virtual_stages": 2,
+                  "microbatch_size": 1, "num_microbatches": 64, "recompute": "selective"}},
+]
+
+
+def _cli_args(case: dict) -> list[str]:
+    args = [sys.executable, "-m", "dlsim", "simulate", case["model"], "--cluster", case["cluster"],
+            "--nodes", str(case["nodes"])]
+    for key, value in case["strategy"].items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    from dlsim.api.simulate import simulate
+    engine_times: list[float] = []
+    real_execute = sim_run.execute
+
+    def timed_execute(graph):
+        start = time.perf_counter()
+        out = real_execute(graph)
+        engine_times.append(time.perf_counter() - start)
+        return out
+
+    sim_run.execute = timed_execute
+    results = []
+    for case in CASES:
+        walls, engines = [], []
+        result = None
+        for _ in range(args.repeats):
+            engine_times.clear()
+            start = time.perf_counter()
+            result = simulate(case["model"], case["cluster"], nodes=case["nodes"], **case["strategy"])
+            walls.append(time.perf_counter() - start)
+            engines.append(engine_times[0])
+        cli = []
+        for _ in range(max(1, args.repeats // 2)):
+            start = time.perf_counter()
+            subprocess.run(_cli_args(case), check=False, capture_output=True)
+            cli.append(time.perf_counter() - start)
+        wall, engine = statistics.median(walls), statistics.median(engines)
+        results.append({
+            "case": case["name"], "devices": result.total_devices, "simulated_devices": result.simulated_devices,
+            "tasks": result.tasks, "events": result.events,
+            "simulate_s_median": wall, "simulate_s_max": max(walls), "engine_s_median": engine,
+            "events_per_s_engine": result.events / engine if engine > 0 else None,
+            "events_per_s_overall": result.events / wall if wall > 0 else None,
+            "cli_wall_s_median": statistics.median(cli),
+            "limit_s": case["limit_s"], "within_limit": None if case["limit_s"] is None else wall < case["limit_s"],
+            "predicted_iteration_time_s": result.iteration_time_s, "feasible": result.feasible,
+            "predicted_throughput_samples_per_s": result.throughput_samples_per_s,
+        })
+    sim_run.execute = real_execute
+    print(json.dumps({"benchmark": "simulate", "repeats": args.repeats, "cases": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
