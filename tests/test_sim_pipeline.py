@@ -70,3 +70,37 @@ def test_identical_runs_are_identical():
     a = run_uniform("interleaved", 4, 8, 2, t_f=0.3, t_b=0.7)[1]
     b = run_uniform("interleaved", 4, 8, 2, t_f=0.3, t_b=0.7)[1]
     assert a.start == b.start and a.end == b.end and a.memory_peak == b.memory_peak
+
+
+def test_tied_embedding_copy_and_gradient_sync():
+    """Megatron keeps the word embedding on the last stage too and all-reduces its gradient with the first."""
+    from dlsim.api.models import as_model
+    from dlsim.api.simulate import run_simulation
+    gpt = as_model("gpt2", {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1024})
+    sim = run_simulation(gpt, "dgx-h100", pp=2, microbatch_size=1, num_microbatches=4, stage_partition=(22, 23),
+                         trace=True)
+    first = sum(layer.params for layer in gpt.layers[:22])
+    last = sum(layer.params for layer in gpt.layers[22:]) + gpt.layer("embed").params
+    assert [d.memory["weights"] / 4 for d in sim.result.devices] == [first, last]
+    syncs = [e for e in sim.trace["traceEvents"] if e["ph"] == "X" and e["name"] == "allreduce tied embedding grads"
+             and e["cat"] == "comm"]
+    assert len(syncs) == 2 and syncs[0]["ts"] == syncs[1]["ts"] and syncs[0]["dur"] > 0
+
+
+def test_microbatch_plan_prices_convolutions():
+    from dlsim.api.simulate import simulate
+    plain = simulate("resnet18", "dgx-h100", microbatch_size=32)
+    planned = simulate("resnet18", "dgx-h100", microbatch_size=32, microbatch_plan="wr", workspace_limit="8MiB")
+    assert any("μ-cuDNN WR plan" in n for n in planned.notes)
+    assert planned.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=0.5)
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 16)])
+def test_point_to_point_time_in_fill_and_drain(p, m):
+    """reference/algorithms.md §4.1 [derived]: with transfers c ≤ min(t_f, t_b), GPipe hides the steady
+    state's transfers and pays 2(p − 1)c; 1F1B, whose backward passes wait on round trips, pays at least that."""
+    from simkit import RingPricer
+    c = 0.25
+    ideal = closed_form_iteration("gpipe", p, m, 1, 1.0, 2.0) + 2 * (p - 1) * c
+    assert run_uniform("gpipe", p, m, pricer=RingPricer(c, 0.0))[1].makespan == ideal
+    assert run_uniform("1f1b", p, m, pricer=RingPricer(c, 0.0))[1].makespan >= ideal

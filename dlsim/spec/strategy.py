@@ -253,6 +253,9 @@ def validate_strategy(s: Strategy) -> Strategy:
         raise SpecError(f"must be true or false, got {s.overlap!r}", field="overlap")
     c = s.compression
     _choice(c.kind, "compression", COMPRESSIONS)
+    if c.kind != "none" and s.zero:
+        raise SpecError(f"compression {c.kind} needs zero 0 (sharded gradients are reduce-scattered uncompressed)",
+                        field="compression")
     if c.kind == "qsgd":
         _positive_int(c.bits, "compression.bits")
         if c.bits > 16:
