@@ -7,33 +7,14 @@ device>, "runs": [{"strategy": name, "devices": n, "record": <simulation record>
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from dlsim.report.comm_plots import _pyplot, _save  # the Agg backend and the atomic figure write
 
 _PARTS = (("compute", "compute", "#4c72b0"), ("recompute", "recompute", "#8172b2"),
           ("exposed_comm", "exposed communication", "#dd8452"), ("bubble", "pipeline bubble", "#937860"),
           ("idle", "idle", "#bbbbbb"))
-
-
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _save(fig: Any, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=130, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def speedups(study: dict[str, Any]) -> dict[str, dict[int, float]]:
