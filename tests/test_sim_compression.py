@@ -35,3 +35,10 @@ def test_compression_cuts_communication_on_a_slow_network():
     assert half.communication_s == pytest.approx(plain.communication_s / 2, rel=0.05)
     assert sparse.iteration_time_s < plain.iteration_time_s
     assert sparse.devices[0].memory["error_feedback"] == 4 * as_model("alexnet").params
+
+
+def test_compressed_payloads_are_held_until_decompressed():
+    r = simulate("alexnet", "gpu-2013", dp=8, microbatch_size=32, compression=Compression("qsgd", bits=4))
+    assert r.devices[0].memory["comm_buffers"] > 0
+    plain = simulate("alexnet", "gpu-2013", dp=8, microbatch_size=32)
+    assert plain.devices[0].memory["comm_buffers"] == 0

@@ -133,6 +133,9 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
     layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node)
     pricer = pricer or _default_pricer(cluster, layout, s.collective)
+    if expand_collectives and symmetry:
+        notes.append("collectives run as point-to-point schedules only where all their ranks are simulated "
+                     "(symmetry reduction is on: they are priced by closed form)")
     explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"
     explicit_tp = not symmetry
     step_kernels = max(1, sum(1 for e in entries if e.params) // (32 * s.pp))

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dlsim.plan.compression import plan_sync
-from dlsim.plan.taskgraph import COMPUTE, TRANSIENT_PARAMS
+from dlsim.plan.taskgraph import BUFFERS, COMPUTE, TRANSIENT_PARAMS
 from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch
 from dlsim.units import DTYPE_BYTES
 
@@ -92,10 +92,13 @@ class DeviceSync:
         base = gradient_collective(s.zero)
         plan = plan_sync(s.compression, bucket.nbytes, self.gb, s.dp, base)
         deps = [ready]
+        buffer = 0.0
         if plan.compress[1] > 0:
             est = b.x.elementwise_time(*plan.compress)
+            # the compressed payload and what the collectives gather into it live until decompression
+            buffer = max(nbytes for _, nbytes in plan.collectives)
             deps = [b.g.add(f"compress bucket{j} chunk{k}", self.device, self.cs, est.seconds, COMPUTE, deps,
-                            source=est.source, label=("C", k, i, j))]
+                            source=est.source, label=("C", k, i, j), mem_start=((BUFFERS, buffer),))]
         last = -1
         for n, (op, nbytes) in enumerate(plan.collectives):
             last = b.collective(f"{op} bucket{j} chunk{k} mb{i}", op, nbytes, "dp", self.pos, ("grad", k, j, i, n),
@@ -103,7 +106,9 @@ class DeviceSync:
             deps = [last]
         self.syncs.append(last)
         if plan.decompress[1] > 0:
-            self.decompress.append((*plan.decompress, last, f"decompress bucket{j} chunk{k}"))
+            self.decompress.append((*plan.decompress, last, f"decompress bucket{j} chunk{k}", buffer))
+        elif buffer:
+            b.g.tasks[last].mem_end += ((BUFFERS, -buffer),)
 
     # -- end of the iteration ----------------------------------------------------------------
     def finish(self, last_compute: int) -> None:
@@ -116,10 +121,10 @@ class DeviceSync:
                 for j in range(len(b.buckets[k])):
                     self._bucket(k, j, b.m - 1, last_compute)
         waits = list(self.syncs)
-        for flops, nbytes, after, name in self.decompress:
+        for flops, nbytes, after, name, buffer in self.decompress:
             est = b.x.elementwise_time(flops, nbytes)
             waits.append(b.g.add(name, self.device, self.cs, est.seconds, COMPUTE, [after], source=est.source,
-                                 label=("D",)))
+                                 label=("D",), mem_end=((BUFFERS, -buffer),) if buffer else ()))
         d, t, stage = self.pos
         for first_stage, last_stage, nbytes in self.parent.tied:
             if stage in (first_stage, last_stage):
