@@ -69,7 +69,6 @@ class _Builder:
         self.busy_cache: dict[tuple, set[str]] = {}
         self.ports: dict[tuple[int, str, str], int] = {}
         self.pending: dict[tuple, list[int]] = {}
-        self.pending_est: dict[tuple, tuple[Estimate, list[int]]] = {}
         self.sync = SyncEmitter(self)
         self._templates()
         self._devices()
@@ -134,7 +133,6 @@ class _Builder:
         self.cstream: list[int] = []
         self.mstream: list[int] = []
         mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps))
-        gb = DTYPE_BYTES[x.dtype]
         for stage in range(self.p):
             chunks = [c * self.p + stage for c in range(self.v)]
             params = sum(e.params for k in chunks for e in self.chunk_entries[k])
@@ -382,7 +380,7 @@ class _Builder:
     def _p2p(self) -> None:
         """Activations forward and gradients backward between consecutive chunks, per channel in the
         sender's program order."""
-        s, lay = self.s, self.x.layout
+        s = self.s
         channels: dict[tuple[int, int], int] = {}
         for stage in range(self.p):
             ops = stage_ops(s.schedule, self.p, self.m, self.v, stage)
