@@ -42,9 +42,21 @@ def test_ilp_matches_brute_force(seed, solver):
     least = smallest_budget(fronts)
     most = sum(f[-1].workspace_bytes for f in fronts)
     for budget in (least, (least + most) / 2, least + (most - least) / 4, most):
-        res = wd_ilp(fronts, budget, solver=solver)
+        res = wd_ilp(fronts, budget, solver=solver, gap_rel=0.0)
         assert res.optimal and res.workspace_bytes <= budget
         assert res.time_s == pytest.approx(_brute(fronts, budget), abs=1e-9)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_identical_kernels_are_grouped_exactly(solver):
+    """Three identical kernels (one group with integer counts) and a different one, against brute force."""
+    same = _fronts(11, kernels=1, configs=4)[0]
+    fronts = [same, list(same), list(same)] + _fronts(12, kernels=1, configs=3)
+    least = smallest_budget(fronts)
+    for budget in (least, least + 20, least + 45, least + 80):
+        res = wd_ilp(fronts, budget, solver=solver, gap_rel=0.0)
+        assert res.time_s == pytest.approx(_brute(fronts, budget), abs=1e-9) and res.workspace_bytes <= budget
+        assert list(res.choice[:3]) == sorted(res.choice[:3])          # counts handed out in order
 
 
 def test_infeasible_budget_reports_the_smallest_feasible_one():

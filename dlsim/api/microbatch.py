@@ -19,6 +19,7 @@ from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry
 from dlsim.errors import SpecError
 from dlsim.io.bench_table import append_rows, load_bench_table, resume_rows
 from dlsim.plan.microbatch.model_table import conv_layers, model_bench_table
+from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.plan import plan_wd, plan_wr
 from dlsim.plan.microbatch.policies import POLICIES, batch_sizes
 from dlsim.plan.microbatch.records import MODES, MicrobatchPlan
@@ -108,21 +109,23 @@ def _ordered(table: BenchTable, names: list[str]) -> BenchTable:
 
 
 def plan_from_table(table: BenchTable, batch: int, workspace_limit: str | float, mode: str = "wr",
-                    policy: str = "powerOfTwo", *, solver: Any = "cbc", time_limit_s: float = 10.0, pareto: bool = False,
-                    notes: tuple[str, ...] = ()) -> MicrobatchPlan:
+                    policy: str = "powerOfTwo", *, solver: Any = "cbc", time_limit_s: float = 10.0,
+                    gap_rel: float = GAP_REL, pareto: bool = False, notes: tuple[str, ...] = ()) -> MicrobatchPlan:
     """WR or WD plan over a prepared table."""
     _check(mode, policy)
     limit = _limit(workspace_limit)
     if mode == "wr":
         return plan_wr(table, batch, limit, policy, pareto=pareto, notes=notes)
-    return plan_wd(table, batch, limit, policy, solver=solver, time_limit_s=time_limit_s, pareto=pareto, notes=notes)
+    return plan_wd(table, batch, limit, policy, solver=solver, time_limit_s=time_limit_s, gap_rel=gap_rel,
+                   pareto=pareto, notes=notes)
 
 
 def plan_microbatches(model: Model | str | Path | None, cluster: Cluster | str | Path | None, batch: int,
                       workspace_limit: str | float = "64MiB", mode: str = "wr", policy: str = "powerOfTwo",
                       bench_table: BenchTable | str | Path | None = None, *, dtype: str | None = None,
-                      solver: Any = "cbc", time_limit: str | float = 10.0, pareto: bool = False,
-                      layers: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None) -> MicrobatchPlan:
+                      solver: Any = "cbc", time_limit: str | float = 10.0, gap_rel: float = GAP_REL,
+                      pareto: bool = False, layers: Sequence[str] | None = None,
+                      overrides: Mapping[str, Any] | None = None) -> MicrobatchPlan:
     """Plan micro-batches and algorithms for the model's convolutions (μ-cuDNN WR or WD).
 
     `workspace_limit` is per kernel for WR and the total budget for WD ("64MiB" or bytes). The plan
@@ -133,7 +136,7 @@ def plan_microbatches(model: Model | str | Path | None, cluster: Cluster | str |
     table, notes = microbatch_table(model, cluster, batch, (policy,), bench_table, dtype=dtype, layers=layers,
                                     overrides=overrides)
     return plan_from_table(table, batch, workspace_limit, mode, policy, solver=solver,
-                           time_limit_s=parse_time(time_limit), pareto=pareto, notes=notes)
+                           time_limit_s=parse_time(time_limit), gap_rel=gap_rel, pareto=pareto, notes=notes)
 
 
 def default_limits(table: BenchTable, batch: int) -> list[float]:

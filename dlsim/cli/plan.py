@@ -14,6 +14,7 @@ from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
 from dlsim.cli.output import emit_json
 from dlsim.errors import SpecError
+from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.policies import POLICIES
 from dlsim.report.text import table
 from dlsim.units import format_bytes, format_time, parse_size, parse_time
@@ -83,13 +84,16 @@ def plan_text(rec: dict[str, Any], pareto: bool = False) -> str:
 @click.option("--solver", type=click.Choice(["cbc", "highs"]), default="cbc", show_default=True,
               help="ILP solver for --mode wd (highs needs the highspy package).")
 @click.option("--time-limit", default="10s", show_default=True, help="ILP solver time limit.")
+@click.option("--gap", type=float, default=GAP_REL, show_default=True,
+              help="ILP relative optimality gap (0: prove exact optimality; can take long).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a figure of time and speedup against the workspace limit (PNG, SVG, PDF).")
 @set_option
 @json_option
 def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | None, batch: int, workspace_limit: str,
                    policy: str, mode: str, pareto: bool, layers: str | None, dtype: str | None, solver: str,
-                   time_limit: str, plot_path: str | None, overrides: tuple[str, ...], json_out: str | None) -> None:
+                   time_limit: str, gap: float, plot_path: str | None, overrides: tuple[str, ...],
+                   json_out: str | None) -> None:
     """Split each convolution's mini-batch into micro-batches so faster algorithms fit the workspace (μ-cuDNN).
 
     Either MODEL with --cluster PROFILE (times from the profile's measured `conv_algorithms` table, or
@@ -107,8 +111,10 @@ def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | No
     policies = tuple(dict.fromkeys([policy, "undivided"]))
     tab, notes = microbatch_table(model, cluster, batch, policies, bench_table, dtype=dtype, layers=chosen,
                                   overrides=parse_overrides(overrides))
-    result = plan_from_table(tab, batch, limit, mode, policy, solver=solver, time_limit_s=seconds, pareto=pareto,
-                             notes=notes)
+    if not 0 <= gap < 1:
+        raise SpecError(f"--gap must be in [0, 1), got {gap}")
+    result = plan_from_table(tab, batch, limit, mode, policy, solver=solver, time_limit_s=seconds, gap_rel=gap,
+                             pareto=pareto, notes=notes)
     rec = result.to_dict()
     if plot_path:
         from dlsim.report.microbatch_plots import plot_sweep

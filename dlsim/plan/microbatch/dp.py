@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from dlsim.plan.microbatch.configs import Config, Kernel, pareto_front
 from dlsim.plan.microbatch.policies import batch_sizes
 from dlsim.plan.microbatch.table import KernelTable
@@ -89,45 +91,79 @@ def wr_best(table: KernelTable, batch: int, limit: float, policy: str = "powerOf
 
 
 @dataclass(frozen=True)
-class _Node:
-    """A configuration under construction: head kernel plus a tail node (a linked list)."""
+class _Front:
+    """A Pareto front of configurations of b samples as arrays: workspace, time, micro-batch count, and how
+    each was built (head kernel: size, index into that size's singles; tail: index into front[b − size])."""
 
-    time_s: float
-    workspace_bytes: float
-    head: Kernel
-    tail: "_Node | None"
-    count: int
+    ws: np.ndarray
+    t: np.ndarray
+    count: np.ndarray
+    head_size: np.ndarray
+    head_index: np.ndarray
+    tail: np.ndarray
 
-    def key(self) -> tuple:
-        return (self.count, self.head.size, self.head.algorithm)
 
-    def kernels(self) -> list[Kernel]:
-        out, node = [], self
-        while node is not None:
-            out.append(node.head)
-            node = node.tail
-        return out
+def _pareto_arrays(ws, t, count, *rest) -> tuple:
+    """Keep the non-dominated entries (workspace ascending, time strictly descending); ties in
+    (workspace, time) keep the one with fewer micro-batches (then the first)."""
+    order = np.lexsort((count, t, ws))
+    ts = t[order]
+    keep = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        keep[1:] = ts[1:] < np.minimum.accumulate(ts)[:-1]
+    idx = order[keep]
+    return (ws[idx], t[idx], count[idx]) + tuple(r[idx] for r in rest)
 
 
 def wr_desirable(table: KernelTable, batch: int, limit: float, policy: str = "powerOfTwo") -> list[Config]:
     """The desirable set: every Pareto-optimal (workspace, time) configuration of the whole batch whose
-    micro-batches each fit `limit`, workspace ascending. Empty if nothing fits."""
+    micro-batches each fit `limit`, workspace ascending. Empty if nothing fits.
+
+    Fronts are NumPy arrays: for each b, every (single kernel of size b1 ≤ b/2) × (front of b − b1) pair
+    is formed at once (time sum, workspace max) and pruned, with back-pointers to rebuild the lists.
+    """
     sizes = batch_sizes(policy, batch)
     singles = _singles(table, sizes, limit)
     small = [b for b in sizes if b in singles]
-    fronts: list[list[_Node]] = [[] for _ in range(batch + 1)]
+    width = max((len(ks) for ks in singles.values()), default=0)
+    kw = np.full((batch + 1, max(width, 1)), INF)
+    kt = np.full((batch + 1, max(width, 1)), INF)
+    for b, ks in singles.items():
+        kw[b, :len(ks)] = [k.workspace_bytes for k in ks]
+        kt[b, :len(ks)] = [k.time_s for k in ks]
+    fronts: list[_Front | None] = [None] * (batch + 1)
     for b in range(1, batch + 1):
-        cands = [_Node(k.time_s, k.workspace_bytes, k, None, 1) for k in singles.get(b, ())]
-        for b1 in small:
-            if b1 > b // 2:
-                break
-            rest = fronts[b - b1]
-            for k in singles[b1]:
-                for r in rest:
-                    cands.append(_Node(k.time_s + r.time_s, max(k.workspace_bytes, r.workspace_bytes), k, r,
-                                       r.count + 1))
-        fronts[b] = pareto_front(cands, key=_Node.key)
-    return [Config.of(node.kernels()) for node in fronts[batch]]
+        parts = []
+        if b in singles:
+            n = len(singles[b])
+            parts.append((kw[b, :n], kt[b, :n], np.ones(n, dtype=np.int64), np.full(n, b), np.arange(n),
+                          np.full(n, -1)))
+        heads = [b1 for b1 in small if b1 <= b // 2 and fronts[b - b1] is not None]
+        if heads:   # every (head kernel of size b1) x (front of b - b1) pair at once
+            tails = [fronts[b - b1] for b1 in heads]
+            label = np.concatenate([np.full(len(f.ws), b1) for b1, f in zip(heads, tails)])
+            r_ws = np.concatenate([f.ws for f in tails])
+            ws = np.maximum(kw[label], r_ws[:, None])
+            t = kt[label] + np.concatenate([f.t for f in tails])[:, None]
+            ok = np.isfinite(t)
+            rows, cols = np.nonzero(ok)
+            parts.append((ws[ok], t[ok], np.concatenate([f.count for f in tails])[rows] + 1, label[rows], cols,
+                          np.concatenate([np.arange(len(f.ws)) for f in tails])[rows]))
+        if parts:
+            fronts[b] = _Front(*_pareto_arrays(*(np.concatenate(col) for col in zip(*parts))))
+    top = fronts[batch]
+    if top is None:
+        return []
+    configs = []
+    for i in range(len(top.ws)):
+        kernels, b, j = [], batch, i
+        while j >= 0:
+            f = fronts[b]
+            hb = int(f.head_size[j])
+            kernels.append(singles[hb][int(f.head_index[j])])
+            b, j = b - hb, int(f.tail[j])
+        configs.append(Config.of(kernels))
+    return configs
 
 
 def min_feasible_limit(table: KernelTable, batch: int, policy: str = "powerOfTwo") -> float | None:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from dlsim.errors import InfeasibleError
 from dlsim.plan.microbatch.configs import Config, Kernel, pareto_front
 from dlsim.plan.microbatch.dp import min_feasible_limit, undivided, wr_best, wr_desirable
-from dlsim.plan.microbatch.ilp import wd_ilp
+from dlsim.plan.microbatch.ilp import GAP_REL, wd_ilp
 from dlsim.plan.microbatch.policies import batch_sizes
 from dlsim.plan.microbatch.records import LayerPlan, MicrobatchPlan, PassPlan
 from dlsim.plan.microbatch.table import PASSES, BenchTable, KernelTable
@@ -79,7 +79,8 @@ def plan_wr(table: BenchTable, batch: int, limit: float, policy: str = "powerOfT
 
 
 def plan_wd(table: BenchTable, batch: int, budget: float, policy: str = "powerOfTwo", *, solver: Any = "cbc",
-            time_limit_s: float = 10.0, pareto: bool = False, notes: tuple[str, ...] = ()) -> MicrobatchPlan:
+            time_limit_s: float = 10.0, gap_rel: float = GAP_REL, pareto: bool = False,
+            notes: tuple[str, ...] = ()) -> MicrobatchPlan:
     """WD: one configuration per kernel from its desirable set (each capped by `budget`), Σ workspace ≤ budget."""
     batch_sizes(policy, batch)
     kernels, cache = _kernels(table), {}
@@ -91,13 +92,13 @@ def plan_wd(table: BenchTable, batch: int, budget: float, policy: str = "powerOf
         raise InfeasibleError(f"{empty}: no configuration with policy {policy} fits the workspace budget "
                               f"{format_bytes(budget)}; the smallest feasible budget is {format_bytes(least)} "
                               f"({least:.0f} bytes)")
-    result = wd_ilp(fronts, budget, solver=solver, time_limit_s=time_limit_s, names=names)
+    result = wd_ilp(fronts, budget, solver=solver, time_limit_s=time_limit_s, gap_rel=gap_rel, names=names)
     chosen = [f[c] for f, c in zip(fronts, result.choice)]
     singles = [pareto_front([r for r in k.at(batch) if r.workspace_bytes <= budget]) for k in kernels]
     baseline: list[Kernel | None] = [None] * len(kernels)
     if all(singles) and sum(min(r.workspace_bytes for r in s) for s in singles) <= budget:
         base = wd_ilp([[Config.of([r]) for r in s] for s in singles], budget, solver=solver,
-                      time_limit_s=time_limit_s, names=names)
+                      time_limit_s=time_limit_s, gap_rel=gap_rel, names=names)
         baseline = [singles[k][c] for k, c in enumerate(base.choice)]
     notes = notes + ((result.note,) if result.note else ())
     return _assemble("wd", policy, batch, budget, kernels, chosen, baseline, fronts if pareto else [[]] * len(kernels),
