@@ -16,7 +16,7 @@ from dlsim.calibrate.compute_plan import (CONV_ALGORITHMS, MEMORY_SWEEP_OPS, Con
                                           OptimizerTask, gemm_grid, memory_sweep, model_tasks, optimizer_sweep)
 from dlsim.calibrate.compute_store import TableFile
 from dlsim.cost.layers import Gemm
-from dlsim.cost.lookup import ConvShape
+from dlsim.cost.lookup import conv_shape
 from dlsim.errors import DlsimError
 from dlsim.io.model_yaml import load_model
 
@@ -83,7 +83,7 @@ def test_kernels_run_and_have_the_right_shapes():
     cpu = torch.device("cpu")
     assert tuple(gemm_fn(Gemm(3, 5, 7), "fp32", cpu)().shape) == (3, 5)
     assert tuple(gemm_fn(Gemm(3, 5, 7, 2), "fp32", cpu)().shape) == (2, 3, 5)
-    shape = ConvShape(4, 9, 9, 6, 3, 3, 2, 2, 1, 1)
+    shape = conv_shape(4, 9, 9, 6, 3, 3, 2, 2, 1, 1)
     for pass_name, want in (("forward", (2, 6, 5, 5)), ("backward_data", (2, 4, 9, 9)), ("backward_weight", (6, 4, 3, 3))):
         for algo in CONV_ALGORITHMS["cpu"]:
             with conv_algorithm(algo):
@@ -109,7 +109,7 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def test_run_writes_rows_and_a_rerun_measures_only_what_is_missing(tmp_path):
-    tasks = [GemmTask("fp32", Gemm(4, 4, 4)), ConvTask("fp32", "forward", "mkldnn", 1, ConvShape(2, 6, 6, 2, 3, 3)),
+    tasks = [GemmTask("fp32", Gemm(4, 4, 4)), ConvTask("fp32", "forward", "mkldnn", 1, conv_shape(2, 6, 6, 2, 3, 3)),
              *memory_sweep(["fp32"], ops=("relu",), elements=(256,)), OptimizerTask("sgd", (8, 8), 1)]
     backend = Backend.create("cpu")
     first = run_calibration(tasks, tmp_path, backend, fast_timer())

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dlsim.cost.layers import Gemm, PassCost, layer_cost
-from dlsim.cost.lookup import (CONV_COLUMNS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, ConvShape, GemmRow,
-                               MeasuredKernelTimes, MemoryRow, bracket, loglog, record)
+from dlsim.cost.lookup import (CONV_COLUMNS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, MeasuredKernelTimes,
+                               MemoryRow, bracket, conv_shape, loglog, record, shape_of)
 from dlsim.cost.pricing import price_pass
 from dlsim.errors import SpecError
 from dlsim.io.kernel_tables import load_kernel_times, read_table
@@ -106,10 +106,10 @@ def test_batched_gemm():
     assert e.source == Source.EXTRAPOLATED and e.seconds == pytest.approx(3 * single)
 
 
-SHAPE = ConvShape(64, 56, 56, 64, 3, 3, 1, 1, 1, 1)
+SHAPE = conv_shape(64, 56, 56, 64, 3, 3, 1, 1, 1, 1)
 
 
-def geometry(n: int, shape: ConvShape = SHAPE) -> dict:
+def geometry(n: int, shape=SHAPE) -> dict:
     s = shape
     return {"n": n, "c_in": s.c_in, "h": s.h, "w": s.w, "c_out": s.c_out, "k_h": s.k_h, "k_w": s.k_w,
             "stride": (s.stride_h, s.stride_w), "padding": (s.pad_h, s.pad_w), "dilation": (s.dil_h, s.dil_w),
@@ -131,7 +131,7 @@ def test_conv_lookup():
     assert big.source == Source.EXTRAPOLATED and big.seconds == pytest.approx(0.16)
     assert conv_table(None).conv("forward", geometry(2), "fp32").seconds == 0.01  # fastest
     assert t.conv("backward_data", geometry(2), "fp32") is None
-    other = ConvShape(64, 56, 56, 128, 3, 3, 1, 1, 1, 1)
+    other = conv_shape(64, 56, 56, 128, 3, 3, 1, 1, 1, 1)
     assert t.conv("forward", geometry(2, other), "fp32") is None
 
 
@@ -139,7 +139,7 @@ def test_conv_geometry_from_layer_cost_matches_table_shape():
     model = build_model("c", "fp32", (64, 56, 56), "tensor",
                         [{"name": "c", "type": "conv2d", "out_channels": 64, "kernel": 3, "padding": 1}])
     cost = layer_cost(model.layers[0], 2)
-    assert ConvShape.from_geometry(cost.conv) == SHAPE
+    assert shape_of(cost.conv) == SHAPE
     e = price_pass(cost.forward, "conv2d", "forward", load_profile("dgx-h100").device, "fp32", conv_table(), cost.conv)
     assert e.source == Source.MEASURED and e.seconds == 0.02
 

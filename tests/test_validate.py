@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from dlsim.cost.lookup import ConvRow, ConvShape, GemmRow
+from dlsim.cost.lookup import ConvRow, GemmRow, conv_shape
 from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
 
 
@@ -23,12 +23,12 @@ def test_heldout_gemms_are_off_grid_inside_the_hull_and_seeded():
 
 
 def test_heldout_convs_are_new_batches_or_new_geometries():
-    shape = ConvShape(8, 10, 10, 16, 3, 3, 1, 1, 1, 1)
+    shape = conv_shape(8, 10, 10, 16, 3, 3, 1, 1, 1, 1)
     rows = [ConvRow("fp32", "forward", "mkldnn", n, shape, 1e-4) for n in (2, 4)]
     picks = heldout_convs(rows, "mkldnn", 4)
     assert ("forward", shape, 3, "new-batch") in picks
     wider = [s for _, s, _, kind in picks if kind == "new-geometry"]
-    assert wider == [ConvShape(8, 10, 10, 24, 3, 3, 1, 1, 1, 1)]
+    assert wider == [conv_shape(8, 10, 10, 24, 3, 3, 1, 1, 1, 1)]
     assert conv_layer(shape).out_shape == (16, 10, 10)
 
 

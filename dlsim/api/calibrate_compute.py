@@ -85,12 +85,10 @@ def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: 
 
 
 def _conv_points(out: Path, dtype: str, algorithm: str) -> list[tuple[float, float]]:
-    """(FLOPs, seconds) of the measured convolutions run with `algorithm`, for the roofline fit."""
-    from dlsim.cost.layers import layer_cost
-    from dlsim.validate.compute_heldout import conv_layer
+    """(FLOPs, seconds) of the measured convolutions run with `algorithm`, for the roofline fit
+    (2 FLOP per multiply-accumulate, the same count for all three passes)."""
     rows = read_table("conv", out / TABLES["conv"])
-    return [(getattr(layer_cost(conv_layer(r.shape), r.n, dtype), r.pass_name).flops, r.time_s) for r in rows
-            if r.dtype == dtype and r.algorithm == algorithm]
+    return [(2.0 * r.shape.with_batch(r.n).macs, r.time_s) for r in rows if r.dtype == dtype and r.algorithm == algorithm]
 
 
 def _fits(out: Path, dtypes: Iterable[str], device_rows: dict[str, float],

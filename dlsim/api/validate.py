@@ -136,10 +136,10 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
             with conv_algorithm(algo or DEFAULT_CONV_ALGORITHM[device]):
                 fn, _ = conv_fn(shape, n, pass_name, dtype, dev)
                 t = timer.time(fn).seconds
-            conv_rows.append({"pass": pass_name, "shape": shape.label(), "n": n, "kind": kind, "measured_s": t,
+            conv_rows.append({"pass": pass_name, "shape": shape.signature, "n": n, "kind": kind, "measured_s": t,
                               "predicted_s": est.seconds, "source": est.source.value, "error": rel_error(est.seconds, t)})
             if progress:
-                progress(f"conv {pass_name} {shape.label()} n{n} ({kind}): measured {t:.3g} s, predicted "
+                progress(f"conv {pass_name} {shape.signature} n{n} ({kind}): measured {t:.3g} s, predicted "
                          f"{est.seconds:.3g} s ({est.source.value})")
     by_kind = {k: error_summary([r["error"] for r in conv_rows if r["kind"] == k]) for k in ("new-batch", "new-geometry")}
     return {"schema_version": SCHEMA_VERSION, "kind": "validate-kernels", "cluster": cluster.name, "device": device,

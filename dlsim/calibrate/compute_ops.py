@@ -24,7 +24,7 @@ import warnings
 from typing import Any, Callable, Iterator
 
 from dlsim.cost.layers import Gemm, layer_cost
-from dlsim.cost.lookup import ConvShape
+from dlsim.cost.conv_methods import ConvGeometry
 from dlsim.errors import DlsimError
 from dlsim.spec.model import Layer
 from dlsim.spec.ops import conv_geometry
@@ -75,7 +75,7 @@ def gemm_fn(g: Gemm, dtype: str, device: Any) -> Callable[[], Any]:
     return lambda: torch.bmm(a, b)
 
 
-def conv_fn(shape: ConvShape, n: int, pass_name: str, dtype: str, device: Any) -> tuple[Callable[[], Any], int]:
+def conv_fn(shape: ConvGeometry, n: int, pass_name: str, dtype: str, device: Any) -> tuple[Callable[[], Any], int]:
     """A function running one pass of the convolution, and the bytes of that pass's output tensor."""
     import torch
     import torch.nn.functional as F
@@ -88,9 +88,7 @@ def conv_fn(shape: ConvShape, n: int, pass_name: str, dtype: str, device: Any) -
     if pass_name == "forward":
         y = F.conv2d(x, w, None, stride, pad, dil, s.groups)
         return (lambda: F.conv2d(x, w, None, stride, pad, dil, s.groups)), y.numel() * y.element_size()
-    ho = (s.h + 2 * s.pad_h - s.dil_h * (s.k_h - 1) - 1) // s.stride_h + 1
-    wo = (s.w + 2 * s.pad_w - s.dil_w * (s.k_w - 1) - 1) // s.stride_w + 1
-    dy = torch.randn(n, s.c_out, ho, wo, generator=gen).to(device=device, dtype=t)
+    dy = torch.randn(n, s.c_out, s.h_out, s.w_out, generator=gen).to(device=device, dtype=t)
     mask = [True, False, False] if pass_name == "backward_data" else [False, True, False]
     out = x if pass_name == "backward_data" else w
     back = torch.ops.aten.convolution_backward

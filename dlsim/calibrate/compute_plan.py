@@ -25,7 +25,8 @@ from typing import Iterable
 
 from dlsim.cost.layers import Gemm, layer_cost
 from dlsim.cost.memory import OPTIMIZERS, optimizer_step_traffic
-from dlsim.cost.lookup import ConvShape
+from dlsim.cost.conv_methods import ConvGeometry
+from dlsim.cost.lookup import shape_of
 from dlsim.cost.pricing import PASSES
 from dlsim.spec.model import INPUT, Layer, Model, build_model
 
@@ -54,7 +55,7 @@ class ConvTask:
     pass_name: str
     algorithm: str
     n: int
-    shape: ConvShape
+    shape: ConvGeometry
     set: str = "model"
 
 
@@ -131,7 +132,7 @@ def model_tasks(model: Model, batch: int, dtype: str, device: str = "cpu", algor
             if p.kernels == 0 and p.flops == 0 and p.bytes == 0:
                 continue
             if p.kind == "conv" and cost.conv is not None:
-                shape = ConvShape.from_geometry(cost.conv)
+                shape = shape_of(cost.conv)
                 for algo in algos:
                     t = ConvTask(dtype, pass_name, algo, batch, shape, set_name)
                     tasks.setdefault(("conv", t), t)

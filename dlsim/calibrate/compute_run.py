@@ -114,7 +114,7 @@ def label(task: Task) -> str:
         g = task.gemm
         return f"gemm {task.dtype} {g.m}x{g.n}x{g.k}" + (f" x{g.count}" if g.count > 1 else "")
     if isinstance(task, ConvTask):
-        return f"conv {task.pass_name} {task.algorithm} {task.dtype} n{task.n} {task.shape.label()}"
+        return f"conv {task.pass_name} {task.algorithm} {task.dtype} n{task.n} {task.shape.signature}"
     if isinstance(task, OptimizerTask):
         return f"{task.optimizer} step {sum(task.sizes)} parameters in {len(task.sizes)} tensors"
     return f"{task.layer.type} {task.pass_name} {task.dtype} {task.signature.split('|', 2)[2]} n{task.batch}"

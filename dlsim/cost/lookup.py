@@ -54,6 +54,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from dlsim.cost.conv_methods import ConvGeometry, geometry_from_dict
 from dlsim.cost.layers import Gemm, PassCost
 from dlsim.cost.memory import optimizer_step_traffic
 from dlsim.results import Estimate, Source
@@ -88,34 +89,16 @@ class GemmRow:
         return (self.dtype, self.m, self.n, self.k, self.count)
 
 
-@dataclass(frozen=True)
-class ConvShape:
-    """A convolution's geometry without the batch size (the CONV_SHAPE_FIELDS columns)."""
+def conv_shape(c_in: int, h: int, w: int, c_out: int, k_h: int, k_w: int, stride_h: int = 1, stride_w: int = 1,
+               pad_h: int = 0, pad_w: int = 0, dil_h: int = 1, dil_w: int = 1, groups: int = 1) -> ConvGeometry:
+    """A convolution's geometry without its batch size (the CONV_SHAPE_FIELDS columns), as a
+    `ConvGeometry` of one sample: the key of the convolution table."""
+    return ConvGeometry(1, c_in, h, w, c_out, k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups)
 
-    c_in: int
-    h: int
-    w: int
-    c_out: int
-    k_h: int
-    k_w: int
-    stride_h: int = 1
-    stride_w: int = 1
-    pad_h: int = 0
-    pad_w: int = 0
-    dil_h: int = 1
-    dil_w: int = 1
-    groups: int = 1
 
-    @staticmethod
-    def from_geometry(geometry: dict) -> "ConvShape":
-        """From `LayerCost.conv` (`dlsim.cost.layers._conv2d`)."""
-        g = geometry
-        return ConvShape(g["c_in"], g["h"], g["w"], g["c_out"], g["k_h"], g["k_w"], *g["stride"], *g["padding"],
-                         *g["dilation"], g["groups"])
-
-    def label(self) -> str:
-        return (f"c{self.c_in}x{self.h}x{self.w}-{self.c_out}-k{self.k_h}x{self.k_w}-s{self.stride_h}x{self.stride_w}"
-                f"-p{self.pad_h}x{self.pad_w}-d{self.dil_h}x{self.dil_w}-g{self.groups}")
+def shape_of(geometry: dict) -> ConvGeometry:
+    """The table key of `LayerCost.conv` (`dlsim.cost.layers._conv2d`)."""
+    return geometry_from_dict(geometry).with_batch(1)
 
 
 @dataclass(frozen=True)
@@ -124,7 +107,7 @@ class ConvRow:
     pass_name: str
     algorithm: str
     n: int
-    shape: ConvShape
+    shape: ConvGeometry
     time_s: float
     iqr_s: float = 0.0
     workspace_bytes: float = 0.0
@@ -324,7 +307,7 @@ class MeasuredKernelTimes:
 
     def conv_algorithms(self, pass_name: str, geometry: dict, dtype: str) -> dict[str, Estimate]:
         """Every measured algorithm's estimate for this convolution pass (empty when the geometry is unknown)."""
-        algos = self._conv.get((dtype, pass_name, ConvShape.from_geometry(geometry)), {})
+        algos = self._conv.get((dtype, pass_name, shape_of(geometry)), {})
         out = {}
         for algo, pts in algos.items():
             t, source, how = loglog(pts, geometry["n"])

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from dlsim.cost.lookup import (CONV_COLUMNS, CONV_PASSES, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, SETS,
-                               ConvRow, ConvShape, GemmRow, MeasuredKernelTimes, MemoryRow)
+                               conv_shape,
+                               ConvRow, GemmRow, MeasuredKernelTimes, MemoryRow)
 from dlsim.cost.pricing import PASSES
 from dlsim.errors import SpecError
 from dlsim.io.yamlfile import read_yaml
@@ -76,7 +77,7 @@ def _gemm(r: _Line) -> GemmRow:
 
 def _conv(r: _Line) -> ConvRow:
     shape = {f: r.count(f, minimum=0 if f.startswith("pad") else 1) for f in CONV_SHAPE_FIELDS}
-    return ConvRow(r.dtype(), r.text("pass", CONV_PASSES), r.text("algorithm"), r.count("n"), ConvShape(**shape),
+    return ConvRow(r.dtype(), r.text("pass", CONV_PASSES), r.text("algorithm"), r.count("n"), conv_shape(**shape),
                    r.number("time_s", positive=True), r.number("iqr_s"), r.number("workspace_bytes"), r.count("repeats"),
                    r.text("set", SETS))
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Iterable, Sequence
 
-from dlsim.cost.layers import Gemm, layer_cost
-from dlsim.cost.lookup import ConvRow, ConvShape, GemmRow
+from dlsim.cost.layers import Gemm
+from dlsim.cost.conv_methods import ConvGeometry
+from dlsim.cost.lookup import ConvRow, GemmRow
 from dlsim.spec.model import Layer, build_model
 
 MAX_HELDOUT_MACS = 4 * 10**9
@@ -49,7 +51,7 @@ def heldout_gemms(rows: Iterable[GemmRow], dtype: str, count: int, seed: int = 0
     return out
 
 
-def conv_layer(shape: ConvShape) -> Layer:
+def conv_layer(shape: ConvGeometry) -> Layer:
     """A dlsim conv2d layer (no bias) with a table row's geometry."""
     s = shape
     entry = {"name": "conv", "type": "conv2d", "out_channels": s.c_out, "kernel": [s.k_h, s.k_w],
@@ -59,21 +61,21 @@ def conv_layer(shape: ConvShape) -> Layer:
 
 
 def heldout_convs(rows: Sequence[ConvRow], algorithm: str | None, count: int, seed: int = 0,
-                  max_work: float = MAX_HELDOUT_MACS) -> list[tuple[str, ConvShape, int, str]]:
+                  max_work: float = MAX_HELDOUT_MACS) -> list[tuple[str, ConvGeometry, int, str]]:
     """(pass, shape, batch, kind) tuples: kind "new-batch" (a measured geometry at an unmeasured batch
     size) or "new-geometry" (output channels × 3/2, not in the table). Kernels above `max_work`
     multiply-accumulates are skipped to keep the check short."""
     rows = [r for r in rows if algorithm is None or r.algorithm == algorithm]
-    batches: dict[tuple[str, ConvShape], set[int]] = {}
+    batches: dict[tuple[str, ConvGeometry], set[int]] = {}
     for r in rows:
         batches.setdefault((r.pass_name, r.shape), set()).add(r.n)
-    keys = sorted(batches, key=lambda k: (k[0], k[1].label()))
+    keys = sorted(batches, key=lambda k: (k[0], k[1].signature))
     rng = random.Random(seed)
     rng.shuffle(keys)
     known = {shape for _, shape in batches}
-    out: list[tuple[str, ConvShape, int, str]] = []
-    def macs(s: ConvShape, n: int) -> float:
-        return layer_cost(conv_layer(s), n).forward.work
+    out: list[tuple[str, ConvGeometry, int, str]] = []
+    def macs(s: ConvGeometry, n: int) -> float:
+        return s.with_batch(n).macs
     for pass_name, shape in keys:
         if len(out) >= count:
             break
@@ -82,7 +84,7 @@ def heldout_convs(rows: Sequence[ConvRow], algorithm: str | None, count: int, se
         if macs(shape, n) <= max_work:
             out.append((pass_name, shape, n, "new-batch"))
         c_out = shape.c_out * 3 // 2
-        wider = ConvShape(**{**shape.__dict__, "c_out": c_out})
+        wider = replace(shape, c_out=c_out)
         if shape.groups == 1 and wider not in known and macs(wider, ns[0]) <= max_work and len(out) < count:
             out.append((pass_name, wider, ns[0], "new-geometry"))
     return out
