@@ -136,18 +136,21 @@ class _Run:
                 self.start[tid] = self.group_start[t.group]
                 self._finish(tid)
                 continue
-            held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
-            now = self.env.now
-            self.start[tid] = now
-            self._memory(t.device, t.mem_start)
-            if t.duration > 0:
-                yield self.env.timeout(t.duration)
-            if held:
-                self._release(held)
-            if t.ports:
-                self._record_ports(t, now)
-            self._memory(t.device, t.mem_end)
-            self._finish(tid)
+            yield from self._execute(tid, t)
+
+    def _execute(self, tid: int, t):
+        """Run one ready task: take its ports, hold the device for its duration, account memory."""
+        held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
+        now = self.start[tid] = self.env.now
+        self._memory(t.device, t.mem_start)
+        if t.duration > 0:
+            yield self.env.timeout(t.duration)
+        if held:
+            self._release(held)
+        if t.ports:
+            self._record_ports(t, now)
+        self._memory(t.device, t.mem_end)
+        self._finish(tid)
 
     def _record_ports(self, t, start: float) -> None:
         """Port occupancy of a task: its whole run, or only the communication parts of a fused task."""
@@ -237,17 +240,7 @@ class _Run:
         for d in t.deps:
             if self.end[d] is None:
                 yield self._wait(d)
-        held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
-        now = self.start[tid] = self.env.now
-        self._memory(t.device, t.mem_start)
-        if t.duration > 0:
-            yield self.env.timeout(t.duration)
-        if held:
-            self._release(held)
-        if t.ports:
-            self._record_ports(t, now)
-        self._memory(t.device, t.mem_end)
-        self._finish(tid)
+        yield from self._execute(tid, t)
 
 
 def execute(graph: TaskGraph) -> Timeline:
