@@ -9,7 +9,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from dlsim.calibrate.conv_numpy import numpy_applicable, run_pass, workspace_size
+from dlsim.calibrate.conv_check import TOLERANCE, check_layers, operands, relative_error, run_all, torch_reference
+from dlsim.calibrate.conv_numpy import run_pass, workspace_size
 from dlsim.calibrate.conv_winograd import winograd_matrices
 from dlsim.calibrate.conv_workspace import Workspace, WorkspaceTooSmall, arena_bytes
 from dlsim.cost.conv_methods import (PASSES, applicable, conv_geometry, conv_method_costs, fast_len, fft_size,
@@ -129,48 +130,37 @@ GEOMETRIES = [  # n, c_in, h, w, c_out, k_h, k_w, stride, padding, dilation
 
 
 def _tensors(g, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((g.n, g.c_in, g.h, g.w)).astype(np.float32)
-    w = rng.standard_normal((g.c_out, g.c_in, g.k_h, g.k_w)).astype(np.float32)
-    dy = rng.standard_normal((g.n, g.c_out, g.h_out, g.w_out)).astype(np.float32)
-    return x, w, dy
-
-
-def _run_all(g, x, w, dy):
-    out = {}
-    for method in ("direct", "im2col", "fft", "winograd"):
-        if numpy_applicable(method, g):
-            continue
-        for p in PASSES:
-            shape = {"forward": dy.shape, "backward_data": x.shape, "backward_weight": w.shape}[p]
-            res = np.empty(shape, np.float32)
-            run_pass(method, p, g, Workspace(workspace_size(method, p, g)), x=x, w=w, dy=dy, out=res)
-            out[method, p] = res
-    return out
+    return operands(g, seed)
 
 
 @pytest.mark.parametrize("args", GEOMETRIES)
 def test_numpy_methods_agree_with_each_other(args):
     g = conv_geometry(*args)
-    results = _run_all(g, *_tensors(g))
+    results = run_all(g, *_tensors(g))
     for (method, p), res in results.items():
-        ref = results["direct", p]
-        assert np.abs(res - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max()), (method, p)
+        assert relative_error(res, results["direct", p]) <= TOLERANCE, (method, p)
 
 
 @pytest.mark.parametrize("args", GEOMETRIES)
 def test_numpy_methods_match_pytorch(args):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     g = conv_geometry(*args)
     x, w, dy = _tensors(g, seed=3)
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    y = torch.nn.functional.conv2d(xt, wt, stride=(g.stride_h, g.stride_w), padding=(g.pad_h, g.pad_w),
-                                   dilation=(g.dil_h, g.dil_w))
-    y.backward(torch.tensor(dy, dtype=torch.float64))
-    refs = {"forward": y.detach().numpy(), "backward_data": xt.grad.numpy(), "backward_weight": wt.grad.numpy()}
-    for (method, p), res in _run_all(g, x, w, dy).items():
-        assert np.abs(res - refs[p]).max() <= 1e-4 * max(1.0, np.abs(refs[p]).max()), (method, p)
+    refs = torch_reference(g, x, w, dy)
+    for (method, p), res in run_all(g, x, w, dy).items():
+        assert relative_error(res, refs[p]) <= TOLERANCE, (method, p)
+
+
+def test_check_layers_covers_every_applicable_algorithm_and_pass():
+    pytest.importorskip("torch")
+    layers = [("a", conv_geometry(1, 3, 6, 6, 4, 3, 3, 1, 1)), ("s", conv_geometry(1, 3, 9, 9, 2, 3, 3, 2, 1))]
+    rows = check_layers(layers, batch=2)
+    assert {(r.layer, r.algorithm) for r in rows} == {("a", m) for m in ("direct", "im2col", "fft", "winograd")} | {
+        ("s", "direct"), ("s", "im2col")}
+    assert len(rows) == 6 * 3 and all(r.ok and r.vs_torch is not None for r in rows)
+    assert all(r.vs_direct == 0.0 for r in rows if r.algorithm == "direct")
+    bad = np.ones((2, 2), np.float32)
+    assert relative_error(bad, np.zeros((2, 2))) == 1.0 and relative_error(3 * bad, 2 * bad) == 0.5
 
 
 def test_backward_weight_accumulates_across_microbatches():
