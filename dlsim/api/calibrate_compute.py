@@ -18,7 +18,7 @@ import yaml
 
 from dlsim.api.models import as_model, check_batch
 from dlsim.calibrate.compute_fit import GemmFit, MemoryFit, fit_gemm, fit_memory
-from dlsim.calibrate.compute_plan import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, Task, gemm_grid, memory_sweep,
+from dlsim.calibrate.compute_plan import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, GemmTask, Task, gemm_grid, memory_sweep,
                                           model_tasks, optimizer_sweep)
 from dlsim.calibrate.compute_run import Backend, RunSummary, run_calibration
 from dlsim.calibrate.compute_timer import KernelTimer, cache_flusher, check_device, set_threads
@@ -77,9 +77,10 @@ def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: 
     if models and unknown:
         raise SpecError(f"no model given has a parameter {unknown[0]!r}", field="set")
     seen, unique = set(), []
-    for t in tasks:  # the same kernel needed twice is measured once
-        if t not in seen:
-            seen.add(t)
+    for t in tasks:  # the same kernel needed twice (by two models, or by a model and the grid) is measured once
+        key = ("gemm", t.dtype, t.gemm) if isinstance(t, GemmTask) else (type(t).__name__, t)
+        if key not in seen:
+            seen.add(key)
             unique.append(t)
     return unique
 

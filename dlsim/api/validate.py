@@ -49,8 +49,12 @@ def error_summary(errors: list[float]) -> dict[str, float]:
 def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, batch: int, *, device: str = "cpu",
                    dtype: str | None = None, optimizer: str = "adam", repeats: int = 5, warmup: int = 2,
                    per_layer: bool = True, threads: int | None = None, overrides: Mapping[str, Any] | None = None,
-                   attention: str = "math", statistic: str = "median") -> dict[str, Any]:
-    """Predicted vs measured training iteration of `model` (see the module docstring); a result record."""
+                   attention: str = "math", statistic: str = "median", retain_memory: bool = True) -> dict[str, Any]:
+    """Predicted vs measured training iteration of `model` (see the module docstring); a result record.
+
+    `retain_memory` runs the iterations with the C allocator keeping freed memory, the regime the
+    kernel tables were measured in (`dlsim.calibrate.compute_timer.retain_freed_memory`); False
+    keeps the C library's defaults (glibc: large blocks re-faulted every iteration)."""
     model, cluster = as_model(model, overrides), as_cluster(cluster)
     batch, dtype = check_batch(batch), check_dtype(dtype, model)
     if repeats < 1 or warmup < 0:
@@ -59,6 +63,7 @@ def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, bat
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
     check_device(device)
     threads_used = set_threads(threads)
+    retained = warm_allocator() if retain_memory else False
     predicted = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer)
     measured = measure_iteration(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
                                  warmup=warmup, repeats=repeats, per_layer=per_layer, attention=attention)
@@ -84,7 +89,7 @@ def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, bat
         "schema_version": SCHEMA_VERSION, "kind": "validate-model", "model": model.name, "cluster": cluster.name,
         "device": device, "batch": batch, "dtype": dtype, "optimizer": optimizer,
         "optimizer_impl": measured.optimizer_impl, "threads": threads_used, "repeats": repeats,
-        "statistic": statistic,
+        "statistic": statistic, "allocator": "retain freed memory" if retained else "C library default",
         "predicted": {f"{k}_s": p for k, (p, _) in phases.items()},
         "measured": {**{f"{k}_s": m for k, (_, m) in phases.items()},
                      "iteration_samples_s": list(measured.iteration_samples), "spread": measured.spread},

@@ -104,24 +104,52 @@ def last_level_cache_bytes(device: str) -> int:
 
 
 GLIBC_MMAP_THRESHOLD_MAX = 32 * MIB
+# glibc <malloc.h> mallopt parameters (malloc/malloc.h): M_TRIM_THRESHOLD -1, M_MMAP_MAX -4
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+INT_MAX = 2**31 - 1
 
 
-def warm_allocator() -> None:
-    """Put the C allocator in the state a training process reaches after its first iteration.
+def retain_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory in the process (no mmap for large blocks, no trimming
+    of the heap top), as a training framework's caching allocator does; True when applied.
 
-    glibc's malloc serves large blocks with mmap, and every fresh mapping is paid for in page
-    faults on first touch (expensive in a virtual machine: on this project's machine a 12.8 MB
-    convolution output cost up to 15 ms of faults on top of a 10 ms kernel, and the time of the
-    same call swung between the two). Freeing an mmapped block raises the dynamic mmap threshold
-    to its size, up to 32 MiB (glibc malloc/malloc.c, DEFAULT_MMAP_THRESHOLD_MAX on 64-bit), after
-    which such blocks come from the reused heap, as they do in a training loop that frees and
-    reallocates the same activations every iteration. Allocating and freeing one block just under
-    that size does the same here. Harmless with other allocators.
+    Why: with glibc's defaults a block above the dynamic mmap threshold (at most 32 MiB,
+    DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, glibc malloc/malloc.c) is a fresh mapping on every
+    allocation, and free memory at the heap top beyond the trim threshold (twice the mmap
+    threshold) is returned to the kernel; either way the next iteration pays a page fault per 4 KiB
+    page on first touch. Measured on this project's machine (reports/validation-cpu.md): VGG-16 at
+    batch 2 took 265k minor faults and 1.97 s per iteration with the defaults, 96k and 1.21 s
+    (faults of the warm-up iterations included) with memory retained, about 4.5 µs per fault: a
+    cost of the C allocator, not of any kernel. PyTorch's own CUDA caching allocator retains
+    freed blocks for the same reason, and PyTorch's CPU performance tuning guide recommends a
+    retaining allocator (jemalloc, tcmalloc) for training. Calibration and validation both run
+    in this regime, so kernel tables and measured iterations describe the same process state.
+    ``mallopt(M_MMAP_MAX, 0)`` serves every block from the heap; ``mallopt(M_TRIM_THRESHOLD,
+    INT_MAX)`` stops trimming. No effect (False) where the C library is not glibc.
+    """
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, INT_MAX))
+
+
+def warm_allocator() -> bool:
+    """Put the C allocator in the state a training process reaches after its first iteration:
+    freed memory retained (`retain_freed_memory`), and one large block allocated, touched and
+    freed so that the heap already holds pages. Returns whether retention applies (glibc).
+    Harmless with other allocators.
     """
     import torch
+    retained = retain_freed_memory()
     block = torch.empty(int(GLIBC_MMAP_THRESHOLD_MAX - MIB) // 4)
     block.fill_(0.0)
     del block
+    return retained
 
 
 def cache_flusher(device: str) -> Callable[[], None]:
