@@ -140,3 +140,33 @@ def test_plot_writes_a_figure(tmp_path, cli):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sweep = rec["sweep"]
     assert sweep["kind"] == "microbatch_sweep" and len(sweep["limits_bytes"]) == len(sweep["series"][0]["time_s"])
+
+
+def test_unknown_layer_without_a_model_one_line_exit_1(tmp_path, cli):
+    """Without MODEL the table's own layers are the known ones: --layers naming none of them is an unknown layer."""
+    path = _write(tmp_path, GOOD)
+    code, out, err = cli("plan", "microbatch", "--bench-table", path, "--batch", 4, "--layers", "conv1,conv7")
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "unknown layer 'conv7': not in the benchmark table (its layers: conv1, conv2)" in err and str(path) in err
+    code, out, err = cli("plan", "microbatch", "--bench-table", path, "--batch", 4, "--layers", "conv2", "--json")
+    assert code == 0, err
+    assert [layer["name"] for layer in json.loads(out)["layers"]] == ["conv2"]
+
+
+@pytest.mark.parametrize("mode", ["wr", "wd"])
+def test_pareto_lists_every_desirable_configuration(tmp_path, cli, mode):
+    from dlsim.plan.microbatch import wr_desirable
+    path = _write(tmp_path, GOOD)
+    code, out, err = cli("plan", "microbatch", "--bench-table", path, "--batch", 4, "--workspace-limit", "1KiB",
+                         "--mode", mode, "--pareto", "--json")
+    assert code == 0, err
+    rec = json.loads(out)
+    fwd = rec["layers"][0]["passes"]["forward"]
+    expected = wr_desirable(load_bench_table(path).kernel("conv1", "forward"), 4, 1024.0, "powerOfTwo")
+    assert [(c["time_s"], c["workspace_bytes"]) for c in fwd["pareto"]] == [(c.time_s, c.workspace_bytes)
+                                                                           for c in expected]
+    # by hand: slow undivided (4 s, 0 B), fast in micro-batches of 1 (1 s, 100 B): nothing else is non-dominated
+    assert [(c["time_s"], c["workspace_bytes"]) for c in fwd["pareto"]] == [(4.0, 0.0), (1.0, 100.0)]
+    code, out, err = cli("plan", "microbatch", "--bench-table", path, "--batch", 4, "--workspace-limit", "1KiB",
+                         "--mode", mode, "--pareto")
+    assert code == 0 and out.count("desirable") == 3 and "4 x 1 fast" in out

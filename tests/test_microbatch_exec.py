@@ -94,3 +94,24 @@ def test_workspace_limit_is_enforced_at_run_time():
     assert plan.layer("a").get("forward").microbatches[0].algorithm == "im2col"
     with pytest.raises(WorkspaceTooSmall, match="needs"):
         execute_plan(plan, {"a": g1}, repeats=1)
+
+
+def test_bench_layers_stops_between_configurations_and_resumes():
+    """A time-boxed chunk (`stop`) keeps what it measured; the next run measures exactly the rest."""
+    calls = []
+    first = bench_layers(LAYERS[:1], 2, (1, 2), repeats=1, min_samples=1, prune=False,
+                         stop=lambda: calls.append(1) or len(calls) > 3)
+    assert len(first) == 3
+    done = {(layer, p, k.size, k.algorithm): k for layer, p, k in first}
+    rest = bench_layers(LAYERS[:1], 2, (1, 2), done=done, repeats=1, min_samples=1, prune=False)
+    whole = {(layer, p, k.size, k.algorithm) for layer, p, k in first + rest}
+    assert len(whole) == len(first) + len(rest) == 3 * 2 * 4       # passes x sizes x algorithms, nothing twice
+
+
+def test_speedup_figure_from_records(tmp_path):
+    from dlsim.report.microbatch_plots import plot_speedup_vs_limit
+    sweep = {"mode": "wr", "limits_bytes": [2 ** 20, 2 ** 21], "series": [
+        {"policy": "undivided", "speedup": [1.0, 1.0]}, {"policy": "powerOfTwo", "speedup": [None, 1.3]}]}
+    path = tmp_path / "s.png"
+    plot_speedup_vs_limit([sweep], [{"mode": "wr", "limit_bytes": 2 ** 21, "speedup": 1.2}], path, title="t")
+    assert path.read_bytes()[:4] == b"\x89PNG"

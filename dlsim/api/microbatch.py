@@ -68,6 +68,8 @@ def microbatch_table(model: Model | str | Path | None = None, cluster: Cluster |
         if bench_table is None:
             raise SpecError("give a MODEL with --cluster, or --bench-table FILE.csv")
         table = bench_table if isinstance(bench_table, BenchTable) else load_bench_table(bench_table)
+        if layers:
+            table = _table_layers(table, layers)
         return table, (f"times from the benchmark table {table.origin}",) if table.origin else ()
     model = as_model(model, overrides)
     convs = select_layers(model, layers)
@@ -100,6 +102,18 @@ def microbatch_table(model: Model | str | Path | None = None, cluster: Cluster |
         notes.append(f"times modelled for {what} (no measured table): conv_methods costs priced by the roofline "
                      f"with the device numbers of {cluster_obj.name} ({cluster_obj.device.name})")
     return _ordered(table, [n for n, _ in convs]), tuple(notes)
+
+
+def _table_layers(table: BenchTable, layers: Sequence[str]) -> BenchTable:
+    """The table's layers named (or prefixed) by `layers`; a name matching none of them is an unknown layer."""
+    names = table.layers()
+    for p in layers:
+        if not any(n == p or n.startswith(p) for n in names):
+            known = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            raise SpecError(f"unknown layer {p!r}: not in the benchmark table (its layers: {known})",
+                            path=table.origin or None, field="layers")
+    keep = [k for k in table.kernels if any(k.layer == p or k.layer.startswith(p) for p in layers)]
+    return BenchTable(tuple(keep), table.origin)
 
 
 def _ordered(table: BenchTable, names: list[str]) -> BenchTable:

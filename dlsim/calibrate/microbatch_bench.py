@@ -26,32 +26,24 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from dlsim.calibrate.conv_numpy import numpy_applicable, run_pass, workspace_size
+from dlsim.calibrate.compute_timer import last_level_cache_bytes as _device_cache_bytes
 from dlsim.calibrate.conv_workspace import Workspace
 from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry
 from dlsim.plan.microbatch.configs import Kernel
-from dlsim.units import KIB, MIB, format_bytes, format_time
+from dlsim.units import format_bytes, format_time
 
 PRUNE_FACTOR = 1.5
 _FLUSH: list[np.ndarray] = []
 
 
 def last_level_cache_bytes() -> int:
-    """The largest CPU cache (Linux sysfs), or 32 MiB when it cannot be read."""
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = entry.read_text().strip().upper()
-        scale = {"K": KIB, "M": MIB}.get(text[-1:], 1)
-        try:
-            sizes.append(int(float(text.rstrip("KM")) * scale))
-        except ValueError:
-            continue
-    return max(sizes) if sizes else int(32 * MIB)
+    """The CPU's largest cache (Linux sysfs; 32 MiB when it cannot be read)."""
+    return _device_cache_bytes("cpu")
 
 
 def flush_caches() -> None:
@@ -111,12 +103,15 @@ def bench_layers(layers: Sequence[tuple[str, ConvGeometry]], batch: int, sizes: 
                  done: Mapping[tuple[str, str, int, str], Kernel] | None = None,
                  emit: Callable[[list[Row]], None] | None = None, passes: Sequence[str] = PASSES,
                  methods: Sequence[str] = METHODS, max_workspace: float | None = None, repeats: int = 5,
-                 min_samples: int = 8, prune: bool = True, progress: Callable[[str], None] | None = None) -> list[Row]:
+                 min_samples: int = 8, prune: bool = True, progress: Callable[[str], None] | None = None,
+                 stop: Callable[[], bool] | None = None) -> list[Row]:
     """Measure every (layer shape, pass, size, algorithm) not in `done`; each measurement goes to `emit` at once.
 
     `layers` are (name, per-sample geometry); `done` maps (layer, pass, size, algorithm) to rows
     measured before (a resumed run); `max_workspace` skips configurations needing more (like
-    ``cudnnFind…Ex`` with a workspace limit). Returns the new rows.
+    ``cudnnFind…Ex`` with a workspace limit). `stop` is asked before each configuration; when it says
+    True the run ends there (a time-boxed chunk of a long calibration; the next run resumes). Returns
+    the new rows.
     """
     done = dict(done or {})
     new_rows: list[Row] = []
@@ -140,6 +135,9 @@ def bench_layers(layers: Sequence[tuple[str, ConvGeometry]], batch: int, sizes: 
                         continue
                     if all((n, pass_name, b, method) in done for n in names):
                         continue
+                    if stop is not None and stop():
+                        say("stopped before the table is complete; run again to resume")
+                        return new_rows
                     tensors = tensors or Tensors.make(g1, batch)
                     ws = Workspace(ws_bytes)
                     if prune and measured:

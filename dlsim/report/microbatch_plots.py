@@ -108,3 +108,38 @@ def plot_execution(records: Sequence[dict[str, Any]], path: str | Path, *, title
         fig.suptitle(title)
     _save(fig, path)
     plt.close(fig)
+
+
+def plot_speedup_vs_limit(sweeps: Sequence[dict[str, Any]], measured: Sequence[dict[str, Any]], path: str | Path, *,
+                          title: str = "") -> None:
+    """Speedup over the undivided baseline against the workspace limit (μ-cuDNN's figure shape, Oyama et al.
+    CLUSTER 2018): a line per (mode, policy) predicted from ``microbatch_sweep`` records, and measured
+    points (dicts with mode, limit_bytes, speedup), one marker per measurement attempt."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = {"wr": ("tab:blue", "o"), "wd": ("tab:orange", "s")}
+    for rec in sweeps:
+        color, marker = styles.get(rec["mode"], ("tab:grey", "^"))
+        limits = [v / MIB for v in rec["limits_bytes"]]
+        for s in rec["series"]:
+            if s["policy"] == "undivided":
+                continue
+            pts = [(x, v) for x, v in zip(limits, s["speedup"]) if v is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linewidth=1.5,
+                        label=f"{rec['mode'].upper()} {s['policy']}, predicted")
+    for mode, (color, marker) in styles.items():
+        pts = [(m["limit_bytes"] / MIB, m["speedup"]) for m in measured if m["mode"] == mode]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker, edgecolor="black",
+                       zorder=3, label=f"{mode.upper()}, measured")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("workspace limit (MiB; WR per kernel, WD in total)")
+    ax.set_ylabel("speedup over undivided at the same limit")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    _save(fig, path)
+    plt.close(fig)
