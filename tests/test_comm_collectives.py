@@ -161,3 +161,46 @@ def test_bad_arguments():
         t("allreduce", "ring", 8, n=math.inf)
     with pytest.raises(SpecError, match="segments"):
         t("allreduce", "chain", 8, segments=0)
+
+
+@pytest.mark.parametrize("collective,algorithm,p,kw,expected", HAND, ids=[f"{h[0]}-{h[1]}-{h[2]}" for h in HAND])
+def test_hand_computed_executed_form(collective, algorithm, p, kw, expected):
+    """The same hand values, reached by replaying each algorithm's message schedule step by step."""
+    from dlsim.cost.collectives import expand_schedule, make_costs, replay_steps
+    sched = expand_schedule(collective, algorithm, N, p, link=NET, gamma=GAMMA, **kw)
+    assert replay_steps(sched, make_costs(NET, gamma=GAMMA)) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_hierarchical_executed_form_by_hand():
+    from dlsim.cost.collectives import expand_schedule, make_costs, replay_steps
+    rs = 3 * (1 * US + 2.5e-4 + 2.5e-3)
+    inter = (5 * US + 1.25e-3 + 1.25e-3) + (5 * US + 1.25e-3)
+    ag = 3 * (1 * US + 2.5e-4)
+    sched = expand_schedule("allreduce", "hierarchical", N, 8, link=NET, gamma=GAMMA, ranks_per_node=4, intra=FAST)
+    assert replay_steps(sched, make_costs(NET, gamma=GAMMA, intra=FAST)) == pytest.approx(rs + inter + ag, rel=1e-12)
+
+
+# Lower bounds by hand, p = 8, α = 5 us, nβ = 0.01 s, nγ = 0.01 s: ⌈lg 8⌉ = 3, (p−1)/p = 0.875
+BOUNDS = [
+    ("broadcast", {}, 3 * 5 * US + 0.01),
+    ("reduce", {}, 3 * 5 * US + 0.01 + 0.00875),
+    ("allgather", {}, 3 * 5 * US + 0.00875),
+    ("reduce-scatter", {}, 3 * 5 * US + 0.00875 + 0.00875),
+    ("allreduce", {}, 3 * 5 * US + 2 * 0.00875 + 0.00875),
+    ("all-to-all", {}, 3 * 5 * US + 0.00875),
+    ("send-recv", {}, 5 * US + 0.01),
+    ("push", {"shards": 2}, 5 * US + 4 * 0.01),           # busiest server receives p/S = 4 vectors
+    ("pull", {"shards": 16}, 5 * US + 1 * 0.01),          # at least one full vector per worker
+    ("gossip", {"fanout": 2, "rounds": 3}, 5 * US + 6 * 0.01),
+]
+
+
+@pytest.mark.parametrize("collective,kw,expected", BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_every_lower_bound_by_hand(collective, kw, expected):
+    assert lower_bound(collective, N, 8, NET, gamma=GAMMA, **kw) == pytest.approx(expected, rel=1e-12)
+    algos = ALGORITHMS[collective]
+    for name in algos:
+        if name in ("hierarchical",):
+            continue
+        params = {k: v for k, v in kw.items() if k in ("shards", "fanout", "rounds")}
+        assert t(collective, name, 8, **params) >= expected * (1 - 1e-12), name
