@@ -11,6 +11,7 @@ that the profile's tables do not contain and compares them with the table lookup
 
 from __future__ import annotations
 
+import functools
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -153,3 +154,118 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
                      "nearest_summary": error_summary([r["nearest_error"] for r in gemm_rows]), "rows": gemm_rows},
             "conv": {"summary": error_summary([r["error"] for r in conv_rows]), "by_kind": by_kind,
                      "algorithm": algo, "rows": conv_rows}}
+
+
+LINK_SIZES = tuple(4**e for e in range(5, 13))  # 1 KiB … 16 MiB
+
+
+def fit_link(rows: list[dict[str, float]], key: str = "one_way_s", min_bytes: float = 256 * 1024) -> dict[str, float]:
+    """Hockney's point-to-point model ``t(n) = α + n·β`` (Hockney, Parallel Computing 20(3), 1994;
+    algorithms.md §2) from ping-pong rows: α is the one-way time of the smallest message (the
+    usual ping-pong latency) and β the slope of a line through the messages of at least
+    `min_bytes` (least squares on the relative error, `dlsim.calibrate.compute_fit.relative_line`).
+    Small messages are left out of β because a token-bucket link (tc tbf, `burst` 64 KiB in
+    `EmulatedCluster`) sends up to a bucket at line rate: only larger messages see the limited
+    rate. Returns α, the bandwidth 1/β and the model's median relative error over all rows."""
+    from dlsim.calibrate.compute_fit import relative_line
+    rows = sorted(rows, key=lambda r: r["bytes"])
+    big = [r for r in rows if r["bytes"] >= min_bytes]
+    if len(big) < 2:
+        raise SpecError(f"need ping-pong sizes of at least {min_bytes:.0f} bytes (two or more) to fit a bandwidth")
+    beta, _ = relative_line([float(r["bytes"]) for r in big], [float(r[key]) for r in big])
+    if beta <= 0:
+        raise SpecError("the ping-pong times do not grow with the message size: no bandwidth to fit")
+    alpha = float(rows[0][key])
+    errors = [abs(alpha + beta * r["bytes"] - r[key]) / r[key] for r in rows]
+    return {"latency_s": alpha, "bandwidth_bytes_per_s": 1.0 / beta, "median_abs_rel_error": statistics.median(errors),
+            "large_message_median_abs_rel_error": statistics.median(errors[len(rows) - len(big):]),
+            "points": len(rows), "min_bytes_for_bandwidth": min_bytes}
+
+
+def ddp_profile_text(compute_profile: Path, link: dict[str, float], *, hosts: int, rate: str, name: str) -> str:
+    """profile.yaml text for `hosts` emulated hosts of one device each: the device and kernel tables of
+    `compute_profile` (calibrated with the thread count one rank runs) joined by a switch whose
+    per-port latency and bandwidth are the fitted Hockney α and 1/β of the emulated link."""
+    import yaml
+
+    from dlsim.io.yamlfile import read_yaml
+    from dlsim.units import GBYTE_PER_S, US
+    base = read_yaml(compute_profile)
+    if not isinstance(base, dict) or "device" not in base:
+        raise SpecError("not a profile with a device", path=compute_profile)
+    dev = base["device"]
+    data = {"name": name, "description": f"{hosts} emulated hosts (network namespaces, tbf {rate} per port) of "
+                                         f"{dev['name']}",
+            "nodes": hosts, "devices_per_node": 1, "device": dev,
+            "intra_node": {"name": "none", "latency_us": 0, "bandwidth_gbytes_per_s": dev["memory_bandwidth_gbytes_per_s"]},
+            "inter_node": {"name": f"emulated-tbf-{rate}", "topology": "switch",
+                           "latency_us": round(link["latency_s"] / US, 3),
+                           "bandwidth_gbytes_per_s": round(link["bandwidth_bytes_per_s"] / GBYTE_PER_S, 6)},
+            "tables": base.get("tables", {})}
+    head = (f"# Written by `dlsim validate ddp`: the device and kernel tables of {compute_profile.parent.name}/\n"
+            f"# (measured with the thread count of one rank) on {hosts} hosts of the emulated cluster; inter_node is the\n"
+            f"# Hockney fit of a gloo ping-pong on the same emulated link ({link['points']} sizes, median error "
+            f"{link['median_abs_rel_error']:.1%}).\n")
+    return head + yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def validate_ddp(model: Model | str | Path, compute_profile: str | Path, batch: int, *, rate: str = "200mbit",
+                 optimizer: str = "adam", repeats: int = 5, warmup: int = 2, link_repeats: int = 5,
+                 sizes: tuple[int, ...] = LINK_SIZES, bucket_mib: float = 25.0, threads: int = 1,
+                 overrides: Mapping[str, Any] | None = None, out_profile: str | Path | None = None,
+                 statistic: str = "median") -> dict[str, Any]:
+    """2-host data-parallel training (torch DDP over gloo) on the emulated cluster vs dlsim's simulation.
+
+    1. Builds a 2-host `EmulatedCluster` (prefix "dlsimd", each port limited to `rate` by tbf).
+    2. Measures the link: a gloo ping-pong over `sizes` and the Hockney fit (`fit_link`), and writes
+       the 2-host profile (`ddp_profile_text`) to `out_profile` (default: ``emulated-2host.yaml`` in
+       the compute profile's directory).
+    3. Times `repeats` DDP iterations with `batch` samples per rank (`dlsim.validate.ddp_worker`).
+    4. Simulates the same iteration: ``simulate(model, profile, dp=2, microbatch_size=batch)``, the
+       simulator's DDP (gradient buckets of `bucket_mib` all-reduced during the backward pass).
+    Returns one record with both, the error, and the link measurement. Needs root.
+    """
+    from dlsim.api.simulate import simulate
+    from dlsim.calibrate.compute_ops import make_optimizer
+    from dlsim.calibrate.compute_timer import warm_allocator
+    from dlsim.io.files import write_atomic
+    from dlsim.units import MIB
+    from dlsim.validate.ddp_run import run_ranks
+    from dlsim.validate.emulated_cluster import EmulatedCluster
+    source = model if isinstance(model, (str, Path)) else model.source
+    model, batch = as_model(model, overrides), check_batch(batch)
+    if statistic not in STATISTICS:
+        raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
+    folder = Path(compute_profile)
+    base = folder / "profile.yaml" if folder.is_dir() else folder
+    if not base.exists():
+        raise SpecError("no compute profile here (run dlsim calibrate compute --threads 1 first)", path=base)
+    target = Path(out_profile) if out_profile else base.parent / "emulated-2host.yaml"
+    pick = min if statistic == "min" else statistics.median
+    with EmulatedCluster(hosts=2, rate=rate, prefix="dlsimd", subnet="10.231.78") as cluster:
+        link = run_ranks(cluster, ["--job", "link", "--sizes", ",".join(str(s) for s in sizes),
+                                   "--repeats", str(link_repeats)])
+        train = run_ranks(cluster, ["--job", "train", "--batch", str(batch), "--optimizer", optimizer,
+                                    "--bucket-mib", str(bucket_mib), "--threads", str(threads),
+                                    "--warmup", str(warmup), "--repeats", str(repeats)],
+                          {"model": functools.partial(as_model, str(source), dict(overrides or {}) or None),
+                           "make_optimizer": make_optimizer, "prepare": warm_allocator})
+        emulated = cluster.describe()
+    fit = fit_link(link["rows"], "one_way_min_s" if statistic == "min" else "one_way_s")
+    write_atomic(target, ddp_profile_text(base, fit, hosts=2, rate=rate, name=f"emulated-2host-{rate}"))
+    sim = simulate(model, target, dp=2, microbatch_size=batch, optimizer=optimizer,
+                   bucket_size=bucket_mib * MIB).to_dict()
+    samples = [sum(s) for s in train["samples_s"]]
+    measured = pick(samples)
+    phases = {k: pick(s[i] for s in train["samples_s"]) for i, k in enumerate(("forward", "backward", "optimizer"))}
+    return {"schema_version": SCHEMA_VERSION, "kind": "validate-ddp", "model": model.name, "batch_per_rank": batch,
+            "ranks": 2, "rate": rate, "optimizer": optimizer, "optimizer_impl": train["optimizer_impl"],
+            "threads_per_rank": train["threads"], "parameters": train["parameters"], "bucket_mib": bucket_mib,
+            "statistic": statistic, "profile": str(target), "emulated_cluster": emulated,
+            "link": {"fit": fit, "rows": link["rows"]},
+            "measured": {"iteration_s": measured, "samples_s": samples, **{f"{k}_s": v for k, v in phases.items()},
+                         "spread": (max(samples) - min(samples)) / measured if measured > 0 else 0.0},
+            "predicted": {"iteration_s": sim["iteration_time_s"], "breakdown_s": sim["breakdown_s"],
+                          "communication_s": sim["communication_s"], "measured_share": sim["measured_share"],
+                          "notes": sim["notes"]},
+            "error": rel_error(sim["iteration_time_s"], measured)}

@@ -135,3 +135,40 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
         if s.get("count"):
             click.echo(f"conv {kind}: {s['count']} kernels, median |error| {100 * s['median_abs']:.1f}%, "
                        f"worst {100 * s['max_abs']:.1f}%")
+
+
+@validate.command("ddp")
+@click.argument("model")
+@click.option("--profile", "-p", "compute_profile", required=True,
+              help="Compute profile of one rank (calibrated with --threads 1); the 2-host profile is written beside it.")
+@click.option("--batch", type=int, default=4, show_default=True, help="Samples per rank.")
+@click.option("--rate", default="200mbit", show_default=True, help="Per-port link rate of the emulated hosts (tc).")
+@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True, help="Timed DDP iterations.")
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--bucket-mib", type=float, default=25.0, show_default=True, help="DDP gradient bucket size.")
+@click.option("--out-profile", default=None, help="Where to write the 2-host profile (default: beside --profile).")
+@click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
+@set_option
+@json_option
+def ddp_cmd(model: str, compute_profile: str, batch: int, rate: str, optimizer: str, repeats: int, warmup: int,
+            bucket_mib: float, out_profile: str | None, statistic: str, overrides: tuple[str, ...],
+            json_out: str | None) -> None:
+    """2-host torch DDP (gloo) on the emulated cluster vs dlsim's simulation (needs root)."""
+    from dlsim.api.validate import validate_ddp
+    if repeats < 1 or warmup < 0:
+        raise click.BadParameter("repeats must be >= 1 and warmup >= 0", param_hint="--repeats")
+    rec = validate_ddp(model, compute_profile, batch, rate=rate, optimizer=optimizer, repeats=repeats, warmup=warmup,
+                       bucket_mib=bucket_mib, overrides=parse_overrides(overrides), out_profile=out_profile,
+                       statistic=statistic)
+    if json_out is not None:
+        emit_json(rec, json_out)
+        return
+    f, m, p = rec["link"]["fit"], rec["measured"], rec["predicted"]
+    click.echo(f"link ({rate} tbf): latency {format_time(f['latency_s'])}, bandwidth "
+               f"{f['bandwidth_bytes_per_s'] / 1e6:.2f} MB/s (large messages fit within "
+               f"{100 * f['large_message_median_abs_rel_error']:.1f}%); profile {rec['profile']}")
+    click.echo(f"{rec['model']} DDP 2 ranks x {rec['batch_per_rank']} samples, {rec['threads_per_rank']} thread/rank: "
+               f"measured {format_time(m['iteration_s'])} (spread {100 * m['spread']:.1f}%), predicted "
+               f"{format_time(p['iteration_s'])} (compute {format_time(p['breakdown_s']['compute'])}, exposed "
+               f"communication {format_time(p['breakdown_s']['exposed_comm'])}), error {_pct(rec['error'])}")
