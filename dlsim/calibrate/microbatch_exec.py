@@ -72,17 +72,26 @@ class PlanRunner:
     def predicted_time_s(self) -> float:
         return sum(s[3] for s in self.steps)
 
-    def run_once(self, record: bool = True) -> float:
-        """One iteration's convolutions; seconds (kept when `record`)."""
+    def run_step(self, index: int) -> float:
+        """Step `index` alone (one (layer, pass): its planned micro-batches one after another); seconds."""
+        layer, pass_name, kernels, _ = self.steps[index]
+        g1, t, ws = self.geometries[layer], self.tensors[layer], self.arenas[layer, pass_name]
+        start = time.perf_counter()
+        at = 0
+        for i, k in enumerate(kernels):
+            t.run(k.algorithm, pass_name, g1.with_batch(k.size), at, ws, accumulate=i > 0)
+            at += k.size
+        return time.perf_counter() - start
+
+    def run_once(self, record: bool = True, between: Callable[[], Any] | None = None) -> float:
+        """One iteration's convolutions; seconds (kept when `record`). `between`, when given, runs
+        before every step outside the timing (a diagnostic: e.g. a cache flush, to compare a kernel
+        after its predecessor with the same kernel after a flush)."""
         total = 0.0
-        for index, (layer, pass_name, kernels, _) in enumerate(self.steps):
-            g1, t, ws = self.geometries[layer], self.tensors[layer], self.arenas[layer, pass_name]
-            start = time.perf_counter()
-            at = 0
-            for i, k in enumerate(kernels):
-                t.run(k.algorithm, pass_name, g1.with_batch(k.size), at, ws, accumulate=i > 0)
-                at += k.size
-            elapsed = time.perf_counter() - start
+        for index in range(len(self.steps)):
+            if between is not None:
+                between()
+            elapsed = self.run_step(index)
             total += elapsed
             if record:
                 self.per_kernel[index].append(elapsed)
