@@ -195,7 +195,7 @@ def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hos
                    algorithms: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
                    collectives: Sequence[str] | None = None, quick: bool = False, budget_s: float = 0.5,
                    max_reps: int = 40, emulated: int | None = None, rate: str = "200mbit", burst: str = "64kb",
-                   queue: str = "100ms", quiet: bool = False, timeout: float | None = None,
+                   queue: str = "100ms", tcp_congestion: str | None = None, quiet: bool = False, timeout: float | None = None,
                    command: str = "") -> dict[str, Any]:
     """Measure, fit and write the profile directory `out` (see the module docstring); returns a record.
 
@@ -218,7 +218,7 @@ def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hos
                 raise SpecError("give --hosts or --emulated, not both", field="hosts")
             from dlsim.validate.emulated_cluster import EmulatedCluster
             cluster = stack.enter_context(EmulatedCluster(hosts=emulated, rate=rate, burst=burst, queue=queue,
-                                                          prefix="dlsimc"))
+                                                          prefix="dlsimc", tcp_congestion=tcp_congestion))
             host_set = emulated_hosts(cluster)
         else:
             host_set = hosts if isinstance(hosts, Hosts) else parse_hosts(hosts)

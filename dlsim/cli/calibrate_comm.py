@@ -41,6 +41,7 @@ def _print_fits(fits: dict) -> None:
 @click.option("--rate", default="200mbit", show_default=True, help="Link rate of each emulated host (tc tbf).")
 @click.option("--burst", default="64kb", show_default=True, help="tbf bucket depth of each emulated link.")
 @click.option("--queue", default="100ms", show_default=True, help="tbf queue (latency) of each emulated link.")
+@click.option("--tcp-congestion", default=None, help="TCP congestion control of the emulated hosts (e.g. reno).")
 @click.option("--algorithm", "algorithms", multiple=True,
               help="Forced Open MPI allreduce algorithm to measure (repeatable; default: ring, recursive-doubling, "
                    "rabenseifner, binomial-tree with mpi; 'none' for none).")
@@ -54,7 +55,7 @@ def _print_fits(fits: dict) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No per-point progress lines.")
 @json_option
 def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emulated: int | None, rate: str, burst: str,
-             queue: str, algorithms: tuple[str, ...], collectives: tuple[str, ...], sizes: str | None, budget: float,
+             queue: str, tcp_congestion: str | None, algorithms: tuple[str, ...], collectives: tuple[str, ...], sizes: str | None, budget: float,
              max_reps: int, quick: bool, nccl_files: tuple[str, ...], quiet: bool, json_out: str | None) -> None:
     """Ping-pong and PRTT over sizes (alpha-beta and LogGP fits), then collectives over sizes.
 
@@ -77,7 +78,7 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
     rec = calibrate_comm(out, backend=backend, ranks=ranks, hosts=hosts, algorithms=forced,
                          sizes=size_range(sizes) if sizes else None, collectives=collectives or None, quick=quick,
                          budget_s=budget, max_reps=max_reps, emulated=emulated, rate=rate, burst=burst, queue=queue,
-                         quiet=quiet, command="dlsim " + " ".join(sys.argv[1:]))
+                         tcp_congestion=tcp_congestion, quiet=quiet, command="dlsim " + " ".join(sys.argv[1:]))
     if json_out is not None:
         emit_json(rec, json_out)
         return

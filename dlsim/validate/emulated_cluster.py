@@ -58,7 +58,8 @@ class EmulatedCluster:
     """`hosts` namespaces named `{prefix}{i}` with addresses `{subnet}.{10+i}`, each limited to `rate`.
 
     `rate` is a tc rate ("200mbit", "1gbit"); `burst` the token bucket depth; `queue` the most
-    queueing delay tbf allows before dropping; `mtu` the veth/bridge MTU.
+    queueing delay tbf allows before dropping; `mtu` the veth/bridge MTU; `tcp_congestion` the TCP
+    congestion control of every emulated host (a per-namespace sysctl; None keeps the kernel's).
     """
 
     hosts: int = 4
@@ -68,6 +69,7 @@ class EmulatedCluster:
     burst: str = "64kb"
     queue: str = "100ms"
     mtu: int = 1500
+    tcp_congestion: str | None = None
     _up: bool = field(default=False, init=False)
     _old_handlers: dict = field(default_factory=dict, init=False)
 
@@ -102,6 +104,7 @@ class EmulatedCluster:
 
     def describe(self) -> dict[str, object]:
         return {"hosts": self.hosts, "rate": self.rate, "burst": self.burst, "queue": self.queue, "mtu": self.mtu,
+                "tcp_congestion": self.tcp_congestion or "kernel default",
                 "namespaces": [self.namespace(i) for i in range(self.hosts)],
                 "addresses": [self.address(i) for i in range(self.hosts)], "bridge": self.bridge,
                 "qdisc": "tbf on both ends of every veth pair", "kernel": os.uname().release}
@@ -143,6 +146,8 @@ class EmulatedCluster:
         _run(["ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.address(i)}/24", "dev", inside])
         _run(["ip", "netns", "exec", ns, "ip", "link", "set", inside, "up"])
         _run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
+        if self.tcp_congestion:
+            _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={self.tcp_congestion}"])
         limit = ["tbf", "rate", self.rate, "burst", self.burst, "latency", self.queue]
         _run(["tc", "qdisc", "add", "dev", outside, "root", *limit])                       # into host i
         _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inside, "root", *limit])  # out of host i

@@ -1,0 +1,153 @@
+"""Allreduce on an emulated 4-host cluster: real Open MPI (each algorithm forced) and gloo vs dlsim.
+
+    flock -x /tmp/dlsim-measure.lock python benchmarks/comm_validate.py [--rate 200mbit] [--skip-measure]
+
+1. `dlsim calibrate comm` (its API) on an EmulatedCluster (prefix dlsimc, root needed): ping-pong,
+   PRTT, reduction speed, allreduce over sizes with ring, recursive doubling, Rabenseifner and
+   binomial tree forced through Open MPI coll/tuned; profile into hardware_profiles/emulated-4host/.
+   Then gloo's allreduce on a fresh emulated cluster of the same kind.
+2. `validate_comm`: predictions from the fitted profile alone, errors, order, crossovers.
+3. reports/comm-validation.{md,json,csv,png}. Prints the record's summary as JSON.
+
+Resumable: measured points already in the tables are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import sys
+from pathlib import Path
+
+from dlsim.api.calibrate_comm import calibrate_comm
+from dlsim.api.validate_comm import validate_comm
+from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE
+from dlsim.calibrate.comm_plan import powers_of_two
+from dlsim.cost.collectives import collective_time
+from dlsim.io.files import write_atomic
+from dlsim.io.profile_yaml import load_profile
+from dlsim.report.comm_plots import plot_validation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fmt_ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str) -> str:
+    lines = [f"# Allreduce on an emulated 4-host cluster: measured vs predicted", "",
+             f"Reproduce (root, ~{args.minutes} min): `{command}`", "",
+             "## Setup", "",
+             f"* Machine: {platform.node()}, {platform.processor() or platform.machine()}, 2 cores shared by 4 ranks; "
+             f"Linux {platform.release()}; Open MPI 4.1 (mpi4py), torch gloo.",
+             f"* Emulated cluster: 4 network namespaces on a Linux bridge, each host's veth limited to {args.rate} "
+             f"both ways by tc tbf (burst {args.burst}, queue {args.queue}), TCP congestion control {args.tcp}; "
+             "Open MPI over TCP only (btl tcp,self), one rank per host.",
+             "* Parameters: fitted by `dlsim calibrate comm` on that cluster (hardware_profiles/emulated-4host/"
+             "profile.yaml, meta.yaml): "
+             f"L = {rec['link']['latency_s'] * 1e6:.2f} us, o = {rec['link']['overhead_s'] * 1e6:.2f} us, "
+             f"g = {rec['link']['gap_s'] * 1e6:.2f} us, bandwidth = {rec['link']['bandwidth_bytes_per_s'] / 1e6:.3f} MB/s, "
+             f"gamma = {rec['gamma_s_per_byte'] * 1e12:.1f} ps/B; model {rec['model']} (LogGP when o or g > 0).",
+             "", "## Open MPI algorithm labels", "",
+             "| dlsim algorithm | Open MPI 4.1 coll/tuned setting (with coll_tuned_use_dynamic_rules=1) |", "|---|---|"]
+    for name, settings in rec["openmpi_settings"].items():
+        lines.append(f"| {name} | " + ", ".join(f"{k}={v}" for k, v in settings.items()) + " |")
+    lines += ["", "## Error table (allreduce, 4 ranks; error = (predicted − measured) / measured)", "",
+              "| algorithm | size (B) | measured (ms) | predicted (ms) | error |", "|---|---:|---:|---:|---:|"]
+    for name, rows in rec["algorithms"].items():
+        for r in rows:
+            lines.append(f"| {name} | {r['size_bytes']} | {fmt_ms(r['measured_s'])} | {fmt_ms(r['predicted_s'])} | "
+                         f"{100 * r['relative_error']:+.1f}% |")
+    lines += ["", f"## Median |error| over sizes >= {rec['min_bytes_for_median'] / 2 ** 20:.0f} MiB", "",
+              "| algorithm | median abs error | target |", "|---|---:|---|"]
+    for name, med in rec["median_abs_relative_error"].items():
+        lines.append(f"| {name} | {100 * med:.1f}% | {'met' if med <= 0.10 else 'MISSED'} (<= 10%) |")
+    lines += ["", "## Order of the algorithms per size (fastest first)", "",
+              f"Pairs within {100 * rec['tie_tolerance']:.0f}% of each other (measured or predicted) count as ties.", "",
+              "| size (B) | measured | predicted | same | same up to ties |", "|---:|---|---|---|---|"]
+    for o in rec["order"]:
+        swapped = "; ".join(" / ".join(p) for p in o["swapped"])
+        lines.append(f"| {o['size_bytes']} | {' < '.join(o['measured'])} | {' < '.join(o['predicted'])} | "
+                     f"{'yes' if o['same'] else 'no'} | {'yes' if o['same_up_to_ties'] else 'no: ' + swapped} |")
+    lines += ["", "## Crossover sizes", "", "| pair | measured (B) | predicted (B) | predicted / measured |",
+              "|---|---|---|---:|"]
+    for c in rec["crossovers"]:
+        ratio = "-" if c["predicted_over_measured"] is None else f"{c['predicted_over_measured']:.2f}"
+        lines.append(f"| {' / '.join(c['pair'])} | {', '.join(f'{x:.0f}' for x in c['measured_bytes']) or 'none'} | "
+                     f"{', '.join(f'{x:.0f}' for x in c['predicted_bytes']) or 'none'} | {ratio} |")
+    if gloo:
+        lines += ["", "## gloo (torch.distributed) allreduce, compared with dlsim's ring", "",
+                  "| size (B) | measured (ms) | ring predicted (ms) | error |", "|---:|---:|---:|---:|"]
+        for g in gloo:
+            lines.append(f"| {g['size_bytes']} | {fmt_ms(g['measured_s'])} | {fmt_ms(g['predicted_s'])} | "
+                         f"{100 * g['relative_error']:+.1f}% |")
+    lines += ["", "![measured vs predicted](comm-validation.png)", ""]
+    return "\n".join(lines)
+
+
+def gloo_rows(profile: Path, rec: dict) -> list[dict]:
+    cluster = load_profile(profile)
+    link = cluster.inter or cluster.intra
+    gamma = rec["gamma_s_per_byte"]
+    out = []
+    with open(profile / COLLECTIVE_TABLE) as handle:
+        for r in csv.DictReader(handle):
+            if r["backend"] == "gloo" and r["collective"] == "allreduce" and r["ranks"] == "4":
+                size, med = int(r["size_bytes"]), float(r["median_s"])
+                pred = collective_time("allreduce", "ring", size, 4, link, gamma=gamma).seconds
+                out.append({"size_bytes": size, "measured_s": med, "predicted_s": pred, "relative_error": (pred - med) / med})
+    return sorted(out, key=lambda g: g["size_bytes"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rate", default="200mbit")
+    ap.add_argument("--burst", default="16kb")
+    ap.add_argument("--queue", default="400ms")
+    ap.add_argument("--tcp", default="reno")
+    ap.add_argument("--out", default=str(ROOT / "hardware_profiles" / "emulated-4host"))
+    ap.add_argument("--reports", default=str(ROOT / "reports"))
+    ap.add_argument("--min-size", default=4096, type=int)
+    ap.add_argument("--max-size", default=8 << 20, type=int)
+    ap.add_argument("--skip-measure", action="store_true")
+    ap.add_argument("--no-gloo", action="store_true")
+    ap.add_argument("--minutes", default=4, type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    out = Path(args.out)
+    sizes = powers_of_two(args.min_size, args.max_size)
+    emu = dict(emulated=4, rate=args.rate, burst=args.burst, queue=args.queue, tcp_congestion=args.tcp)
+    if not args.skip_measure:
+        calibrate_comm(out, backend="mpi", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=1.0,
+                       max_reps=9, command="python " + " ".join(sys.argv), **emu)
+        if not args.no_gloo:
+            calibrate_comm(out, backend="gloo", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=1.0,
+                           max_reps=9, command="python " + " ".join(sys.argv), **emu)
+    rec = validate_comm(out, backend="mpi", ranks=4,
+                        title=f"allreduce, 4 emulated hosts at {args.rate}: Open MPI (forced) vs dlsim")
+    gloo = gloo_rows(out, rec)
+    rec["gloo_vs_ring"] = gloo
+    rec["setup"] = {"rate": args.rate, "burst": args.burst, "queue": args.queue, "tcp_congestion": args.tcp,
+                    "sizes_bytes": list(sizes), "machine": platform.node(), "kernel": platform.release()}
+    reports = Path(args.reports)
+    reports.mkdir(parents=True, exist_ok=True)
+    write_atomic(reports / "comm-validation.json", json.dumps(rec, indent=1, default=str))
+    rows = [{"algorithm": n, **r} for n, rs in rec["algorithms"].items() for r in rs] + \
+        [{"algorithm": "gloo(default) vs ring", **g} for g in gloo]
+    keys = ["algorithm", "size_bytes", "measured_s", "predicted_s", "relative_error", "min_s", "max_s"]
+    text = ",".join(keys) + "\n" + "".join(",".join(str(r.get(k, "")) for k in keys) + "\n" for r in rows)
+    write_atomic(reports / "comm-validation.csv", text)
+    plot_validation(rec, reports / "comm-validation.png")
+    command = "flock -x /tmp/dlsim-measure.lock python benchmarks/comm_validate.py " + " ".join(
+        f"--{k} {v}" for k, v in (("rate", args.rate), ("burst", args.burst), ("queue", args.queue), ("tcp", args.tcp)))
+    write_atomic(reports / "comm-validation.md", markdown(rec, gloo, args, command))
+    print(json.dumps({"median_abs_relative_error": rec["median_abs_relative_error"],
+                      "order_same_up_to_ties": {o["size_bytes"]: o["same_up_to_ties"] for o in rec["order"]},
+                      "crossovers": [(c["pair"], c["measured_bytes"], c["predicted_bytes"]) for c in rec["crossovers"]],
+                      "gloo_errors": {g["size_bytes"]: round(g["relative_error"], 4) for g in gloo}}))
+
+
+if __name__ == "__main__":
+    main()
