@@ -61,6 +61,7 @@ from dlsim.api.microbatch import plan_from_table  # noqa: E402
 from dlsim.calibrate.conv_check import TOLERANCE, check_layers  # noqa: E402
 from dlsim.calibrate.microbatch_bench import bench_layers  # noqa: E402
 from dlsim.calibrate.microbatch_exec import PlanRunner  # noqa: E402
+from dlsim.calibrate.microbatch_holdout import HoldoutTimer  # noqa: E402
 from dlsim.cost.conv_methods import conv_geometry  # noqa: E402
 from dlsim.io.bench_table import append_rows, load_bench_table, resume_rows  # noqa: E402
 from dlsim.io.files import write_atomic  # noqa: E402
@@ -105,20 +106,23 @@ def probe() -> dict[str, float]:
     return {"copy_256mib_s": mem, "gemm_s": time.perf_counter() - start}
 
 
-def measure(runners: dict[str, PlanRunner], rounds: int, seed: int, log) -> dict:
-    """Interleaved rounds with a probe before each; the foreign CPU load and steal during them, and the probes."""
+def measure(runners: dict[str, PlanRunner], rounds: int, seed: int, log,
+            holdout: HoldoutTimer | None = None) -> dict:
+    """Interleaved rounds with a probe before each: every variant once and (with `holdout`) one sample of every
+    configuration the variants use, all in one shuffled order; the foreign CPU load and steal during them, and
+    the probes."""
     rng = random.Random(seed)
-    keys = list(runners)
-    for key in keys:                                   # warm-up: page in arenas and operands
-        runners[key].run_once(record=False)
+    items = [("run", key) for key in runners] + [("holdout", key) for key in (holdout.keys if holdout else [])]
+    for kind, key in items:                            # warm-up: page in arenas, workspaces and operands
+        runners[key].run_once(record=False) if kind == "run" else holdout.time(key, record=False)
     busy0, own0, steal0 = _cpu_times()
     wall0 = time.perf_counter()
     probes = []
     for r in range(rounds):
         probes.append(probe())
-        rng.shuffle(keys)
-        for key in keys:
-            runners[key].run_once()
+        rng.shuffle(items)
+        for kind, key in items:
+            runners[key].run_once() if kind == "run" else holdout.time(key)
         log(f"  round {r + 1}/{rounds} done")
     wall = time.perf_counter() - wall0
     busy1, own1, steal1 = _cpu_times()
@@ -194,12 +198,18 @@ def stage_measure(args, out: Path, table_path: Path, limits: dict[str, list[floa
         runners[_key(mode, limit, "planned")] = PlanRunner(plan, geoms, tensors=tensors, seed=args.seed)
         if plan.undivided_time_s is not None:
             runners[_key(mode, limit, "undivided")] = PlanRunner(plan, geoms, undivided=True, tensors=tensors)
-    log(f"attempt {args.attempt}: measuring {len(runners)} variants, {args.rounds} interleaved rounds")
-    load = measure(runners, args.rounds, args.seed + args.attempt, log)
+    holdout = HoldoutTimer(runners.values()) if args.holdout else None
+    log(f"attempt {args.attempt}: measuring {len(runners)} variants"
+        + (f" and re-timing their {len(holdout.keys)} configurations (hold-out)" if holdout else "")
+        + f", {args.rounds} interleaved rounds")
+    load = measure(runners, args.rounds, args.seed + args.attempt, log, holdout)
     rec = {"attempt": args.attempt, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "table": str(table_path), "calibration": meta, "rounds": args.rounds, "load": load,
            "plans": {f"{mode} {limit:.0f}": plan.to_dict() for (mode, limit), plan in plans.items()},
            "records": {key: r.record() for key, r in runners.items()}}
+    if holdout:
+        rec["holdout"] = {key: holdout.record(r) for key, r in runners.items()}
+        rec["holdout_samples"] = [[*key, holdout.samples[key]] for key in holdout.keys]
     write_atomic(out / "microbatch-cpu-runs" / f"attempt-{args.attempt}.json", json.dumps(rec, indent=1) + "\n")
     return rec
 
@@ -225,6 +235,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="calibration repetitions per configuration")
     parser.add_argument("--budget-s", type=float, default=0.0, help="calibrate: stop after this many seconds (0: never)")
     parser.add_argument("--check-batch", type=int, default=2)
+    parser.add_argument("--holdout", action=argparse.BooleanOptionalAction, default=True,
+                        help="also re-time every configuration the plans use, interleaved with the executions "
+                             "(a prediction free of the planner's selection bias; see microbatch_holdout)")
     parser.add_argument("--threads", default="1")
     parser.add_argument("--out", default="reports")
     parser.add_argument("--seed", type=int, default=0)
@@ -246,6 +259,8 @@ def main() -> None:
     if args.stage in ("measure", "all"):
         rec = stage_measure(args, out, table_path, limits, log)
         summary["errors"] = {k: v["error"] for k, v in rec["records"].items()}
+        if "holdout" in rec:
+            summary["holdout_errors"] = {k: v["error"] for k, v in rec["holdout"].items()}
     if args.stage in ("report", "all"):
         from microbatch_cpu_report import write_report
         summary = write_report(out, args.batch, limits, _command(args), args.threads, ALEXNET)

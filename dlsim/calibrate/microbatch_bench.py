@@ -79,21 +79,31 @@ class Tensors:
         run_pass(method, pass_name, g, ws, x=self.x[s], w=self.w, dy=self.dy[s], out=out, accumulate=accumulate)
 
 
+def time_once(t: Tensors, method: str, pass_name: str, g: ConvGeometry, k: int, ws: Workspace, *,
+              flush: Callable[[], object] = flush_caches, clock: Callable[[], float] = time.perf_counter) -> float:
+    """One repetition: `flush` (outside the timing), then k consecutive micro-batches of g.n samples on
+    consecutive slices (∇w accumulating after the first); seconds per micro-batch."""
+    flush()
+    start = clock()
+    for i in range(k):
+        t.run(method, pass_name, g, i * g.n, ws, accumulate=i > 0)
+    return (clock() - start) / k
+
+
+def microbatches_per_repetition(b: int, batch: int, min_samples: int) -> int:
+    """k = min(B // b, ⌈min_samples / b⌉), at least 1."""
+    return max(1, min(batch // b, -(-min_samples // b)))
+
+
 def time_microbatches(t: Tensors, method: str, pass_name: str, g: ConvGeometry, batch: int, *,
-                      repeats: int = 5, min_samples: int = 8, ws: Workspace | None = None) -> tuple[float, list[float]]:
+                      repeats: int = 5, min_samples: int = 8, ws: Workspace | None = None,
+                      flush: Callable[[], object] = flush_caches,
+                      clock: Callable[[], float] = time.perf_counter) -> tuple[float, list[float]]:
     """Median seconds per micro-batch of g.n samples (and the per-repetition values), after one warm-up."""
-    b = g.n
-    k = max(1, min(batch // b, -(-min_samples // b)))
+    k = microbatches_per_repetition(g.n, batch, min_samples)
     ws = ws or Workspace(workspace_size(method, pass_name, g))
-    samples = []
-    for rep in range(repeats + 1):
-        flush_caches()
-        start = time.perf_counter()
-        for i in range(k):
-            t.run(method, pass_name, g, i * b, ws, accumulate=i > 0)
-        if rep:
-            samples.append((time.perf_counter() - start) / k)
-    return statistics.median(samples), samples
+    samples = [time_once(t, method, pass_name, g, k, ws, flush=flush, clock=clock) for _ in range(repeats + 1)]
+    return statistics.median(samples[1:]), samples[1:]
 
 
 Row = tuple[str, str, Kernel]
