@@ -20,7 +20,8 @@ from dlsim.api.estimate import estimate
 from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
 from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, make_optimizer
 from dlsim.calibrate.compute_plan import DEFAULT_CONV_ALGORITHM
-from dlsim.calibrate.compute_timer import STATISTICS, KernelTimer, check_device, set_threads, warm_allocator
+from dlsim.calibrate.compute_timer import (STATISTICS, KernelTimer, cache_flusher, check_device, set_threads,
+                                           warm_allocator)
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.pricing import price_pass
 from dlsim.errors import SpecError
@@ -108,6 +109,16 @@ def _conv_default(cluster: Cluster) -> str | None:
     return read_meta_defaults(Path(cluster.source).parent).get("conv_algorithm") if cluster.source else None
 
 
+def _calibration_flushed(cluster: Cluster) -> bool:
+    """Whether the profile's tables were timed after a cache flush (meta.yaml timing.flush_cache): held-out
+    kernels are timed the same way, or the comparison measures cache state, not the lookup."""
+    from dlsim.io.yamlfile import read_yaml
+    meta = Path(cluster.source).parent / "meta.yaml" if cluster.source else None
+    if meta is None or not meta.exists():
+        return False
+    return bool(((read_yaml(meta) or {}).get("timing") or {}).get("flush_cache", False))
+
+
 def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtype: str = "fp32", gemms: int = 40,
                      convs: int = 20, seed: int = 0, threads: int | None = None, repeats: int = 5,
                      statistic: str = "median", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -119,8 +130,9 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     threads_used = set_threads(threads)
     import torch
     dev = torch.device(device)
-    timer = KernelTimer(device, repeats=repeats, statistic=statistic)
     warm_allocator()
+    timer = KernelTimer(device, repeats=repeats, statistic=statistic,
+                        flush=cache_flusher(device) if _calibration_flushed(cluster) else None)
     tables, _ = load_kernel_times(cluster)
     nearest, _ = load_kernel_times(cluster, gemm_method="nearest")
     gemm_rows = []
@@ -150,6 +162,7 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     by_kind = {k: error_summary([r["error"] for r in conv_rows if r["kind"] == k]) for k in ("new-batch", "new-geometry")}
     return {"schema_version": SCHEMA_VERSION, "kind": "validate-kernels", "cluster": cluster.name, "device": device,
             "dtype": dtype, "threads": threads_used, "seed": seed, "statistic": statistic,
+            "flush_cache": timer.flush is not None,
             "gemm": {"summary": error_summary([r["error"] for r in gemm_rows]),
                      "nearest_summary": error_summary([r["nearest_error"] for r in gemm_rows]), "rows": gemm_rows},
             "conv": {"summary": error_summary([r["error"] for r in conv_rows]), "by_kind": by_kind,

@@ -16,7 +16,7 @@ from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
 from dlsim.cli.output import emit_json
 from dlsim.report.text import table
-from dlsim.units import format_time
+from dlsim.units import format_bytes, format_time
 
 
 class _DefaultModelGroup(click.Group):
@@ -166,7 +166,7 @@ def ddp_cmd(model: str, compute_profile: str, batch: int, rate: str, optimizer: 
         return
     f, m, p = rec["link"]["fit"], rec["measured"], rec["predicted"]
     click.echo(f"link ({rate} tbf): latency {format_time(f['latency_s'])}, bandwidth "
-               f"{f['bandwidth_bytes_per_s'] / 1e6:.2f} MB/s (large messages fit within "
+               f"{format_bytes(f['bandwidth_bytes_per_s'])}/s (large messages fit within "
                f"{100 * f['large_message_median_abs_rel_error']:.1f}%); profile {rec['profile']}")
     click.echo(f"{rec['model']} DDP 2 ranks x {rec['batch_per_rank']} samples, {rec['threads_per_rank']} thread/rank: "
                f"measured {format_time(m['iteration_s'])} (spread {100 * m['spread']:.1f}%), predicted "
