@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import platform
 import sys
 from pathlib import Path
@@ -55,16 +56,25 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
              "| dlsim algorithm | Open MPI 4.1 coll/tuned setting (with coll_tuned_use_dynamic_rules=1) |", "|---|---|"]
     for name, settings in rec["openmpi_settings"].items():
         lines.append(f"| {name} | " + ", ".join(f"{k}={v}" for k, v in settings.items()) + " |")
-    lines += ["", "## Error table (allreduce, 4 ranks; error = (predicted − measured) / measured)", "",
-              "| algorithm | size (B) | measured (ms) | predicted (ms) | error |", "|---|---:|---:|---:|---:|"]
+    lines += ["", "Open MPI's algorithm 2 is a binomial reduce then a binomial broadcast whose nodes post the sends to "
+              "all their children at once (`ompi_coll_base_bcast_intra_generic` over `ompi_coll_base_topo_build_bmtree`), "
+              "so the children share the sender's link: dlsim models it as `binomial-tree-openmpi` (broadcast 3 message "
+              "times at 4 ranks, k(k+1)/2 at 2^k ranks; MPICH's `binomial-tree` needs 2, resp. k). No factor is tuned.",
+              "", "## Error table (allreduce, 4 ranks; error = (predicted − measured) / measured)", "",
+              "Predicted with each message priced by the fitted link (fit: the α-β/LogGP line of the profile) and, "
+              "for comparison, by the measured ping-pong curve (table: `dlsim.cost.p2p.table_model`).", "",
+              "| algorithm | size (B) | measured (ms) | predicted fit (ms) | error fit | predicted table (ms) | error table |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, rows in rec["algorithms"].items():
         for r in rows:
-            lines.append(f"| {name} | {r['size_bytes']} | {fmt_ms(r['measured_s'])} | {fmt_ms(r['predicted_s'])} | "
-                         f"{100 * r['relative_error']:+.1f}% |")
+            lines.append(f"| {name} | {r['size_bytes']} | {fmt_ms(r['measured_s'])} | {fmt_ms(r['predicted_fit_s'])} | "
+                         f"{100 * r['relative_error_fit']:+.1f}% | {fmt_ms(r['predicted_table_s'])} | "
+                         f"{100 * r['relative_error_table']:+.1f}% |")
     lines += ["", f"## Median |error| over sizes >= {rec['min_bytes_for_median'] / 2 ** 20:.0f} MiB", "",
-              "| algorithm | median abs error | target |", "|---|---:|---|"]
-    for name, med in rec["median_abs_relative_error"].items():
-        lines.append(f"| {name} | {100 * med:.1f}% | {'met' if med <= 0.10 else 'MISSED'} (<= 10%) |")
+              "| algorithm | fit | table | target (fit) |", "|---|---:|---:|---|"]
+    for name, med in rec["median_abs_relative_error_fit"].items():
+        tab = rec["median_abs_relative_error_table"][name]
+        lines.append(f"| {name} | {100 * med:.1f}% | {100 * tab:.1f}% | {'met' if med <= 0.10 else 'MISSED'} (<= 10%) |")
     lines += ["", "## Order of the algorithms per size (fastest first)", "",
               f"Pairs within {100 * rec['tie_tolerance']:.0f}% of each other (measured or predicted) count as ties.", "",
               "| size (B) | measured | predicted | same | same up to ties |", "|---:|---|---|---|---|"]
@@ -72,12 +82,17 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
         swapped = "; ".join(" / ".join(p) for p in o["swapped"])
         lines.append(f"| {o['size_bytes']} | {' < '.join(o['measured'])} | {' < '.join(o['predicted'])} | "
                      f"{'yes' if o['same'] else 'no'} | {'yes' if o['same_up_to_ties'] else 'no: ' + swapped} |")
-    lines += ["", "## Crossover sizes", "", "| pair | measured (B) | predicted (B) | predicted / measured |",
-              "|---|---|---|---:|"]
+    lines += ["", "## Crossover sizes", "",
+              "Measured: log(a/b) interpolated linearly in log size between neighbouring measured sizes; a crossing "
+              "where the two differ by less than the tie tolerance at both neighbours is marked (tie). Predicted: "
+              f"bisection in log size on the {rec['p2p']} closed forms between 1 B and the largest size.", "",
+              "| pair | measured (B) | predicted (B) | predicted / measured |", "|---|---|---|---:|"]
     for c in rec["crossovers"]:
         ratio = "-" if c["predicted_over_measured"] is None else f"{c['predicted_over_measured']:.2f}"
-        lines.append(f"| {' / '.join(c['pair'])} | {', '.join(f'{x:.0f}' for x in c['measured_bytes']) or 'none'} | "
+        meas = ", ".join(f"{x:.0f}" + (" (tie)" if t else "") for x, t in zip(c["measured_bytes"], c["measured_ties"]))
+        lines.append(f"| {' / '.join(c['pair'])} | {meas or 'none'} | "
                      f"{', '.join(f'{x:.0f}' for x in c['predicted_bytes']) or 'none'} | {ratio} |")
+    lines += small_message_notes(rec)
     if gloo:
         lines += ["", "## gloo (torch.distributed) allreduce, compared with dlsim's ring", "",
                   "| size (B) | measured (ms) | ring predicted (ms) | error |", "|---:|---:|---:|---:|"]
@@ -86,6 +101,40 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
                          f"{100 * g['relative_error']:+.1f}% |")
     lines += ["", "![measured vs predicted](comm-validation.png)", ""]
     return "\n".join(lines)
+
+
+def small_message_notes(rec: dict) -> list[str]:
+    """What the record says about the sizes where order and crossovers disagree (numbers from `rec`)."""
+    at = {n: {r["size_bytes"]: r for r in rs} for n, rs in rec["algorithms"].items()}
+    bad = [o["size_bytes"] for o in rec["order"] if not o["same_up_to_ties"]]
+    if not bad:
+        return ["", "## Order", "", "The predicted order agrees with the measured one at every size (up to ties)."]
+    out = ["", "## Where order and crossovers disagree", "",
+           f"The order disagrees (beyond ties) at {', '.join(map(str, bad))} B; every measured crossover lies in "
+           f"{min(x for c in rec['crossovers'] for x in c['measured_bytes'] or [math.inf]):.0f}–"
+           f"{max((x for c in rec['crossovers'] for x in c['measured_bytes'] if x < 65536), default=0):.0f} B apart from "
+           "ring / Rabenseifner, which are ties (equal bytes at 4 ranks).", "",
+           "* Below about 16 KiB a whole allreduce fits in the tbf bucket of each link (burst 16kb), so it passes at "
+           "the veth's speed and costs only per-message start-ups: measured times there are not monotone in size "]
+    ring = at.get("ring", {})
+    if 2048 in ring and 6144 in ring:
+        out[-1] += (f"(ring {ring[2048]['measured_s'] * 1e3:.3f} ms at 2048 B, {ring[6144]['measured_s'] * 1e3:.3f} ms "
+                    "at 6144 B)")
+    b = at.get("binomial-tree-openmpi", {})
+    if 4096 in b:
+        out[-1] += (f"; the Open MPI binomial allreduce (5 message times) takes {b[4096]['measured_s'] * 1e6:.0f} us at "
+                    f"4096 B, {b[4096]['measured_s'] * 1e6 / 5:.0f} us per message, against "
+                    f"{b[4096]['predicted_fit_s'] * 1e6 / 5:.0f} us from the fitted line.")
+    out += ["* Pricing each message by the measured ping-pong curve instead (table columns) does not repair it: in a "
+            "ping-pong each direction's bucket refills while the reply travels, so messages up to ~64 KiB pass at up "
+            "to twice the line rate, while a collective streams back to back and drains the bucket after 16 KiB. "
+            "Table-priced errors are −40…−75% at 8–64 KiB for ring, recursive doubling and Rabenseifner (median "
+            "≥ 1 MiB: " + ", ".join(f"{n} {100 * v:.1f}%" for n, v in rec["median_abs_relative_error_table"].items())
+            + "). The fitted line stays the validated model; the table model is in `dlsim.cost.p2p` for links "
+            "without a shaper.",
+            "* Neither model contains the token bucket; the acceptance line on order and crossovers is missed for "
+            "the crossovers below 16 KiB (see the table above) and met from 16 KiB up."]
+    return out
 
 
 def gloo_rows(profile: Path, rec: dict) -> list[dict]:
@@ -112,12 +161,15 @@ def main() -> None:
     ap.add_argument("--reports", default=str(ROOT / "reports"))
     ap.add_argument("--min-size", default=4096, type=int)
     ap.add_argument("--max-size", default=8 << 20, type=int)
+    ap.add_argument("--fine-below", default=64 << 10, type=int,
+                    help="also measure 1.5 x 2^k sizes below this (crossover resolution)")
     ap.add_argument("--skip-measure", action="store_true")
     ap.add_argument("--no-gloo", action="store_true")
     ap.add_argument("--minutes", default=4, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = Path(args.out)
-    sizes = powers_of_two(args.min_size, args.max_size)
+    sizes = tuple(sorted(set(powers_of_two(args.min_size, args.max_size)) |
+                         {3 * s // 2 for s in powers_of_two(args.min_size, args.max_size) if 3 * s // 2 < args.fine_below}))
     emu = dict(emulated=4, rate=args.rate, burst=args.burst, queue=args.queue, tcp_congestion=args.tcp)
     if not args.skip_measure:
         calibrate_comm(out, backend="mpi", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=1.0,
@@ -125,7 +177,7 @@ def main() -> None:
         if not args.no_gloo:
             calibrate_comm(out, backend="gloo", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=1.0,
                            max_reps=9, command="python " + " ".join(sys.argv), **emu)
-    rec = validate_comm(out, backend="mpi", ranks=4,
+    rec = validate_comm(out, backend="mpi", ranks=4, p2p="fit",
                         title=f"allreduce, 4 emulated hosts at {args.rate}: Open MPI (forced) vs dlsim")
     gloo = gloo_rows(out, rec)
     rec["gloo_vs_ring"] = gloo
@@ -136,12 +188,14 @@ def main() -> None:
     write_atomic(reports / "comm-validation.json", json.dumps(rec, indent=1, default=str))
     rows = [{"algorithm": n, **r} for n, rs in rec["algorithms"].items() for r in rs] + \
         [{"algorithm": "gloo(default) vs ring", **g} for g in gloo]
-    keys = ["algorithm", "size_bytes", "measured_s", "predicted_s", "relative_error", "min_s", "max_s"]
+    keys = ["algorithm", "size_bytes", "measured_s", "predicted_s", "relative_error", "predicted_fit_s",
+            "predicted_table_s", "relative_error_fit", "relative_error_table", "min_s", "max_s"]
     text = ",".join(keys) + "\n" + "".join(",".join(str(r.get(k, "")) for k in keys) + "\n" for r in rows)
     write_atomic(reports / "comm-validation.csv", text)
     plot_validation(rec, reports / "comm-validation.png")
     command = "flock -x /tmp/dlsim-measure.lock python benchmarks/comm_validate.py " + " ".join(
-        f"--{k} {v}" for k, v in (("rate", args.rate), ("burst", args.burst), ("queue", args.queue), ("tcp", args.tcp)))
+        f"--{k} {v}" for k, v in (("rate", args.rate), ("burst", args.burst), ("queue", args.queue), ("tcp", args.tcp),
+                                  ("min-size", args.min_size)))
     write_atomic(reports / "comm-validation.md", markdown(rec, gloo, args, command))
     print(json.dumps({"median_abs_relative_error": rec["median_abs_relative_error"],
                       "order_same_up_to_ties": {o["size_bytes"]: o["same_up_to_ties"] for o in rec["order"]},

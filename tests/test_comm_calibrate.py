@@ -17,6 +17,7 @@ from dlsim.calibrate.comm_launch import Hosts, mpirun_command
 from dlsim.calibrate.comm_measure import P2P_COLUMNS, P2P_TABLE, p2p_key
 from dlsim.calibrate.comm_nccl import collective_from_name, parse_nccl_tests
 from dlsim.calibrate.comm_plan import OPENMPI_ALLREDUCE, CommPlan
+from dlsim.cost.collectives import ALGORITHMS
 from dlsim.calibrate.comm_run import fit_tables, launches
 from dlsim.calibrate.compute_store import TableFile
 from dlsim.errors import DlsimError, SpecError, TableLookupError
@@ -167,11 +168,12 @@ def test_import_nccl_tests_writes_rows_once(tmp_path):
 def test_plans_and_launches():
     plan = make_plan("mpi", "/tmp/x", Hosts(), sizes=size_range("1MiB:8MiB"))
     assert plan.collective_sizes == (1 << 20, 1 << 21, 1 << 22, 1 << 23)
-    items = launches(plan, ["ring", "binomial-tree"])
-    assert [i.label for i in items] == ["default", "ring", "binomial-tree"]
+    items = launches(plan, ["ring", "binomial-tree-openmpi"])
+    assert [i.label for i in items] == ["default", "ring", "binomial-tree-openmpi"]
     assert items[1].mca["coll_tuned_allreduce_algorithm"] == "4" and items[1].plan.collectives == ("allreduce",)
     assert items[2].mca["coll_tuned_reduce_algorithm"] == "5" and not items[2].plan.point_to_point
-    assert set(OPENMPI_ALLREDUCE) == {"ring", "recursive-doubling", "rabenseifner", "binomial-tree"}
+    assert set(OPENMPI_ALLREDUCE) == {"ring", "recursive-doubling", "rabenseifner", "binomial-tree-openmpi"}
+    assert all(name in ALGORITHMS["allreduce"] for name in OPENMPI_ALLREDUCE)
     with pytest.raises(SpecError, match="needs --backend mpi"):
         launches(make_plan("gloo", "/tmp/x", Hosts()), ["ring"])
     with pytest.raises(SpecError, match="unknown backend"):

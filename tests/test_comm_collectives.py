@@ -31,6 +31,7 @@ HAND = [
     ("allreduce", "recursive-doubling", 8, {}, 3 * (5 * US + 0.02)),
     ("allreduce", "rabenseifner", 8, {}, 6 * 5 * US + 2 * 0.875e-2 + 0.875e-2),
     ("allreduce", "binomial-tree", 8, {}, 3 * (5 * US + 0.02) + 3 * (5 * US + 0.01)),
+    ("allreduce", "binomial-tree-openmpi", 8, {}, 3 * (5 * US + 0.02) + 6 * (5 * US + 0.01)),  # bcast 3+2+1 T
     ("allreduce", "chain", 8, {"segments": 4}, 10 * (2 * (5 * US + 2.5e-3) + 2.5e-3)),   # (k+p-2)(2T(n/k)+r(n/k))
     ("allreduce", "double-binary-tree", 2, {"segments": 1}, (5 * US + 0.005 + 0.005) + (5 * US + 0.005)),
     ("allreduce", "double-binary-tree", 4, {"segments": 1}, 4 * (5 * US + 0.01) + 4 * (5 * US + 0.005)),
@@ -51,6 +52,7 @@ HAND = [
     ("allgather", "bruck", 6, {}, 3 * 5 * US + 5 / 6 * 0.01),       # blocks 1 + 2 + 2 = p - 1
     # broadcast, reduce
     ("broadcast", "binomial-tree", 8, {}, 3 * (5 * US + 0.01)),
+    ("broadcast", "binomial-tree-openmpi", 8, {}, 6 * (5 * US + 0.01)),
     ("broadcast", "chain", 8, {"segments": 4}, 10 * (5 * US + 2.5e-3)),      # (p-2+k) T(n/k)
     ("broadcast", "scatter-allgather", 8, {}, (3 * 5 * US + 0.00875) + 7 * (5 * US + 1.25e-3)),
     ("reduce", "binomial-tree", 8, {}, 3 * (5 * US + 0.02)),

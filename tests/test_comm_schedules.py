@@ -73,7 +73,8 @@ LOCKSTEP = [("allreduce", "ring"), ("allreduce", "recursive-doubling"), ("allred
             ("allreduce", "binomial-tree"), ("allreduce", "chain"), ("reduce-scatter", "ring"),
             ("reduce-scatter", "recursive-halving"), ("allgather", "ring"), ("allgather", "bruck"),
             ("broadcast", "binomial-tree"), ("reduce", "binomial-tree"), ("all-to-all", "pairwise"),
-            ("all-to-all", "bruck"), ("send-recv", "direct")]
+            ("all-to-all", "bruck"), ("send-recv", "direct"), ("allreduce", "binomial-tree-openmpi"),
+            ("broadcast", "binomial-tree-openmpi")]
 
 
 @pytest.mark.parametrize("collective,algorithm", LOCKSTEP)

@@ -1,12 +1,17 @@
 """`validate_comm()`: measured allreduce times (from `dlsim calibrate comm`) against dlsim's predictions.
 
-The prediction uses only the calibrated profile: its link tier (L, o, g, bandwidth fitted from
-ping-pong and PRTT) and γ (1 / reduce bandwidth), priced by `dlsim.cost.collectives.collective_time`
-for each forced Open MPI algorithm (`comm_plan.OPENMPI_ALLREDUCE` says which label is which). The
-record holds, per algorithm and size, measured, predicted and the relative error
-(predicted − measured) / measured; the median error over sizes ≥ `min_bytes`; the order of the
-algorithms per size; and the crossover sizes, measured (log-log interpolation between measured
-sizes) and predicted (bisection on the closed forms).
+The prediction uses only the calibrated profile and its measured point-to-point table: each message
+of a collective is priced either by the fitted link tier (`p2p="fit"`, the default: L, o, g,
+bandwidth from ping-pong and PRTT) or by the measured ping-pong curve (`p2p="table"`:
+`dlsim.cost.p2p.table_model` of the profile's comm_p2p.csv ping-pong rows, one-way = RTT/2), plus γ
+(1 / reduce bandwidth), through `dlsim.cost.collectives.collective_time` for each forced Open MPI
+algorithm (`comm_plan.OPENMPI_ALLREDUCE` maps its label to the dlsim algorithm that models it).
+No factor is tuned to the collective measurements. The record holds, per algorithm and size,
+measured, predicted by both p2p models and the relative error (predicted − measured) / measured of
+the chosen one; the median error over sizes ≥ `min_bytes`; the order of the algorithms per size;
+and the crossover sizes, measured (interpolated in log size on log time between neighbouring
+measured sizes) and predicted (bisection in log size on the closed forms), with the pairs that
+stay within the tie tolerance of each other over a whole range reported as ties.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE
+from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, P2P_TABLE
 from dlsim.calibrate.comm_plan import OPENMPI_ALLREDUCE
 from dlsim.cost.collectives import collective_time
+from dlsim.cost.p2p import PointToPoint, table_model
 from dlsim.errors import SpecError
 from dlsim.io.profile_yaml import load_profile
 from dlsim.units import MIB
@@ -34,20 +40,38 @@ def _rows(profile: Path, backend: str, hosts: str | None) -> list[dict[str, str]
                 and (hosts is None or r["hosts"] == hosts)]
 
 
-def _crossing(sizes: Sequence[float], a: Sequence[float], b: Sequence[float]) -> list[float]:
-    """Sizes where a − b changes sign, log-log interpolated between neighbouring sizes."""
+def pingpong_table(profile: Path, backend: str, hosts: str | None) -> PointToPoint:
+    """The `table` p2p model of the profile's ping-pong rows (one-way = median RTT / 2, as measured)."""
+    path = profile / P2P_TABLE
+    if not path.exists():
+        raise SpecError("no measured point-to-point table; run dlsim calibrate comm first", path=path)
+    with open(path) as handle:
+        rows = [r for r in csv.DictReader(handle) if r["kind"] == "pingpong" and r["backend"] == backend
+                and (hosts is None or r["hosts"] == hosts)]
+    if len({r["hosts"] for r in rows}) > 1:
+        raise SpecError("ping-pong rows from several host sets; give hosts", path=path)
+    points = {int(r["size_bytes"]): float(r["median_s"]) for r in rows}
+    return table_model(list(points), list(points.values()), name=f"{backend} ping-pong")
+
+
+def _crossing(sizes: Sequence[float], a: Sequence[float], b: Sequence[float], tie: float) -> list[dict[str, Any]]:
+    """Sizes where a − b changes sign: log a/b interpolated linearly in log size between neighbouring
+    sizes. A crossing is a tie when a and b differ by less than `tie` (relative) at both neighbours:
+    the measurements cannot tell which is faster there."""
     out = []
     for i in range(len(sizes) - 1):
         d0, d1 = math.log(a[i] / b[i]), math.log(a[i + 1] / b[i + 1])
         if d0 == 0 or d0 * d1 < 0:
             f = d0 / (d0 - d1) if d0 != d1 else 0.0
-            out.append(math.exp(math.log(sizes[i]) + f * (math.log(sizes[i + 1]) - math.log(sizes[i]))))
+            x = math.exp(math.log(sizes[i]) + f * (math.log(sizes[i + 1]) - math.log(sizes[i])))
+            out.append({"bytes": x, "tie": abs(d0) < math.log1p(tie) and abs(d1) < math.log1p(tie)})
     return out
 
 
 def _predicted_crossing(f, g, lo: float, hi: float) -> list[float]:
-    """Crossovers of two predicted curves between lo and hi (bisection in log size on a ×2 grid)."""
-    grid = [lo * 2 ** k for k in range(int(math.log2(hi / lo)) + 1)]
+    """Crossovers of two predicted curves between lo and hi (bisection in log size on a ×√2 grid)."""
+    steps = int(math.ceil(2 * math.log2(hi / lo)))
+    grid = [lo * (hi / lo) ** (k / steps) for k in range(steps + 1)]
     out = []
     for x0, x1 in zip(grid, grid[1:]):
         s0, s1 = f(x0) - g(x0), f(x1) - g(x1)
@@ -64,13 +88,28 @@ def _predicted_crossing(f, g, lo: float, hi: float) -> list[float]:
 
 
 def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | None = None, ranks: int = 4,
-                  min_bytes: float = MIB, model: str = "auto", tie: float = 0.02, title: str = "") -> dict[str, Any]:
-    """Compare the forced-algorithm allreduce rows of `profile` with predictions (module docstring)."""
+                  min_bytes: float = MIB, model: str = "auto", p2p: str = "fit", tie: float = 0.02,
+                  title: str = "") -> dict[str, Any]:
+    """Compare the forced-algorithm allreduce rows of `profile` with predictions (module docstring).
+
+    `p2p`: "fit" (messages priced by the fitted link) or "table" (by the measured ping-pong curve);
+    `model` is the p2p model of "fit". `tie`: relative difference below which two algorithms are
+    not ordered (the measurement noise at small sizes, stated in the record).
+    """
+    if p2p not in ("table", "fit"):
+        raise SpecError(f"unknown p2p pricing {p2p!r} (use table or fit)", field="p2p")
     folder = Path(profile)
     cluster = load_profile(folder)
     link = cluster.inter or cluster.intra
     gamma = 1.0 / cluster.reduce_bandwidth if cluster.reduce_bandwidth > 0 else None
     rows = [r for r in _rows(folder, backend, hosts) if int(r["ranks"]) == ranks]
+    hosts = hosts or (rows[0]["hosts"] if rows else None)
+    table = pingpong_table(folder, backend, hosts)
+    models = {"table": table, "fit": model}
+
+    def predict(name: str, size: float, how: str) -> float:
+        return collective_time("allreduce", name, size, ranks, link, gamma=gamma, model=models[how]).seconds
+
     out: dict[str, list[dict[str, Any]]] = {}
     for name in OPENMPI_ALLREDUCE:
         pts = sorted((int(r["size_bytes"]), float(r["median_s"]), float(r["min_s"]), float(r["max_s"]))
@@ -79,13 +118,19 @@ def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | Non
             continue
         out[name] = []
         for size, med, lo, hi in pts:
-            pred = collective_time("allreduce", name, size, ranks, link, gamma=gamma, model=model).seconds
-            out[name].append({"size_bytes": size, "measured_s": med, "min_s": lo, "max_s": hi, "predicted_s": pred,
-                              "relative_error": (pred - med) / med})
+            pred = {how: predict(name, size, how) for how in models}
+            out[name].append({"size_bytes": size, "measured_s": med, "min_s": lo, "max_s": hi,
+                              "predicted_s": pred[p2p], "predicted_table_s": pred["table"],
+                              "predicted_fit_s": pred["fit"], "relative_error": (pred[p2p] - med) / med,
+                              "relative_error_fit": (pred["fit"] - med) / med,
+                              "relative_error_table": (pred["table"] - med) / med})
     if not out:
         raise SpecError(f"no forced-algorithm allreduce rows for backend {backend} at {ranks} ranks", path=folder)
-    medians = {n: statistics.median([abs(r["relative_error"]) for r in rs if r["size_bytes"] >= min_bytes] or [math.nan])
-               for n, rs in out.items()}
+
+    def median_error(key: str) -> dict[str, float]:
+        return {n: statistics.median([abs(r[key]) for r in rs if r["size_bytes"] >= min_bytes] or [math.nan])
+                for n, rs in out.items()}
+
     common = sorted(set.intersection(*[{r["size_bytes"] for r in rs} for rs in out.values()]))
     at = {n: {r["size_bytes"]: r for r in rs} for n, rs in out.items()}
     order = []
@@ -107,17 +152,24 @@ def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | Non
     crossovers = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            meas = _crossing(common, [at[a][s]["measured_s"] for s in common], [at[b][s]["measured_s"] for s in common])
-            fa = lambda x, n=a: collective_time("allreduce", n, x, ranks, link, gamma=gamma, model=model).seconds  # noqa: E731
-            fb = lambda x, n=b: collective_time("allreduce", n, x, ranks, link, gamma=gamma, model=model).seconds  # noqa: E731
-            pred = _predicted_crossing(fa, fb, 1.0, common[-1]) if common else []
-            ratio = pred[0] / meas[0] if len(meas) == 1 and len(pred) == 1 else None
-            crossovers.append({"pair": [a, b], "measured_bytes": meas, "predicted_bytes": pred,
+            meas = _crossing(common, [at[a][s]["measured_s"] for s in common],
+                             [at[b][s]["measured_s"] for s in common], tie)
+            pred = _predicted_crossing(lambda x, n=a: predict(n, x, p2p), lambda x, n=b: predict(n, x, p2p),
+                                       1.0, common[-1]) if len(common) > 1 else []
+            real = [c["bytes"] for c in meas if not c["tie"]]
+            ratio = pred[0] / real[0] if len(real) == 1 and len(pred) == 1 else None
+            crossovers.append({"pair": [a, b], "measured_bytes": [c["bytes"] for c in meas],
+                               "measured_ties": [c["tie"] for c in meas], "predicted_bytes": pred,
                                "predicted_over_measured": ratio,
                                "within_factor_2": None if ratio is None else 0.5 <= ratio <= 2.0})
-    return {"kind": "comm-validation", "profile": str(folder), "backend": backend, "ranks": ranks,
-            "min_bytes_for_median": min_bytes, "model": model,
+    return {"kind": "comm-validation", "profile": str(folder), "backend": backend, "hosts": hosts, "ranks": ranks,
+            "min_bytes_for_median": min_bytes, "model": model, "p2p": p2p,
+            "p2p_table": {"sizes_bytes": list(table.table_sizes), "one_way_s": list(table.table_times)},
             "link": {"latency_s": link.latency, "overhead_s": link.overhead, "gap_s": link.gap,
                      "bandwidth_bytes_per_s": link.bandwidth}, "gamma_s_per_byte": gamma,
-            "openmpi_settings": OPENMPI_ALLREDUCE, "algorithms": out, "median_abs_relative_error": medians,
-            "tie_tolerance": tie, "order": order, "crossovers": crossovers, "title": title or f"allreduce on {ranks} ranks: measured vs predicted"}
+            "openmpi_settings": OPENMPI_ALLREDUCE, "algorithms": out,
+            "median_abs_relative_error": median_error("relative_error"),
+            "median_abs_relative_error_table": median_error("relative_error_table"),
+            "median_abs_relative_error_fit": median_error("relative_error_fit"),
+            "tie_tolerance": tie, "order": order, "crossovers": crossovers,
+            "title": title or f"allreduce on {ranks} ranks: measured vs predicted"}

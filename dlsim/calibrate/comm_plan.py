@@ -23,11 +23,14 @@ OPENMPI_ALLREDUCE = {
     "ring": {"coll_tuned_allreduce_algorithm": "4"},
     "recursive-doubling": {"coll_tuned_allreduce_algorithm": "3"},
     "rabenseifner": {"coll_tuned_allreduce_algorithm": "6"},
-    "binomial-tree": {"coll_tuned_allreduce_algorithm": "2", "coll_tuned_reduce_algorithm": "5",
+    "binomial-tree-openmpi": {"coll_tuned_allreduce_algorithm": "2", "coll_tuned_reduce_algorithm": "5",
                       "coll_tuned_bcast_algorithm": "6", "coll_tuned_reduce_algorithm_segmentsize": "0",
                       "coll_tuned_bcast_algorithm_segmentsize": "0"},
 }
-"""dlsim allreduce algorithm -> the Open MPI 4.1 MCA settings that force it."""
+"""dlsim allreduce algorithm -> the Open MPI 4.1 MCA settings that force it. Open MPI's binomial
+allreduce (algorithm 2 = binomial reduce then binomial broadcast) is dlsim's `binomial-tree-openmpi`:
+its broadcast posts the sends to all children at once (`dlsim.cost.collectives.trees`), unlike
+MPICH's `binomial-tree`."""
 
 
 def powers_of_two(lo: int, hi: int, step: int = 2) -> tuple[int, ...]:

@@ -44,7 +44,7 @@ def _print_fits(fits: dict) -> None:
 @click.option("--tcp-congestion", default=None, help="TCP congestion control of the emulated hosts (e.g. reno).")
 @click.option("--algorithm", "algorithms", multiple=True,
               help="Forced Open MPI allreduce algorithm to measure (repeatable; default: ring, recursive-doubling, "
-                   "rabenseifner, binomial-tree with mpi; 'none' for none).")
+                   "rabenseifner, binomial-tree-openmpi with mpi; 'none' for none).")
 @click.option("--collective", "collectives", multiple=True, help="Collectives to measure (repeatable; default all).")
 @click.option("--sizes", default=None, metavar="LO:HI", help="Collective sizes, powers of two (default 1KiB:16MiB).")
 @click.option("--budget", type=float, default=0.5, show_default=True, help="Seconds of repetitions per point.")

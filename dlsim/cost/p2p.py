@@ -23,6 +23,20 @@ so k messages sent back to back arrive by (k − 1)·S(s) + T(s). dlsim's collec
 sender can always start its next message once its previous one has fully arrived, S(s) ≤ T(s);
 for LogP/LogGP that is g ≤ L + 2o, checked when a model is built.
 
+A fourth model, ``table``, prices a message from a measured point-to-point curve instead of one
+line (the piecewise fits of Netgauge, Hoefler, Mehlan, Rehm, Rex, IPDPS/CAC 2007, taken to one
+piece per measured interval): with measured one-way times t_i at sizes s_0 < … < s_k (ping-pong
+RTT/2, `dlsim calibrate comm`) made non-increasing from the right (t_i ← min_{j≥i} t_j: a smaller
+message is never slower, it could be padded),
+
+    T(s) = t_0                                       s ≤ s_0
+           t_i + (s − s_i)·(t_{i+1} − t_i)/(s_{i+1} − s_i)   s_i ≤ s ≤ s_{i+1}
+           t_k + (s − s_k)·(t_k − t_{k−1})/(s_k − s_{k−1})   s ≥ s_k   (the last slope)
+    S(s) = T(s)                                      (back-to-back messages serialised, as Hockney)
+
+It keeps what one line cannot: protocol switches and, on a token-bucket-shaped link, small messages
+that pass at the burst rate. Its α is t_0 and its β the last slope.
+
 Everything is vectorised: `s` may be a float or a NumPy array. The γ of the α-β-γ model (seconds
 per byte of reduction compute) is not a link property and lives with the collectives; the survey's
 γ ("bytes per value", seeds-inventory §14 item 5) is `elem_bytes` in `dlsim.cost.collectives.survey`.
@@ -40,7 +54,7 @@ from dlsim.spec.cluster import LinkTier
 
 Bytes = Union[float, np.ndarray]
 
-MODELS = ("hockney", "logp", "loggp")
+MODELS = ("hockney", "logp", "loggp", "table")
 """The point-to-point models; ``auto`` picks loggp when a link has an overhead or gap, else hockney."""
 
 
@@ -55,19 +69,28 @@ class PointToPoint:
     gap_per_byte: float
     packet_bytes: float = 0.0
     name: str = ""
+    table_sizes: tuple[float, ...] = ()
+    table_times: tuple[float, ...] = ()
 
     @property
     def alpha(self) -> float:
-        """Hockney start-up α = L + 2o."""
+        """Hockney start-up α = L + 2o (table: the time of the smallest measured message)."""
+        if self.model == "table":
+            return self.table_times[0]
         return self.latency + 2.0 * self.overhead
 
     @property
     def beta(self) -> float:
-        """Hockney β = G, seconds per byte."""
+        """Hockney β = G, seconds per byte (table: the slope of the last measured interval)."""
         return self.gap_per_byte
 
     def time(self, s: Bytes) -> Bytes:
         """T(s): from the start of a send of `s` bytes to its arrival at the receiver."""
+        if self.model == "table":
+            x = np.asarray(s, dtype=float)
+            sizes, times = self.table_sizes, self.table_times
+            out = np.interp(x, sizes, times) + np.maximum(x - sizes[-1], 0.0) * self.gap_per_byte
+            return out if np.ndim(out) else float(out)
         if self.model == "hockney":
             return self.alpha + self.beta * s
         if self.model == "loggp":
@@ -76,7 +99,7 @@ class PointToPoint:
 
     def spacing(self, s: Bytes) -> Bytes:
         """S(s): least time between the starts of two back-to-back messages at one rank (S ≤ T)."""
-        if self.model == "hockney":
+        if self.model in ("hockney", "table"):
             return self.time(s)
         if self.model == "loggp":
             return np.maximum(self.overhead, self.gap + np.maximum(s - 1.0, 0.0) * self.gap_per_byte)
@@ -104,6 +127,9 @@ def p2p_model(link: LinkTier, model: str = "auto") -> PointToPoint:
     _check_link(link)
     if model == "auto":
         model = "loggp" if (link.overhead > 0 or link.gap > 0) else "hockney"
+    if model == "table":
+        raise SpecError("the table model is built from measured times (p2p.table_model), not from a link",
+                        field="model")
     if model not in MODELS:
         raise SpecError(f"unknown point-to-point model {model!r} (use {', '.join(MODELS)} or auto)", field="model")
     G = 1.0 / link.bandwidth
@@ -118,6 +144,24 @@ def p2p_model(link: LinkTier, model: str = "auto") -> PointToPoint:
                             field=f"link {link.name!r}.gap")
         packet = link.gap / G
     return PointToPoint(model, link.latency, link.overhead, link.gap, G, packet, link.name)
+
+
+def table_model(sizes, times, name: str = "") -> PointToPoint:
+    """The ``table`` model (module doc) from measured one-way times `times` (s) at `sizes` (bytes)."""
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if s.ndim != 1 or s.shape != t.shape or len(s) < 2:
+        raise SpecError("a point-to-point table needs at least two (size, time) points", field="table")
+    if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))) or np.any(s < 0) or np.any(t <= 0):
+        raise SpecError("table sizes must be finite non-negative bytes and times positive seconds", field="table")
+    order = np.argsort(s)
+    s, t = s[order], t[order]
+    if np.any(np.diff(s) <= 0):
+        raise SpecError("table sizes must be distinct", field="table")
+    t = np.minimum.accumulate(t[::-1])[::-1]
+    slope = (t[-1] - t[-2]) / (s[-1] - s[-2])
+    return PointToPoint("table", 0.0, 0.0, 0.0, float(slope), 0.0, name, tuple(float(x) for x in s),
+                        tuple(float(x) for x in t))
 
 
 def hockney_time(n_bytes: Bytes, link: LinkTier) -> Bytes:

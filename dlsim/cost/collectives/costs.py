@@ -43,11 +43,19 @@ class Costs:
 
 
 def make_costs(link: LinkTier, *, gamma: float | None = None, intra: LinkTier | None = None,
-               model: str = "auto") -> Costs:
-    """`Costs` from link tiers; `gamma` in seconds per byte (None: reductions are free)."""
+               model: "str | PointToPoint" = "auto") -> Costs:
+    """`Costs` from link tiers; `gamma` in seconds per byte (None: reductions are free).
+
+    `model` is a p2p model name, or a ready `PointToPoint` (e.g. `p2p.table_model` of measured
+    times) that prices the main tier instead of `link`'s parameters.
+    """
     g = 0.0 if gamma is None else float(gamma)
     if not np.isfinite(g) or g < 0:
         raise SpecError(f"gamma must be a finite non-negative number of seconds per byte, got {gamma!r}", field="gamma")
+    if isinstance(model, PointToPoint):
+        main = model
+        inner = p2p_model(intra) if intra is not None else main
+        return Costs(main, inner, g)
     main = p2p_model(link, model)
     inner = p2p_model(intra, main.model if model == "auto" else model) if intra is not None else main
     return Costs(main, inner, g)

@@ -104,6 +104,8 @@ def _table() -> dict[str, dict[str, Algorithm]]:
         _plain_schedule(butterfly.rabenseifner_allreduce_schedule))
     add("allreduce", "binomial-tree", _plain(trees.binomial_allreduce_time),
         _plain_schedule(trees.binomial_allreduce_schedule))
+    add("allreduce", "binomial-tree-openmpi", _plain(trees.openmpi_allreduce_time),
+        _plain_schedule(trees.openmpi_allreduce_schedule))
     add("allreduce", "chain", *_chain("allreduce"))
     add("allreduce", "double-binary-tree", lambda n, p, c, o: dbt.dbt_time(n, p, c, o.segments, o.max_segments),
         lambda n, p, o, c: dbt.dbt_schedule(n, p, _segments(o, c, n, p, dbt.dbt_segments)))
@@ -121,6 +123,8 @@ def _table() -> dict[str, dict[str, Algorithm]]:
     add("allgather", "bruck", _plain(alltoall.bruck_allgather_time), _plain_schedule(alltoall.bruck_allgather_schedule))
 
     add("broadcast", "binomial-tree", _plain(trees.binomial_bcast_time), _plain_schedule(trees.binomial_bcast_schedule))
+    add("broadcast", "binomial-tree-openmpi", _plain(trees.openmpi_bcast_time),
+        _plain_schedule(trees.openmpi_bcast_schedule))
     add("broadcast", "chain", *_chain("broadcast"))
     add("broadcast", "scatter-allgather", _plain(trees.scatter_allgather_bcast_time),
         _plain_schedule(trees.scatter_allgather_bcast_schedule))

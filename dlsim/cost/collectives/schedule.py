@@ -15,6 +15,11 @@ reference executor in `replay.py` implements without contention:
   and every datum is received before it is forwarded.
 * `reduce_bytes` bytes are combined by the receiver on arrival (γ seconds per byte).
 * `intra` marks messages of hierarchical algorithms that use the intra-node tier.
+* `shared` marks messages a rank posts at once (non-blocking sends, Open MPI's binomial broadcast
+  `ompi_coll_base_bcast_intra_generic`): the shared messages of one sender in one step start
+  together and share its send port fairly instead of being served one after another (see
+  `replay.py`). c shared messages of equal size all arrive at (c − 1)·S(s) + T(s), when the last of
+  c back-to-back messages would.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class Message:
     step: int = 0
     deps: tuple[int, ...] = ()
     intra: bool = False
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,10 @@ class ScheduleBuilder:
     _current: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     _step: int = -1
 
-    def send(self, step: int, src: int, dst: int, nbytes: float, reduce: bool = False, intra: bool = False) -> int:
-        """Add a message in `step` (non-decreasing); with `reduce` the receiver combines all its bytes."""
+    def send(self, step: int, src: int, dst: int, nbytes: float, reduce: bool = False, intra: bool = False,
+             shared: bool = False) -> int:
+        """Add a message in `step` (non-decreasing); with `reduce` the receiver combines all its bytes;
+        with `shared` it shares the sender's port with the sender's other shared messages of the step."""
         if step < self._step:
             raise ValueError(f"steps must be added in order ({step} after {self._step})")
         if step > self._step:
@@ -94,7 +102,8 @@ class ScheduleBuilder:
             self._step = step
         deps = tuple(sorted(set(self._done.get(src, ())) | set(self._done.get(dst, ()))))
         index = len(self.messages)
-        self.messages.append(Message(src, dst, float(nbytes), float(nbytes) if reduce else 0.0, step, deps, intra))
+        self.messages.append(Message(src, dst, float(nbytes), float(nbytes) if reduce else 0.0, step, deps, intra,
+                                     shared))
         self._current[src].append(index)
         self._current[dst].append(index)
         return index
@@ -109,11 +118,11 @@ def relabel(schedule: Schedule, rank_map: list[int], step_offset: int, *, intra:
     out = []
     for m in schedule.messages:
         out.append(Message(rank_map[m.src], rank_map[m.dst], m.nbytes, m.reduce_bytes, m.step + step_offset, (),
-                           m.intra if intra is None else intra))
+                           m.intra if intra is None else intra, m.shared))
     return out
 
 
 def append_messages(builder: ScheduleBuilder, messages: list[Message]) -> None:
     """Add already-placed messages (from `relabel`) to a builder, recomputing their deps."""
     for m in sorted(messages, key=lambda x: x.step):
-        builder.send(m.step, m.src, m.dst, m.nbytes, reduce=m.reduce_bytes > 0, intra=m.intra)
+        builder.send(m.step, m.src, m.dst, m.nbytes, reduce=m.reduce_bytes > 0, intra=m.intra, shared=m.shared)
