@@ -78,9 +78,9 @@ def sweep_text(rec: dict[str, Any]) -> str:
 @click.option("--gap", help="LogGP gap g between messages, e.g. 2us.")
 @click.option("--reduce-bandwidth", help="Reduction speed (sets gamma = 1/rate), e.g. 20GB/s.")
 @click.option("--algorithm", "-a", default="auto", show_default=True,
-              help="ring, recursive-doubling, rabenseifner, binomial-tree, double-binary-tree, chain, "
+              help="ring, recursive-doubling, rabenseifner, binomial-tree, binomial-tree-openmpi, double-binary-tree, chain, "
                    "hierarchical, ... or auto (the cheapest) or all.")
-@click.option("--model", default="auto", show_default=True, type=click.Choice(["auto", *MODELS]),
+@click.option("--model", default="auto", show_default=True, type=click.Choice(["auto", *(m for m in MODELS if m != "table")]),
               help="Point-to-point model (auto: LogGP when o or g is set, else Hockney).")
 @click.option("--ranks-per-node", type=int, help="Ranks per node (hierarchical allreduce).")
 @click.option("--inter-algorithm", default="ring", show_default=True, help="Inter-node allreduce of 'hierarchical'.")
