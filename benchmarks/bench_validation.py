@@ -1,7 +1,13 @@
 """Accuracy benchmark: dlsim's predicted training iteration vs real PyTorch iterations over zoo models.
 
     python benchmarks/bench_validation.py --cluster hardware_profiles/cpu-epyc-2core [--calibrate]
-        [--models resnet18,vgg16] [--threads 2] [--repeats 5] [--out reports/validation-cpu]
+        [--models resnet18,vgg16] [--threads 2] [--repeats 5] [--statistic min] [--rounds 5]
+        [--out reports/validation-cpu]
+
+With --rounds R the models' iterations are timed interleaved (round robin, R rounds; short models
+get more iterations per round) so that drift of a shared machine hits every model alike; with
+--statistic min each model's time is the fastest iteration (the least disturbed), to be compared
+with tables calibrated with --statistic min.
 
 With --calibrate, first runs `dlsim calibrate compute` for exactly these models and batch sizes into
 the profile (resuming whatever is there) and reports how long that took. Prints one JSON record:
@@ -49,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", action="store_true", help="with --calibrate: also the generic grids")
     ap.add_argument("--statistic", choices=("median", "min"), default="median")
     ap.add_argument("--no-flush-cache", action="store_true", help="with --calibrate: time kernels back to back")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="time the models interleaved, round robin, this many rounds (0: one model after another); "
+                         "--repeats is then the number of hooked per-layer iterations")
+    ap.add_argument("--warm", choices=("auto", "none", "all"), default="auto", help="with --calibrate: warm tables")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from dlsim.api.calibrate_compute import calibrate_compute
@@ -62,17 +72,26 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {k: v for _, _, o in chosen for k, v in o.items()}
         cal = calibrate_compute(args.cluster, models=[m for m, _, _ in chosen], batches=[b for _, b, _ in chosen],
                                 overrides=overrides, grid=args.grid, threads=args.threads, statistic=args.statistic,
-                                flush_cache=not args.no_flush_cache,
+                                flush_cache=not args.no_flush_cache, warm=args.warm,
                                 command="benchmarks/bench_validation.py --calibrate")
         record["calibration"] = {"seconds": time.perf_counter() - start, "measured": cal["measured"],
                                  "already_measured": cal["already_measured"], "failed": cal["failed"]}
     results = []
-    for name, batch, overrides in chosen:
-        rec = validate_model(name, args.cluster, batch, overrides=overrides, threads=args.threads,
-                             repeats=args.repeats, statistic=args.statistic)
-        results.append(rec)
+    if args.rounds:
+        from dlsim.api.validate import validate_models
+        results = validate_models(chosen, args.cluster, rounds=args.rounds, threads=args.threads,
+                                  statistic=args.statistic, per_layer_repeats=args.repeats,
+                                  progress=lambda s: print(f"{s} (load {load():.2f})", file=sys.stderr))
+        record["rounds"] = args.rounds
+    else:
+        for name, batch, overrides in chosen:
+            results.append(validate_model(name, args.cluster, batch, overrides=overrides, threads=args.threads,
+                                          repeats=args.repeats, statistic=args.statistic))
+    for rec in results:
+        name, batch = rec["model"], rec["batch"]
         print(f"{name} b{batch}: predicted {rec['predicted']['iteration_s']:.4f} s, measured "
               f"{rec['measured']['iteration_s']:.4f} s, error {100 * rec['error']['iteration']:+.1f}%", file=sys.stderr)
+    record["load_average_end_of_timing"] = load()
     errors = [abs(r["error"]["iteration"]) for r in results]
     record.update({
         "load_average_end": load(),

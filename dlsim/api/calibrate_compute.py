@@ -31,6 +31,20 @@ from dlsim.io.yamlfile import read_yaml
 from dlsim.units import GBYTE_PER_S, GFLOPS, GIB, TFLOPS, US
 
 TABLES = {"gemm": "gemm.csv", "conv": "conv.csv", "memory": "memory.csv"}
+WARM_TABLES = {"gemm_warm": "gemm-warm.csv", "conv_warm": "conv-warm.csv", "memory_warm": "memory-warm.csv"}
+WARM_CHOICES = ("auto", "none", "all")
+"""Which models' kernels are also timed warm (back to back, no flush): those whose training step fits
+the last-level cache (`fits_cache`, the rule the estimate applies), none, or all given."""
+
+
+def fits_cache(model: Any, batch: int, dtype: str, cache_bytes: float, optimizer: str = "adam") -> tuple[bool, float]:
+    """Whether a training step of `model` fits in `cache_bytes` (`dlsim.cost.memory.training_working_set`),
+    and its working set in bytes."""
+    from dlsim.cost.layers import layer_cost
+    from dlsim.cost.memory import training_working_set
+    costs = {layer.name: layer_cost(layer, batch, dtype) for layer in model.layers}
+    ws = training_working_set(model, costs, batch, dtype, optimizer)
+    return ws <= cache_bytes, ws
 
 
 def framework_param_sizes(model: Any) -> tuple[int, ...] | None:
@@ -46,11 +60,13 @@ def framework_param_sizes(model: Any) -> tuple[int, ...] | None:
 
 def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: Mapping[str, Any] | None = None,
          device: str = "cpu", dtypes: Sequence[str] = ("fp32",), grid: bool = True,
-         algorithms: Sequence[str] | None = None) -> list[Task]:
+         algorithms: Sequence[str] | None = None,
+         only: Callable[[Any, int, str], bool] | None = None) -> list[Task]:
     """The kernels to measure: the generic grids (`grid`) and every kernel of each model at its batch size.
 
     `batches` has one batch size per model, or one for all. `overrides` (model parameters such as
     ``seq_len``) apply to each model that has the parameter; a key no model has is an error.
+    `only(model, batch, dtype)` (optional) keeps the kernels of the models it accepts.
     """
     if models and len(batches) not in (1, len(models)):
         raise SpecError(f"give one --batch for all models or one per model ({len(models)}), got {len(batches)}",
@@ -72,6 +88,8 @@ def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: 
         model = as_model(name, own) if own else model
         sizes = framework_param_sizes(model)
         for dtype in dtypes:
+            if only is not None and not only(model, batch, dtype):
+                continue
             tasks += model_tasks(model, batch, dtype, device, algorithms, param_sizes=sizes)
     unknown = sorted(set(overrides or {}) - used)
     if models and unknown:
@@ -122,7 +140,7 @@ def _num(x: float) -> str:
 
 
 def _profile_text(name: str, host: dict, fits: dict[str, GemmFit], mem: MemoryFit | None, dev: dict[str, float],
-                  date: str) -> str:
+                  date: str, tables: Mapping[str, str] = TABLES) -> str:
     """A new profile.yaml whose every number is measured here or fitted to what was measured."""
     ref = fits.get("fp32") or next(iter(fits.values()))
     peak = ", ".join(f"{d}: {_num(f.peak_flops / TFLOPS)}" for d, f in fits.items())
@@ -156,15 +174,23 @@ intra_node:
   name: none
   latency_us: 0
   bandwidth_gbytes_per_s: {_num(bw / GBYTE_PER_S)}
-tables: {{{', '.join(f'{k}: {v}' for k, v in TABLES.items())}}}
+tables: {{{', '.join(f'{k}: {v}' for k, v in tables.items())}}}
 """
 
 
 def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[str] = (), batches: Sequence[int] = (1,),
                       overrides: Mapping[str, Any] | None = None, dtypes: Sequence[str] = ("fp32",), grid: bool = True,
                       algorithms: Sequence[str] | None = None, threads: int | None = None, repeats: int = 5,
-                      flush_cache: bool = True, statistic: str = "median", command: str = "", progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
-    """Measure kernels into the profile directory `out` (see the module docstring); returns a summary record."""
+                      flush_cache: bool = True, statistic: str = "median", warm: str = "auto", command: str = "",
+                      progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
+    """Measure kernels into the profile directory `out` (see the module docstring); returns a summary record.
+
+    `warm` ("auto", "none", "all"): the kernels of the models whose training step fits the
+    last-level cache ("auto"), of none, or of all given models are also timed warm (back to back,
+    no flush) into the ``-warm`` tables, the regime `dlsim.cost.lookup.CacheAwareKernelTimes` picks
+    for such steps."""
+    if warm not in WARM_CHOICES:
+        raise SpecError(f"unknown warm choice {warm!r} (use {', '.join(WARM_CHOICES)})", field="warm")
     out = Path(out)
     check_device(device)
     tasks = plan(models, batches, overrides=overrides, device=device, dtypes=dtypes, grid=grid, algorithms=algorithms)
@@ -174,6 +200,26 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None,
                         statistic=statistic)
     summary: RunSummary = run_calibration(tasks, out, backend, timer, progress=progress)
+    warm_models: dict[str, float] = {}
+    if warm != "none" and models and flush_cache:
+        from dlsim.calibrate.compute_timer import last_level_cache_bytes
+        cache = float(last_level_cache_bytes(device))
+        def keep(model: Any, batch: int, dtype: str) -> bool:
+            fits, ws = fits_cache(model, batch, dtype, cache)
+            if fits or warm == "all":
+                warm_models[f"{model.name} batch {batch} {dtype}"] = ws
+            return fits or warm == "all"
+        warm_tasks = plan(models, batches, overrides=overrides, device=device, dtypes=dtypes, grid=False,
+                          algorithms=algorithms, only=keep)
+        if warm_tasks:
+            warm_timer = KernelTimer(device, repeats=repeats, flush=None, statistic=statistic)
+            w = run_calibration(warm_tasks, out, backend, warm_timer, device_params=False, suffix="-warm",
+                                progress=progress)
+            summary.measured += w.measured
+            summary.skipped += w.skipped
+            summary.failed += w.failed
+            summary.seconds += w.seconds
+            tasks = tasks + warm_tasks
     dev = _device_rows(out)
     fits, mem = _fits(out, dtypes, dev, DEFAULT_CONV_ALGORITHM[device])
     host = host_description(device, threads_used)
@@ -183,6 +229,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         "date": started, "command": command or " ".join(sys.argv), "models": list(models), "batches": list(batches),
         "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "threads": threads_used,
         "flush_cache": flush_cache, "statistic": statistic, "tasks": len(tasks),
+        "warm": warm, "warm_models_working_set_bytes": warm_models,
         "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
         "seconds": round(summary.seconds, 1)}]
     meta = {"device": host, "defaults": {"conv_algorithm": DEFAULT_CONV_ALGORITHM[device]},
@@ -191,14 +238,17 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             "fitted": {**{f"gemm_{d}": asdict(f) for d, f in fits.items()}, **({"memory": asdict(mem)} if mem else {})},
             "timing": {"repeats": repeats, "threads": threads_used, "flush_cache": flush_cache, "statistic": statistic,
                        "method": (f"{statistic} of single calls, each after a cache flush" if flush_cache else
-                                  f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls"},
+                                  f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls",
+                       "warm_tables": f"{statistic} over blocks of back-to-back calls (no flush), for the kernels of "
+                                      "models whose training step fits the last-level cache"},
             "runs": runs}
     write_atomic(meta_path, yaml.safe_dump(meta, sort_keys=False, width=120))
     profile = out / "profile.yaml"
+    tables = {**TABLES, **{k: v for k, v in WARM_TABLES.items() if (out / v).exists()}}
     if profile.exists():
-        changes = add_tables(profile, TABLES)
+        changes = add_tables(profile, tables)
     elif fits:
-        write_new_profile(profile, _profile_text(out.name, host, fits, mem, dev, started))
+        write_new_profile(profile, _profile_text(out.name, host, fits, mem, dev, started, tables))
         changes = ["profile.yaml: written"]
     else:
         changes = ["profile.yaml: not written (too few GEMM or convolution rows to fit the roofline; run with the grid)"]

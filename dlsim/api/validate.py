@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import statistics
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from dlsim.api.estimate import estimate
 from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
@@ -29,7 +29,7 @@ from dlsim.io.kernel_tables import load_kernel_times, read_meta_defaults, read_t
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
-from dlsim.validate.compute_iteration import measure_iteration
+from dlsim.validate.compute_iteration import IterationRunner, interleaved_iterations, measure_iteration
 
 SCHEMA_VERSION = 1
 
@@ -64,11 +64,51 @@ def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, bat
     if statistic not in STATISTICS:
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
     check_device(device)
-    threads_used = set_threads(threads)
+    set_threads(threads)
     retained = warm_allocator() if retain_memory else False
     predicted = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer)
     measured = measure_iteration(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
                                  warmup=warmup, repeats=repeats, per_layer=per_layer, attention=attention)
+    return _model_record(model, cluster, batch, device, dtype, optimizer, predicted, measured, statistic, retained,
+                         repeats)
+
+
+def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]], cluster: Cluster | str | Path, *,
+                    rounds: int = 5, device: str = "cpu", optimizer: str = "adam", per_layer_repeats: int = 3,
+                    threads: int | None = None, attention: str = "math", statistic: str = "min",
+                    min_round_s: float = 0.3,
+                    progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """`validate_model` for several (model, batch, overrides) at once, their iterations timed in round
+    robin (`dlsim.validate.compute_iteration.interleaved_iterations`): drift of a shared machine hits
+    all models alike. One record per model, as `validate_model` gives."""
+    cluster = as_cluster(cluster)
+    if rounds < 1:
+        raise SpecError("rounds must be >= 1", field="rounds")
+    if statistic not in STATISTICS:
+        raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
+    check_device(device)
+    threads_used = set_threads(threads)
+    retained = warm_allocator()
+    models = [as_model(m, o) for m, _, o in entries]
+    batches = [check_batch(b) for _, b, _ in entries]
+    runners = [IterationRunner(m, b, make_optimizer, device=device, dtype=m.dtype, optimizer=optimizer,
+                               attention=attention) for m, b in zip(models, batches)]
+    measured = interleaved_iterations(runners, rounds, min_round_s=min_round_s, per_layer_repeats=per_layer_repeats,
+                                      progress=(lambda r, n: progress(f"round {r}/{n}")) if progress else None)
+    out = []
+    for m, b, meas in zip(models, batches, measured):
+        predicted = estimate(m, cluster, b, dtype=m.dtype, optimizer=optimizer)
+        rec = _model_record(m, cluster, b, device, m.dtype, optimizer, predicted, meas, statistic, retained,
+                            len(meas.samples))
+        rec["threads"], rec["interleaved_rounds"] = threads_used, rounds
+        out.append(rec)
+    return out
+
+
+def _model_record(model: Model, cluster: Cluster, batch: int, device: str, dtype: str, optimizer: str,
+                  predicted: Any, measured: Any, statistic: str, retained: bool, repeats: int) -> dict[str, Any]:
+    """The validate-model record: predicted vs measured per phase and per layer."""
+    threads_used = measured.threads
     pred = predicted.to_dict()
     measured_layers, mph = measured.layers(statistic), measured.phases(statistic)
     tag = {"measured": "M", "interpolated": "I", "extrapolated": "X", "model": "R"}

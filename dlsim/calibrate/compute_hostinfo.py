@@ -68,4 +68,6 @@ def host_description(device: str, threads: int) -> dict[str, Any]:
                      "cudnn": torch.backends.cudnn.version(), "driver": _nvidia_driver()})
     else:
         info.update({"device": f"{cpu} ({logical} cores)", "memory_bytes": info["host_memory_bytes"]})
+    from dlsim.calibrate.compute_timer import last_level_cache_bytes
+    info["last_level_cache_bytes"] = float(last_level_cache_bytes(device))
     return info

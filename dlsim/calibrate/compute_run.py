@@ -82,11 +82,19 @@ class RunSummary:
     dropped_partial: list[str] = field(default_factory=list)
 
 
-def open_tables(out_dir: Path) -> dict[str, TableFile]:
-    """The four tables of a profile directory, created with their headers when new."""
+def table_file(name: str, suffix: str = "") -> str:
+    """``gemm.csv`` → ``gemm-warm.csv`` for suffix "-warm" (the warm tables beside the cold ones)."""
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}{suffix}{dot}{ext}"
+
+
+def open_tables(out_dir: Path, suffix: str = "") -> dict[str, TableFile]:
+    """The four tables of a profile directory (``-warm`` suffix: the warm ones), created with their
+    headers when new."""
     def keyer(columns: tuple[str, ...]) -> Callable[[dict], tuple]:
         return lambda rec: tuple((rec.get(c) or "").strip() for c in columns)
-    return {kind: TableFile(out_dir / name, cols, keyer(KEYS[kind])) for kind, (name, cols) in FILES.items()}
+    return {kind: TableFile(out_dir / table_file(name, suffix), cols, keyer(KEYS[kind]))
+            for kind, (name, cols) in FILES.items() if not (suffix and kind == "device")}
 
 
 def _row(task: Task, timing: Timing | None, workspace: float = 0.0) -> dict[str, str]:
@@ -154,19 +162,20 @@ def device_quantities(backend: Backend, timer: KernelTimer) -> list[tuple[str, f
 
 
 def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend, timer: KernelTimer, *,
-                    device_params: bool = True,
+                    device_params: bool = True, suffix: str = "",
                     progress: Callable[[int, int, str, str], None] | None = None) -> RunSummary:
-    """Measure every task whose row is missing from the tables in `out_dir` (see the module docstring)."""
+    """Measure every task whose row is missing from the tables in `out_dir` (see the module docstring);
+    `suffix` "-warm" writes the warm tables (timer without a cache flush)."""
     out_dir = Path(out_dir)
     warm_allocator()
-    tables = open_tables(out_dir)
+    tables = open_tables(out_dir, suffix)
     summary = RunSummary(dropped_partial=[str(t.path) for t in tables.values() if t.dropped_partial])
     tasks = list(tasks)
     start = time.perf_counter()
     todo = [t for t in tasks if not tables[kind_of(t)].has(_row(t, None))]
     summary.skipped = len(tasks) - len(todo)
     total = len(tasks)
-    if device_params:
+    if device_params and "device" in tables:
         dev_table = tables["device"]
         for quantity, amount, unit, how, fn in device_quantities(backend, timer):
             if dev_table.has({"quantity": quantity}):

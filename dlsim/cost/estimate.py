@@ -1,8 +1,9 @@
 """One device, one training iteration: per-layer times, optimizer step, memory, provenance.
 
 iteration = Σ_layers (forward + ∇x + ∇w) + optimizer step, executed one kernel after another
-(no overlap on a single device). A layer fed only by the model's input computes no ∇x (the input
-needs no gradient; autograd skips it). The optimizer step comes from the measured tables when they
+(no overlap on a single device). Tables that distinguish cold and warm caches pick their regime from
+the step's working set (`dlsim.cost.lookup.CacheAwareKernelTimes.for_working_set`, noted). A layer
+fed only by the model's input computes no ∇x (the input needs no gradient; autograd skips it). The optimizer step comes from the measured tables when they
 have it (`KernelTimes.optimizer_step`), from the roofline otherwise.
 """
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsim.cost.layers import layer_cost
-from dlsim.cost.memory import OPTIMIZERS, activation_bytes, optimizer_step_traffic, state_bytes_per_param
+from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, optimizer_step_traffic, state_bytes_per_param,
+                               training_working_set)
 from dlsim.cost.pricing import KernelTimes, price_layer
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, EstimateResult, MemoryBreakdown
@@ -29,6 +31,10 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     device = cluster.device
     costs = {layer.name: layer_cost(layer, batch, dtype) for layer in model.layers}
     kept = activation_bytes(model, costs, batch, dtype)
+    select = getattr(tables, "for_working_set", None)  # cold or warm tables (dlsim.cost.lookup.CacheAwareKernelTimes)
+    if select is not None:
+        tables, regime = select(training_working_set(model, costs, batch, dtype, optimizer, kept))
+        notes = (*notes, regime)
     timings = []
     for layer in model.layers:
         timing = replace(price_layer(layer, batch, dtype, device, tables, costs[layer.name]),

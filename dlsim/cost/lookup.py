@@ -353,3 +353,81 @@ class MeasuredKernelTimes:
         convs = sum(len(p) for a in self._conv.values() for p in a.values())
         mems = sum(len(r) for r in self._mem_exact.values())
         return f"{self.origin}: {len(self._gemm)} GEMM, {convs} convolution, {mems} memory-bound measurements"
+
+
+CACHE_REGIMES = ("cold", "warm")
+
+
+class CacheAwareKernelTimes:
+    """Cold tables (kernels timed after a cache flush) and, where calibrated, warm tables (the same
+    kernels timed back to back, operands left in the caches), and the rule choosing between them.
+
+    The rule (`for_working_set`): a training step whose working set (weights, gradients, optimizer
+    state, saved activations and the largest temporary: `dlsim.cost.memory.training_working_set`)
+    fits in the last-level cache runs warm, otherwise cold. Reasoning: in Denning's working-set model
+    (P. J. Denning, "The working set model for program behavior", CACM 11(5), 1968) a program whose
+    working set fits its memory level stops faulting once it is loaded; in Hill and Smith's three-C
+    classification ("Evaluating associativity in CPU caches", IEEE Trans. Computers 38(12), 1989)
+    the misses left are then compulsory only, and an iteration after the warm-up iterations has
+    none. A step larger than the cache evicts each layer's operands before they are used again
+    (capacity misses), which is what the flushed calibration reproduces. No factor is fitted: the
+    threshold is the cache size read from the machine at calibration time.
+
+    Until `for_working_set` picks a regime every query is answered from the cold tables. In the warm
+    regime a query is answered from the warm tables when they measured or interpolated it, and from
+    the cold tables (noted) otherwise.
+    """
+
+    def __init__(self, cold: MeasuredKernelTimes, warm: MeasuredKernelTimes | None = None,
+                 cache_bytes: float | None = None, regime: str = "cold"):
+        if regime not in CACHE_REGIMES:
+            raise ValueError(f"regime must be one of {CACHE_REGIMES}, got {regime!r}")
+        self.cold, self.warm, self.cache_bytes, self.regime = cold, warm, cache_bytes, regime
+
+    def __getattr__(self, name: str):  # conv_algorithm, gemm_method, origin, ... of the cold tables
+        return getattr(self.cold, name)
+
+    def for_working_set(self, working_set_bytes: float) -> tuple["CacheAwareKernelTimes", str]:
+        """The tables to price a step touching `working_set_bytes`, and a note saying why."""
+        mib = working_set_bytes / 2**20
+        if self.cache_bytes is None:
+            return self, f"cache regime: cold (working set {mib:.1f} MiB; profile records no last-level cache size)"
+        cache = f"last-level cache {self.cache_bytes / 2**20:.0f} MiB"
+        if working_set_bytes > self.cache_bytes:
+            return (CacheAwareKernelTimes(self.cold, self.warm, self.cache_bytes, "cold"),
+                    f"cache regime: cold (step working set {mib:.1f} MiB > {cache}): flushed-cache tables")
+        if self.warm is None:
+            return (CacheAwareKernelTimes(self.cold, self.warm, self.cache_bytes, "cold"),
+                    f"cache regime: warm (step working set {mib:.1f} MiB <= {cache}) but the profile has no "
+                    f"warm tables: flushed-cache tables used")
+        return (CacheAwareKernelTimes(self.cold, self.warm, self.cache_bytes, "warm"),
+                f"cache regime: warm (step working set {mib:.1f} MiB <= {cache}): warm tables first")
+
+    def _ask(self, name: str, *args) -> Estimate | None:
+        if self.regime == "warm" and self.warm is not None:
+            found = getattr(self.warm, name)(*args)
+            if found is not None and found.source in (Source.MEASURED, Source.INTERPOLATED):
+                return Estimate(found.seconds, found.source, f"warm {found.note}")
+            cold = getattr(self.cold, name)(*args)
+            return None if cold is None else Estimate(cold.seconds, cold.source, f"{cold.note} (no warm row)")
+        return getattr(self.cold, name)(*args)
+
+    def gemm(self, gemm: Gemm, dtype: str) -> Estimate | None:
+        return self._ask("gemm", gemm, dtype)
+
+    def conv(self, pass_name: str, geometry: dict, dtype: str) -> Estimate | None:
+        return self._ask("conv", pass_name, geometry, dtype)
+
+    def conv_algorithms(self, pass_name: str, geometry: dict, dtype: str) -> dict[str, Estimate]:
+        src = self.warm if self.regime == "warm" and self.warm is not None else self.cold
+        return src.conv_algorithms(pass_name, geometry, dtype) or self.cold.conv_algorithms(pass_name, geometry, dtype)
+
+    def memory_bound(self, op_type: str, pass_name: str, cost: PassCost, dtype: str) -> Estimate | None:
+        return self._ask("memory_bound", op_type, pass_name, cost, dtype)
+
+    def optimizer_step(self, optimizer: str, params: int, tensors: int, dtype: str = "fp32") -> Estimate | None:
+        return self._ask("optimizer_step", optimizer, params, tensors, dtype)
+
+    def summary(self) -> str:
+        warm = f"; warm: {self.warm.summary()}" if self.warm is not None else ""
+        return f"{self.cold.summary()}{warm}"

@@ -77,3 +77,16 @@ def _prod(shape: tuple[int, ...]) -> int:
     for d in shape:
         total *= d
     return total
+
+
+def training_working_set(model: Model, costs: dict[str, LayerCost], batch: int, dtype: str, optimizer: str,
+                         kept: dict[str, float] | None = None) -> float:
+    """Bytes one training step touches: weights + gradients + optimizer state (`state_bytes_per_param`)
+    + the activations kept for backward (`activation_bytes`) + the largest temporary, taken as the
+    largest layer output of the batch (while a layer's backward runs, the gradient of its output is
+    alive beside the saved tensors). Used to decide whether the step runs from the last-level cache
+    (`dlsim.cost.lookup.CacheAwareKernelTimes`)."""
+    per = state_bytes_per_param(dtype, optimizer)
+    kept = activation_bytes(model, costs, batch, dtype) if kept is None else kept
+    temporary = max((layer.out_elements * batch * DTYPE_BYTES[dtype] for layer in model.layers), default=0)
+    return model.params * (per.weights + per.gradients + per.optimizer) + sum(kept.values()) + temporary

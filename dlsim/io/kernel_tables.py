@@ -10,6 +10,11 @@ readers and are skipped here. The profile's ``meta.yaml`` (written by `dlsim cal
 name the convolution algorithm the framework runs by default (``defaults: {conv_algorithm: mkldnn}``);
 without it the fastest measured algorithm is used, and a note says so.
 
+Warm tables (kernels timed back to back, caches not flushed) are the kinds ``gemm_warm``,
+``conv_warm`` and ``memory_warm`` with the same columns; with them and the last-level cache size
+that meta.yaml records (``device.last_level_cache_bytes``) the estimate picks cold or warm per model
+(`dlsim.cost.lookup.CacheAwareKernelTimes`). Profiles without them read as before (cold only).
+
 Every problem (a missing file, a missing column, a bad number, a duplicate row) is one `SpecError`
 naming the file, the line and the reason.
 """
@@ -22,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from dlsim.cost.lookup import (CONV_COLUMNS, CONV_PASSES, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, SETS,
-                               conv_shape,
+                               conv_shape, CacheAwareKernelTimes,
                                ConvRow, GemmRow, MeasuredKernelTimes, MemoryRow)
 from dlsim.cost.pricing import PASSES
 from dlsim.errors import SpecError
@@ -31,6 +36,7 @@ from dlsim.spec.cluster import Cluster
 from dlsim.units import DTYPE_BYTES
 
 KINDS = ("gemm", "conv", "memory")
+WARM_SUFFIX = "_warm"
 
 
 class _Line:
@@ -93,9 +99,9 @@ _PARSERS: dict[str, tuple[tuple[str, ...], Callable]] = {
 
 
 def read_table(kind: str, path: str | Path) -> list:
-    """Validated rows of one table (`kind` gemm, conv or memory)."""
+    """Validated rows of one table (`kind` gemm, conv or memory, or their ``_warm`` variants)."""
     path = Path(path)
-    columns, parse = _PARSERS[kind]
+    columns, parse = _PARSERS[kind.removesuffix(WARM_SUFFIX)]
     try:
         text = path.read_text()
     except OSError as exc:
@@ -135,8 +141,21 @@ def read_meta_defaults(profile_dir: Path) -> dict:
     return defaults
 
 
+def read_cache_bytes(profile_dir: Path) -> float | None:
+    """The last-level cache size meta.yaml records (``device.last_level_cache_bytes``), or None."""
+    meta = profile_dir / "meta.yaml"
+    data = (read_yaml(meta) or {}) if meta.is_file() else {}
+    value = (data.get("device") or {}).get("last_level_cache_bytes") if isinstance(data, dict) else None
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or value <= 0:
+        raise SpecError(f"must be a positive number of bytes, got {value!r}", path=meta,
+                        field="device.last_level_cache_bytes")
+    return float(value)
+
+
 def load_kernel_times(cluster: Cluster, *, conv_algorithm: str | None = None,
-                      gemm_method: str = "multilinear") -> tuple[MeasuredKernelTimes | None, list[str]]:
+                      gemm_method: str = "multilinear") -> tuple[CacheAwareKernelTimes | None, list[str]]:
     """Measured kernel times from the tables `cluster` names, and notes for the result record.
 
     Returns (None, []) when the profile names none of the gemm / conv / memory tables.
@@ -155,7 +174,14 @@ def load_kernel_times(cluster: Cluster, *, conv_algorithm: str | None = None,
             notes.append("convolutions: no default algorithm in meta.yaml, using the fastest measured")
     elif conv_algorithm == "fastest":
         conv_algorithm = None
-    times = MeasuredKernelTimes(rows["gemm"], rows["conv"], rows["memory"], conv_algorithm=conv_algorithm,
-                                gemm_method=gemm_method, origin=f"{cluster.name} tables")
+    cold = MeasuredKernelTimes(rows["gemm"], rows["conv"], rows["memory"], conv_algorithm=conv_algorithm,
+                               gemm_method=gemm_method, origin=f"{cluster.name} tables")
+    warm_kinds = [k for k in KINDS if k + WARM_SUFFIX in cluster.tables]
+    warm = None
+    if warm_kinds:
+        w = {k: read_table(k + WARM_SUFFIX, cluster.tables[k + WARM_SUFFIX]) if k in warm_kinds else [] for k in KINDS}
+        warm = MeasuredKernelTimes(w["gemm"], w["conv"], w["memory"], conv_algorithm=conv_algorithm,
+                                   gemm_method=gemm_method, origin=f"{cluster.name} warm tables")
+    times = CacheAwareKernelTimes(cold, warm, read_cache_bytes(profile_dir))
     notes.insert(0, times.summary())
     return times, notes

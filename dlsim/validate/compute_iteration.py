@@ -20,6 +20,7 @@ torch is imported inside the functions only.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 import warnings
@@ -92,48 +93,53 @@ def _hooks(net: Any, model: Model, clock: Callable[[], float], sync: Callable[[]
     return handles
 
 
-def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, Any], tuple[Any, str]], *,
-                      device: str = "cpu", dtype: str = "fp32", optimizer: str = "adam", warmup: int = 2,
-                      repeats: int = 5, per_layer: bool = True, attention: str = "math",
-                      seed: int = 0) -> MeasuredIteration:
-    """Time training iterations of `model` (see the module docstring)."""
-    import torch
-    torch.manual_seed(seed)
-    dev = torch.device(device)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    clock = time.perf_counter
-    net = build_torch_model(model, device=dev, dtype=dtype, attention=attention).train()
-    x, target = example_batch(model, batch, device=dev, dtype=dtype, seed=seed)
-    if target is None:
-        raise SpecError("validation trains the model: it needs a cross_entropy loss layer", path=model.source)
-    opt, impl = make_optimizer(optimizer, net.parameters())
-    def step() -> tuple[float, float, float]:
+class IterationRunner:
+    """One model built in PyTorch with its batch and optimizer, ready to run timed training steps
+    (several runners can live side by side and be stepped in turn: `interleaved_iterations`)."""
+
+    def __init__(self, model: Model, batch: int, make_optimizer: Callable[[str, Any], tuple[Any, str]], *,
+                 device: str = "cpu", dtype: str = "fp32", optimizer: str = "adam", attention: str = "math",
+                 seed: int = 0):
+        import torch
+        torch.manual_seed(seed)
+        dev = torch.device(device)
+        self.model = model
+        self.sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+        self.clock = time.perf_counter
+        self.net = build_torch_model(model, device=dev, dtype=dtype, attention=attention).train()
+        self.x, self.target = example_batch(model, batch, device=dev, dtype=dtype, seed=seed)
+        if self.target is None:
+            raise SpecError("validation trains the model: it needs a cross_entropy loss layer", path=model.source)
+        self.opt, self.impl = make_optimizer(optimizer, self.net.parameters())
+        self.threads = torch.get_num_threads()
+
+    def step(self) -> tuple[float, float, float]:
+        """One training step: (forward, backward, optimizer) seconds."""
+        sync, clock = self.sync, self.clock
         sync()
         t0 = clock()
-        opt.zero_grad(set_to_none=True)
-        loss = net(x, target)
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.net(self.x, self.target)
         sync()
         t1 = clock()
         loss.backward()
         sync()
         t2 = clock()
-        opt.step()
+        self.opt.step()
         sync()
         return t1 - t0, t2 - t1, clock() - t2
-    for _ in range(warmup):
-        step()
-    phases = tuple(step() for _ in range(repeats))
-    spans: dict[str, list[tuple[float, float]]] = {}
-    if per_layer:
+
+    def layer_spans(self, repeats: int) -> dict[str, list[tuple[float, float]]]:
+        """Per-layer (forward, backward) seconds of `repeats` hooked steps (after one hooked warm-up)."""
         marks: dict[str, dict[str, float]] = {}
-        spans = {layer.name: [] for layer in model.layers}
-        handles = _hooks(net, model, clock, sync, marks)
+        spans: dict[str, list[tuple[float, float]]] = {layer.name: [] for layer in self.model.layers}
+        handles = _hooks(self.net, self.model, self.clock, self.sync, marks)
         try:
             with warnings.catch_warnings():  # layers fed by the input: handled by the parameter hooks
                 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
                 for i in range(repeats + 1):  # the first iteration with hooks is a warm-up
                     marks.clear()
-                    step()
+                    self.step()
                     for name, m in marks.items():
                         if i > 0:
                             spans[name].append((m.get("f1", 0.0) - m.get("f0", 0.0),
@@ -141,4 +147,45 @@ def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, A
         finally:
             for h in handles:
                 h.remove()
-    return MeasuredIteration(phases, spans, torch.get_num_threads(), impl)
+        return spans
+
+
+def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, Any], tuple[Any, str]], *,
+                      device: str = "cpu", dtype: str = "fp32", optimizer: str = "adam", warmup: int = 2,
+                      repeats: int = 5, per_layer: bool = True, attention: str = "math",
+                      seed: int = 0) -> MeasuredIteration:
+    """Time training iterations of `model` (see the module docstring)."""
+    run = IterationRunner(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
+                          attention=attention, seed=seed)
+    for _ in range(warmup):
+        run.step()
+    phases = tuple(run.step() for _ in range(repeats))
+    spans = run.layer_spans(repeats) if per_layer else {}
+    return MeasuredIteration(phases, spans, run.threads, run.impl)
+
+
+def interleaved_iterations(runners: list[IterationRunner], rounds: int, *, min_round_s: float = 0.3,
+                           warmup: int = 1, per_layer_repeats: int = 0,
+                           progress: Callable[[int, int], None] | None = None) -> list[MeasuredIteration]:
+    """Time several models in round robin, so that slow drift of the machine (other processes
+    starting and stopping) falls on all of them alike instead of on whichever ran at that moment.
+
+    Each round runs, for every runner in turn, `warmup` untimed steps (the previous model left the
+    caches and the allocator in its own state) and then timed steps: at least two, and enough that
+    the model's timed steps of one round last `min_round_s` (short models get more samples). After
+    all rounds, `per_layer_repeats` hooked steps per model give the per-layer times."""
+    samples: list[list[tuple[float, float, float]]] = [[] for _ in runners]
+    per_round = []
+    for run in runners:  # first touch (allocator, primitive caches) and sizing
+        run.step()
+        first = max(sum(run.step()), 1e-6)
+        per_round.append(max(2, math.ceil(min_round_s / first)))
+    for r in range(rounds):
+        for i, run in enumerate(runners):
+            for _ in range(warmup):
+                run.step()
+            samples[i] += [run.step() for _ in range(per_round[i])]
+        if progress:
+            progress(r + 1, rounds)
+    return [MeasuredIteration(tuple(samples[i]), run.layer_spans(per_layer_repeats) if per_layer_repeats else {},
+                              run.threads, run.impl) for i, run in enumerate(runners)]
