@@ -107,10 +107,16 @@ def probe() -> dict[str, float]:
 
 
 def measure(runners: dict[str, PlanRunner], rounds: int, seed: int, log,
-            holdout: HoldoutTimer | None = None) -> dict:
+            holdout: HoldoutTimer | None = None, holdout_before: bool = False) -> dict:
     """Interleaved rounds with a probe before each: every variant once and (with `holdout`) one sample of every
     configuration the variants use, all in one shuffled order; the foreign CPU load and steal during them, and
-    the probes."""
+    the probes. With `holdout_before`, all hold-out rounds run first and the executions after them, so that
+    the hold-out prediction is complete before any plan is executed."""
+    if holdout is not None and holdout_before:
+        log("  hold-out re-timing before any execution")
+        before = measure({}, rounds, seed, log, holdout)
+        after = measure(runners, rounds, seed + 1, log)
+        return {**after, "holdout_before": before}
     rng = random.Random(seed)
     items = [("run", key) for key in runners] + [("holdout", key) for key in (holdout.keys if holdout else [])]
     for kind, key in items:                            # warm-up: page in arenas, workspaces and operands
@@ -202,9 +208,10 @@ def stage_measure(args, out: Path, table_path: Path, limits: dict[str, list[floa
     log(f"attempt {args.attempt}: measuring {len(runners)} variants"
         + (f" and re-timing their {len(holdout.keys)} configurations (hold-out)" if holdout else "")
         + f", {args.rounds} interleaved rounds")
-    load = measure(runners, args.rounds, args.seed + args.attempt, log, holdout)
+    load = measure(runners, args.rounds, args.seed + args.attempt, log, holdout, args.holdout_order == "before")
     rec = {"attempt": args.attempt, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "table": str(table_path), "calibration": meta, "rounds": args.rounds, "load": load,
+           "holdout_order": args.holdout_order if holdout else None,
            "plans": {f"{mode} {limit:.0f}": plan.to_dict() for (mode, limit), plan in plans.items()},
            "records": {key: r.record() for key, r in runners.items()}}
     if holdout:
@@ -238,6 +245,9 @@ def main() -> None:
     parser.add_argument("--holdout", action=argparse.BooleanOptionalAction, default=True,
                         help="also re-time every configuration the plans use, interleaved with the executions "
                              "(a prediction free of the planner's selection bias; see microbatch_holdout)")
+    parser.add_argument("--holdout-order", choices=("interleaved", "before"), default="interleaved",
+                        help="interleaved: hold-out samples shuffled in with the executions (same machine state); "
+                             "before: the whole hold-out re-timing first, so the prediction exists before any run")
     parser.add_argument("--threads", default="1")
     parser.add_argument("--out", default="reports")
     parser.add_argument("--seed", type=int, default=0)

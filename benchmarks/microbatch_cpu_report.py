@@ -149,6 +149,12 @@ def write_report(out: Path, batch: int, limits: dict, command: str, threads: str
                                            "measured_speedup")} for r in rows]}
 
 
+def _orders(attempts) -> str:
+    """How each attempt took its hold-out samples: shuffled in with the executions, or all before them."""
+    return ", ".join(f"attempt {a['attempt']} " + ("all before the first execution" if a.get("holdout_order") == "before"
+                                                   else "interleaved with the executions") for a in attempts)
+
+
 def _verdict(attempts, rows) -> str:
     def count(key):
         return "; ".join(f"attempt {a['attempt']}: {sum(abs(r[key]) <= 0.10 for r in rows if r['attempt'] == a['attempt'])}"
@@ -156,7 +162,7 @@ def _verdict(attempts, rows) -> str:
     hold = [r["holdout_error"] for r in rows if r["holdout_error"] is not None]
     tab = [r["error"] for r in rows]
     text = (f"Against the **hold-out prediction** (the plan chosen from the table, its time predicted from an "
-            f"independent re-measurement of the chosen kernels, interleaved with the executions): {count('holdout_error')}"
+            f"independent re-measurement of the chosen kernels; {_orders(attempts)}): {count('holdout_error')}"
             f" plans within 10 % (errors {min(hold):+.1%} to {max(hold):+.1%}). " if hold else "")
     return text + (f"Against the **table's own prediction** (the planner's objective value): {count('error')} within "
                    f"10 % (errors {min(tab):+.1%} to {max(tab):+.1%}, median {statistics.median(tab):+.1%}); it is "
