@@ -228,10 +228,12 @@ def _markdown(out, env, check, attempts, rows, table, drift, bench, limits) -> s
         "backward-data and backward-weight in reverse), the arena enforcing the limit. All 12 variants (6 plans, "
         f"6 baselines) in {attempts[0]['rounds']} interleaved rounds (every variant once per round, shuffled), "
         "median per variant.",
-        "* Hold-out prediction (`dlsim.calibrate.microbatch_holdout`): in the same rounds, shuffled among the "
-        "executions, every distinct configuration the plans and baselines use is timed once more with the "
-        "calibration's method; a variant's hold-out prediction is the sum of its micro-batches' hold-out medians. "
-        "The plan is still chosen from the table; only the estimate of its time is independent of the choice.",
+        "* Hold-out prediction (`dlsim.calibrate.microbatch_holdout`): every distinct configuration the plans and "
+        "baselines use is timed once more with the calibration's method, either shuffled among the executions in "
+        "the same rounds or (`--holdout-order before`) in rounds of its own that all end before the first "
+        f"execution ({_orders(attempts)}); a variant's hold-out prediction is the sum of its micro-batches' "
+        "hold-out medians. The plan is still chosen from the table; only the estimate of its time is independent "
+        "of the choice.",
         "* Each attempt calibrates its own table and then executes right away, in one hold of the lock (why: the "
         "section on machine drift).",
         "",
