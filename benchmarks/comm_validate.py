@@ -34,6 +34,7 @@ from dlsim.report.comm_plots import plot_validation
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = "comm-burst-probe/probe-1500mtu.jsonl"
 PREVIOUS = "comm-validation-burst16kb.json"
+NOTES = "comm-validation-notes.md"  # hand-written reading of the current run, appended if present
 
 
 def fmt_ms(x: float) -> str:
@@ -101,6 +102,9 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
         for g in gloo:
             lines.append(f"| {g['size_bytes']} | {fmt_ms(g['measured_s'])} | {fmt_ms(g['predicted_s'])} | "
                          f"{100 * g['relative_error']:+.1f}% |")
+    notes = Path(args.reports) / NOTES
+    if notes.exists():
+        lines += ["", notes.read_text().strip()]
     lines += previous_section(Path(args.reports) / PREVIOUS)
     lines += ["", "![measured vs predicted](comm-validation.png)", ""]
     return "\n".join(lines)
@@ -245,7 +249,7 @@ def main() -> None:
     plot_validation(rec, reports / "comm-validation.png")
     command = "flock -x /tmp/dlsim-measure.lock python benchmarks/comm_validate.py " + " ".join(
         f"--{k} {v}" for k, v in (("rate", args.rate), ("burst", args.burst), ("queue", args.queue), ("tcp", args.tcp),
-                                  ("min-size", args.min_size)))
+                                  ("min-size", args.min_size), ("out", _rel(args.out)))) + (" --no-gloo" if args.no_gloo else "")
     write_atomic(reports / "comm-validation.md", markdown(rec, gloo, args, command))
     print(json.dumps({"median_abs_relative_error": rec["median_abs_relative_error"],
                       "order_same_up_to_ties": {o["size_bytes"]: o["same_up_to_ties"] for o in rec["order"]},
