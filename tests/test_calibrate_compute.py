@@ -43,7 +43,7 @@ def test_model_tasks_cover_every_kernel_once():
 
 
 def test_grid_and_sweeps():
-    grid = gemm_grid(["fp32"], max_dim=64, max_flops=2.0 * 64 * 64 * 16, attention=False)
+    grid = gemm_grid(["fp32"], max_dim=64, max_flops=2.0 * 64 * 64 * 16, attention=False, odd=0)
     dims = [1, 2, 4, 8, 16, 32, 64]
     assert len(grid) == sum(1 for m in dims for n in dims for k in dims if m * n * k <= 64 * 64 * 16)
     assert grid[0].gemm == Gemm(1, 1, 1) and all(t.set == "grid" for t in grid)
@@ -215,3 +215,20 @@ def test_killed_calibration_restarts_without_losing_or_repeating_rows(tmp_path):
         assert len(keys) == len(set(keys))  # and none was measured twice
     full = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert "0 kernels measured" in full.stdout
+
+
+def test_odd_gemms_are_off_powers_of_two_capped_deterministic_and_disjoint_from_heldout():
+    from dlsim.calibrate.compute_plan import halton, odd_gemms
+    from dlsim.cost.lookup import GemmRow
+    from dlsim.validate.compute_heldout import heldout_gemms
+    assert [halton(i, 2) for i in (1, 2, 3)] == [0.5, 0.25, 0.75] and halton(1, 3) == pytest.approx(1 / 3)
+    odd = odd_gemms(64, max_dim=256, max_flops=2.0 * 64**3)
+    assert len(odd) == 64 and odd == odd_gemms(64, max_dim=256, max_flops=2.0 * 64**3)
+    for g in odd:
+        assert 2.0 * g.m * g.n * g.k <= 2.0 * 64**3
+        assert all(d == 1 or d & (d - 1) for d in (g.m, g.n, g.k))  # no power of two ≥ 2
+    tasks = gemm_grid(["fp32"], max_dim=256, max_flops=2.0 * 64**3, attention=False, odd=64)
+    assert [t.gemm for t in tasks if t.set == "odd"] == sorted(odd, key=lambda g: (g.flops, g.m, g.n, g.k))
+    rows = [GemmRow("fp32", t.gemm.m, t.gemm.n, t.gemm.k, 1, 1e-5, set=t.set) for t in tasks]
+    held = heldout_gemms(rows, "fp32", 40, seed=0)
+    assert held and not {(g.m, g.n, g.k) for g in held} & {(g.m, g.n, g.k) for g in odd}

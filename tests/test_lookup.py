@@ -204,7 +204,7 @@ def test_tables_round_trip_and_estimate_uses_them(tmp_path):
     ("dtype,m,n,k,count,time_s,iqr_s,repeats,set\nfp99,4,4,4,1,1e-5,0,5,grid\n", "dtype 'fp99' is not one of"),
     ("dtype,m,n,k,count,time_s,iqr_s,repeats,set\nfp32,4,4,4,1,1e-5,0,5,grid\nfp32,4,4,4,1,2e-5,0,5,model\n",
      "duplicate row (first on line 2)"),
-    ("dtype,m,n,k,count,time_s,iqr_s,repeats,set\nfp32,4,4,4,1,1e-5,0,5,odd\n", "set 'odd' is not one of"),
+    ("dtype,m,n,k,count,time_s,iqr_s,repeats,set\nfp32,4,4,4,1,1e-5,0,5,even\n", "set 'even' is not one of"),
     ("", "empty file"),
 ])
 def test_malformed_tables_are_one_line_errors(tmp_path, text, reason):

@@ -6,6 +6,15 @@ Pure planning, no PyTorch: a list of tasks, each the key of one table row.
   products above `gemm_max_flops` (the largest kernels cost the most time and sit where the
   throughput has saturated, so the lookup clamps there), per data type; plus batched GEMMs of
   attention shapes (L×L×64 and L×64×L, 16 of them) for L = 64 … 1024.
+* GEMM "odd" set (`odd_gemms`): `ODD_POINTS` shapes whose dimensions are not powers of two, spread
+  evenly in (log m, log n, log k) over the same box by a Halton sequence (bases 2, 3, 5; J. H.
+  Halton, "On the efficiency of certain quasi-random sequences of points in evaluating
+  multi-dimensional integrals", Numer. Math. 2, 1960), same FLOP cap. A BLAS kernel works in
+  register and cache blocks (K. Goto and R. van de Geijn, "Anatomy of high-performance matrix
+  multiplication", ACM TOMS 34(3), 2008, §6: micro-kernel m_r × n_r, blocks m_c × k_c); a
+  power-of-two size fills them exactly, other sizes pay partial edge blocks and packing tails, so
+  the power-of-two grid alone is biased fast for the odd sizes models use. The lookup corrects the
+  grid interpolant with these points' measured deviation from it (`dlsim.cost.lookup`).
 * Memory-bound sweep: each element-wise, normalisation, pooling, softmax, dropout and loss operator
   on tensors of 4 Ki to 16 Mi elements (×4 steps), forward and backward, so that any model's
   memory-bound layers land between measured sizes.
@@ -20,6 +29,7 @@ Pure planning, no PyTorch: a list of tasks, each the key of one table row.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -156,10 +166,49 @@ def optimizer_sweep(tensors: int = 16) -> list[OptimizerTask]:
             for e in range(16, 27, 2)]
 
 
+ODD_POINTS = 512
+"""How many off-power-of-two GEMM shapes the calibration measures (set "odd")."""
+
+
+def halton(index: int, base: int) -> float:
+    """The `index`-th element (from 1) of the van der Corput sequence in `base`: the radical inverse."""
+    f, r = 1.0, 0.0
+    while index > 0:
+        f /= base
+        r += f * (index % base)
+        index //= base
+    return r
+
+
+def _off_power_of_two(value: int) -> int:
+    """`value`, or `value` + 1 when it is a power of two ≥ 2 (1 stays: a vector product has no edge)."""
+    return value + 1 if value >= 2 and value & (value - 1) == 0 else value
+
+
+def odd_gemms(count: int = ODD_POINTS, max_dim: int = 4096, max_flops: float = 2.0**33) -> list[Gemm]:
+    """`count` distinct shapes from the Halton points (bases 2, 3, 5) mapped log-uniformly onto
+    [1, max_dim]³, each dimension moved off a power of two, products above `max_flops` skipped
+    (see the module docstring). Deterministic, so a rerun resumes the same set."""
+    out: list[Gemm] = []
+    seen: set[tuple[int, int, int]] = set()
+    index = 0
+    top = math.log(max_dim)
+    while len(out) < count and index < 100 * count:
+        index += 1
+        dims = tuple(min(_off_power_of_two(int(round(math.exp(halton(index, b) * top)))), max_dim)
+                     for b in (2, 3, 5))
+        if 2.0 * dims[0] * dims[1] * dims[2] <= max_flops and dims not in seen:
+            seen.add(dims)
+            out.append(Gemm(*dims))
+    return out
+
+
 def gemm_grid(dtypes: Iterable[str], max_dim: int = 4096, max_flops: float = 2.0**33,
-              attention: bool = True) -> list[GemmTask]:
-    """The GEMM calibration grid (see the module docstring), smallest kernels first."""
+              attention: bool = True, odd: int = ODD_POINTS) -> list[GemmTask]:
+    """The GEMM calibration grid (see the module docstring), smallest kernels first, then the
+    `odd` off-power-of-two shapes (set "odd"), smallest first."""
     values = [2**e for e in range(0, max_dim.bit_length()) if 2**e <= max_dim]
+    extra = sorted(odd_gemms(odd, max_dim, max_flops), key=lambda g: (g.flops, g.m, g.n, g.k)) if odd else []
     out = []
     for dtype in dtypes:
         grid = [Gemm(m, n, k) for m in values for n in values for k in values if 2.0 * m * n * k <= max_flops]
@@ -167,6 +216,7 @@ def gemm_grid(dtypes: Iterable[str], max_dim: int = 4096, max_flops: float = 2.0
             for steps in (64, 128, 256, 512, 1024):
                 grid += [Gemm(steps, steps, 64, 16), Gemm(steps, 64, steps, 16)]
         out += [GemmTask(dtype, g, "grid") for g in sorted(grid, key=lambda g: (g.flops, g.m, g.n, g.k))]
+        out += [GemmTask(dtype, g, "odd") for g in extra]
     return out
 
 

@@ -65,8 +65,10 @@ CONV_SHAPE_FIELDS = ("c_in", "h", "w", "c_out", "k_h", "k_w", "stride_h", "strid
 CONV_COLUMNS = ("dtype", "pass", "algorithm", "n", *CONV_SHAPE_FIELDS, "time_s", "iqr_s", "workspace_bytes",
                 "repeats", "set")
 MEMORY_COLUMNS = ("dtype", "op", "pass", "signature", "bytes", "flops", "time_s", "iqr_s", "repeats", "set")
-SETS = ("grid", "model", "heldout")
-"""Why a row was measured: the generic calibration grid, the shapes of a model, a held-out check."""
+SETS = ("grid", "model", "heldout", "odd")
+"""Why a row was measured: the generic calibration grid, the shapes of a model, a held-out check, the
+calibration's off-power-of-two GEMM shapes (`dlsim.calibrate.compute_plan.odd_gemms`; not used by the
+grid interpolant)."""
 CONV_PASSES = ("forward", "backward_data", "backward_weight")
 MIN_CORNER_WEIGHT = 0.5
 _STEP = re.compile(r"^(\w+)\|p(\d+)\|t(\d+)$")
