@@ -13,8 +13,9 @@ Pure planning, no PyTorch: a list of tasks, each the key of one table row.
   register and cache blocks (K. Goto and R. van de Geijn, "Anatomy of high-performance matrix
   multiplication", ACM TOMS 34(3), 2008, §6: micro-kernel m_r × n_r, blocks m_c × k_c); a
   power-of-two size fills them exactly, other sizes pay partial edge blocks and packing tails, so
-  the power-of-two grid alone is biased fast for the odd sizes models use. The lookup corrects the
-  grid interpolant with these points' measured deviation from it (`dlsim.cost.lookup`).
+  a power-of-two grid alone might be biased fast for the odd sizes models use. These rows measure
+  that bias; on the 2-core EPYC profile it was not found (reports/validation-cpu.md, held-out
+  section), so the lookup does not use them yet (exact hits only).
 * Memory-bound sweep: each element-wise, normalisation, pooling, softmax, dropout and loss operator
   on tensors of 4 Ki to 16 Mi elements (×4 steps), forward and backward, so that any model's
   memory-bound layers land between measured sizes.
