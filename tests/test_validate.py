@@ -112,3 +112,30 @@ def test_zoo_plot_from_records(tmp_path):
              "error": {"iteration": p - 1.0}} for m, p in (("a", 1.05), ("b", 0.85))]
     plot_zoo_validation(recs, tmp_path / "z.png")
     assert (tmp_path / "z.png").stat().st_size > 1000
+
+
+def test_heldout_passes_shuffle_and_take_min_over_passes():
+    """Each kernel is timed once per pass, in a new order each pass, and its time is the min over passes."""
+    from types import SimpleNamespace
+
+    from dlsim.api.validate import _timed_in_passes
+
+    calls = []
+
+    class FakeTimer:
+        def time(self, fn):
+            calls.append(fn())
+            # kernel i's k-th sample: 10 + i, except its 2nd sample which is disturbed (+100)
+            k = calls.count(calls[-1])
+            return SimpleNamespace(seconds=10 + calls[-1] + (100 if k == 2 else 0))
+
+    fns = [(lambda i=i: i) for i in range(5)]
+    times = _timed_in_passes(fns, FakeTimer(), passes=3, statistic="min", seed=1)
+    assert times == [10, 11, 12, 13, 14]
+    assert sorted(calls) == sorted(list(range(5)) * 3)
+    assert [calls[0:5], calls[5:10], calls[10:15]] != [list(range(5))] * 3   # shuffled at least once
+    calls.clear()
+    assert _timed_in_passes(fns, FakeTimer(), passes=3, statistic="median", seed=1) == [10, 11, 12, 13, 14]
+    calls.clear()
+    assert _timed_in_passes(fns, FakeTimer(), passes=1, statistic="min", seed=1) == [10, 11, 12, 13, 14]
+    assert calls == list(range(5))                                             # one pass: original order

@@ -12,6 +12,7 @@ that the profile's tables do not contain and compares them with the table lookup
 from __future__ import annotations
 
 import functools
+import random
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -161,8 +162,16 @@ def _calibration_flushed(cluster: Cluster) -> bool:
 
 def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtype: str = "fp32", gemms: int = 40,
                      convs: int = 20, seed: int = 0, threads: int | None = None, repeats: int = 5,
-                     statistic: str = "median", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Held-out GEMM and convolution shapes: measured now vs looked up in `cluster`'s tables."""
+                     statistic: str = "median", passes: int = 1,
+                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Held-out GEMM and convolution shapes: measured now vs looked up in `cluster`'s tables.
+
+    With `passes` > 1 every kernel is timed once per pass, the kernels in a fresh shuffled order each pass
+    (seeded), and its time is the minimum (statistic min) or median over the passes: a slow drift or a
+    disturbed minute of a shared machine then hits a different kernel each pass instead of one kernel's whole
+    measurement — the same round-robin method as the model validation (`interleaved_iterations`)."""
+    if passes < 1:
+        raise SpecError(f"passes must be at least 1, got {passes}", field="passes")
     cluster = as_cluster(cluster)
     if "gemm" not in cluster.tables:
         raise SpecError("has no gemm table to validate (run dlsim calibrate compute first)", path=cluster.source)
@@ -176,8 +185,9 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     tables, _ = load_kernel_times(cluster)
     nearest, _ = load_kernel_times(cluster, gemm_method="nearest")
     gemm_rows = []
-    for g in heldout_gemms(read_table("gemm", cluster.tables["gemm"]), dtype, gemms, seed):
-        t = timer.time(gemm_fn(g, dtype, dev)).seconds
+    held = heldout_gemms(read_table("gemm", cluster.tables["gemm"]), dtype, gemms, seed)
+    gemm_times = _timed_in_passes([gemm_fn(g, dtype, dev) for g in held], timer, passes, statistic, seed)
+    for g, t in zip(held, gemm_times):
         est, alt = tables.gemm(g, dtype), nearest.gemm(g, dtype)
         gemm_rows.append({"m": g.m, "n": g.n, "k": g.k, "measured_s": t, "predicted_s": est.seconds,
                           "source": est.source.value, "error": rel_error(est.seconds, t),
@@ -188,12 +198,13 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     algo = _conv_default(cluster)
     if "conv" in cluster.tables and convs > 0:
         rows = read_table("conv", cluster.tables["conv"])
-        for pass_name, shape, n, kind in heldout_convs([r for r in rows if r.dtype == dtype], algo, convs, seed):
+        held_convs = heldout_convs([r for r in rows if r.dtype == dtype], algo, convs, seed)
+        with conv_algorithm(algo or DEFAULT_CONV_ALGORITHM[device]):
+            fns = [conv_fn(shape, n, pass_name, dtype, dev)[0] for pass_name, shape, n, _ in held_convs]
+            conv_times = _timed_in_passes(fns, timer, passes, statistic, seed)
+        for (pass_name, shape, n, kind), t in zip(held_convs, conv_times):
             cost = layer_cost(conv_layer(shape), n, dtype)
             est = price_pass(getattr(cost, pass_name), "conv2d", pass_name, cluster.device, dtype, tables, cost.conv)
-            with conv_algorithm(algo or DEFAULT_CONV_ALGORITHM[device]):
-                fn, _ = conv_fn(shape, n, pass_name, dtype, dev)
-                t = timer.time(fn).seconds
             conv_rows.append({"pass": pass_name, "shape": shape.signature, "n": n, "kind": kind, "measured_s": t,
                               "predicted_s": est.seconds, "source": est.source.value, "error": rel_error(est.seconds, t)})
             if progress:
@@ -201,12 +212,26 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
                          f"{est.seconds:.3g} s ({est.source.value})")
     by_kind = {k: error_summary([r["error"] for r in conv_rows if r["kind"] == k]) for k in ("new-batch", "new-geometry")}
     return {"schema_version": SCHEMA_VERSION, "kind": "validate-kernels", "cluster": cluster.name, "device": device,
-            "dtype": dtype, "threads": threads_used, "seed": seed, "statistic": statistic,
+            "dtype": dtype, "threads": threads_used, "seed": seed, "statistic": statistic, "passes": passes,
             "flush_cache": timer.flush is not None,
             "gemm": {"summary": error_summary([r["error"] for r in gemm_rows]),
                      "nearest_summary": error_summary([r["nearest_error"] for r in gemm_rows]), "rows": gemm_rows},
             "conv": {"summary": error_summary([r["error"] for r in conv_rows]), "by_kind": by_kind,
                      "algorithm": algo, "rows": conv_rows}}
+
+
+def _timed_in_passes(fns: list[Callable[[], Any]], timer: Any, passes: int, statistic: str, seed: int) -> list[float]:
+    """Seconds per kernel: `timer` once per pass, kernels shuffled per pass, then min or median over passes."""
+    samples: list[list[float]] = [[] for _ in fns]
+    order = list(range(len(fns)))
+    rng = random.Random(seed)
+    for _ in range(passes):
+        if passes > 1:
+            rng.shuffle(order)
+        for i in order:
+            samples[i].append(timer.time(fns[i]).seconds)
+    pick = min if statistic == "min" else statistics.median
+    return [pick(s) for s in samples]
 
 
 LINK_SIZES = tuple(4**e for e in range(5, 13))  # 1 KiB … 16 MiB

@@ -111,13 +111,16 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed calls per held-out kernel (use the calibration's count or more).")
+@click.option("--passes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Time every kernel once per pass, in a new shuffled order each pass; min/median over passes.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
 @json_option
 def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
-                statistic: str, repeats: int, plot: str | None, json_out: str | None) -> None:
+                statistic: str, repeats: int, passes: int, plot: str | None, json_out: str | None) -> None:
     """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
     rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed, threads=threads,
-                           statistic=statistic, repeats=repeats, progress=lambda line: click.echo(line, err=True))
+                           statistic=statistic, repeats=repeats, passes=passes,
+                           progress=lambda line: click.echo(line, err=True))
     if plot:
         from dlsim.report.validation_plots import plot_kernel_validation
         plot_kernel_validation(rec, plot)
