@@ -44,7 +44,7 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
         timings.append(timing)
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
     tensors = sum(1 for layer in model.layers if layer.params)
-    step = getattr(tables, "optimizer_step", lambda *a: None)(optimizer, model.params, tensors)
+    step = tables.optimizer_step(optimizer, model.params, tensors) if tables is not None else None
     if step is None:
         step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
     per = state_bytes_per_param(dtype, optimizer)

@@ -27,6 +27,8 @@ class KernelTimes(Protocol):
 
     def memory_bound(self, op_type: str, pass_name: str, cost: PassCost, dtype: str) -> Estimate | None: ...
 
+    def optimizer_step(self, optimizer: str, params: int, tensors: int, dtype: str = "fp32") -> Estimate | None: ...
+
 
 def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dtype: str,
                tables: KernelTimes | None = None, geometry: dict | None = None) -> Estimate:
