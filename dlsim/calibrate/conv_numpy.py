@@ -61,6 +61,18 @@ def _scatter_add(dst: np.ndarray, src: np.ndarray, rows: tuple, cols: tuple, g: 
             c0:c0 + (j1 - j0 - 1) * g.stride_w + 1:g.stride_w] += src[..., i0:i1, j0:j1]
 
 
+def _shifted_inputs(xn: np.ndarray, offsets: list, slice_: np.ndarray | None, g: ConvGeometry):
+    """Per kernel offset (idx, the input window it multiplies as a (C_in, H_out·W_out) matrix): the
+    sample itself for a pointwise kernel, else the window gathered into the one-sample `slice_` buffer."""
+    L = g.h_out * g.w_out
+    for idx, rows, cols in offsets:
+        if slice_ is None:
+            yield idx, xn.reshape(g.c_in, L)
+        else:
+            _gather(slice_, xn, rows, cols, g)
+            yield idx, slice_.reshape(g.c_in, L)
+
+
 def _views(method: str, pass_name: str, g: ConvGeometry, ws: Workspace) -> dict[str, np.ndarray]:
     return ws.carve(workspace_buffers(method, pass_name, g, implementation="numpy"))
 
@@ -80,12 +92,7 @@ def direct_forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, g: ConvGeometry,
     offsets = list(_offsets(g))
     for n in range(x.shape[0]):
         yn = y[n].reshape(co, L)
-        for idx, rows, cols in offsets:
-            if slice_ is None:
-                src = x[n].reshape(ci, L)
-            else:
-                _gather(slice_, x[n], rows, cols, g)
-                src = slice_.reshape(ci, L)
+        for idx, src in _shifted_inputs(x[n], offsets, slice_, g):
             if idx == 0:
                 np.matmul(wk[idx], src, out=yn)
             else:
@@ -122,12 +129,7 @@ def direct_backward_weight(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, g: Con
     offsets = list(_offsets(g))
     for n in range(x.shape[0]):
         dyn = dy[n].reshape(co, L)
-        for idx, rows, cols in offsets:
-            if slice_ is None:
-                src = x[n].reshape(ci, L)
-            else:
-                _gather(slice_, x[n], rows, cols, g)
-                src = slice_.reshape(ci, L)
+        for idx, src in _shifted_inputs(x[n], offsets, slice_, g):
             np.matmul(dyn, src.T, out=prod)
             acc[idx] += prod
     result = acc.reshape(g.k_h, g.k_w, co, ci).transpose(2, 3, 0, 1)
