@@ -142,34 +142,33 @@ def add_openmpi_bcast(b: ScheduleBuilder, n: float, p: int, step: int) -> int:
     return step
 
 
-def openmpi_bcast_schedule(n: float, p: int) -> Schedule:
-    b = ScheduleBuilder("broadcast", "binomial-tree-openmpi", n, p)
-    add_openmpi_bcast(b, n, p, 0)
+def _phases(collective: str, algorithm: str, n: float, p: int, *phases) -> Schedule:
+    """A schedule made of `phases` run one after the other, each `add(b, n, p, first_step) -> next_step`."""
+    b = ScheduleBuilder(collective, algorithm, n, p)
+    step = 0
+    for add in phases:
+        step = add(b, n, p, step)
     return b.build()
+
+
+def openmpi_bcast_schedule(n: float, p: int) -> Schedule:
+    return _phases("broadcast", "binomial-tree-openmpi", n, p, add_openmpi_bcast)
 
 
 def openmpi_allreduce_schedule(n: float, p: int) -> Schedule:
-    b = ScheduleBuilder("allreduce", "binomial-tree-openmpi", n, p)
-    add_openmpi_bcast(b, n, p, add_binomial_reduce(b, n, p, 0))
-    return b.build()
+    return _phases("allreduce", "binomial-tree-openmpi", n, p, add_binomial_reduce, add_openmpi_bcast)
 
 
 def binomial_reduce_schedule(n: float, p: int) -> Schedule:
-    b = ScheduleBuilder("reduce", "binomial-tree", n, p)
-    add_binomial_reduce(b, n, p, 0)
-    return b.build()
+    return _phases("reduce", "binomial-tree", n, p, add_binomial_reduce)
 
 
 def binomial_bcast_schedule(n: float, p: int) -> Schedule:
-    b = ScheduleBuilder("broadcast", "binomial-tree", n, p)
-    add_binomial_bcast(b, n, p, 0)
-    return b.build()
+    return _phases("broadcast", "binomial-tree", n, p, add_binomial_bcast)
 
 
 def binomial_allreduce_schedule(n: float, p: int) -> Schedule:
-    b = ScheduleBuilder("allreduce", "binomial-tree", n, p)
-    add_binomial_bcast(b, n, p, add_binomial_reduce(b, n, p, 0))
-    return b.build()
+    return _phases("allreduce", "binomial-tree", n, p, add_binomial_reduce, add_binomial_bcast)
 
 
 def scatter_allgather_bcast_schedule(n: float, p: int) -> Schedule:
