@@ -81,3 +81,13 @@ class CommPlan:
         for key in ("pingpong_sizes", "prtt_sizes", "reduce_sizes", "collectives", "collective_sizes"):
             data[key] = tuple(data[key])
         return cls(**data)
+
+
+def worker_arguments(argv: list[str] | None, description: str | None) -> tuple[CommPlan, bool]:
+    """The command line every measuring process gets from the launcher: the plan file and `--quiet`."""
+    import argparse
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("plan")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    return CommPlan.from_file(args.plan), args.quiet

@@ -9,13 +9,12 @@ A collective the backend does not implement is skipped with a note on stderr.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Callable
 
 from dlsim.calibrate.comm_measure import Measurer
-from dlsim.calibrate.comm_plan import CommPlan
+from dlsim.calibrate.comm_plan import worker_arguments
 
 
 class TorchTransport:
@@ -123,16 +122,12 @@ def supported(t: TorchTransport, name: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("plan")
-    parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
-    plan = CommPlan.from_file(args.plan)
+    plan, quiet = worker_arguments(argv, __doc__)
     backend = "nccl" if plan.backend == "nccl" else "gloo"
     t = TorchTransport(backend)
     keep = tuple(c for c in plan.collectives if supported(t, c))
     from dataclasses import replace
-    Measurer(t, replace(plan, collectives=keep), backend, quiet=args.quiet).run()
+    Measurer(t, replace(plan, collectives=keep), backend, quiet=quiet).run()
     t.barrier()
     t.dist.destroy_process_group()
 

@@ -9,14 +9,13 @@ or the one forced through its parameters, is what gets timed.
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Callable
 
 import numpy as np
 
 from dlsim.calibrate.comm_measure import Measurer
-from dlsim.calibrate.comm_plan import CommPlan
+from dlsim.calibrate.comm_plan import worker_arguments
 
 
 class MpiTransport:
@@ -90,13 +89,9 @@ class MpiTransport:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("plan")
-    parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
-    plan = CommPlan.from_file(args.plan)
+    plan, quiet = worker_arguments(argv, __doc__)
     t = MpiTransport()
-    Measurer(t, plan, "mpi", quiet=args.quiet).run()
+    Measurer(t, plan, "mpi", quiet=quiet).run()
     t.barrier()
 
 
