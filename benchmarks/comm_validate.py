@@ -22,7 +22,7 @@ import platform
 import sys
 from pathlib import Path
 
-from dlsim.api.calibrate_comm import calibrate_comm
+from dlsim.api.calibrate_comm import calibrate_comm, refit_burst
 from dlsim.api.validate_comm import validate_comm
 from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE
 from dlsim.calibrate.comm_plan import powers_of_two
@@ -55,7 +55,7 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
              f"L = {rec['link']['latency_s'] * 1e6:.2f} us, o = {rec['link']['overhead_s'] * 1e6:.2f} us, "
              f"g = {rec['link']['gap_s'] * 1e6:.2f} us, bandwidth = {rec['link']['bandwidth_bytes_per_s'] / 1e6:.3f} MB/s, "
              f"gamma = {rec['gamma_s_per_byte'] * 1e12:.1f} ps/B; model {rec['model']} (LogGP when o or g > 0).",
-             ""] + burst_section(args) + ["", "## Open MPI algorithm labels", "",
+             ] + bucket_lines(rec) + remeasured_lines(rec, args) + [""] + burst_section(args) + ["", "## Open MPI algorithm labels", "",
              "| dlsim algorithm | Open MPI 4.1 coll/tuned setting (with coll_tuned_use_dynamic_rules=1) |", "|---|---|"]
     for name, settings in rec["openmpi_settings"].items():
         lines.append(f"| {name} | " + ", ".join(f"{k}={v}" for k, v in settings.items()) + " |")
@@ -66,35 +66,50 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
               "", "## Error table (allreduce, 4 ranks; error = (predicted − measured) / measured)", "",
               "Predicted with each message priced by the fitted link (fit: the α-β/LogGP line of the profile) and, "
               "for comparison, by the measured ping-pong curve (table: `dlsim.cost.p2p.table_model`).", "",
-              "| algorithm | size (B) | measured (ms) | predicted fit (ms) | error fit | predicted table (ms) | error table |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              "Measured: median over the repetitions (reps), min, and the interval the order check uses "
+              "(IQR where the run kept every repetition, else min-max); run: which profile directory holds the row.", "",
+              "| algorithm | size (B) | reps | min (ms) | measured median (ms) | interval (ms) | predicted fit (ms) "
+              "| error fit | predicted table (ms) | error table | run |",
+              "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for name, rows in rec["algorithms"].items():
         for r in rows:
-            lines.append(f"| {name} | {r['size_bytes']} | {fmt_ms(r['measured_s'])} | {fmt_ms(r['predicted_fit_s'])} | "
+            lines.append(f"| {name} | {r['size_bytes']} | {r['reps']} | {fmt_ms(r['min_s'])} | {fmt_ms(r['measured_s'])} | "
+                         f"{r['interval']} {fmt_ms(r['lo_s'])}-{fmt_ms(r['hi_s'])} | {fmt_ms(r['predicted_fit_s'])} | "
                          f"{100 * r['relative_error_fit']:+.1f}% | {fmt_ms(r['predicted_table_s'])} | "
-                         f"{100 * r['relative_error_table']:+.1f}% |")
+                         f"{100 * r['relative_error_table']:+.1f}% | {_rel(r['measured_in'])} |")
     lines += ["", f"## Median |error| over sizes >= {rec['min_bytes_for_median'] / 2 ** 20:.0f} MiB", "",
               "| algorithm | fit | table | target (fit) |", "|---|---:|---:|---|"]
     for name, med in rec["median_abs_relative_error_fit"].items():
         tab = rec["median_abs_relative_error_table"][name]
         lines.append(f"| {name} | {100 * med:.1f}% | {100 * tab:.1f}% | {'met' if med <= 0.10 else 'MISSED'} (<= 10%) |")
     lines += ["", "## Order of the algorithms per size (fastest first)", "",
-              f"Pairs within {100 * rec['tie_tolerance']:.0f}% of each other (measured or predicted) count as ties.", "",
-              "| size (B) | measured | predicted | same | same up to ties |", "|---:|---|---|---|---|"]
+              "Three readings: *strict* (the predicted order equals the order of the measured medians); *2% ties* "
+              f"(pairs within {100 * rec['tie_tolerance']:.0f}% of each other, measured or predicted, count as ties); "
+              "*resolved* (the rule of this report: the data orders two algorithms only where their measured "
+              "intervals (IQR of the repetitions, min-max where only those were kept) do not overlap; a pair whose "
+              "intervals overlap is a tie and any predicted order of it agrees).", "",
+              "| size (B) | measured (medians) | predicted | strict | 2% ties | resolved |", "|---:|---|---|---|---|---|"]
     for o in rec["order"]:
         swapped = "; ".join(" / ".join(p) for p in o["swapped"])
+        conflicts = "; ".join(" / ".join(p) for p in o["resolved_conflicts"])
         lines.append(f"| {o['size_bytes']} | {' < '.join(o['measured'])} | {' < '.join(o['predicted'])} | "
-                     f"{'yes' if o['same'] else 'no'} | {'yes' if o['same_up_to_ties'] else 'no: ' + swapped} |")
+                     f"{'yes' if o['same'] else 'no'} | {'yes' if o['same_up_to_ties'] else 'no: ' + swapped} | "
+                     f"{'yes' if o['same_where_resolved'] else 'no: ' + conflicts} |")
     lines += ["", "## Crossover sizes", "",
               "Measured: log(a/b) interpolated linearly in log size between neighbouring measured sizes; a crossing "
               "where the two differ by less than the tie tolerance at both neighbours is marked (tie). Predicted: "
               f"bisection in log size on the {rec['p2p']} closed forms between 1 B and the largest size.", "",
-              "| pair | measured (B) | predicted (B) | predicted / measured |", "|---|---|---|---:|"]
+              "| pair | measured crossings of the medians (B) | count | predicted (B) | predicted / first measured "
+              "| within x2 |", "|---|---|---:|---|---:|---|"]
     for c in rec["crossovers"]:
-        ratio = "-" if c["predicted_over_measured"] is None else f"{c['predicted_over_measured']:.2f}"
+        ratio = c["predicted_over_first_measured"]
         meas = ", ".join(f"{x:.0f}" + (" (tie)" if t else "") for x, t in zip(c["measured_bytes"], c["measured_ties"]))
-        lines.append(f"| {' / '.join(c['pair'])} | {meas or 'none'} | "
-                     f"{', '.join(f'{x:.0f}' for x in c['predicted_bytes']) or 'none'} | {ratio} |")
+        ok = "-" if ratio is None else ("yes" if c["first_within_factor_2"] else "NO")
+        if ratio is None and not c["measured_bytes"] and not c["predicted_bytes"]:
+            ok = "yes (neither crosses)"
+        lines.append(f"| {' / '.join(c['pair'])} | {meas or 'none'} | {len(c['measured_bytes'])} | "
+                     f"{', '.join(f'{x:.0f}' for x in c['predicted_bytes']) or 'none'} | "
+                     f"{'-' if ratio is None else f'{ratio:.2f}'} | {ok} |")
     lines += small_message_notes(rec)
     if gloo:
         lines += ["", "## gloo (torch.distributed) allreduce, compared with dlsim's ring", "",
@@ -102,12 +117,34 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
         for g in gloo:
             lines.append(f"| {g['size_bytes']} | {fmt_ms(g['measured_s'])} | {fmt_ms(g['predicted_s'])} | "
                          f"{100 * g['relative_error']:+.1f}% |")
-    notes = Path(args.reports) / NOTES
+    notes = Path(args.reports) / (NOTES if args.name == "comm-validation" else f"{args.name}-notes.md")
     if notes.exists():
         lines += ["", notes.read_text().strip()]
     lines += previous_section(Path(args.reports) / PREVIOUS)
-    lines += ["", "![measured vs predicted](comm-validation.png)", ""]
+    lines += ["", f"![measured vs predicted]({args.name}.png)", ""]
     return "\n".join(lines)
+
+
+def bucket_lines(rec: dict) -> list[str]:
+    """The token bucket of the link tier, if the profile has one."""
+    link = rec["link"]
+    if not link.get("burst_bytes"):
+        return ["* Token bucket: none in the profile (every byte priced at the line rate)."]
+    peak = link["peak_bandwidth_bytes_per_s"]
+    return [f"* Token bucket (`burst_bytes` of the link tier): b = {link['burst_bytes']:.0f} B, peak "
+            + ("none" if peak == float("inf") else f"{peak / 1e6:.0f} MB/s")
+            + ", fitted by `dlsim.calibrate.comm_fit.fit_burst` to the same ping-pong rows (knee of the one-way "
+            "time; meta.yaml fits.burst lists the sizes used); the collectives carry each port's tokens from step "
+            "to step (`dlsim.cost.collectives.bucket`)."]
+
+
+def remeasured_lines(rec: dict, args: argparse.Namespace) -> list[str]:
+    if not rec.get("remeasured"):
+        return []
+    return [f"* Points re-measured with more repetitions replace the profile's at the same (algorithm, size): "
+            + ", ".join(f"{_rel(x)}/comm_collectives.csv (+ every repetition in comm_collectives_reps.jsonl)"
+                        for x in rec["remeasured"])
+            + "; the predictions use the profile above only."]
 
 
 def _rel(path: str) -> str:
@@ -166,17 +203,31 @@ def previous_section(path: Path) -> list[str]:
 
 def small_message_notes(rec: dict) -> list[str]:
     """The acceptance line on order and crossovers, checked from the numbers in `rec`."""
-    bad = [o["size_bytes"] for o in rec["order"] if not o["same_up_to_ties"]]
-    out = ["", "## Order and crossovers: acceptance check", ""]
-    if bad:
-        out.append(f"* Order: the predicted order differs from the measured one beyond ties at {len(bad)} of "
-                   f"{len(rec['order'])} sizes: {', '.join(map(str, bad))} B.")
-    else:
-        out.append(f"* Order: the predicted order agrees with the measured one at all {len(rec['order'])} sizes "
-                   "(up to ties).")
+    total = len(rec["order"])
+    strict = [o["size_bytes"] for o in rec["order"] if not o["same"]]
+    ties = [o["size_bytes"] for o in rec["order"] if not o["same_up_to_ties"]]
+    resolved = [o["size_bytes"] for o in rec["order"] if not o["same_where_resolved"]]
+    out = ["", "## Order and crossovers: acceptance check", "",
+           f"* Order, strict: agrees at {total - len(strict)} of {total} sizes"
+           + (f" (differs at {', '.join(map(str, strict))} B)." if strict else "."),
+           f"* Order, 2% ties: agrees at {total - len(ties)} of {total} sizes"
+           + (f" (differs at {', '.join(map(str, ties))} B)." if ties else "."),
+           f"* Order, resolved by the data (intervals): agrees at {total - len(resolved)} of {total} sizes"
+           + (f" (differs at {', '.join(map(str, resolved))} B)." if resolved else ".")]
     for c in rec["crossovers"]:
         real = [x for x, t in zip(c["measured_bytes"], c["measured_ties"]) if not t]
         pair = " / ".join(c["pair"])
+        first = c["predicted_over_first_measured"]
+        if first is not None:
+            more = len(c["measured_bytes"]) - 1
+            out.append(f"* {pair}: first measured crossing {c['measured_bytes'][0]:.0f} B, predicted "
+                       f"{c['predicted_bytes'][0]:.0f} B, ratio {first:.2f}: "
+                       f"{'within' if c['first_within_factor_2'] else 'NOT within'} x2"
+                       + (f"; the measured medians cross {more} more time(s) "
+                          f"({', '.join(f'{x:.0f}' for x in c['measured_bytes'][1:])} B)" if more else "")
+                       + (f"; predicted crossings: {len(c['predicted_bytes'])}" if len(c["predicted_bytes"]) > 1 else "")
+                       + ".")
+            continue
         if c["within_factor_2"] is not None:
             out.append(f"* {pair}: measured {real[0]:.0f} B, predicted {c['predicted_bytes'][0]:.0f} B, ratio "
                        f"{c['predicted_over_measured']:.2f}: {'within' if c['within_factor_2'] else 'NOT within'} x2.")
@@ -218,7 +269,13 @@ def main() -> None:
     ap.add_argument("--fine-below", default=64 << 10, type=int,
                     help="also measure 1.5 x 2^k sizes below this (crossover resolution)")
     ap.add_argument("--skip-measure", action="store_true")
+    ap.add_argument("--remeasured", action="append", default=[],
+                    help="profile directory of a re-measurement (same method) whose points replace --out's")
+    ap.add_argument("--refit-burst", action="store_true",
+                    help="fit the token bucket to --out's ping-pong rows and add it to its profile if absent")
     ap.add_argument("--no-gloo", action="store_true")
+    ap.add_argument("--reps", default=9, type=int, help="most repetitions per measured point (default 9)")
+    ap.add_argument("--name", default="comm-validation", help="stem of the report files in --reports")
     ap.add_argument("--minutes", default=4, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = Path(args.out)
@@ -226,12 +283,14 @@ def main() -> None:
                          {3 * s // 2 for s in powers_of_two(args.min_size, args.max_size) if 3 * s // 2 < args.fine_below}))
     emu = dict(emulated=4, rate=args.rate, burst=args.burst, queue=args.queue, tcp_congestion=args.tcp)
     if not args.skip_measure:
-        calibrate_comm(out, backend="mpi", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=1.0,
-                       max_reps=9, command="python " + " ".join(sys.argv), **emu)
+        calibrate_comm(out, backend="mpi", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=max(1.0, 0.03 * args.reps),
+                       max_reps=args.reps, command="python " + " ".join(sys.argv), **emu)
         if not args.no_gloo:
             calibrate_comm(out, backend="gloo", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=1.0,
                            max_reps=9, command="python " + " ".join(sys.argv), **emu)
-    rec = validate_comm(out, backend="mpi", ranks=4, p2p="fit",
+    if args.refit_burst:
+        print(json.dumps(refit_burst(out, "mpi"), default=str), file=sys.stderr)
+    rec = validate_comm(out, backend="mpi", ranks=4, p2p="fit", remeasured=args.remeasured,
                         title=f"allreduce, 4 emulated hosts at {args.rate}: Open MPI (forced) vs dlsim")
     gloo = gloo_rows(out, rec)
     rec["gloo_vs_ring"] = gloo
@@ -239,18 +298,21 @@ def main() -> None:
                     "sizes_bytes": list(sizes), "machine": platform.node(), "kernel": platform.release()}
     reports = Path(args.reports)
     reports.mkdir(parents=True, exist_ok=True)
-    write_atomic(reports / "comm-validation.json", json.dumps(rec, indent=1, default=str))
+    write_atomic(reports / f"{args.name}.json", json.dumps(rec, indent=1, default=str))
     rows = [{"algorithm": n, **r} for n, rs in rec["algorithms"].items() for r in rs] + \
         [{"algorithm": "gloo(default) vs ring", **g} for g in gloo]
     keys = ["algorithm", "size_bytes", "measured_s", "predicted_s", "relative_error", "predicted_fit_s",
             "predicted_table_s", "relative_error_fit", "relative_error_table", "min_s", "max_s"]
     text = ",".join(keys) + "\n" + "".join(",".join(str(r.get(k, "")) for k in keys) + "\n" for r in rows)
-    write_atomic(reports / "comm-validation.csv", text)
-    plot_validation(rec, reports / "comm-validation.png")
+    write_atomic(reports / f"{args.name}.csv", text)
+    plot_validation(rec, reports / f"{args.name}.png")
     command = "flock -x /tmp/dlsim-measure.lock python benchmarks/comm_validate.py " + " ".join(
         f"--{k} {v}" for k, v in (("rate", args.rate), ("burst", args.burst), ("queue", args.queue), ("tcp", args.tcp),
-                                  ("min-size", args.min_size), ("out", _rel(args.out)))) + (" --no-gloo" if args.no_gloo else "")
-    write_atomic(reports / "comm-validation.md", markdown(rec, gloo, args, command))
+                                  ("min-size", args.min_size), ("max-size", args.max_size), ("reps", args.reps),
+                                  ("out", _rel(args.out)), ("name", args.name))) + (" --no-gloo" if args.no_gloo else "") \
+        + "".join(f" --remeasured {_rel(x)}" for x in args.remeasured) + (" --refit-burst" if args.refit_burst else "") \
+        + (" --skip-measure" if args.skip_measure else "")
+    write_atomic(reports / f"{args.name}.md", markdown(rec, gloo, args, command))
     print(json.dumps({"median_abs_relative_error": rec["median_abs_relative_error"],
                       "order_same_up_to_ties": {o["size_bytes"]: o["same_up_to_ties"] for o in rec["order"]},
                       "crossovers": [(c["pair"], c["measured_bytes"], c["predicted_bytes"]) for c in rec["crossovers"]],

@@ -25,7 +25,7 @@ from dlsim.calibrate.comm_launch import Hosts
 from dlsim.calibrate.comm_measure import COLLECTIVE_COLUMNS, COLLECTIVE_TABLE, P2P_TABLE, collective_key
 from dlsim.calibrate.comm_nccl import collective_from_name, import_rows, parse_nccl_tests
 from dlsim.calibrate.comm_plan import BACKENDS, COLLECTIVES, OPENMPI_ALLREDUCE, CommPlan, powers_of_two
-from dlsim.calibrate.comm_run import fit_tables, launches, quick_gemm_flops, run_launches, system_info
+from dlsim.calibrate.comm_run import fit_tables, launches, quick_gemm_flops, read_rows, run_launches, system_info
 from dlsim.calibrate.compute_store import TableFile
 from dlsim.errors import SpecError
 from dlsim.io.files import write_atomic
@@ -129,6 +129,18 @@ def _meminfo_bytes() -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+def burst_lines(burst: dict[str, Any] | None) -> str:
+    """The optional token-bucket keys of a link tier (`comm_fit.fit_burst`), or nothing."""
+    if not burst:
+        return ""
+    text = ("\n  # token bucket fitted to the ping-pong knee (comm_fit.fit_burst, meta.yaml fits.burst): "
+            "messages up to the\n  # burst pass at the peak rate once the bucket has refilled at the line rate"
+            f"\n  burst_bytes: {_num(burst['burst_bytes'])}")
+    if burst["peak_bytes_per_s"] != float("inf"):
+        text += f"\n  burst_peak_bandwidth_gbytes_per_s: {_num(burst['peak_bytes_per_s'] / GBYTE_PER_S)}"
+    return text
+
+
 def profile_text(name: str, fits: dict[str, Any], info: dict[str, Any], ranks: int, hosts: Hosts, flops: float,
                  date: str, backend: str) -> str:
     """A new profile.yaml whose link tier, γ and device line are measured (see meta.yaml)."""
@@ -143,6 +155,7 @@ def profile_text(name: str, fits: dict[str, Any], info: dict[str, Any], ranks: i
   overhead_us: {_num(link['overhead'] / US)}
   gap_us: {_num(link['gap'] / US)}
   bandwidth_gbytes_per_s: {_num(link['bandwidth'] / GBYTE_PER_S)}"""
+    tier += burst_lines(fits.get("burst"))
     own = f"""  name: none
   latency_us: 0
   bandwidth_gbytes_per_s: {_num(stream / GBYTE_PER_S)}"""
@@ -183,12 +196,32 @@ def _update_meta(out: Path, run: dict[str, Any], extra: dict[str, Any]) -> dict[
     return meta
 
 
-def _write_profile(out: Path, text: Callable[[], str]) -> list[str]:
+def _write_profile(out: Path, text: Callable[[], str], burst: dict[str, Any] | None = None) -> list[str]:
     profile = out / "profile.yaml"
     if profile.exists():
-        return add_tables(profile, TABLES)
+        return add_tables(profile, TABLES) + add_burst(profile, burst)
     write_new_profile(profile, text())
     return ["profile.yaml: written"]
+
+
+def add_burst(profile: Path, burst: dict[str, Any] | None) -> list[str]:
+    """Add the fitted token bucket to an existing profile's network tier (inter_node, else intra_node)
+    when that tier has no burst_bytes yet; nothing else in the file changes."""
+    if not burst:
+        return []
+    lines = profile.read_text().splitlines()
+    tier = "inter_node:" if "inter_node:" in lines else "intra_node:"
+    if tier not in lines:
+        return []
+    start = lines.index(tier) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i] and not lines[i].startswith(" ")), len(lines))
+    block = lines[start:end]
+    if any(x.strip().startswith("burst_bytes:") for x in block):
+        return []
+    at = next((i for i in range(start, end) if lines[i].strip().startswith("bandwidth_")), end - 1)
+    lines[at + 1:at + 1] = burst_lines(burst).lstrip("\n").splitlines()
+    write_atomic(profile, "\n".join(lines) + "\n")
+    return [f"profile.yaml: {tier[:-1]}.burst_bytes = {_num(burst['burst_bytes'])} added (fitted token bucket)"]
 
 
 def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hosts: Hosts | str | None = None,
@@ -246,10 +279,32 @@ def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hos
         extra["hosts"] = {host_set.label: host_set.description}
     _update_meta(out, run, extra)
     changes = _write_profile(out, lambda: profile_text(out.name, fits, info, ranks, host_set, quick_gemm_flops(),
-                                                       started, backend)) if fits else \
+                                                       started, backend), fits.get("burst")) if fits else \
         ["profile.yaml: not written (one rank: no link to fit)"]
     return {"kind": "calibrate-comm", "out": str(out), "backend": backend, "ranks": ranks, "hosts": host_set.label,
             "launches": done, "fits": fits, "profile": changes}
+
+
+def refit_burst(out: str | Path, backend: str = "mpi", hosts: str | None = None) -> dict[str, Any]:
+    """Fit the token bucket (`comm_fit.fit_burst`) to the ping-pong rows already in `out` and add it
+    to its profile's network tier if absent (`add_burst`); records the fit in meta.yaml."""
+    out = Path(out)
+    rows = [r for r in read_rows(out / P2P_TABLE) if r["backend"] == backend and r["kind"] == "pingpong"]
+    labels = sorted({r["hosts"] for r in rows})
+    if hosts is None and len(labels) != 1:
+        raise SpecError(f"ping-pong rows for {len(labels)} host sets; give hosts", path=out / P2P_TABLE)
+    hosts = hosts or labels[0]
+    fits = fit_tables(out, backend, hosts)
+    burst = fits.get("burst")
+    changes = add_burst(out / "profile.yaml", burst) if (out / "profile.yaml").exists() else []
+    meta = read_yaml(out / "meta.yaml") if (out / "meta.yaml").exists() else {}
+    known = dict(((meta or {}).get("comm", {}).get("fits", {}) or {}).get(f"{backend}@{hosts}", {}))
+    known["burst"] = burst
+    run = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "refit": "burst", "burst": burst}
+    _update_meta(out, run, {"fits": {**((meta or {}).get("comm", {}).get("fits", {}) or {}),
+                                     f"{backend}@{hosts}": known}})
+    return {"burst": burst, "profile": changes}
 
 
 def import_nccl_tests(out: str | Path, files: Sequence[str | Path], *, collective: str | None = None,
@@ -285,4 +340,4 @@ def import_nccl_tests(out: str | Path, files: Sequence[str | Path], *, collectiv
             "rows_already_there": kept, "profile": changes}
 
 
-__all__ = ["calibrate_comm", "import_nccl_tests", "parse_hosts", "emulated_hosts", "size_range", "make_plan"]
+__all__ = ["calibrate_comm", "refit_burst", "import_nccl_tests", "parse_hosts", "emulated_hosts", "size_range", "make_plan"]

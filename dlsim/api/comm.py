@@ -42,7 +42,8 @@ class Network:
 
         def tier(t: LinkTier | None) -> dict[str, Any] | None:
             return None if t is None else {"name": t.name, "latency_s": t.latency, "overhead_s": t.overhead,
-                                           "gap_s": t.gap, "bandwidth_bytes_per_s": t.bandwidth}
+                                           "gap_s": t.gap, "bandwidth_bytes_per_s": t.bandwidth,
+                                           "burst_bytes": t.burst, "peak_bandwidth_bytes_per_s": t.peak_bandwidth}
         return {"source": self.source, "model": costs.main.model, "link": tier(self.link), "intra": tier(self.intra),
                 "alpha_s": costs.main.alpha, "beta_s_per_byte": costs.main.beta,
                 "gamma_s_per_byte": self.gamma, "ranks_per_node": self.ranks_per_node}
@@ -50,10 +51,13 @@ class Network:
 
 def network(ranks: int, *, cluster: Cluster | str | Path | None = None, latency: str | float | None = None,
             bandwidth: str | float | None = None, overhead: str | float | None = None, gap: str | float | None = None,
-            reduce_bandwidth: str | float | None = None, ranks_per_node: int | None = None) -> Network:
-    """A `Network` from a profile (the tier `ranks` ranks cross, γ = 1/reduce_bandwidth) or from link numbers."""
+            reduce_bandwidth: str | float | None = None, ranks_per_node: int | None = None,
+            burst: str | float | None = None, peak_bandwidth: str | float | None = None) -> Network:
+    """A `Network` from a profile (the tier `ranks` ranks cross, γ = 1/reduce_bandwidth) or from link numbers.
+
+    `burst` (a size) and `peak_bandwidth` make the command-line link a token-bucket port (`dlsim.cost.p2p`)."""
     ranks = check_ranks(ranks)
-    given = [x is not None for x in (latency, bandwidth, overhead, gap)]
+    given = [x is not None for x in (latency, bandwidth, overhead, gap, burst, peak_bandwidth)]
     if cluster is not None and any(given):
         raise SpecError("give a cluster profile or link parameters (--latency/--bandwidth), not both", field="cluster")
     gamma = None
@@ -75,9 +79,15 @@ def network(ranks: int, *, cluster: Cluster | str | Path | None = None, latency:
     bw = units.parse_bandwidth(bandwidth)
     if bw <= 0:
         raise SpecError("bandwidth must be positive", field="bandwidth")
+    peak = units.parse_bandwidth(peak_bandwidth) if peak_bandwidth is not None else float("inf")
+    if peak <= 0:
+        raise SpecError("peak bandwidth must be positive", field="peak_bandwidth")
+    if peak_bandwidth is not None and burst is None:
+        raise SpecError("--peak-bandwidth needs --burst", field="peak_bandwidth")
     link = LinkTier("command-line", latency=units.parse_time(latency), bandwidth=bw,
                     overhead=units.parse_time(overhead) if overhead is not None else 0.0,
-                    gap=units.parse_time(gap) if gap is not None else 0.0)
+                    gap=units.parse_time(gap) if gap is not None else 0.0,
+                    burst=units.parse_size(burst) if burst is not None else 0.0, peak_bandwidth=peak)
     return Network(link, None, gamma, ranks_per_node, "command line")
 
 
@@ -111,7 +121,8 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     `algorithm`: a name, `auto` (the cheapest, as NCCL and MPICH choose) or `all`. Network keywords
     as `network()`; algorithm keywords: segments, shards, fanout, rounds, seed, inter_algorithm.
     """
-    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node")
+    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node", "burst",
+                "peak_bandwidth")
     net = network(ranks, **{k: kwargs.pop(k) for k in net_keys if k in kwargs})
     params = _params(kwargs)
     n = units.parse_size(size)
@@ -197,7 +208,8 @@ def _crossover(collective: str, a: str, b: str, lo: float, hi: float, ranks: int
 def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, algorithm: str = "auto",
                model: str = "auto", **kwargs: Any) -> dict[str, Any]:
     """Times over sizes for every candidate algorithm, the best per size and the crossover sizes."""
-    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node")
+    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node", "burst",
+                "peak_bandwidth")
     net = network(ranks, **{k: kwargs.pop(k) for k in net_keys if k in kwargs})
     params = _params(kwargs)
     sizes = parse_sweep(sweep) if isinstance(sweep, str) else [units.parse_size(s) for s in sweep]

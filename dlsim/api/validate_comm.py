@@ -17,12 +17,15 @@ stay within the tie tolerance of each other over a whole range reported as ties.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, P2P_TABLE
+import numpy as np
+
+from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, P2P_TABLE, REPS_FILE
 from dlsim.calibrate.comm_plan import OPENMPI_ALLREDUCE
 from dlsim.cost.collectives import collective_time
 from dlsim.cost.p2p import PointToPoint, table_model
@@ -36,8 +39,56 @@ def _rows(profile: Path, backend: str, hosts: str | None) -> list[dict[str, str]
     if not path.exists():
         raise SpecError("no measured collective table; run dlsim calibrate comm first", path=path)
     with open(path) as handle:
-        return [r for r in csv.DictReader(handle) if r["collective"] == "allreduce" and r["backend"] == backend
+        rows = [r for r in csv.DictReader(handle) if r["collective"] == "allreduce" and r["backend"] == backend
                 and (hosts is None or r["hosts"] == hosts)]
+    return [{**r, "measured_in": str(profile)} for r in rows]
+
+
+def _reps(profile: Path, backend: str) -> dict[tuple[str, int, int], list[float]]:
+    """Every repetition of each allreduce point (`comm_measure.REPS_FILE`), if the run kept them."""
+    path = profile / REPS_FILE
+    out: dict[tuple[str, int, int], list[float]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                if r["collective"] == "allreduce" and r["backend"] == backend:
+                    out[(r["algorithm"], int(r["ranks"]), int(r["size_bytes"]))] = [float(v) for v in r["values_s"]]
+    return out
+
+
+def _merged_rows(folder: Path, remeasured: Sequence[Path], backend: str, hosts: str | None,
+                 ranks: int) -> list[dict[str, Any]]:
+    """The profile's rows, each (algorithm, size) replaced by the last re-measurement that has it;
+    with the spread of the repetitions: IQR when they were kept, else min-max."""
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    for where in (folder, *remeasured):
+        reps = _reps(where, backend)
+        for r in _rows(where, backend, hosts):
+            if int(r["ranks"]) != ranks:
+                continue
+            size = int(r["size_bytes"])
+            values = reps.get((r["algorithm"], ranks, size))
+            if values:
+                q1, q3 = (float(x) for x in np.percentile(values, [25, 75]))
+                spread = {"lo_s": q1, "hi_s": q3, "interval": "IQR", "reps": len(values)}
+            else:
+                spread = {"lo_s": float(r["min_s"]), "hi_s": float(r["max_s"]), "interval": "min-max",
+                          "reps": int(r["reps"])}
+            merged[(r["algorithm"], size)] = {**r, **spread}
+    return list(merged.values())
+
+
+def resolved_order(measured: dict[str, dict[str, Any]], predicted: dict[str, float]) -> list[list[str]]:
+    """Pairs whose measured intervals [lo, hi] do not overlap (the data orders them) and whose
+    predicted order is the opposite one. Overlapping intervals are a tie: any predicted order agrees."""
+    names = sorted(measured, key=lambda n: measured[n]["measured_s"])
+    bad = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if measured[a]["hi_s"] < measured[b]["lo_s"] and predicted[a] > predicted[b]:
+                bad.append([a, b])
+    return bad
 
 
 def pingpong_table(profile: Path, backend: str, hosts: str | None) -> PointToPoint:
@@ -89,12 +140,16 @@ def _predicted_crossing(f, g, lo: float, hi: float) -> list[float]:
 
 def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | None = None, ranks: int = 4,
                   min_bytes: float = MIB, model: str = "auto", p2p: str = "fit", tie: float = 0.02,
-                  title: str = "") -> dict[str, Any]:
+                  title: str = "", remeasured: Sequence[str | Path] = ()) -> dict[str, Any]:
     """Compare the forced-algorithm allreduce rows of `profile` with predictions (module docstring).
 
     `p2p`: "fit" (messages priced by the fitted link) or "table" (by the measured ping-pong curve);
     `model` is the p2p model of "fit". `tie`: relative difference below which two algorithms are
-    not ordered (the measurement noise at small sizes, stated in the record).
+    not ordered (the measurement noise at small sizes, stated in the record). `remeasured`: profile
+    directories of later runs of the same method on the same cluster whose points replace the
+    profile's at the same (algorithm, size); predictions always come from `profile`. The order is
+    also checked with the data's own resolution (`resolved_order`: IQR of the kept repetitions,
+    else min-max).
     """
     if p2p not in ("table", "fit"):
         raise SpecError(f"unknown p2p pricing {p2p!r} (use table or fit)", field="p2p")
@@ -102,7 +157,7 @@ def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | Non
     cluster = load_profile(folder)
     link = cluster.inter or cluster.intra
     gamma = 1.0 / cluster.reduce_bandwidth if cluster.reduce_bandwidth > 0 else None
-    rows = [r for r in _rows(folder, backend, hosts) if int(r["ranks"]) == ranks]
+    rows = _merged_rows(folder, [Path(x) for x in remeasured], backend, hosts, ranks)
     hosts = hosts or (rows[0]["hosts"] if rows else None)
     table = pingpong_table(folder, backend, hosts)
     models = {"table": table, "fit": model}
@@ -112,14 +167,16 @@ def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | Non
 
     out: dict[str, list[dict[str, Any]]] = {}
     for name in OPENMPI_ALLREDUCE:
-        pts = sorted((int(r["size_bytes"]), float(r["median_s"]), float(r["min_s"]), float(r["max_s"]))
-                     for r in rows if r["algorithm"] == name)
+        pts = sorted(((int(r["size_bytes"]), r) for r in rows if r["algorithm"] == name), key=lambda x: x[0])
         if not pts:
             continue
         out[name] = []
-        for size, med, lo, hi in pts:
+        for size, r in pts:
+            med = float(r["median_s"])
             pred = {how: predict(name, size, how) for how in models}
-            out[name].append({"size_bytes": size, "measured_s": med, "min_s": lo, "max_s": hi,
+            out[name].append({"size_bytes": size, "measured_s": med, "min_s": float(r["min_s"]),
+                              "max_s": float(r["max_s"]), "lo_s": r["lo_s"], "hi_s": r["hi_s"],
+                              "interval": r["interval"], "reps": r["reps"], "measured_in": r["measured_in"],
                               "predicted_s": pred[p2p], "predicted_table_s": pred["table"],
                               "predicted_fit_s": pred["fit"], "relative_error": (pred[p2p] - med) / med,
                               "relative_error_fit": (pred["fit"] - med) / med,
@@ -146,8 +203,10 @@ def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | Non
                 pa, pb = at[a][s]["predicted_s"], at[b][s]["predicted_s"]
                 if pa > pb and (mb - ma) > tie * ma and (pa - pb) > tie * pb:
                     swapped.append([a, b])
+        conflicts = resolved_order({n: at[n][s] for n in out}, {n: at[n][s]["predicted_s"] for n in out})
         order.append({"size_bytes": s, "measured": m, "predicted": p, "same": m == p,
-                      "same_up_to_ties": not swapped, "swapped": swapped})
+                      "same_up_to_ties": not swapped, "swapped": swapped,
+                      "same_where_resolved": not conflicts, "resolved_conflicts": conflicts})
     names = list(out)
     crossovers = []
     for i, a in enumerate(names):
@@ -158,15 +217,22 @@ def validate_comm(profile: str | Path, *, backend: str = "mpi", hosts: str | Non
                                        1.0, common[-1]) if len(common) > 1 else []
             real = [c["bytes"] for c in meas if not c["tie"]]
             ratio = pred[0] / real[0] if len(real) == 1 and len(pred) == 1 else None
+            first = [c["bytes"] for c in meas]
+            first_ratio = pred[0] / first[0] if first and pred else None
             crossovers.append({"pair": [a, b], "measured_bytes": [c["bytes"] for c in meas],
                                "measured_ties": [c["tie"] for c in meas], "predicted_bytes": pred,
+                               "measured_crossings": len(meas), "measured_crossings_beyond_ties": len(real),
                                "predicted_over_measured": ratio,
-                               "within_factor_2": None if ratio is None else 0.5 <= ratio <= 2.0})
+                               "within_factor_2": None if ratio is None else 0.5 <= ratio <= 2.0,
+                               "predicted_over_first_measured": first_ratio,
+                               "first_within_factor_2": None if first_ratio is None else 0.5 <= first_ratio <= 2.0})
     return {"kind": "comm-validation", "profile": str(folder), "backend": backend, "hosts": hosts, "ranks": ranks,
             "min_bytes_for_median": min_bytes, "model": model, "p2p": p2p,
             "p2p_table": {"sizes_bytes": list(table.table_sizes), "one_way_s": list(table.table_times)},
             "link": {"latency_s": link.latency, "overhead_s": link.overhead, "gap_s": link.gap,
-                     "bandwidth_bytes_per_s": link.bandwidth}, "gamma_s_per_byte": gamma,
+                     "bandwidth_bytes_per_s": link.bandwidth, "burst_bytes": link.burst,
+                     "peak_bandwidth_bytes_per_s": link.peak_bandwidth}, "gamma_s_per_byte": gamma,
+            "remeasured": [str(x) for x in remeasured],
             "openmpi_settings": OPENMPI_ALLREDUCE, "algorithms": out,
             "median_abs_relative_error": median_error("relative_error"),
             "median_abs_relative_error_table": median_error("relative_error_table"),

@@ -16,6 +16,20 @@
 * γ (reduction seconds per byte): slope of the least-squares line through the reduction times of
   vectors of at least 256 KiB.
 
+* token bucket (`fit_burst`; the shaped port of `dlsim.cost.p2p`, T(s) = α + max(s/R, (s − b)/r)
+  with r = 1/β): every ping-pong size s above the knee gives b_s = s − (T(s) − α)/β, the bytes that
+  passed without paying the line rate. A size counts when the message clearly exceeded the bucket
+  (s ≥ 2·b_s: at least half its bytes paid the line rate, and that time (s − b_s)·β is at least α,
+  so start-up noise cannot fake it), when ping-pong refilled the bucket (the return trip T(s) ≥ β·b_s: each send starts with a
+  full bucket), and when a timing noise of 1% of T(s) is at most 1/8 of b_s (s ≤ 8·b_s);
+  b = the median of b_s over at least two such sizes, kept only when it exceeds twice their median
+  absolute deviation (a link without a bucket gives b_s scattered around 0). The peak rate R is not
+  fitted (left unlimited): below the burst a ping-pong message starts from a full bucket only when
+  the return trip refilled it, T(s) ≥ β·s, which on a shaped link holds only for a few hundred bytes
+  (on the emulated 200 Mbit/s link: s ≤ 256 B), where s/R is below the timing noise; 1 KiB and 2 KiB
+  ping-pongs there take s/(2r), the refill-limited steady state, not α + s/R. Give
+  `burst_peak_bandwidth_gbytes_per_s` in the profile when the peak is known.
+
 `link_parameters` turns the fits into the LogGP tier dlsim stores: G = β and L + 2o = α of the
 ping-pong fit (so the Hockney projection of the tier is the α-β fit), with the Netgauge o and g,
 o capped at α/2 and g at α so that g ≤ L + 2o.
@@ -149,6 +163,37 @@ def fit_gamma(sizes: Sequence[float], times: Sequence[float], min_bytes: float =
     m, t = np.asarray(pairs, dtype=float).T
     slope = float(np.polyfit(m, t, 1)[0])
     return slope if slope > 0 else float(np.median(t / m))
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A fitted token bucket: `burst_bytes` b, `peak_bytes_per_s` R (inf: no peak-rate term)."""
+
+    burst_bytes: float
+    peak_bytes_per_s: float
+    points: dict
+    mad_bytes: float
+
+
+def fit_burst(sizes: Sequence[float], times: Sequence[float], alpha: float, beta: float) -> Burst | None:
+    """The token bucket of the module docstring from ping-pong one-way `times` at `sizes`; None
+    when the data shows none (fewer than two usable sizes, or b within twice its scatter)."""
+    if beta <= 0:
+        return None
+    points = {}
+    for m, t in sorted(zip(sizes, times)):
+        excess = t - alpha
+        b = m - excess / beta
+        if 0 < b and 2 * b <= m <= 8 * b and excess >= alpha and t >= beta * b:
+            points[int(m)] = float(b)
+    if len(points) < 2:
+        return None
+    values = list(points.values())
+    b = statistics.median(values)
+    mad = statistics.median(abs(v - b) for v in values)
+    if b <= 2 * mad:
+        return None
+    return Burst(float(b), float("inf"), points, float(mad))
 
 
 @dataclass(frozen=True)

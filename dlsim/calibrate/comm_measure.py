@@ -36,6 +36,8 @@ COLLECTIVE_COLUMNS = ("backend", "hosts", "collective", "algorithm", "setting", 
                       "median_s", "min_s", "max_s", "busbw_bytes_per_s", "variant", "source")
 P2P_TABLE = "comm_p2p.csv"
 COLLECTIVE_TABLE = "comm_collectives.csv"
+REPS_FILE = "comm_collectives_reps.jsonl"
+"""Every repetition of every collective point, one JSON line per point (quartiles, re-analysis)."""
 
 
 def p2p_key(r: dict) -> tuple:
@@ -191,7 +193,17 @@ class Measurer:
                               "ranks": str(self.t.size), "size_bytes": str(nbytes), **_stats(values),
                               "busbw_bytes_per_s": repr(nbytes / median * factor if median > 0 else 0.0),
                               "variant": "", "source": "measured"})
+            self._append_reps(name, nbytes, values)
         self._progress(f"{name} {self.plan.algorithm} {nbytes} B", values or [0.0])
+
+    def _append_reps(self, name: str, nbytes: int, values: list[float]) -> None:
+        """One line per point in `REPS_FILE` (the CSV keeps median, min and max only)."""
+        import json
+        line = json.dumps({"backend": self.backend, "hosts": self.plan.hosts, "collective": name,
+                           "algorithm": self.plan.algorithm, "ranks": self.t.size, "size_bytes": nbytes,
+                           "values_s": values})
+        with open(Path(self.plan.out_dir) / REPS_FILE, "a") as handle:
+            handle.write(line + "\n")
 
     def _reduce(self, size: int) -> None:
         values = [0.0]

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from dlsim.calibrate.comm_fit import fit_alpha_beta, fit_gamma, fit_hockney, fit_loggp, fit_piecewise, link_parameters
+from dlsim.calibrate.comm_fit import (fit_alpha_beta, fit_burst, fit_gamma, fit_hockney, fit_loggp, fit_piecewise,
+                                       link_parameters)
 from dlsim.calibrate.comm_launch import Hosts, run_gloo, run_mpi
 from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, P2P_TABLE
 from dlsim.calibrate.comm_plan import OPENMPI_ALLREDUCE, CommPlan
@@ -103,6 +104,9 @@ def fit_tables(out: Path, backend: str, hosts: str) -> dict[str, Any]:
             result["loggp_netgauge"] = {"error": str(exc)}
     link = link_parameters(hockney, loggp)
     result["link"] = asdict(link)
+    burst = fit_burst(sizes, times, hockney.alpha, hockney.beta)
+    if burst is not None:
+        result["burst"] = asdict(burst)
     red = medians("reduce")
     if red:
         rs, rt = zip(*sorted(red.items()))

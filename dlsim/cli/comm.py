@@ -28,6 +28,9 @@ def _network_line(rec: dict[str, Any]) -> str:
     if link["overhead_s"] or link["gap_s"]:
         parts += [f"o={format_time(link['overhead_s'])}", f"g={format_time(link['gap_s'])}"]
     parts.append(_rate(link["bandwidth_bytes_per_s"]))
+    if link.get("burst_bytes"):
+        peak = link["peak_bandwidth_bytes_per_s"]
+        parts.append(f"burst {format_bytes(link['burst_bytes'])}" + ("" if peak == float("inf") else f" at {_rate(peak)}"))
     if net["gamma_s_per_byte"]:
         parts.append(f"reduce {_rate(1 / net['gamma_s_per_byte'])}")
     return f"{net['source']}, link {link['name']} ({', '.join(parts)})"
@@ -76,6 +79,8 @@ def sweep_text(rec: dict[str, Any]) -> str:
 @click.option("--bandwidth", help="Link bandwidth 1/G, e.g. 10GB/s or 100Gbps.")
 @click.option("--overhead", help="LogGP per-message CPU overhead o, e.g. 1us.")
 @click.option("--gap", help="LogGP gap g between messages, e.g. 2us.")
+@click.option("--burst", help="Token bucket of the link: bytes that pass at the peak rate once refilled, e.g. 3KB.")
+@click.option("--peak-bandwidth", help="Rate of the bytes in the bucket, e.g. 1GB/s (default: unlimited).")
 @click.option("--reduce-bandwidth", help="Reduction speed (sets gamma = 1/rate), e.g. 20GB/s.")
 @click.option("--algorithm", "-a", default="auto", show_default=True,
               help="ring, recursive-doubling, rabenseifner, binomial-tree, binomial-tree-openmpi, double-binary-tree, chain, "

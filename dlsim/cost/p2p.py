@@ -37,6 +37,21 @@ message is never slower, it could be padded),
 It keeps what one line cannot: protocol switches and, on a token-bucket-shaped link, small messages
 that pass at the burst rate. Its α is t_0 and its β the last slope.
 
+Token-bucket ports (optional, `LinkTier.burst` b > 0, Hockney and LogGP only). A shaped port (a tc
+tbf, a cloud NIC's burst credits) holds up to b bytes of tokens that refill at the line rate
+1/G; bytes leave at the peak rate R while tokens last, then at 1/G (Linux `sch_tbf.c`). x bytes
+sent from a port holding B tokens have all left after the shaped time
+
+    D(x, B) = max(x / R, (x − B)·G)       (B = b: a port idle long enough to be full)
+
+and the port then holds min(b, B + D(x, B)/G − x) tokens, refilling at 1/G up to b. A message of
+s bytes (x = s − 1 for LogGP, s for Hockney) sent from a full port takes
+
+    T(s) = L + 2o + D(x, b),    S(s) = max(o, g + D(x, b))  (LogGP),  S = T (Hockney)
+
+With b = 0 and R = ∞ these are the formulas above. `dlsim.cost.collectives.bucket` carries the
+bucket through the steps of a collective (a port that sent recently is not full).
+
 Everything is vectorised: `s` may be a float or a NumPy array. The γ of the α-β-γ model (seconds
 per byte of reduction compute) is not a link property and lives with the collectives; the survey's
 γ ("bytes per value", seeds-inventory §14 item 5) is `elem_bytes` in `dlsim.cost.collectives.survey`.
@@ -71,6 +86,37 @@ class PointToPoint:
     name: str = ""
     table_sizes: tuple[float, ...] = ()
     table_times: tuple[float, ...] = ()
+    burst: float = 0.0
+    peak_bandwidth: float = float("inf")
+
+    @property
+    def shaped(self) -> bool:
+        """Whether the port is token-bucket shaped (burst > 0)."""
+        return self.burst > 0
+
+    def payload(self, s: Bytes) -> Bytes:
+        """x: the bytes a message of s bytes pays per-byte time for (s − 1 in LogGP, s in Hockney)."""
+        return np.maximum(s - 1.0, 0.0) if self.model == "loggp" else s
+
+    def fixed_time(self) -> float:
+        """The size-independent part of T(s) on a shaped port: L + 2o (α)."""
+        return self.alpha
+
+    def fixed_gap(self) -> float:
+        """The size-independent part of S(s) on a shaped port: g (LogGP), α (Hockney)."""
+        return self.gap if self.model == "loggp" else self.alpha
+
+    def shaped_time(self, x: Bytes, tokens: Bytes) -> Bytes:
+        """D(x, B) = max(x/R, (x − B)·G): until x bytes have left a port holding B tokens (module doc)."""
+        return np.maximum(x / self.peak_bandwidth, (x - tokens) * self.gap_per_byte)
+
+    def tokens_after(self, x: Bytes, tokens: Bytes) -> Bytes:
+        """Tokens left when x bytes have left a port that held B: min(b, B + D(x, B)/G − x)."""
+        return np.minimum(self.burst, tokens + self.shaped_time(x, tokens) / self.gap_per_byte - x)
+
+    def refill(self, tokens: Bytes, seconds: Bytes) -> Bytes:
+        """Tokens after `seconds` idle: min(b, B + seconds/G)."""
+        return np.minimum(self.burst, tokens + seconds / self.gap_per_byte)
 
     @property
     def alpha(self) -> float:
@@ -91,6 +137,8 @@ class PointToPoint:
             sizes, times = self.table_sizes, self.table_times
             out = np.interp(x, sizes, times) + np.maximum(x - sizes[-1], 0.0) * self.gap_per_byte
             return out if np.ndim(out) else float(out)
+        if self.shaped:
+            return self.alpha + self.shaped_time(self.payload(s), self.burst)
         if self.model == "hockney":
             return self.alpha + self.beta * s
         if self.model == "loggp":
@@ -101,6 +149,8 @@ class PointToPoint:
         """S(s): least time between the starts of two back-to-back messages at one rank (S ≤ T)."""
         if self.model in ("hockney", "table"):
             return self.time(s)
+        if self.shaped:
+            return np.maximum(self.overhead, self.gap + self.shaped_time(self.payload(s), self.burst))
         if self.model == "loggp":
             return np.maximum(self.overhead, self.gap + np.maximum(s - 1.0, 0.0) * self.gap_per_byte)
         return self._packets(s) * max(self.gap, self.overhead)
@@ -110,12 +160,15 @@ class PointToPoint:
 
 
 def _check_link(link: LinkTier) -> None:
-    values = {"latency": link.latency, "bandwidth": link.bandwidth, "overhead": link.overhead, "gap": link.gap}
+    values = {"latency": link.latency, "bandwidth": link.bandwidth, "overhead": link.overhead, "gap": link.gap,
+              "burst": link.burst}
     for key, value in values.items():
         if not np.isfinite(value) or value < 0:
             raise SpecError(f"must be a finite non-negative number, got {value!r}", field=f"link {link.name!r}.{key}")
     if link.bandwidth <= 0:
         raise SpecError("must be positive", field=f"link {link.name!r}.bandwidth")
+    if not link.peak_bandwidth > 0:
+        raise SpecError("must be positive", field=f"link {link.name!r}.peak_bandwidth")
 
 
 def p2p_model(link: LinkTier, model: str = "auto") -> PointToPoint:
@@ -143,6 +196,11 @@ def p2p_model(link: LinkTier, model: str = "auto") -> PointToPoint:
             raise SpecError("LogP needs a gap g > 0 (its packet size is w = g x bandwidth); give a gap or use loggp",
                             field=f"link {link.name!r}.gap")
         packet = link.gap / G
+    if link.burst > 0:
+        if model == "logp":
+            raise SpecError("a token-bucket link (burst) is priced with loggp or hockney, not logp", field="model")
+        return PointToPoint(model, link.latency, link.overhead, link.gap, G, packet, link.name,
+                            burst=float(link.burst), peak_bandwidth=float(link.peak_bandwidth))
     return PointToPoint(model, link.latency, link.overhead, link.gap, G, packet, link.name)
 
 

@@ -21,7 +21,7 @@ from dlsim.spec.cluster import TOPOLOGIES, Cluster, Device, LinkTier
 _DEVICE_KEYS = {"name", "peak_tflops", "vector_tflops", "memory_gib", "memory_bandwidth_gbytes_per_s",
                 "launch_overhead_us", "compute_efficiency", "half_efficiency_gflop", "memory_efficiency", "source"}
 _LINK_KEYS = {"name", "latency_us", "bandwidth_gbytes_per_s", "bandwidth_gbits_per_s", "overhead_us", "gap_us",
-              "topology", "oversubscription", "dims", "source"}
+              "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s"}
 _TOP_KEYS = {"name", "description", "device", "nodes", "devices_per_node", "intra_node", "inter_node",
              "reduce_bandwidth_gbytes_per_s", "tables", "sources", "notes", "measured"}
 
@@ -99,6 +99,9 @@ def _link(data: Any, path: Path, field: str) -> LinkTier:
         topology=topology,
         oversubscription=_number(data, "oversubscription", path, field, default=1.0),
         dims=tuple(dims),
+        burst=_number(data, "burst_bytes", path, field, default=0.0, positive=False),
+        peak_bandwidth=_number(data, "burst_peak_bandwidth_gbytes_per_s", path, field,
+                               default=math.inf) * units.GBYTE_PER_S,
     )
 
 

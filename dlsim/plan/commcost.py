@@ -79,6 +79,8 @@ class ClusterPricer:
         schedule = expand_schedule(name, algo, float(nbytes), len(ranks), link=link, gamma=self.gamma,
                                    ranks_per_node=per_node, intra=self.cluster.intra)
         costs = make_costs(link, gamma=self.gamma, intra=self.cluster.intra)
+        # on a token-bucket link (LinkTier.burst) each transfer is priced from a full bucket: the
+        # simulator does not carry token state between transfers (collective() above does)
         out = []
         for m in schedule.messages:
             arrive, spacing, reduce = (float(costs.t(m.nbytes, m.intra)), float(costs.gap(m.nbytes, m.intra)),

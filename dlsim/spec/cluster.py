@@ -38,7 +38,9 @@ class LinkTier:
 
     `latency` L and `bandwidth` (1/G, bytes/s per direction per endpoint) also give the Hockney
     α-β model (α = L + 2o, β = G). `overhead` o is the CPU time to send or receive a message,
-    `gap` g the minimum interval between consecutive small messages.
+    `gap` g the minimum interval between consecutive small messages. `burst` (bytes, 0 = none) and
+    `peak_bandwidth` (bytes/s) describe a token-bucket-shaped port (`dlsim.cost.p2p`): up to
+    `burst` bytes leave at `peak_bandwidth` once the bucket has refilled at `bandwidth`.
     """
 
     name: str
@@ -49,6 +51,8 @@ class LinkTier:
     topology: str = "switch"
     oversubscription: float = 1.0
     dims: tuple[int, ...] = ()
+    burst: float = 0.0
+    peak_bandwidth: float = float("inf")
 
     @property
     def gap_per_byte(self) -> float:

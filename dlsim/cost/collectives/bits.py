@@ -39,3 +39,13 @@ def is_pof2(p: Ranks) -> Union[bool, np.ndarray]:
 def lowbit(r: int) -> int:
     """The lowest set bit of r > 0."""
     return r & -r
+
+
+def bmtree_children(v: int, p: int) -> list[int]:
+    """Children of v in Open MPI's bmtree rooted at 0 (`coll_base_topo.c`), in its order (mask increasing)."""
+    j = v.bit_length()
+    out = []
+    while v + (1 << j) < p:
+        out.append(v + (1 << j))
+        j += 1
+    return out

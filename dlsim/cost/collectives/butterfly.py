@@ -18,12 +18,16 @@ run the power-of-two algorithm; at the end rank 2i sends rank 2i+1 its result. f
 With Hockney T and p a power of two these are lg p·(α + nβ + nγ) and
 2 lg p·α + 2((p−1)/p)nβ + ((p−1)/p)nγ (§3.1 of `reference/algorithms.md`). After folding, the
 convention here splits the vector evenly among the p' ranks (MPICH splits by whole blocks).
+On a token-bucket link the recursive-doubling and Rabenseifner allreduce steps are priced with the
+bucket carried from step to step (`bucket.lockstep_time`; halving n/2 … n/2^K, then doubling
+n/2^K … n/2: the order matters there).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from dlsim.cost.collectives import bucket
 from dlsim.cost.collectives.bits import floor_log2, pof2_floor
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
@@ -46,11 +50,15 @@ def _fold(p):
 
 
 def recursive_doubling_allreduce_time(n, p, c: Costs):
+    if bucket.shaped(c):
+        return bucket.lockstep_time(c, bucket.recursive_doubling_steps(n, p))
     _, K, f = _fold(p)
     return f * c.step(n, True) + K * c.step(n, True) + f * c.step(n)
 
 
 def rabenseifner_allreduce_time(n, p, c: Costs):
+    if bucket.shaped(c):
+        return bucket.lockstep_time(c, bucket.rabenseifner_steps(n, p))
     _, K, f = _fold(p)
     return f * c.step(n, True) + halving_sum(n, K, c, True) + halving_sum(n, K, c, False) + f * c.step(n)
 

@@ -11,6 +11,7 @@ from dlsim.cost.collectives.chain import chain_segments
 from dlsim.cost.collectives.dbt import dbt_segments
 from dlsim.cost.collectives.costs import Costs, make_costs
 from dlsim.cost.collectives.registry import ALGORITHMS, Algorithm, Options, applicable
+from dlsim.cost.collectives.replay import replay_steps
 from dlsim.cost.collectives.schedule import Schedule
 from dlsim.cost.collectives.segments import check_segments
 from dlsim.errors import SpecError
@@ -73,9 +74,33 @@ def get_algorithm(collective: str, algorithm: str, ranks: int, options: Options)
     return algo
 
 
+BUCKET_FORMS = {("allreduce", "ring"), ("reduce-scatter", "ring"), ("allgather", "ring"),
+                ("allreduce", "recursive-doubling"), ("allreduce", "rabenseifner"),
+                ("allreduce", "binomial-tree-openmpi"), ("reduce", "binomial-tree"), ("send-recv", "direct")}
+"""Algorithms whose closed form carries a token bucket (`bucket.py`); on a shaped link the others
+are priced by replaying their schedule (`replay.replay_steps`, which carries it for any schedule)."""
+
+
+def _replayed(algo: Algorithm, n, p, costs: Costs, options: Options):
+    """`replay_steps` of the schedule at every point (scalar loop: shaped links without a closed form)."""
+    def one(size, ranks):
+        if size == 0:
+            return 0.0
+        return replay_steps(algo.schedule(float(size), int(ranks), options, costs), costs)
+    if np.ndim(n) == 0 and np.ndim(p) == 0:
+        return one(n, p)
+    return np.vectorize(one, otypes=[float])(n, p)
+
+
 def priced(algo: Algorithm, n, p, costs: Costs, options: Options):
-    """`algo.time` with nothing to do priced at zero: n = 0, or one rank (except PS push/pull)."""
-    t = algo.time(n, p, costs, options)
+    """`algo.time` with nothing to do priced at zero: n = 0, or one rank (except PS push/pull).
+
+    On a token-bucket link (`LinkTier.burst`) algorithms outside `BUCKET_FORMS` are replayed."""
+    shaped = costs.main.shaped or costs.intra.shaped
+    if shaped and (algo.collective, algo.name) not in BUCKET_FORMS:
+        t = _replayed(algo, n, p, costs, options)
+    else:
+        t = algo.time(n, p, costs, options)
     idle = (n == 0) | ((p == 1) & (algo.collective not in ("push", "pull")))
     return np.where(idle, 0.0, t) if np.ndim(idle) else (0.0 if idle else t)
 

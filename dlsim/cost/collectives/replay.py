@@ -16,24 +16,30 @@ s_1 ≤ … ≤ s_c, message i arrives at
 Hockney S = T this is exactly processor sharing of the bytes, with the start-up charged per
 message), and the port is free again at start + Σ_j S(s_j). For c equal messages all arrive at
 (c − 1)·S(s) + T(s): the last one arrives when it would under FIFO service, the first ones later.
+
+On token-bucket-shaped tiers (`LinkTier.burst` > 0) both executors carry every sender's tokens
+from message to message (`bucket.PortBuckets`; the calls start with full ports), so a rank that
+sent recently pays more of the line rate.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from dlsim.cost.collectives.bucket import PortBuckets, shaped
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.schedule import Message, Schedule
 
 
-def _message_times(m: Message, start: float, costs: Costs) -> tuple[float, float]:
-    arrival = start + costs.t(m.nbytes, m.intra)
-    return arrival, arrival + costs.r(m.reduce_bytes)
-
-
-def shared_arrivals(messages: list[Message], start: float, costs: Costs) -> tuple[list[float], float]:
+def shared_arrivals(messages: list[Message], start: float, costs: Costs,
+                    buckets: PortBuckets | None = None) -> tuple[list[float], float]:
     """Arrival time of each of one sender's shared messages started at `start` (module doc), and the
-    time its send port is free again."""
+    time its send port is free again. `buckets`: the token state on shaped tiers."""
+    first = messages[0]
+    if buckets is not None and shaped(costs, first.intra):
+        model = buckets.model(first.intra)
+        offsets, busy = buckets.send(first.src, first.intra, start, [float(model.payload(m.nbytes)) for m in messages])
+        return [start + o for o in offsets], start + busy
     order = sorted(range(len(messages)), key=lambda i: messages[i].nbytes)
     c = len(messages)
     arrivals = [0.0] * c
@@ -56,9 +62,18 @@ def _groups(schedule: Schedule, indices) -> dict[int, list[int]]:
     return {ids[0]: ids for ids in by_key.values()}
 
 
+def _single(m: Message, start: float, costs: Costs, buckets: PortBuckets) -> tuple[float, float]:
+    """(arrival, spacing) of one non-shared message started at `start`."""
+    if shaped(costs, m.intra):
+        arrivals, free = shared_arrivals([m], start, costs, buckets)
+        return arrivals[0], free - start
+    return start + costs.t(m.nbytes, m.intra), costs.gap(m.nbytes, m.intra)
+
+
 def replay_steps(schedule: Schedule, costs: Costs) -> float:
     """Completion time under the step semantics: steps in order, one-port FIFO ports inside a step
     (shared messages share their sender's port, module doc)."""
+    buckets = PortBuckets(costs)
     now = 0.0
     for step in schedule.steps:
         send_free: dict[int, float] = defaultdict(lambda: now)
@@ -72,15 +87,15 @@ def replay_steps(schedule: Schedule, costs: Costs) -> float:
                     continue
                 members = [schedule.messages[i] for i in groups[index]]
                 start = max([now, send_free[m.src]] + [recv_free[x.dst] for x in members])
-                arrivals, send_free[m.src] = shared_arrivals(members, start, costs)
+                arrivals, send_free[m.src] = shared_arrivals(members, start, costs, buckets)
                 for x, arrival in zip(members, arrivals):
                     done = arrival + costs.r(x.reduce_bytes)
                     recv_free[x.dst] = done
                     end = max(end, done)
                 continue
             start = max(now, send_free[m.src], recv_free[m.dst])
-            _, done = _message_times(m, start, costs)
-            spacing = costs.gap(m.nbytes, m.intra)
+            arrival, spacing = _single(m, start, costs, buckets)
+            done = arrival + costs.r(m.reduce_bytes)
             send_free[m.src] = start + spacing
             recv_free[m.dst] = start + spacing + costs.r(m.reduce_bytes)
             end = max(end, done)
@@ -92,6 +107,7 @@ def replay_dataflow(schedule: Schedule, costs: Costs) -> float:
     """Completion time under the data-flow semantics: a message starts when its deps are done and
     its sender's send port and receiver's receive port are free (ports FIFO in list order; a group
     of shared messages starts when all its members could, then shares the port)."""
+    buckets = PortBuckets(costs)
     done: dict[int, float] = {}
     send_free: dict[int, float] = defaultdict(float)
     recv_free: dict[int, float] = defaultdict(float)
@@ -105,7 +121,7 @@ def replay_dataflow(schedule: Schedule, costs: Costs) -> float:
             members = [schedule.messages[i] for i in ids]
             ready = max((done[d] for x in members for d in x.deps), default=0.0)
             start = max([ready, send_free[m.src]] + [recv_free[x.dst] for x in members])
-            arrivals, send_free[m.src] = shared_arrivals(members, start, costs)
+            arrivals, send_free[m.src] = shared_arrivals(members, start, costs, buckets)
             for i, x, arrival in zip(ids, members, arrivals):
                 done[i] = arrival + costs.r(x.reduce_bytes)
                 recv_free[x.dst] = done[i]
@@ -113,8 +129,8 @@ def replay_dataflow(schedule: Schedule, costs: Costs) -> float:
             continue
         ready = max((done[d] for d in m.deps), default=0.0)
         start = max(ready, send_free[m.src], recv_free[m.dst])
-        _, finish = _message_times(m, start, costs)
-        spacing = costs.gap(m.nbytes, m.intra)
+        arrival, spacing = _single(m, start, costs, buckets)
+        finish = arrival + costs.r(m.reduce_bytes)
         send_free[m.src] = start + spacing
         recv_free[m.dst] = start + spacing + costs.r(m.reduce_bytes)
         done[index] = finish

@@ -8,24 +8,32 @@ neighbour and receives one from its left neighbour.
     allreduce      (reduce-scatter then allgather):  (p−1)·[T(n/p) + r(n/p)] + (p−1)·T(n/p)
 
 With Hockney T this is 2(p−1)α + 2((p−1)/p)nβ + ((p−1)/p)nγ, the table of
-`reference/algorithms.md` §3.1 and S003 "Collectives for deep learning".
+`reference/algorithms.md` §3.1 and S003 "Collectives for deep learning". On a token-bucket link
+the same steps are priced with the bucket carried from step to step (`bucket.lockstep_time`).
 """
 
 from __future__ import annotations
 
+from dlsim.cost.collectives import bucket
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
 
 
 def reduce_scatter_time(n, p, c: Costs, intra: bool = False):
+    if bucket.shaped(c, intra):
+        return bucket.lockstep_time(c, bucket.ring_steps(n, p, True, False), intra)
     return (p - 1) * c.step(n / p, reduce=True, intra=intra)
 
 
 def allgather_time(n, p, c: Costs, intra: bool = False):
+    if bucket.shaped(c, intra):
+        return bucket.lockstep_time(c, bucket.ring_steps(n, p, False, True), intra)
     return (p - 1) * c.step(n / p, intra=intra)
 
 
 def allreduce_time(n, p, c: Costs, intra: bool = False):
+    if bucket.shaped(c, intra):
+        return bucket.lockstep_time(c, bucket.ring_steps(n, p, True, True), intra)
     return reduce_scatter_time(n, p, c, intra) + allgather_time(n, p, c, intra)
 
 

@@ -33,6 +33,10 @@ sends a leaf sends at once, and for p = 2^k the child with mask 2^i arrives duri
 above. For other p some children's messages overlap at the root's receive port; the lock-step
 form prices them one after another (the same total port time, reductions at most K·r(n) later).
 
+On a token-bucket link the binomial reduce keeps its form (every rank sends once, from a full
+port) and the Open MPI allreduce is `bucket.openmpi_allreduce_time` (a node's port refills
+between its reduce send and its broadcast sends).
+
 Broadcast by scatter + allgather (van de Geijn; Thakur et al. 2005 §4.1): a binomial scatter
 (step k sends the blocks of a subtree, at most min(2^j, p − 2^j)·n/p bytes with j = K−1−k) then a
 ring allgather:
@@ -44,7 +48,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlsim.cost.collectives.bits import ceil_log2, floor_log2
+from dlsim.cost.collectives import bucket
+from dlsim.cost.collectives.bits import bmtree_children, ceil_log2, floor_log2
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.ring import add_ring
 from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
@@ -62,16 +67,6 @@ def binomial_allreduce_time(n, p, c: Costs):
     return binomial_reduce_time(n, p, c) + binomial_bcast_time(n, p, c)
 
 
-def _bcast_children(v: int, p: int) -> list[int]:
-    """Children of v in Open MPI's bmtree rooted at 0 (`coll_base_topo.c`), in its order (mask increasing)."""
-    j = v.bit_length()
-    out = []
-    while v + (1 << j) < p:
-        out.append(v + (1 << j))
-        j += 1
-    return out
-
-
 def openmpi_bcast_time(n, p, c: Costs):
     """Σ_{m<⌊lg p⌋} [(c_m − 1)·S(n) + T(n)], c_m = ⌈lg(p − 2^m + 1)⌉ − m (module doc)."""
     D = floor_log2(p)
@@ -87,6 +82,15 @@ def openmpi_bcast_time(n, p, c: Costs):
 
 
 def openmpi_allreduce_time(n, p, c: Costs):
+    if bucket.shaped(c):
+        if np.ndim(p) == 0:
+            return bucket.openmpi_allreduce_time(n, int(p), c)
+        n_arr, p_arr = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p))
+        out = np.zeros(n_arr.shape)
+        for q in np.unique(p_arr):
+            mask = p_arr == q
+            out[mask] = bucket.openmpi_allreduce_time(n_arr[mask], int(q), c)
+        return out
     return binomial_reduce_time(n, p, c) + openmpi_bcast_time(n, p, c)
 
 
@@ -133,7 +137,7 @@ def add_openmpi_bcast(b: ScheduleBuilder, n: float, p: int, step: int) -> int:
     while level:
         nxt = []
         for v in level:
-            for child in _bcast_children(v, p):
+            for child in bmtree_children(v, p):
                 b.send(step, v, child, n, shared=True)
                 nxt.append(child)
         if nxt:
