@@ -54,7 +54,7 @@ def test_gemm_exact_hit_is_measured():
 
 @pytest.mark.parametrize("shape", [(8, 32, 100), (3, 200, 7), (50, 2, 130), (16, 10, 64)])
 def test_gemm_multilinear_is_exact_for_multilinear_log_throughput(shape):
-    t = MeasuredKernelTimes(grid_rows())
+    t = MeasuredKernelTimes(grid_rows(), gemm_method="multilinear")
     e = t.gemm(Gemm(*shape), "fp32")
     assert e.source == Source.INTERPOLATED
     m, n, k = shape
@@ -63,10 +63,11 @@ def test_gemm_multilinear_is_exact_for_multilinear_log_throughput(shape):
 
 def test_gemm_interpolation_stays_inside_its_cell():
     """A kernel switch (a step in throughput) outside the cell does not change the estimate."""
-    base = MeasuredKernelTimes(grid_rows())
+    base = MeasuredKernelTimes(grid_rows(), gemm_method="multilinear")
     stepped = [GemmRow(r.dtype, r.m, r.n, r.k, 1, r.time_s * (3.0 if r.m >= 64 else 1.0)) for r in grid_rows()]
     q = Gemm(8, 32, 100)
-    assert MeasuredKernelTimes(stepped).gemm(q, "fp32").seconds == pytest.approx(base.gemm(q, "fp32").seconds)
+    assert MeasuredKernelTimes(stepped, gemm_method="multilinear").gemm(q, "fp32").seconds == pytest.approx(
+        base.gemm(q, "fp32").seconds)
 
 
 def test_gemm_beyond_grid_is_clamped_and_extrapolated():
@@ -78,7 +79,7 @@ def test_gemm_beyond_grid_is_clamped_and_extrapolated():
 
 def test_gemm_missing_corners_renormalise_or_extrapolate():
     q = Gemm(8, 32, 100)
-    one_missing = MeasuredKernelTimes(grid_rows({(16, 64, 256)})).gemm(q, "fp32")
+    one_missing = MeasuredKernelTimes(grid_rows({(16, 64, 256)}), gemm_method="multilinear").gemm(q, "fp32")
     assert one_missing.source == Source.INTERPOLATED
     assert one_missing.seconds == pytest.approx(2 * 8 * 32 * 100 / rate(8, 32, 100), rel=0.05)
     corners = {(m, n, k) for m in (4, 16) for n in (16, 64) for k in (64, 256)}

@@ -20,7 +20,8 @@ from dlsim.api.models import as_model, check_batch
 from dlsim.calibrate.compute_fit import GemmFit, MemoryFit, fit_gemm, fit_memory
 from dlsim.calibrate.compute_plan import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, GemmTask, Task, gemm_grid, memory_sweep,
                                           model_tasks, optimizer_sweep)
-from dlsim.calibrate.compute_run import Backend, RunSummary, run_calibration
+from dlsim.calibrate.compute_passes import run_passes
+from dlsim.calibrate.compute_run import Backend, RunSummary
 from dlsim.calibrate.compute_timer import KernelTimer, cache_flusher, check_device, set_threads
 from dlsim.calibrate.compute_hostinfo import host_description
 from dlsim.errors import SpecError
@@ -181,16 +182,22 @@ tables: {{{', '.join(f'{k}: {v}' for k, v in tables.items())}}}
 def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[str] = (), batches: Sequence[int] = (1,),
                       overrides: Mapping[str, Any] | None = None, dtypes: Sequence[str] = ("fp32",), grid: bool = True,
                       algorithms: Sequence[str] | None = None, threads: int | None = None, repeats: int = 5,
-                      flush_cache: bool = True, statistic: str = "median", warm: str = "auto", command: str = "",
-                      progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
+                      flush_cache: bool = True, statistic: str = "median", warm: str = "auto", passes: int = 1,
+                      command: str = "", progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
     """Measure kernels into the profile directory `out` (see the module docstring); returns a summary record.
 
     `warm` ("auto", "none", "all"): the kernels of the models whose training step fits the
     last-level cache ("auto"), of none, or of all given models are also timed warm (back to back,
     no flush) into the ``-warm`` tables, the regime `dlsim.cost.lookup.CacheAwareKernelTimes` picks
-    for such steps."""
+    for such steps.
+
+    `passes` > 1 times every kernel once per pass, in a fresh random order each pass, and keeps the
+    `statistic` over the passes (`dlsim.calibrate.compute_passes`: time-correlated noise of a shared
+    machine then cannot shift a whole region of a table)."""
     if warm not in WARM_CHOICES:
         raise SpecError(f"unknown warm choice {warm!r} (use {', '.join(WARM_CHOICES)})", field="warm")
+    if passes < 1:
+        raise SpecError(f"passes must be at least 1, got {passes}", field="passes")
     out = Path(out)
     check_device(device)
     tasks = plan(models, batches, overrides=overrides, device=device, dtypes=dtypes, grid=grid, algorithms=algorithms)
@@ -199,7 +206,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None,
                         statistic=statistic)
-    summary: RunSummary = run_calibration(tasks, out, backend, timer, progress=progress)
+    summary: RunSummary = run_passes(tasks, out, backend, timer, passes, statistic=statistic, progress=progress)
     warm_models: dict[str, float] = {}
     if warm != "none" and models and flush_cache:
         from dlsim.calibrate.compute_timer import last_level_cache_bytes
@@ -213,8 +220,8 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
                           algorithms=algorithms, only=keep)
         if warm_tasks:
             warm_timer = KernelTimer(device, repeats=repeats, flush=None, statistic=statistic)
-            w = run_calibration(warm_tasks, out, backend, warm_timer, device_params=False, suffix="-warm",
-                                progress=progress)
+            w = run_passes(warm_tasks, out, backend, warm_timer, passes, suffix="-warm", statistic=statistic,
+                           device_params=False, progress=progress)
             summary.measured += w.measured
             summary.skipped += w.skipped
             summary.failed += w.failed
@@ -228,7 +235,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     runs = list(meta.get("runs", [])) + [{
         "date": started, "command": command or " ".join(sys.argv), "models": list(models), "batches": list(batches),
         "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "threads": threads_used,
-        "flush_cache": flush_cache, "statistic": statistic, "tasks": len(tasks),
+        "flush_cache": flush_cache, "statistic": statistic, "passes": passes, "tasks": len(tasks),
         "warm": warm, "warm_models_working_set_bytes": warm_models,
         "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
         "seconds": round(summary.seconds, 1)}]
@@ -236,9 +243,11 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             "conv_algorithms": list(CONV_ALGORITHMS[device]),
             "measured": {k: v for k, v in dev.items()},
             "fitted": {**{f"gemm_{d}": asdict(f) for d, f in fits.items()}, **({"memory": asdict(mem)} if mem else {})},
-            "timing": {"repeats": repeats, "threads": threads_used, "flush_cache": flush_cache, "statistic": statistic,
+            "timing": {"repeats": repeats, "passes": passes, "threads": threads_used, "flush_cache": flush_cache,
+                       "statistic": statistic,
                        "method": (f"{statistic} of single calls, each after a cache flush" if flush_cache else
-                                  f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls",
+                                  f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls"
+                                 + (f"; {statistic} over {passes} shuffled passes" if passes > 1 else ""),
                        "warm_tables": f"{statistic} over blocks of back-to-back calls (no flush), for the kernels of "
                                       "models whose training step fits the last-level cache"},
             "runs": runs}

@@ -24,6 +24,7 @@ from dlsim.calibrate.compute_plan import DEFAULT_CONV_ALGORITHM
 from dlsim.calibrate.compute_timer import (STATISTICS, KernelTimer, cache_flusher, check_device, set_threads,
                                            warm_allocator)
 from dlsim.cost.layers import layer_cost
+from dlsim.cost.lookup import GEMM_METHODS
 from dlsim.cost.pricing import price_pass
 from dlsim.errors import SpecError
 from dlsim.io.kernel_tables import load_kernel_times, read_meta_defaults, read_table
@@ -183,15 +184,15 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     timer = KernelTimer(device, repeats=repeats, statistic=statistic,
                         flush=cache_flusher(device) if _calibration_flushed(cluster) else None)
     tables, _ = load_kernel_times(cluster)
-    nearest, _ = load_kernel_times(cluster, gemm_method="nearest")
+    alternatives = {m: load_kernel_times(cluster, gemm_method=m)[0] for m in GEMM_METHODS if m != GEMM_METHODS[0]}
     gemm_rows = []
     held = heldout_gemms(read_table("gemm", cluster.tables["gemm"]), dtype, gemms, seed)
     gemm_times = _timed_in_passes([gemm_fn(g, dtype, dev) for g in held], timer, passes, statistic, seed)
     for g, t in zip(held, gemm_times):
-        est, alt = tables.gemm(g, dtype), nearest.gemm(g, dtype)
+        est = tables.gemm(g, dtype)
         gemm_rows.append({"m": g.m, "n": g.n, "k": g.k, "measured_s": t, "predicted_s": est.seconds,
-                          "source": est.source.value, "error": rel_error(est.seconds, t),
-                          "nearest_error": rel_error(alt.seconds, t)})
+                          "source": est.source.value, "method": GEMM_METHODS[0], "error": rel_error(est.seconds, t),
+                          **{f"{m}_error": rel_error(alt.gemm(g, dtype).seconds, t) for m, alt in alternatives.items()}})
         if progress:
             progress(f"gemm {g.m}x{g.n}x{g.k}: measured {t:.3g} s, predicted {est.seconds:.3g} s ({est.source.value})")
     conv_rows = []
@@ -215,7 +216,8 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
             "dtype": dtype, "threads": threads_used, "seed": seed, "statistic": statistic, "passes": passes,
             "flush_cache": timer.flush is not None,
             "gemm": {"summary": error_summary([r["error"] for r in gemm_rows]),
-                     "nearest_summary": error_summary([r["nearest_error"] for r in gemm_rows]), "rows": gemm_rows},
+                     **{f"{m}_summary": error_summary([r[f"{m}_error"] for r in gemm_rows]) for m in alternatives},
+                     "rows": gemm_rows},
             "conv": {"summary": error_summary([r["error"] for r in conv_rows]), "by_kind": by_kind,
                      "algorithm": algo, "rows": conv_rows}}
 

@@ -43,11 +43,15 @@ def _progress(quiet: bool):
 @click.option("--warm", type=click.Choice(["auto", "none", "all"]), default="auto", show_default=True,
               help="Also time the kernels of models whose training step fits the last-level cache (auto), of none, "
                    "or of all given models warm (back to back, no flush) into the -warm tables.")
+@click.option("--passes", type=int, default=1, show_default=True,
+              help="Time every kernel once per pass, in a fresh random order each pass, and keep the statistic over "
+                   "the passes (time-correlated noise of a shared machine then cannot shift a region of a table).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-kernel progress lines.")
 @set_option
 @json_option
 def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[int, ...], dtypes: tuple[str, ...],
-                no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool, statistic: str, warm: str, quiet: bool,
+                no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool,
+                statistic: str, warm: str, passes: int, quiet: bool,
                 overrides: tuple[str, ...], json_out: str | None) -> None:
     """Measure GEMMs, convolutions (every algorithm), memory-bound kernels and launch overhead.
 
@@ -58,9 +62,12 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
         raise click.UsageError("--model needs --batch")
     if repeats < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
+    if passes < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--passes")
     rec = calibrate_compute(out, device=device, models=models, batches=batches or (1,),
                             overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
                             algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache, statistic=statistic, warm=warm,
+                            passes=passes,
                             command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(quiet))
     if json_out is not None:
         emit_json(rec, json_out)

@@ -133,9 +133,10 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
         if s.get("count"):
             click.echo(f"{kind}: {s['count']} held-out shapes, median |error| {100 * s['median_abs']:.1f}%, "
                        f"90th percentile {100 * s['p90_abs']:.1f}%, worst {100 * s['max_abs']:.1f}%")
-    n = rec["gemm"]["nearest_summary"]
-    if n.get("count"):
-        click.echo(f"gemm, nearest-shape scaling instead of grid interpolation: median |error| {100 * n['median_abs']:.1f}%")
+    for method in ("multilinear", "nearest"):
+        n = rec["gemm"].get(f"{method}_summary", {})
+        if n.get("count"):
+            click.echo(f"gemm with the {method} lookup instead: median |error| {100 * n['median_abs']:.1f}%")
     for kind, s in rec["conv"]["by_kind"].items():
         if s.get("count"):
             click.echo(f"conv {kind}: {s['count']} kernels, median |error| {100 * s['median_abs']:.1f}%, "

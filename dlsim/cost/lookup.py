@@ -5,18 +5,21 @@
 
 GEMM ``C[m×n] = A[m×k]·B[k×n]`` (``count`` of them batched), per data type.
   * exact (dtype, m, n, k, count) → **measured**.
-  * inside the calibration grid (rows with ``set = grid``): multilinear interpolation of the
-    log throughput ``log(F/t)`` in ``(log m, log n, log k)`` over the 8 corners of the enclosing
-    grid cell → **interpolated**. This is the recommendation of algorithms.md §8.3 ("interpolate
-    efficiency, not time", efficiency = F/(t·π)): with a constant π, log efficiency and log
-    throughput differ by a constant, and since ``log F = log 2 + log m + log n + log k`` is itself
-    multilinear, the same interpolant also reproduces ``log t`` exactly at the corners. Only the
-    two grid neighbours of each dimension take part, so a kernel switch (a BLAS library changing
-    its blocking between two sizes) can only bend the estimate inside the one cell where it
-    happens, never leak across the table. Corners missing from the grid (the calibrator skips
-    the largest products) are left out and the remaining weights renormalised; under half the
-    weight present, or a dimension beyond the grid's largest value (its coordinate clamped to
-    the edge: throughput saturates), the answer is **extrapolated**.
+  * inside the calibration grid (rows with ``set = grid``), by default: local linear regression of
+    ``log t`` on ``(log m, log n, log k)`` over the 32 nearest measured shapes of every set (grid,
+    odd, model), tricube-weighted (`dlsim.cost.gemm_local`) → **interpolated**. Chosen over the grid
+    cell's interpolant (below) because it averages the measurement noise of single rows and sees
+    the off-grid shapes; measured on held-out shapes in reports/validation-cpu.md.
+  * ``gemm_method="multilinear"``: multilinear interpolation of the log throughput ``log(F/t)`` in
+    ``(log m, log n, log k)`` over the 8 corners of the enclosing grid cell → **interpolated**
+    (algorithms.md §8.3, "interpolate efficiency, not time": with a constant π, log efficiency and
+    log throughput differ by a constant, and since ``log F`` is itself multilinear the interpolant
+    reproduces ``log t`` at the corners). Only the two grid neighbours of each dimension take part,
+    so a kernel switch between two sizes bends the estimate only inside its cell. Corners missing
+    from the grid (the calibrator skips the largest products) are left out and the remaining
+    weights renormalised; under half the weight present, or a dimension beyond the grid's largest
+    value (its coordinate clamped to the edge: throughput saturates), the answer is
+    **extrapolated** — for either method, the cell decides whether a shape is inside the grid.
   * no grid cell: the nearest measured shape in log space, scaled by FLOPs (same throughput)
     → **extrapolated**. ``count`` > 1 without a batched row: count × the single-GEMM time →
     **extrapolated**.
@@ -55,6 +58,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from dlsim.cost.conv_methods import ConvGeometry, geometry_from_dict
+from dlsim.cost.gemm_local import LocalGemmModel
 from dlsim.cost.layers import Gemm, PassCost
 from dlsim.cost.memory import optimizer_step_traffic
 from dlsim.results import Estimate, Source
@@ -65,6 +69,10 @@ CONV_SHAPE_FIELDS = ("c_in", "h", "w", "c_out", "k_h", "k_w", "stride_h", "strid
 CONV_COLUMNS = ("dtype", "pass", "algorithm", "n", *CONV_SHAPE_FIELDS, "time_s", "iqr_s", "workspace_bytes",
                 "repeats", "set")
 MEMORY_COLUMNS = ("dtype", "op", "pass", "signature", "bytes", "flops", "time_s", "iqr_s", "repeats", "set")
+GEMM_METHODS = ("local", "multilinear", "nearest")
+"""How a GEMM between measured shapes is priced: local linear regression over the nearest measured shapes
+(`dlsim.cost.gemm_local`, the default), the grid cell's multilinear interpolant, or the nearest shape
+scaled by FLOPs (the last two kept to compare on held-out shapes)."""
 SETS = ("grid", "model", "heldout", "odd")
 """Why a row was measured: the generic calibration grid, the shapes of a model, a held-out check, the
 calibration's off-power-of-two GEMM shapes (`dlsim.calibrate.compute_plan.odd_gemms`; not used by the
@@ -192,14 +200,14 @@ class MeasuredKernelTimes:
     """`KernelTimes` over measured GEMM, convolution and memory-bound tables (see the module docstring).
 
     `conv_algorithm` is the algorithm the framework runs by default (None: the fastest measured);
-    `gemm_method` is "multilinear" (default) or "nearest" (nearest measured shape scaled by FLOPs,
-    kept to compare the two interpolants on held-out shapes).
+    `gemm_method` is one of `GEMM_METHODS` ("local", the default; "multilinear" and "nearest" are kept to
+    compare the interpolants on held-out shapes).
     """
 
     def __init__(self, gemm: Iterable[GemmRow] = (), conv: Iterable[ConvRow] = (), memory: Iterable[MemoryRow] = (),
-                 *, conv_algorithm: str | None = None, gemm_method: str = "multilinear", origin: str = "tables"):
-        if gemm_method not in ("multilinear", "nearest"):
-            raise ValueError(f"gemm_method must be 'multilinear' or 'nearest', got {gemm_method!r}")
+                 *, conv_algorithm: str | None = None, gemm_method: str = "local", origin: str = "tables"):
+        if gemm_method not in GEMM_METHODS:
+            raise ValueError(f"gemm_method must be one of {', '.join(GEMM_METHODS)}, got {gemm_method!r}")
         self.conv_algorithm, self.gemm_method, self.origin = conv_algorithm, gemm_method, origin
         self._gemm: dict[tuple, float] = {}
         grid: dict[str, set[tuple[int, int, int]]] = {}
@@ -211,6 +219,8 @@ class MeasuredKernelTimes:
         self._points: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         for (dt, m, n, k, c) in self._gemm:
             self._points.setdefault((dt, c), []).append((m, n, k))
+        self._local = {dt: LocalGemmModel((*p, self._gemm[(dt, *p, 1)]) for p in pts)
+                       for (dt, c), pts in self._points.items() if c == 1} if gemm_method == "local" else {}
         self._conv: dict[tuple, dict[str, list[tuple[int, float]]]] = {}
         for r in conv:
             algos = self._conv.setdefault((r.dtype, r.pass_name, r.shape), {})
@@ -264,11 +274,19 @@ class MeasuredKernelTimes:
         exact = self._gemm.get((dtype, m, n, k, 1))
         if exact is not None:
             return Estimate(exact, Source.MEASURED, f"gemm table: {m}x{n}x{k}")
-        if self.gemm_method == "multilinear" and dtype in self._axes:
+        if self.gemm_method in ("multilinear", "local") and dtype in self._axes:
             found = self._multilinear(m, n, k, dtype)
+            if found is not None and self.gemm_method == "local" and found.source is Source.INTERPOLATED:
+                return self._local_fit(m, n, k, dtype)
             if found is not None:
                 return found
         return self._nearest(m, n, k, dtype)
+
+    def _local_fit(self, m: int, n: int, k: int, dtype: str) -> Estimate:
+        model = self._local[dtype]
+        t, reach = model.seconds(m, n, k)
+        return Estimate(t, Source.INTERPOLATED, f"gemm table: local linear fit of {model.neighbours} nearest measured "
+                                                f"shapes (within ×{math.exp(reach):.2f} per dimension)")
 
     def _multilinear(self, m: int, n: int, k: int, dtype: str) -> Estimate | None:
         flops = 2.0 * m * n * k

@@ -155,7 +155,7 @@ def read_cache_bytes(profile_dir: Path) -> float | None:
 
 
 def load_kernel_times(cluster: Cluster, *, conv_algorithm: str | None = None,
-                      gemm_method: str = "multilinear") -> tuple[CacheAwareKernelTimes | None, list[str]]:
+                      gemm_method: str = "local") -> tuple[CacheAwareKernelTimes | None, list[str]]:
     """Measured kernel times from the tables `cluster` names, and notes for the result record.
 
     Returns (None, []) when the profile names none of the gemm / conv / memory tables.
