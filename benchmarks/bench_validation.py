@@ -5,7 +5,8 @@
         [--out reports/validation-cpu]
 
 With --rounds R the models' iterations are timed interleaved (round robin, R rounds; short models
-get more iterations per round) so that drift of a shared machine hits every model alike; with
+get more iterations per round) so that drift of a shared machine hits every model alike, each model
+in a process of its own as a training job runs (--shared-process: all in this process); with
 --statistic min each model's time is the fastest iteration (the least disturbed), to be compared
 with tables calibrated with --statistic min.
 
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="time the models interleaved, round robin, this many rounds (0: one model after another); "
                          "--repeats is then the number of hooked per-layer iterations")
     ap.add_argument("--warm", choices=("auto", "none", "all"), default="auto", help="with --calibrate: warm tables")
+    ap.add_argument("--shared-process", action="store_true",
+                    help="with --rounds: time all models in this one process (default: one process per model)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from dlsim.api.calibrate_compute import calibrate_compute
@@ -81,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         from dlsim.api.validate import validate_models
         results = validate_models(chosen, args.cluster, rounds=args.rounds, threads=args.threads,
                                   statistic=args.statistic, per_layer_repeats=args.repeats,
+                                  isolate=not args.shared_process,
                                   progress=lambda s: print(f"{s} (load {load():.2f})", file=sys.stderr))
         record["rounds"] = args.rounds
+        record["process"] = "shared by all models" if args.shared_process else "one per model"
     else:
         for name, batch, overrides in chosen:
             results.append(validate_model(name, args.cluster, batch, overrides=overrides, threads=args.threads,

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from dlsim.cost.lookup import ConvRow, GemmRow, conv_shape
+from dlsim.errors import DlsimError
 from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
 
 
@@ -139,3 +140,25 @@ def test_heldout_passes_shuffle_and_take_min_over_passes():
     calls.clear()
     assert _timed_in_passes(fns, FakeTimer(), passes=1, statistic="min", seed=1) == [10, 11, 12, 13, 14]
     assert calls == list(range(5))                                             # one pass: original order
+
+
+def test_validate_models_in_worker_processes(tiny_profile):
+    """Each model timed in a spawned process of its own, stepped in round robin from this one."""
+    from dlsim.api.validate import validate_models
+    from dlsim.io.model_yaml import load_model
+    from dlsim.validate.iteration_workers import WorkerRunner
+    (rec,) = validate_models([("lenet5", 2, {})], tiny_profile, rounds=1, threads=1, per_layer_repeats=1,
+                             min_round_s=0.0)
+    assert rec["process"] == "one per model" and rec["measured"]["iteration_s"] > 0
+    assert len(rec["measured"]["iteration_samples_s"]) >= 2
+    assert all(r["measured_s"] > 0 for r in rec["layers"] if r["type"] == "conv2d")
+    model = load_model("lenet5")
+    run = WorkerRunner(model, 2, threads=1)
+    try:
+        f, b, o = run.step()
+        assert f > 0 and b > 0 and o > 0 and run.threads == 1
+    finally:
+        run.close()
+    import dataclasses
+    with pytest.raises(DlsimError, match="no source file"):
+        WorkerRunner(dataclasses.replace(model, source=""), 2)

@@ -32,6 +32,7 @@ from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
 from dlsim.validate.compute_iteration import IterationRunner, interleaved_iterations, measure_iteration
+from dlsim.validate.iteration_workers import WorkerRunner
 
 SCHEMA_VERSION = 1
 
@@ -78,11 +79,13 @@ def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, bat
 def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]], cluster: Cluster | str | Path, *,
                     rounds: int = 5, device: str = "cpu", optimizer: str = "adam", per_layer_repeats: int = 3,
                     threads: int | None = None, attention: str = "math", statistic: str = "min",
-                    min_round_s: float = 0.3,
+                    min_round_s: float = 0.3, isolate: bool = True,
                     progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """`validate_model` for several (model, batch, overrides) at once, their iterations timed in round
     robin (`dlsim.validate.compute_iteration.interleaved_iterations`): drift of a shared machine hits
-    all models alike. One record per model, as `validate_model` gives."""
+    all models alike. With `isolate` (default) each model runs in a process of its own
+    (`dlsim.validate.iteration_workers`), as a training job does; otherwise all in this process.
+    One record per model, as `validate_model` gives."""
     cluster = as_cluster(cluster)
     if rounds < 1:
         raise SpecError("rounds must be >= 1", field="rounds")
@@ -93,16 +96,30 @@ def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]
     retained = warm_allocator()
     models = [as_model(m, o) for m, _, o in entries]
     batches = [check_batch(b) for _, b, _ in entries]
-    runners = [IterationRunner(m, b, make_optimizer, device=device, dtype=m.dtype, optimizer=optimizer,
-                               attention=attention) for m, b in zip(models, batches)]
-    measured = interleaved_iterations(runners, rounds, min_round_s=min_round_s, per_layer_repeats=per_layer_repeats,
-                                      progress=(lambda r, n: progress(f"round {r}/{n}")) if progress else None)
+    if isolate:
+        runners = []
+        try:
+            for m, b, (_, _, o) in zip(models, batches, entries):
+                runners.append(WorkerRunner(m, b, overrides=o, device=device, optimizer=optimizer, attention=attention,
+                                            threads=threads_used, retain_memory=retained))
+            measured = interleaved_iterations(runners, rounds, min_round_s=min_round_s,
+                                              per_layer_repeats=per_layer_repeats,
+                                              progress=(lambda r, n: progress(f"round {r}/{n}")) if progress else None)
+        finally:
+            for run in runners:
+                run.close()
+    else:
+        runners = [IterationRunner(m, b, make_optimizer, device=device, dtype=m.dtype, optimizer=optimizer,
+                                   attention=attention) for m, b in zip(models, batches)]
+        measured = interleaved_iterations(runners, rounds, min_round_s=min_round_s, per_layer_repeats=per_layer_repeats,
+                                          progress=(lambda r, n: progress(f"round {r}/{n}")) if progress else None)
     out = []
     for m, b, meas in zip(models, batches, measured):
         predicted = estimate(m, cluster, b, dtype=m.dtype, optimizer=optimizer)
         rec = _model_record(m, cluster, b, device, m.dtype, optimizer, predicted, meas, statistic, retained,
                             len(meas.samples))
         rec["threads"], rec["interleaved_rounds"] = threads_used, rounds
+        rec["process"] = "one per model" if isolate else "shared by all models"
         out.append(rec)
     return out
 

@@ -12,7 +12,7 @@ are memory-bound on every device dlsim models, so their time comes from the byte
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from dlsim.cost.workdepth import clog2, conv_direct_depth
@@ -44,7 +44,9 @@ class PassCost:
 
     `kind` is "gemm" (priced by its GEMMs), "conv" (a convolution; `gemms` is its im2col form)
     or "memory" (element-wise / reduction work, bandwidth-bound). `kernels` is the number of
-    kernel launches the pass needs.
+    kernel launches the pass needs. `parts` lists the memory-bound kernels a "gemm" pass runs
+    between its GEMMs, as (op type priced like, pass of that op, its cost): measured tables price
+    each from that op's curve (an unfused attention's scaling, softmax, dropout and layout copies).
     """
 
     flops: float = 0.0
@@ -55,6 +57,7 @@ class PassCost:
     gemms: tuple[Gemm, ...] = ()
     kind: str = "memory"
     kernels: int = 1
+    parts: tuple[tuple[str, str, "PassCost"], ...] = ()
 
     @property
     def bytes(self) -> float:
@@ -310,9 +313,39 @@ def _attention(layer: Layer, n: int, b: int) -> LayerCost:
         return PassCost(flops, flops / 2, depth, reads, writes, gemms, "gemm", kernels=len(gemms) + 2)
     fwd = gemm_pass(fwd_g, 5 * scores + bias, rows * d * b + w_bytes + act + 2 * scores * b, act + 2 * scores * b)
     bwd_x = gemm_pass(bx_g, 4 * scores, act + w_bytes + 3 * scores * b, act + 2 * scores * b)
+    fwd_parts, bwd_parts = _attention_parts(scores, rows * d, b, bool(a["dropout"]), bool(a.get("causal")))
+    fwd, bwd_x = replace(fwd, parts=fwd_parts), replace(bwd_x, parts=bwd_parts)
     bwd_w = gemm_pass(bw_g, bias, 2 * act, w_bytes)
     dropout = scores * MASK_BYTES if a["dropout"] else 0
     return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + scores * b + dropout)
+
+
+def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool,
+                     causal: bool) -> tuple[tuple[tuple[str, str, PassCost], ...], tuple[tuple[str, str, PassCost], ...]]:
+    """The memory-bound kernels an unfused attention runs between its GEMMs (PyTorch's math path:
+    ``softmax(QKᵀ · d_h^-1/2 [masked]) [dropout] · V``), forward and backward, each as (op whose
+    measured curve prices it, pass, cost). Over the S = N·h·L² scores: the scaling (one read, one
+    write; priced like relu forward), the causal mask's fill (same), softmax, dropout. Over the
+    N·L·D activations: four layout copies — Q, Kᵀ and V made contiguous for the batched GEMMs
+    (heads moved before the sequence) and the context moved back — each a read and a write. The
+    backward runs the gradient of each: softmax and dropout backward, the scaling's and mask's
+    gradients (one read, one write) and the four copies back. The FLOPs of scaling, softmax and
+    dropout are already in the pass's element-wise remainder, so the parts replace it when priced."""
+    unary = _elementwise(scores, b, 1)
+    copy = _elementwise(rows_by_width, b, 0)
+    fwd: list[tuple[str, str, PassCost]] = [("relu", "forward", unary)]
+    bwd: list[tuple[str, str, PassCost]] = [("relu", "forward", unary)]
+    if causal:
+        fwd.append(("relu", "forward", unary))
+        bwd.append(("relu", "forward", unary))
+    fwd.append(("softmax", "forward", _elementwise(scores, b, 5)))
+    bwd.append(("softmax", "backward_data", _elementwise(scores, b, 4, reads=2)))
+    if dropout:
+        fwd.append(("dropout", "forward", PassCost(2 * scores, 2 * scores, 1, scores * b, scores * (b + MASK_BYTES))))
+        bwd.append(("dropout", "backward_data", PassCost(scores, scores, 1, scores * (b + MASK_BYTES), scores * b)))
+    fwd += [("relu", "forward", copy)] * 4
+    bwd += [("relu", "forward", copy)] * 4
+    return tuple(fwd), tuple(bwd)
 
 
 def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:

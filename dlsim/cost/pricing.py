@@ -44,7 +44,13 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
             if all(p is not None for p in parts):
                 found = sum(parts[1:], parts[0])  # type: ignore[arg-type]
                 rest = cost.flops - cost.matmul_flops
-                if rest > 0:  # element-wise remainder (softmax inside attention, biases, gates)
+                inner = [tables.memory_bound(op, name, part, dtype) for op, name, part in cost.parts]
+                if cost.parts and all(e is not None for e in inner):  # the memory-bound kernels between GEMMs
+                    found = sum(inner, found)  # type: ignore[arg-type]
+                    found = Estimate(found.seconds, found.source, f"{len(parts)} GEMMs + {len(inner)} memory-bound "
+                                                                  f"kernels, least exact: {found.note}")
+                    rest = 0.0  # the parts are the element-wise work; bias adds run inside addmm's GEMM
+                if rest > 0:  # element-wise remainder (biases, gates; attention's without measured curves)
                     found = found + roofline_time(rest, 0.0, device, dtype, matrix=False, kernels=0)
         if found is None and not cost.gemms:
             found = tables.memory_bound(op_type, pass_name, cost, dtype)
