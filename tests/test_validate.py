@@ -146,7 +146,7 @@ def test_validate_models_in_worker_processes(tiny_profile):
     """Each model timed in a spawned process of its own, stepped in round robin from this one."""
     from dlsim.api.validate import validate_models
     from dlsim.io.model_yaml import load_model
-    from dlsim.validate.iteration_workers import WorkerRunner
+    from dlsim.api.validate_workers import WorkerRunner
     (rec,) = validate_models([("lenet5", 2, {})], tiny_profile, rounds=1, threads=1, per_layer_repeats=1,
                              min_round_s=0.0)
     assert rec["process"] == "one per model" and rec["measured"]["iteration_s"] > 0

@@ -32,7 +32,7 @@ from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
 from dlsim.validate.compute_iteration import IterationRunner, interleaved_iterations, measure_iteration
-from dlsim.validate.iteration_workers import WorkerRunner
+from dlsim.api.validate_workers import WorkerRunner
 
 SCHEMA_VERSION = 1
 
@@ -84,7 +84,7 @@ def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]
     """`validate_model` for several (model, batch, overrides) at once, their iterations timed in round
     robin (`dlsim.validate.compute_iteration.interleaved_iterations`): drift of a shared machine hits
     all models alike. With `isolate` (default) each model runs in a process of its own
-    (`dlsim.validate.iteration_workers`), as a training job does; otherwise all in this process.
+    (`dlsim.api.validate_workers`), as a training job does; otherwise all in this process.
     One record per model, as `validate_model` gives."""
     cluster = as_cluster(cluster)
     if rounds < 1:
