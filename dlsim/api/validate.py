@@ -96,23 +96,19 @@ def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]
     retained = warm_allocator()
     models = [as_model(m, o) for m, _, o in entries]
     batches = [check_batch(b) for _, b, _ in entries]
-    if isolate:
-        runners = []
-        try:
-            for m, b, (_, _, o) in zip(models, batches, entries):
-                runners.append(WorkerRunner(m, b, overrides=o, device=device, optimizer=optimizer, attention=attention,
-                                            threads=threads_used, retain_memory=retained))
-            measured = interleaved_iterations(runners, rounds, min_round_s=min_round_s,
-                                              per_layer_repeats=per_layer_repeats,
-                                              progress=(lambda r, n: progress(f"round {r}/{n}")) if progress else None)
-        finally:
-            for run in runners:
-                run.close()
-    else:
-        runners = [IterationRunner(m, b, make_optimizer, device=device, dtype=m.dtype, optimizer=optimizer,
-                                   attention=attention) for m, b in zip(models, batches)]
+    runners: list[Any] = []
+    try:
+        for m, b, (_, _, o) in zip(models, batches, entries):
+            runners.append(WorkerRunner(m, b, overrides=o, device=device, optimizer=optimizer, attention=attention,
+                                        threads=threads_used, retain_memory=retained) if isolate else
+                           IterationRunner(m, b, make_optimizer, device=device, dtype=m.dtype, optimizer=optimizer,
+                                           attention=attention))
         measured = interleaved_iterations(runners, rounds, min_round_s=min_round_s, per_layer_repeats=per_layer_repeats,
                                           progress=(lambda r, n: progress(f"round {r}/{n}")) if progress else None)
+    finally:
+        for run in runners:
+            if isolate:
+                run.close()
     out = []
     for m, b, meas in zip(models, batches, measured):
         predicted = estimate(m, cluster, b, dtype=m.dtype, optimizer=optimizer)

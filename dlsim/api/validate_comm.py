@@ -34,13 +34,18 @@ from dlsim.io.profile_yaml import load_profile
 from dlsim.units import MIB
 
 
-def _rows(profile: Path, backend: str, hosts: str | None) -> list[dict[str, str]]:
-    path = profile / COLLECTIVE_TABLE
+def _measured(path: Path, what: str, column: str, value: str, backend: str,
+              hosts: str | None) -> list[dict[str, str]]:
+    """Rows of a `dlsim calibrate comm` table whose `column` is `value`, for `backend` (and `hosts`)."""
     if not path.exists():
-        raise SpecError("no measured collective table; run dlsim calibrate comm first", path=path)
+        raise SpecError(f"no measured {what} table; run dlsim calibrate comm first", path=path)
     with open(path) as handle:
-        rows = [r for r in csv.DictReader(handle) if r["collective"] == "allreduce" and r["backend"] == backend
+        return [r for r in csv.DictReader(handle) if r[column] == value and r["backend"] == backend
                 and (hosts is None or r["hosts"] == hosts)]
+
+
+def _rows(profile: Path, backend: str, hosts: str | None) -> list[dict[str, str]]:
+    rows = _measured(profile / COLLECTIVE_TABLE, "collective", "collective", "allreduce", backend, hosts)
     return [{**r, "measured_in": str(profile)} for r in rows]
 
 
@@ -94,11 +99,7 @@ def resolved_order(measured: dict[str, dict[str, Any]], predicted: dict[str, flo
 def pingpong_table(profile: Path, backend: str, hosts: str | None) -> PointToPoint:
     """The `table` p2p model of the profile's ping-pong rows (one-way = median RTT / 2, as measured)."""
     path = profile / P2P_TABLE
-    if not path.exists():
-        raise SpecError("no measured point-to-point table; run dlsim calibrate comm first", path=path)
-    with open(path) as handle:
-        rows = [r for r in csv.DictReader(handle) if r["kind"] == "pingpong" and r["backend"] == backend
-                and (hosts is None or r["hosts"] == hosts)]
+    rows = _measured(path, "point-to-point", "kind", "pingpong", backend, hosts)
     if len({r["hosts"] for r in rows}) > 1:
         raise SpecError("ping-pong rows from several host sets; give hosts", path=path)
     points = {int(r["size_bytes"]): float(r["median_s"]) for r in rows}

@@ -66,8 +66,8 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
         raise click.BadParameter("must be at least 1", param_hint="--passes")
     rec = calibrate_compute(out, device=device, models=models, batches=batches or (1,),
                             overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
-                            algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache, statistic=statistic, warm=warm,
-                            passes=passes,
+                            algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache,
+                            statistic=statistic, warm=warm, passes=passes,
                             command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(quiet))
     if json_out is not None:
         emit_json(rec, json_out)
