@@ -24,12 +24,14 @@ from pathlib import Path
 
 from dlsim.api.calibrate_comm import calibrate_comm, refit_burst
 from dlsim.api.validate_comm import validate_comm
-from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE
+from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, REPS_FILE, row_idle_gap
 from dlsim.calibrate.comm_plan import powers_of_two
 from dlsim.cost.collectives import collective_time
+from dlsim.errors import DlsimError
 from dlsim.io.files import write_atomic
 from dlsim.io.profile_yaml import load_profile
 from dlsim.report.comm_plots import plot_validation
+from dlsim.units import parse_time
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = "comm-burst-probe/probe-1500mtu.jsonl"
@@ -55,7 +57,7 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
              f"L = {rec['link']['latency_s'] * 1e6:.2f} us, o = {rec['link']['overhead_s'] * 1e6:.2f} us, "
              f"g = {rec['link']['gap_s'] * 1e6:.2f} us, bandwidth = {rec['link']['bandwidth_bytes_per_s'] / 1e6:.3f} MB/s, "
              f"gamma = {rec['gamma_s_per_byte'] * 1e12:.1f} ps/B; model {rec['model']} (LogGP when o or g > 0).",
-             ] + bucket_lines(rec) + remeasured_lines(rec, args) + [""] + burst_section(args) + ["", "## Open MPI algorithm labels", "",
+             ] + bucket_lines(rec) + remeasured_lines(rec, args) + gap_lines([args.out, *args.remeasured]) + [""] + burst_section(args) + ["", "## Open MPI algorithm labels", "",
              "| dlsim algorithm | Open MPI 4.1 coll/tuned setting (with coll_tuned_use_dynamic_rules=1) |", "|---|---|"]
     for name, settings in rec["openmpi_settings"].items():
         lines.append(f"| {name} | " + ", ".join(f"{k}={v}" for k, v in settings.items()) + " |")
@@ -120,6 +122,8 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
     notes = Path(args.reports) / (NOTES if args.name == "comm-validation" else f"{args.name}-notes.md")
     if notes.exists():
         lines += ["", notes.read_text().strip()]
+    if args.baseline:
+        lines += baseline_section(rec, Path(args.baseline))
     lines += previous_section(Path(args.reports) / PREVIOUS)
     lines += ["", f"![measured vs predicted]({args.name}.png)", ""]
     return "\n".join(lines)
@@ -145,6 +149,75 @@ def remeasured_lines(rec: dict, args: argparse.Namespace) -> list[str]:
             + ", ".join(f"{_rel(x)}/comm_collectives.csv (+ every repetition in comm_collectives_reps.jsonl)"
                         for x in rec["remeasured"])
             + "; the predictions use the profile above only."]
+
+
+def gap_lines(folders: list[str]) -> list[str]:
+    """How the collective repetitions of each measured directory were spaced (`CommPlan.idle_gap_s`)."""
+    out = []
+    for folder in folders:
+        path = Path(folder) / COLLECTIVE_TABLE
+        if not path.exists():
+            continue
+        with open(path) as handle:
+            gaps = sorted({row_idle_gap(r) for r in csv.DictReader(handle) if r["backend"] == "mpi"})
+        reps = Path(folder) / REPS_FILE
+        waits = sorted({json.loads(x).get("idle_wait", "sleep") for x in reps.read_text().splitlines() if x.strip()}
+                       if reps.exists() else {"sleep"})
+        text = ", ".join("back to back (barrier, allreduce, two gathers, next repetition)" if g == 0 else
+                         f"every rank idle {g * 1e3:g} ms ({'/'.join(waits)}), then barrier, then the allreduce"
+                         for g in gaps)
+        out.append(f"* Repetitions in {_rel(folder)}: {text or 'none'} (column idle_gap_s of comm_collectives.csv; "
+                   "absent = back to back).")
+    return out
+
+
+def baseline_section(rec: dict, path: Path) -> list[str]:
+    """This run against another validation record (`--baseline`, e.g. the back-to-back run): the
+    medians, errors, order counts and crossovers of both, for the sizes both measured."""
+    base = json.loads(path.read_text())
+    out = ["", f"## Against {_rel(str(path))}", "",
+           f"Baseline: profile {_rel(base['profile'])}"
+           + (" + re-measured " + ", ".join(_rel(x) for x in base.get("remeasured", [])) if base.get("remeasured") else "")
+           + f"; this run: profile {_rel(rec['profile'])}"
+           + (" + re-measured " + ", ".join(_rel(x) for x in rec.get("remeasured", [])) if rec.get("remeasured") else "")
+           + ". Error = (predicted fit − measured median) / measured median, each run with its own profile's "
+           "prediction (identical when both use the same profile).", "",
+           "| algorithm | size (B) | measured before (ms) | measured now (ms) | now / before | predicted before (ms) "
+           "| predicted now (ms) | error before | error now |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rows in rec["algorithms"].items():
+        old = {r["size_bytes"]: r for r in base["algorithms"].get(name, [])}
+        for r in rows:
+            b = old.get(r["size_bytes"])
+            if b is None:
+                continue
+            out.append(f"| {name} | {r['size_bytes']} | {fmt_ms(b['measured_s'])} | {fmt_ms(r['measured_s'])} | "
+                       f"{r['measured_s'] / b['measured_s']:.2f} | {fmt_ms(b['predicted_fit_s'])} | "
+                       f"{fmt_ms(r['predicted_fit_s'])} | {100 * b['relative_error_fit']:+.1f}% | "
+                       f"{100 * r['relative_error_fit']:+.1f}% |")
+
+    def counts(r: dict) -> str:
+        n = len(r["order"])
+        return (f"strict {sum(o['same'] for o in r['order'])}/{n}, 2% ties {sum(o['same_up_to_ties'] for o in r['order'])}/{n}, "
+                f"resolved {sum(o['same_where_resolved'] for o in r['order'])}/{n}"
+                + (" (misses at " + ", ".join(str(o["size_bytes"]) for o in r["order"] if not o["same_where_resolved"])
+                   + " B)" if not all(o["same_where_resolved"] for o in r["order"]) else ""))
+    out += ["", f"* Order, before: {counts(base)}.", f"* Order, now: {counts(rec)}.", "",
+            "| pair | measured before (B) | predicted before (B) | measured now (B) | predicted now (B) | "
+            "first within x2 before | now |", "|---|---|---|---|---|---|---|"]
+    old = {tuple(c["pair"]): c for c in base["crossovers"]}
+
+    def cells(c: dict | None) -> list[str]:
+        if c is None:
+            return ["-", "-", "-"]
+        meas = ", ".join(f"{x:.0f}" + (" (tie)" if t else "") for x, t in zip(c["measured_bytes"], c["measured_ties"]))
+        ok = c["first_within_factor_2"]
+        verdict = ("yes (neither crosses)" if not c["measured_bytes"] and not c["predicted_bytes"] else "NO") \
+            if ok is None else ("yes" if ok else "NO")
+        return [meas or "none", ", ".join(f"{x:.0f}" for x in c["predicted_bytes"]) or "none", verdict]
+    for c in rec["crossovers"]:
+        b, n = cells(old.get(tuple(c["pair"]))), cells(c)
+        out.append(f"| {' / '.join(c['pair'])} | {b[0]} | {b[1]} | {n[0]} | {n[1]} | {b[2]} | {n[2]} |")
+    return out
 
 
 def _rel(path: str) -> str:
@@ -276,18 +349,27 @@ def main() -> None:
     ap.add_argument("--no-gloo", action="store_true")
     ap.add_argument("--reps", default=9, type=int, help="most repetitions per measured point (default 9)")
     ap.add_argument("--name", default="comm-validation", help="stem of the report files in --reports")
+    ap.add_argument("--idle-gap", default="0", help="every rank sleeps this long (e.g. 1ms) before each allreduce "
+                    "repetition (links idle, token buckets full); 0: back to back (CommPlan.idle_gap_s)")
+    ap.add_argument("--idle-wait", default="sleep", choices=("sleep", "spin"),
+                    help="how ranks wait out --idle-gap: sleep, or spin (CPUs busy, only the links idle)")
+    ap.add_argument("--baseline", default=None, help="a validation record (reports/NAME.json) to compare with")
     ap.add_argument("--minutes", default=4, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    try:
+        gap = parse_time(args.idle_gap)
+    except DlsimError as exc:
+        ap.error(f"--idle-gap: {exc}")
     out = Path(args.out)
     sizes = tuple(sorted(set(powers_of_two(args.min_size, args.max_size)) |
                          {3 * s // 2 for s in powers_of_two(args.min_size, args.max_size) if 3 * s // 2 < args.fine_below}))
     emu = dict(emulated=4, rate=args.rate, burst=args.burst, queue=args.queue, tcp_congestion=args.tcp)
     if not args.skip_measure:
         calibrate_comm(out, backend="mpi", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=max(1.0, 0.03 * args.reps),
-                       max_reps=args.reps, command="python " + " ".join(sys.argv), **emu)
+                       max_reps=args.reps, command="python " + " ".join(sys.argv), idle_gap_s=gap, idle_wait=args.idle_wait, **emu)
         if not args.no_gloo:
             calibrate_comm(out, backend="gloo", ranks=4, sizes=sizes, collectives=("allreduce",), budget_s=1.0,
-                           max_reps=9, command="python " + " ".join(sys.argv), **emu)
+                           max_reps=9, command="python " + " ".join(sys.argv), idle_gap_s=gap, idle_wait=args.idle_wait, **emu)
     if args.refit_burst:
         print(json.dumps(refit_burst(out, "mpi"), default=str), file=sys.stderr)
     rec = validate_comm(out, backend="mpi", ranks=4, p2p="fit", remeasured=args.remeasured,
@@ -295,7 +377,8 @@ def main() -> None:
     gloo = gloo_rows(out, rec)
     rec["gloo_vs_ring"] = gloo
     rec["setup"] = {"rate": args.rate, "burst": args.burst, "queue": args.queue, "tcp_congestion": args.tcp,
-                    "sizes_bytes": list(sizes), "machine": platform.node(), "kernel": platform.release()}
+                    "sizes_bytes": list(sizes), "machine": platform.node(), "kernel": platform.release(),
+                    "idle_gap_s": gap, "idle_wait": args.idle_wait}
     reports = Path(args.reports)
     reports.mkdir(parents=True, exist_ok=True)
     write_atomic(reports / f"{args.name}.json", json.dumps(rec, indent=1, default=str))
@@ -311,6 +394,7 @@ def main() -> None:
                                   ("min-size", args.min_size), ("max-size", args.max_size), ("reps", args.reps),
                                   ("out", _rel(args.out)), ("name", args.name))) + (" --no-gloo" if args.no_gloo else "") \
         + "".join(f" --remeasured {_rel(x)}" for x in args.remeasured) + (" --refit-burst" if args.refit_burst else "") \
+        + (f" --idle-gap {args.idle_gap} --idle-wait {args.idle_wait}" if gap else "") + (f" --baseline {_rel(args.baseline)}" if args.baseline else "") \
         + (" --skip-measure" if args.skip_measure else "")
     write_atomic(reports / f"{args.name}.md", markdown(rec, gloo, args, command))
     print(json.dumps({"median_abs_relative_error": rec["median_abs_relative_error"],

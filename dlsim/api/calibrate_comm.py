@@ -69,8 +69,9 @@ def size_range(text: str) -> tuple[int, ...]:
 
 def make_plan(backend: str, out: Path, hosts: Hosts, *, sizes: Sequence[int] | None = None,
               collectives: Sequence[str] | None = None, quick: bool = False, budget_s: float = 0.5,
-              max_reps: int = 40) -> CommPlan:
-    """The measurement plan; `quick` measures few sizes with few repetitions (a smoke test)."""
+              max_reps: int = 40, idle_gap_s: float = 0.0, idle_wait: str = "sleep") -> CommPlan:
+    """The measurement plan; `quick` measures few sizes with few repetitions (a smoke test);
+    `idle_gap_s`: links idle that long before every collective repetition (`CommPlan`)."""
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r} (use {', '.join(BACKENDS)})", field="backend")
     bad = [c for c in collectives or () if c not in COLLECTIVES]
@@ -87,7 +88,7 @@ def make_plan(backend: str, out: Path, hosts: Hosts, *, sizes: Sequence[int] | N
         kw["collective_sizes"] = tuple(sizes)
     if collectives:
         kw["collectives"] = tuple(collectives)
-    return CommPlan(backend, str(out), hosts=hosts.label, **kw)
+    return CommPlan(backend, str(out), hosts=hosts.label, idle_gap_s=idle_gap_s, idle_wait=idle_wait, **kw)
 
 
 def _check_backend_available(backend: str, ranks: int, hosts: Hosts) -> None:
@@ -229,12 +230,14 @@ def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hos
                    collectives: Sequence[str] | None = None, quick: bool = False, budget_s: float = 0.5,
                    max_reps: int = 40, emulated: int | None = None, rate: str = "200mbit", burst: str = "64kb",
                    queue: str = "100ms", tcp_congestion: str | None = None, quiet: bool = False, timeout: float | None = None,
-                   command: str = "") -> dict[str, Any]:
+                   command: str = "", idle_gap_s: float = 0.0, idle_wait: str = "sleep") -> dict[str, Any]:
     """Measure, fit and write the profile directory `out` (see the module docstring); returns a record.
 
     `algorithms`: forced Open MPI allreduce algorithms to measure (default: all four of
     `comm_plan.OPENMPI_ALLREDUCE` for mpi, none otherwise). `emulated`: build an emulated cluster of
     that many hosts at `rate` (root; `dlsim.validate.emulated_cluster`) and run one rank per host.
+    `idle_gap_s`: every rank sleeps (`idle_wait` "sleep") or spins ("spin") that long before each
+    collective repetition (0: back to back).
     """
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS:
         raise SpecError(f"ranks must be an integer from 1 to {MAX_RANKS}, got {ranks!r}", field="ranks")
@@ -258,7 +261,7 @@ def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hos
         if host_set.remote and ranks > len(host_set.addresses):
             raise SpecError(f"{ranks} ranks but only {len(host_set.addresses)} hosts (one rank per host)", field="ranks")
         plan = make_plan(backend, out, host_set, sizes=sizes, collectives=collectives, quick=quick,
-                         budget_s=budget_s, max_reps=max_reps)
+                         budget_s=budget_s, max_reps=max_reps, idle_gap_s=idle_gap_s, idle_wait=idle_wait)
         items = launches(plan, algorithms)
         _check_backend_available(backend, ranks, host_set)
         out.mkdir(parents=True, exist_ok=True)
@@ -270,10 +273,13 @@ def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hos
     run = {"date": started, "command": command or " ".join(sys.argv), "backend": backend, "ranks": ranks,
            "hosts": host_set.label, "launches": done, "quick": quick,
            "plan": {"collective_sizes": list(plan.collective_sizes), "collectives": list(plan.collectives),
-                    "forced_allreduce": list(algorithms), "budget_s": plan.budget_s, "max_reps": plan.max_reps}}
+                    "forced_allreduce": list(algorithms), "budget_s": plan.budget_s, "max_reps": plan.max_reps,
+                    "idle_gap_s": plan.idle_gap_s, "idle_wait": plan.idle_wait}}
     extra = {"machine": info, "fits": {f"{label}@{host_set.label}": fits},
              "method": "one-way time = median RTT/2 of ping-pong; PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) as Netgauge; "
-                       "a collective repetition = max(end) - max(start) over ranks after a barrier; median kept",
+                       "a collective repetition = max(end) - max(start) over ranks after a barrier; median kept"
+                       + (f"; every rank idle ({plan.idle_wait}) {plan.idle_gap_s!r} s before each collective repetition's barrier "
+                          "(idle_gap_s)" if plan.idle_gap_s else ""),
              "openmpi_allreduce_settings": OPENMPI_ALLREDUCE}
     if host_set.description:
         extra["hosts"] = {host_set.label: host_set.description}

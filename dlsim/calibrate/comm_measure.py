@@ -8,7 +8,11 @@ Methods (`reference/algorithms.md` §2.2):
   and PRTT(n,d,s) with d = PRTT(1,0,s) are measured for every s;
 * a collective: all ranks meet in a barrier, run the operation once, and the repetition's time
   is max(end) − max(start) over ranks when all ranks share one clock (one machine, emulated
-  hosts included), else max over ranks of (end − start); the median over repetitions is kept;
+  hosts included), else max over ranks of (end − start); the median over repetitions is kept.
+  With `CommPlan.idle_gap_s` > 0 every rank first sleeps (or spins, `CommPlan.idle_wait`) that
+  long (links idle, a token bucket refills), then the barrier; the gap is recorded in the table's ``idle_gap_s`` column (a table
+  measured back to back keeps the original columns, `collective_columns`) and in every line of
+  `REPS_FILE`; one table holds one gap per backend and host set (`check_idle_gap`);
 * the reduction speed γ: `numpy.add(a, b, out=a)` on float32 vectors, as an MPI_SUM combines a
   received buffer into a local one.
 
@@ -29,11 +33,15 @@ from typing import Callable, Protocol
 
 from dlsim.calibrate.comm_plan import CommPlan
 from dlsim.calibrate.compute_store import TableFile
+from dlsim.errors import SpecError
 
 P2P_COLUMNS = ("backend", "hosts", "kind", "ranks", "size_bytes", "messages", "delay_s", "reps", "median_s",
                "min_s", "max_s")
 COLLECTIVE_COLUMNS = ("backend", "hosts", "collective", "algorithm", "setting", "ranks", "size_bytes", "reps",
                       "median_s", "min_s", "max_s", "busbw_bytes_per_s", "variant", "source")
+GAP_COLUMN = "idle_gap_s"
+COLLECTIVE_COLUMNS_GAP = COLLECTIVE_COLUMNS + (GAP_COLUMN,)
+"""Columns of a collective table measured with an idle gap before each repetition."""
 P2P_TABLE = "comm_p2p.csv"
 COLLECTIVE_TABLE = "comm_collectives.csv"
 REPS_FILE = "comm_collectives_reps.jsonl"
@@ -47,6 +55,49 @@ def p2p_key(r: dict) -> tuple:
 def collective_key(r: dict) -> tuple:
     return (r["backend"], r["hosts"], r["collective"], r["algorithm"], int(r["ranks"]), int(float(r["size_bytes"])),
             r.get("variant", ""))
+
+
+def _header(path: Path) -> tuple[str, ...]:
+    if not path.exists() or path.stat().st_size == 0:
+        return ()
+    with open(path) as handle:
+        return tuple(h.strip() for h in handle.readline().strip().split(","))
+
+
+def collective_columns(path: Path, idle_gap_s: float) -> tuple[str, ...]:
+    """The columns to append to the collective table at `path`: its own header when it has one,
+    else the original columns for back-to-back repetitions and `COLLECTIVE_COLUMNS_GAP` with a gap."""
+    header = _header(path)
+    if header == COLLECTIVE_COLUMNS and idle_gap_s > 0:
+        raise SpecError(f"measured back to back (no {GAP_COLUMN} column); measure an idle gap into a new "
+                        "profile directory", path=path)
+    if header in (COLLECTIVE_COLUMNS, COLLECTIVE_COLUMNS_GAP):
+        return header
+    if header:
+        raise SpecError(f"header {','.join(header)} is not a collective table's", path=path)
+    return COLLECTIVE_COLUMNS_GAP if idle_gap_s > 0 else COLLECTIVE_COLUMNS
+
+
+def row_idle_gap(row: dict) -> float:
+    """The idle gap a collective row (or `REPS_FILE` line) was measured with; 0 where not recorded."""
+    value = row.get(GAP_COLUMN)
+    return float(value) if value not in (None, "") else 0.0
+
+
+def check_idle_gap(out_dir: str | Path, backend: str, hosts: str, idle_gap_s: float) -> None:
+    """Refuse to add points measured with `idle_gap_s` to a table whose rows for the same backend and
+    host set were measured with another gap (a resumed run would mix two protocols)."""
+    import csv
+    path = Path(out_dir) / COLLECTIVE_TABLE
+    collective_columns(path, idle_gap_s)
+    if not path.exists():
+        return
+    with open(path) as handle:
+        gaps = {row_idle_gap(r) for r in csv.DictReader(handle) if r["backend"] == backend and r["hosts"] == hosts}
+    other = sorted(g for g in gaps if not math.isclose(g, idle_gap_s, rel_tol=1e-9, abs_tol=1e-12))
+    if other:
+        raise SpecError(f"rows for {backend} on {hosts} were measured with an idle gap of {other[0]!r} s, not "
+                        f"{idle_gap_s!r} s; use a new profile directory", path=path)
 
 
 class Transport(Protocol):
@@ -88,14 +139,16 @@ def _stats(values: list[float]) -> dict[str, str]:
 class Measurer:
     """Runs a `CommPlan` on a transport; rank 0 writes the tables and prints progress."""
 
-    def __init__(self, t: Transport, plan: CommPlan, backend_label: str, quiet: bool = False):
-        self.t, self.plan, self.backend, self.quiet = t, plan, backend_label, quiet
+    def __init__(self, t: Transport, plan: CommPlan, backend_label: str, quiet: bool = False,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.t, self.plan, self.backend, self.quiet, self.sleep = t, plan, backend_label, quiet, sleep
         names = t.bcast(socket.gethostname()) if t.rank == 0 else t.bcast(None)
         same = t.gather(1.0 if socket.gethostname() == names else 0.0)
         self.global_clock = bool(t.bcast(all(x == 1.0 for x in same) if t.rank == 0 else None))
         out = Path(plan.out_dir)
         self.p2p = TableFile(out / P2P_TABLE, P2P_COLUMNS, p2p_key) if t.rank == 0 else None
-        self.coll = TableFile(out / COLLECTIVE_TABLE, COLLECTIVE_COLUMNS, collective_key) if t.rank == 0 else None
+        self.coll = TableFile(out / COLLECTIVE_TABLE, collective_columns(out / COLLECTIVE_TABLE, plan.idle_gap_s),
+                              collective_key) if t.rank == 0 else None
         self.done = 0
         self.started = now()
         self.prtt1: dict[int, float] = self._earlier_prtt1(out / P2P_TABLE) if t.rank == 0 else {}
@@ -166,6 +219,8 @@ class Measurer:
 
     def _timed_collective(self, op: Callable[[], None]) -> float:
         t = self.t
+        if self.plan.idle_gap_s > 0:
+            (_busy_wait if self.plan.idle_wait == "spin" else self.sleep)(self.plan.idle_gap_s)
         t.barrier()
         start = now()
         op()
@@ -192,7 +247,7 @@ class Measurer:
                               "algorithm": self.plan.algorithm, "setting": self.plan.setting,
                               "ranks": str(self.t.size), "size_bytes": str(nbytes), **_stats(values),
                               "busbw_bytes_per_s": repr(nbytes / median * factor if median > 0 else 0.0),
-                              "variant": "", "source": "measured"})
+                              "variant": "", "source": "measured", GAP_COLUMN: repr(self.plan.idle_gap_s)})
             self._append_reps(name, nbytes, values)
         self._progress(f"{name} {self.plan.algorithm} {nbytes} B", values or [0.0])
 
@@ -201,7 +256,7 @@ class Measurer:
         import json
         line = json.dumps({"backend": self.backend, "hosts": self.plan.hosts, "collective": name,
                            "algorithm": self.plan.algorithm, "ranks": self.t.size, "size_bytes": nbytes,
-                           "values_s": values})
+                           GAP_COLUMN: self.plan.idle_gap_s, "idle_wait": self.plan.idle_wait, "values_s": values})
         with open(Path(self.plan.out_dir) / REPS_FILE, "a") as handle:
             handle.write(line + "\n")
 

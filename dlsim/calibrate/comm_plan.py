@@ -7,12 +7,14 @@ the gloo launcher. Sizes are bytes; the collectives follow the nccl-tests size c
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dlsim.errors import SpecError
 
 BACKENDS = ("mpi", "gloo", "nccl")
+IDLE_WAITS = ("sleep", "spin")
 COLLECTIVES = ("allreduce", "reduce-scatter", "allgather", "broadcast", "reduce", "all-to-all")
 
 # Open MPI 4.1 coll/tuned: `ompi_info --param coll tuned --level 9` (coll_tuned_allreduce_algorithm:
@@ -43,7 +45,16 @@ def powers_of_two(lo: int, hi: int, step: int = 2) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CommPlan:
-    """One launch of the measuring processes (all ranks run the same plan)."""
+    """One launch of the measuring processes (all ranks run the same plan).
+
+    `idle_gap_s` > 0: every collective repetition (warm-up included) starts with all ranks asleep
+    for that long, then the barrier, then the timed operation, so the links are idle before each
+    call (a tbf bucket of b bytes refilled at rate R is full again after b / R), as in training where
+    a gradient allreduce follows compute. 0 (the default): repetitions back to back. Point-to-point
+    measurements (ping-pong, PRTT) keep their own protocol either way. `idle_wait`: how the ranks
+    wait out the gap, "sleep" (CPUs idle too) or "spin" (a busy loop: CPUs as busy as back to back,
+    only the links idle; the control that separates link state from CPU wake-up).
+    """
 
     backend: str
     out_dir: str
@@ -61,6 +72,8 @@ class CommPlan:
     max_reps: int = 40
     budget_s: float = 0.5
     warmup: int = 1
+    idle_gap_s: float = 0.0
+    idle_wait: str = "sleep"
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -71,6 +84,11 @@ class CommPlan:
             raise SpecError(f"cannot measure collective {bad[0]!r} (use {', '.join(COLLECTIVES)})", field="collectives")
         if self.min_reps < 1 or self.max_reps < self.min_reps:
             raise SpecError("repetitions must satisfy 1 <= min_reps <= max_reps", field="reps")
+        if not (isinstance(self.idle_gap_s, (int, float)) and math.isfinite(self.idle_gap_s)
+                and self.idle_gap_s >= 0):
+            raise SpecError(f"the idle gap must be a finite time >= 0 s, got {self.idle_gap_s!r}", field="idle_gap")
+        if self.idle_wait not in IDLE_WAITS:
+            raise SpecError(f"unknown idle wait {self.idle_wait!r} (use {', '.join(IDLE_WAITS)})", field="idle_wait")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

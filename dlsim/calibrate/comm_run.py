@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from dlsim.calibrate.comm_fit import (fit_alpha_beta, fit_burst, fit_gamma, fit_hockney, fit_loggp, fit_piecewise,
                                        link_parameters)
 from dlsim.calibrate.comm_launch import Hosts, run_gloo, run_mpi
-from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, P2P_TABLE
+from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, P2P_TABLE, check_idle_gap
 from dlsim.calibrate.comm_plan import OPENMPI_ALLREDUCE, CommPlan
 from dlsim.errors import SpecError
 
@@ -58,7 +58,10 @@ def launches(plan: CommPlan, algorithms: Sequence[str]) -> list[Launch]:
 
 def run_launches(items: Sequence[Launch], ranks: int, hosts: Hosts, out: Path, *, quiet: bool = False,
                  timeout: float | None = None) -> list[dict[str, Any]]:
-    """Run every launch in order; returns one summary per launch."""
+    """Run every launch in order; returns one summary per launch. Refuses (before starting any) to
+    add collectives measured with one idle gap to a table holding another (`check_idle_gap`)."""
+    for item in items:
+        check_idle_gap(out, item.plan.backend, item.plan.hosts, item.plan.idle_gap_s)
     done = []
     for item in items:
         plan_path = out / f".plan-{item.plan.backend}-{item.label}.json"
@@ -69,7 +72,8 @@ def run_launches(items: Sequence[Launch], ranks: int, hosts: Hosts, out: Path, *
         else:
             run_gloo(plan_path, ranks, hosts, quiet=quiet, timeout=timeout)
         plan_path.unlink(missing_ok=True)
-        done.append({"launch": item.label, "mca": item.mca, "seconds": round(time.perf_counter() - start, 1)})
+        done.append({"launch": item.label, "mca": item.mca, "seconds": round(time.perf_counter() - start, 1),
+                     "idle_gap_s": item.plan.idle_gap_s})
     return done
 
 

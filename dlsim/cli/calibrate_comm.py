@@ -10,7 +10,7 @@ from dlsim.api.calibrate_comm import calibrate_comm, import_nccl_tests, size_ran
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option
 from dlsim.cli.output import emit_json
-from dlsim.units import format_time
+from dlsim.units import format_time, parse_time
 
 
 def _print_fits(fits: dict) -> None:
@@ -47,6 +47,11 @@ def _print_fits(fits: dict) -> None:
                    "rabenseifner, binomial-tree-openmpi with mpi; 'none' for none).")
 @click.option("--collective", "collectives", multiple=True, help="Collectives to measure (repeatable; default all).")
 @click.option("--sizes", default=None, metavar="LO:HI", help="Collective sizes, powers of two (default 1KiB:16MiB).")
+@click.option("--idle-gap", default="0", show_default=True, metavar="TIME",
+              help="Every rank sleeps TIME (e.g. 1ms) before each collective repetition, so the links are idle "
+                   "(a token bucket refills) as when a collective follows compute; 0: back to back.")
+@click.option("--idle-wait", type=click.Choice(["sleep", "spin"]), default="sleep", show_default=True,
+              help="How ranks wait out --idle-gap: sleep (CPUs idle too) or spin (only the links idle).")
 @click.option("--budget", type=float, default=0.5, show_default=True, help="Seconds of repetitions per point.")
 @click.option("--max-reps", type=int, default=40, show_default=True)
 @click.option("--quick", is_flag=True, help="Few sizes and repetitions (a smoke test).")
@@ -56,7 +61,8 @@ def _print_fits(fits: dict) -> None:
 @json_option
 def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emulated: int | None, rate: str, burst: str,
              queue: str, tcp_congestion: str | None, algorithms: tuple[str, ...], collectives: tuple[str, ...], sizes: str | None, budget: float,
-             max_reps: int, quick: bool, nccl_files: tuple[str, ...], quiet: bool, json_out: str | None) -> None:
+             max_reps: int, quick: bool, nccl_files: tuple[str, ...], quiet: bool, json_out: str | None, idle_gap: str,
+             idle_wait: str) -> None:
     """Ping-pong and PRTT over sizes (alpha-beta and LogGP fits), then collectives over sizes.
 
     Writes comm_p2p.csv, comm_collectives.csv, meta.yaml and profile.yaml into OUT. Interrupt it at any
@@ -64,6 +70,7 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
     """
     if not out:
         raise click.UsageError("--out PROFILE_DIR is required")
+    idle_gap_s = parse_time(idle_gap)
     if nccl_files:
         rec = import_nccl_tests(out, nccl_files)
         if json_out is not None:
@@ -78,7 +85,8 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
     rec = calibrate_comm(out, backend=backend, ranks=ranks, hosts=hosts, algorithms=forced,
                          sizes=size_range(sizes) if sizes else None, collectives=collectives or None, quick=quick,
                          budget_s=budget, max_reps=max_reps, emulated=emulated, rate=rate, burst=burst, queue=queue,
-                         tcp_congestion=tcp_congestion, quiet=quiet, command="dlsim " + " ".join(sys.argv[1:]))
+                         tcp_congestion=tcp_congestion, quiet=quiet, command="dlsim " + " ".join(sys.argv[1:]),
+                         idle_gap_s=idle_gap_s, idle_wait=idle_wait)
     if json_out is not None:
         emit_json(rec, json_out)
         return
