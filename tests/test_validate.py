@@ -9,7 +9,7 @@ import pytest
 
 from dlsim.cost.lookup import ConvRow, GemmRow, conv_shape
 from dlsim.errors import DlsimError
-from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
+from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms, nearest_measured
 
 
 def test_heldout_gemms_are_off_grid_inside_the_hull_and_seeded():
@@ -21,6 +21,20 @@ def test_heldout_gemms_are_off_grid_inside_the_hull_and_seeded():
         assert all(1 <= d <= 64 and d not in axis for d in (g.m, g.n, g.k))
         assert g.m * g.n * g.k <= 16 * 64 * 64
     assert heldout_gemms(rows, "bf16", 5) == []
+
+
+def test_nearest_measured_are_the_closest_table_shapes_in_log_space():
+    from dlsim.cost.layers import Gemm
+    axis = [1, 4, 16, 64]
+    rows = [GemmRow("fp32", m, n, k, 1, 1e-5) for m in axis for n in axis for k in axis]
+    rows += [GemmRow("fp32", 5, 5, 5, 3, 1e-5), GemmRow("bf16", 5, 5, 5, 1, 1e-5)]   # batched / other dtype
+    near = nearest_measured(rows, [Gemm(5, 5, 5), Gemm(60, 2, 16)], "fp32", 3)
+    # log 5 is nearer log 4 than log 16 in every axis: (4, 4, 4) first; then one axis moved to 16 (or to 1)
+    assert near[0][0] == Gemm(4, 4, 4)
+    assert set(near[0][1:]) <= {Gemm(16, 4, 4), Gemm(4, 16, 4), Gemm(4, 4, 16)}
+    # 60 -> 64, 2 lies between 1 and 4 (log 2 is 0.69 from log 1 and 0.69 from log 4), 16 exact
+    assert near[1][0] in (Gemm(64, 1, 16), Gemm(64, 4, 16)) and set(near[1][:2]) == {Gemm(64, 1, 16), Gemm(64, 4, 16)}
+    assert nearest_measured(rows, [Gemm(5, 5, 5)], "fp8", 2) == [[]]
 
 
 def test_heldout_convs_are_new_batches_or_new_geometries():
@@ -93,10 +107,20 @@ def test_validate_kernels(tiny_profile, cli, tmp_path):
     assert rec["gemm"]["summary"]["count"] == 4
     assert {r["source"] for r in rec["gemm"]["rows"]} <= {"interpolated", "extrapolated"}
     assert rec["conv"]["summary"]["count"] == 2
+    assert rec["gemm"]["drift_removed_summary"] == {"count": 0}           # no anchors asked for
+    rec = validate_kernels(tiny_profile, gemms=3, convs=0, repeats=1, threads=1, anchors=2)
+    for row in rec["gemm"]["rows"]:
+        assert len(row["anchors"]) == 2 and row["drift"] > 0
+        # the drift-removed error rescales the measured time by the anchors' drift
+        assert math.isclose(row["drift_removed_error"],
+                            row["predicted_s"] / (row["measured_s"] / row["drift"]) - 1, rel_tol=1e-9)
+    assert rec["gemm"]["drift_removed_summary"]["count"] == 3
+    assert 1 <= rec["gemm"]["anchor_summary"]["count"] <= 6
     png = tmp_path / "k.png"
     code, out, err = cli("validate", "kernels", "--cluster", tiny_profile, "--gemms", "2", "--convs", "0",
-                         "--threads", "1", "--plot", png)
+                         "--threads", "1", "--plot", png, "--anchors", "1")
     assert code == 0 and "gemm: 2 held-out shapes" in out and png.exists()
+    assert "with that drift removed" in out
 
 
 def test_validate_bad_input_is_one_line(cli, tmp_path):

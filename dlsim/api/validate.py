@@ -12,6 +12,7 @@ that the profile's tables do not contain and compares them with the table lookup
 from __future__ import annotations
 
 import functools
+import math
 import random
 import statistics
 from pathlib import Path
@@ -30,7 +31,7 @@ from dlsim.errors import SpecError
 from dlsim.io.kernel_tables import load_kernel_times, read_meta_defaults, read_table
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
-from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms
+from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms, nearest_measured
 from dlsim.validate.compute_iteration import IterationRunner, interleaved_iterations, measure_iteration
 from dlsim.api.validate_workers import WorkerRunner
 
@@ -176,16 +177,23 @@ def _calibration_flushed(cluster: Cluster) -> bool:
 
 def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtype: str = "fp32", gemms: int = 40,
                      convs: int = 20, seed: int = 0, threads: int | None = None, repeats: int = 5,
-                     statistic: str = "median", passes: int = 1,
+                     statistic: str = "median", passes: int = 1, anchors: int = 0,
                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Held-out GEMM and convolution shapes: measured now vs looked up in `cluster`'s tables.
 
     With `passes` > 1 every kernel is timed once per pass, the kernels in a fresh shuffled order each pass
     (seeded), and its time is the minimum (statistic min) or median over the passes: a slow drift or a
     disturbed minute of a shared machine then hits a different kernel each pass instead of one kernel's whole
-    measurement — the same round-robin method as the model validation (`interleaved_iterations`)."""
+    measurement — the same round-robin method as the model validation (`interleaved_iterations`).
+
+    With `anchors` > 0 the `anchors` measured table shapes nearest to each held-out GEMM are timed too, in
+    the same passes. Their drift d = exp(mean log(measured / table)) is how much slower (d > 1) the machine
+    is now than when it was calibrated, near that shape; each GEMM row then also carries the drift-removed
+    error predicted / (measured / d) − 1, the part of the error the lookup makes."""
     if passes < 1:
         raise SpecError(f"passes must be at least 1, got {passes}", field="passes")
+    if anchors < 0:
+        raise SpecError(f"anchors must be at least 0, got {anchors}", field="anchors")
     cluster = as_cluster(cluster)
     if "gemm" not in cluster.tables:
         raise SpecError("has no gemm table to validate (run dlsim calibrate compute first)", path=cluster.source)
@@ -199,13 +207,23 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     tables, _ = load_kernel_times(cluster)
     alternatives = {m: load_kernel_times(cluster, gemm_method=m)[0] for m in GEMM_METHODS if m != GEMM_METHODS[0]}
     gemm_rows = []
-    held = heldout_gemms(read_table("gemm", cluster.tables["gemm"]), dtype, gemms, seed)
-    gemm_times = _timed_in_passes([gemm_fn(g, dtype, dev) for g in held], timer, passes, statistic, seed)
-    for g, t in zip(held, gemm_times):
+    gemm_table = read_table("gemm", cluster.tables["gemm"])
+    held = heldout_gemms(gemm_table, dtype, gemms, seed)
+    near = nearest_measured(gemm_table, held, dtype, anchors) if anchors else [[] for _ in held]
+    anchor_shapes = sorted({a for shapes in near for a in shapes}, key=lambda a: (a.m, a.n, a.k))
+    times = _timed_in_passes([gemm_fn(g, dtype, dev) for g in held + anchor_shapes], timer, passes, statistic, seed)
+    gemm_times = times[:len(held)]
+    drift_of = {a: t / tables.gemm(a, dtype).seconds for a, t in zip(anchor_shapes, times[len(held):])}
+    for g, t, shapes in zip(held, gemm_times, near):
         est = tables.gemm(g, dtype)
-        gemm_rows.append({"m": g.m, "n": g.n, "k": g.k, "measured_s": t, "predicted_s": est.seconds,
-                          "source": est.source.value, "method": GEMM_METHODS[0], "error": rel_error(est.seconds, t),
-                          **{f"{m}_error": rel_error(alt.gemm(g, dtype).seconds, t) for m, alt in alternatives.items()}})
+        row = {"m": g.m, "n": g.n, "k": g.k, "measured_s": t, "predicted_s": est.seconds,
+               "source": est.source.value, "method": GEMM_METHODS[0], "error": rel_error(est.seconds, t),
+               **{f"{m}_error": rel_error(alt.gemm(g, dtype).seconds, t) for m, alt in alternatives.items()}}
+        if shapes:
+            drift = math.exp(statistics.fmean(math.log(drift_of[a]) for a in shapes))
+            row.update(anchors=[[a.m, a.n, a.k] for a in shapes], drift=drift,
+                       drift_removed_error=rel_error(est.seconds, t / drift))
+        gemm_rows.append(row)
         if progress:
             progress(f"gemm {g.m}x{g.n}x{g.k}: measured {t:.3g} s, predicted {est.seconds:.3g} s ({est.source.value})")
     conv_rows = []
@@ -228,7 +246,11 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     return {"schema_version": SCHEMA_VERSION, "kind": "validate-kernels", "cluster": cluster.name, "device": device,
             "dtype": dtype, "threads": threads_used, "seed": seed, "statistic": statistic, "passes": passes,
             "flush_cache": timer.flush is not None,
+            "anchors": anchors,
             "gemm": {"summary": error_summary([r["error"] for r in gemm_rows]),
+                     "anchor_summary": error_summary([d - 1.0 for d in drift_of.values()]),
+                     "drift_removed_summary": error_summary([r["drift_removed_error"] for r in gemm_rows
+                                                             if "drift_removed_error" in r]),
                      **{f"{m}_summary": error_summary([r[f"{m}_error"] for r in gemm_rows]) for m in alternatives},
                      "rows": gemm_rows},
             "conv": {"summary": error_summary([r["error"] for r in conv_rows]), "by_kind": by_kind,

@@ -113,13 +113,17 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
               help="Timed calls per held-out kernel (use the calibration's count or more).")
 @click.option("--passes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Time every kernel once per pass, in a new shuffled order each pass; min/median over passes.")
+@click.option("--anchors", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also time the N measured table GEMMs nearest to each held-out one: the machine's drift "
+                   "since calibration, and the error with that drift removed.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
 @json_option
 def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
-                statistic: str, repeats: int, passes: int, plot: str | None, json_out: str | None) -> None:
+                statistic: str, repeats: int, passes: int, anchors: int, plot: str | None,
+                json_out: str | None) -> None:
     """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
     rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed, threads=threads,
-                           statistic=statistic, repeats=repeats, passes=passes,
+                           statistic=statistic, repeats=repeats, passes=passes, anchors=anchors,
                            progress=lambda line: click.echo(line, err=True))
     if plot:
         from dlsim.report.validation_plots import plot_kernel_validation
@@ -133,6 +137,11 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
         if s.get("count"):
             click.echo(f"{kind}: {s['count']} held-out shapes, median |error| {100 * s['median_abs']:.1f}%, "
                        f"90th percentile {100 * s['p90_abs']:.1f}%, worst {100 * s['max_abs']:.1f}%")
+    drift, removed = rec["gemm"]["anchor_summary"], rec["gemm"]["drift_removed_summary"]
+    if drift.get("count"):
+        click.echo(f"anchors: {drift['count']} table GEMMs re-timed, measured/table - 1: median |.| "
+                   f"{100 * drift['median_abs']:.1f}%, mean {100 * drift['mean_signed']:+.1f}% (the machine now vs at "
+                   f"calibration); gemm error with that drift removed: median |error| {100 * removed['median_abs']:.1f}%")
     for method in ("multilinear", "nearest"):
         n = rec["gemm"].get(f"{method}_summary", {})
         if n.get("count"):

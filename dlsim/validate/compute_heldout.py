@@ -3,6 +3,10 @@
 * GEMMs: (m, n, k) drawn log-uniformly (seeded) between the smallest and largest value of each axis
   of the calibration grid, every dimension off the grid (not a grid value), products no larger
   than the grid's largest: the lookup must interpolate in all three dimensions.
+* Anchors (`nearest_measured`): for each held-out GEMM, the measured table shapes nearest to it. Timed
+  beside the held-out shapes in the same passes, they say how far the machine now is from the machine at
+  calibration (a shared VM's speed moves by several percent over minutes), so an error can be split into
+  drift and lookup.
 * Convolutions, two kinds: a measured geometry at a batch size that was not measured (the lookup
   interpolates or scales in the batch size), and a geometry absent from the table (output
   channels × 3/2; pricing falls back to the im2col GEMMs in the GEMM table).
@@ -48,6 +52,19 @@ def heldout_gemms(rows: Iterable[GemmRow], dtype: str, count: int, seed: int = 0
         if g.flops <= max_flops and (g.m, g.n, g.k) not in seen:
             seen.add((g.m, g.n, g.k))
             out.append(g)
+    return out
+
+
+def nearest_measured(rows: Iterable[GemmRow], shapes: Sequence[Gemm], dtype: str, count: int) -> list[list[Gemm]]:
+    """For each of `shapes`, the `count` measured single GEMMs of `dtype` in `rows` nearest to it in
+    (log m, log n, log k), nearest first (the distance the lookup's neighbours are chosen by)."""
+    measured = sorted({(r.m, r.n, r.k) for r in rows if r.count == 1 and r.dtype == dtype and r.time_s > 0})
+    logs = [tuple(math.log(v) for v in d) for d in measured]
+    out = []
+    for g in shapes:
+        q = (math.log(g.m), math.log(g.n), math.log(g.k))
+        order = sorted(range(len(measured)), key=lambda i: sum((a - b) ** 2 for a, b in zip(logs[i], q)))
+        out.append([Gemm(*measured[i]) for i in order[:count]])
     return out
 
 
