@@ -351,7 +351,7 @@ def main() -> None:
     ap.add_argument("--name", default="comm-validation", help="stem of the report files in --reports")
     ap.add_argument("--idle-gap", default="0", help="every rank sleeps this long (e.g. 1ms) before each allreduce "
                     "repetition (links idle, token buckets full); 0: back to back (CommPlan.idle_gap_s)")
-    ap.add_argument("--idle-wait", default="sleep", choices=("sleep", "spin"),
+    ap.add_argument("--idle-wait", default="sleep", choices=("sleep", "spin", "sleep-barrier"),
                     help="how ranks wait out --idle-gap: sleep, or spin (CPUs busy, only the links idle)")
     ap.add_argument("--baseline", default=None, help="a validation record (reports/NAME.json) to compare with")
     ap.add_argument("--minutes", default=4, type=int, help=argparse.SUPPRESS)

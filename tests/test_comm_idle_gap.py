@@ -123,6 +123,11 @@ def test_spin_wait_busy_loops_instead_of_sleeping(tmp_path, monkeypatch):
     assert cm.now() - start >= 2e-3              # the real loop waits at least that long (a bound, not a timing)
 
 
+def test_sleep_barrier_wakes_the_ranks_with_one_more_barrier(tmp_path):
+    log, sleeps = measure(tmp_path, 1e-3, reps=2, warmup=1, wait="sleep-barrier")
+    assert sleeps == [1e-3] * 3 and log == ["sleep", "barrier", "barrier", "op", "gather", "gather"] * 3
+
+
 @pytest.mark.parametrize("gap", [-1e-3, float("inf"), float("nan")])
 def test_plan_rejects_bad_gaps(gap):
     with pytest.raises(SpecError, match="idle gap"):

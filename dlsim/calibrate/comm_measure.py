@@ -221,6 +221,8 @@ class Measurer:
         t = self.t
         if self.plan.idle_gap_s > 0:
             (_busy_wait if self.plan.idle_wait == "spin" else self.sleep)(self.plan.idle_gap_s)
+            if self.plan.idle_wait == "sleep-barrier":
+                t.barrier()
         t.barrier()
         start = now()
         op()

@@ -14,7 +14,7 @@ from pathlib import Path
 from dlsim.errors import SpecError
 
 BACKENDS = ("mpi", "gloo", "nccl")
-IDLE_WAITS = ("sleep", "spin")
+IDLE_WAITS = ("sleep", "spin", "sleep-barrier")
 COLLECTIVES = ("allreduce", "reduce-scatter", "allgather", "broadcast", "reduce", "all-to-all")
 
 # Open MPI 4.1 coll/tuned: `ompi_info --param coll tuned --level 9` (coll_tuned_allreduce_algorithm:
@@ -53,7 +53,8 @@ class CommPlan:
     a gradient allreduce follows compute. 0 (the default): repetitions back to back. Point-to-point
     measurements (ping-pong, PRTT) keep their own protocol either way. `idle_wait`: how the ranks
     wait out the gap, "sleep" (CPUs idle too) or "spin" (a busy loop: CPUs as busy as back to back,
-    only the links idle; the control that separates link state from CPU wake-up).
+    only the links idle), or "sleep-barrier" (sleep, then one extra barrier: the woken ranks pass a
+    round of empty messages, a few hundred bytes per port, before the timed call's barrier).
     """
 
     backend: str

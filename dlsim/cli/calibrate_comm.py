@@ -50,8 +50,9 @@ def _print_fits(fits: dict) -> None:
 @click.option("--idle-gap", default="0", show_default=True, metavar="TIME",
               help="Every rank sleeps TIME (e.g. 1ms) before each collective repetition, so the links are idle "
                    "(a token bucket refills) as when a collective follows compute; 0: back to back.")
-@click.option("--idle-wait", type=click.Choice(["sleep", "spin"]), default="sleep", show_default=True,
-              help="How ranks wait out --idle-gap: sleep (CPUs idle too) or spin (only the links idle).")
+@click.option("--idle-wait", type=click.Choice(["sleep", "spin", "sleep-barrier"]), default="sleep", show_default=True,
+              help="How ranks wait out --idle-gap: sleep (CPUs idle too), spin (only the links idle), or "
+                   "sleep-barrier (sleep, then one extra barrier to wake the ranks).")
 @click.option("--budget", type=float, default=0.5, show_default=True, help="Seconds of repetitions per point.")
 @click.option("--max-reps", type=int, default=40, show_default=True)
 @click.option("--quick", is_flag=True, help="Few sizes and repetitions (a smoke test).")
