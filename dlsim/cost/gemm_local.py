@@ -31,6 +31,16 @@ import numpy as np
 NEIGHBOURS = 32
 
 
+def nearest_shapes(points: Iterable[tuple[int, int, int]], m: int, n: int, k: int,
+                   count: int) -> list[tuple[int, int, int]]:
+    """The `count` shapes of `points` nearest to (m, n, k) in (log m, log n, log k), nearest first
+    (the distance the regression's neighbours are chosen by)."""
+    q = (math.log(m), math.log(n), math.log(k))
+    def distance(p: tuple[int, int, int]) -> float:
+        return sum((math.log(a) - b) ** 2 for a, b in zip(p, q))
+    return sorted(points, key=distance)[:count]
+
+
 class LocalGemmModel:
     """Local linear regression of log time over measured (m, n, k) → seconds of one data type."""
 

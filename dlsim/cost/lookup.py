@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from dlsim.cost.conv_methods import ConvGeometry, geometry_from_dict
-from dlsim.cost.gemm_local import LocalGemmModel
+from dlsim.cost.gemm_local import LocalGemmModel, nearest_shapes
 from dlsim.cost.layers import Gemm, PassCost
 from dlsim.cost.memory import optimizer_step_traffic
 from dlsim.results import Estimate, Source
@@ -318,8 +318,7 @@ class MeasuredKernelTimes:
         points = self._points.get((dtype, 1))
         if not points:
             return None
-        q = (math.log(m), math.log(n), math.log(k))
-        best = min(points, key=lambda p: sum((math.log(a) - b) ** 2 for a, b in zip(p, q)))
+        best = nearest_shapes(points, m, n, k, 1)[0]
         t = self._gemm[(dtype, *best, 1)] * (m * n * k) / (best[0] * best[1] * best[2])
         return Estimate(t, Source.EXTRAPOLATED, f"gemm table: nearest {best[0]}x{best[1]}x{best[2]} scaled by FLOPs")
 

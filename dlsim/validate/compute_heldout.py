@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 
 from dlsim.cost.layers import Gemm
 from dlsim.cost.conv_methods import ConvGeometry
+from dlsim.cost.gemm_local import nearest_shapes
 from dlsim.cost.lookup import ConvRow, GemmRow
 from dlsim.spec.model import Layer, build_model
 
@@ -59,13 +60,7 @@ def nearest_measured(rows: Iterable[GemmRow], shapes: Sequence[Gemm], dtype: str
     """For each of `shapes`, the `count` measured single GEMMs of `dtype` in `rows` nearest to it in
     (log m, log n, log k), nearest first (the distance the lookup's neighbours are chosen by)."""
     measured = sorted({(r.m, r.n, r.k) for r in rows if r.count == 1 and r.dtype == dtype and r.time_s > 0})
-    logs = [tuple(math.log(v) for v in d) for d in measured]
-    out = []
-    for g in shapes:
-        q = (math.log(g.m), math.log(g.n), math.log(g.k))
-        order = sorted(range(len(measured)), key=lambda i: sum((a - b) ** 2 for a, b in zip(logs[i], q)))
-        out.append([Gemm(*measured[i]) for i in order[:count]])
-    return out
+    return [[Gemm(*d) for d in nearest_shapes(measured, g.m, g.n, g.k, count)] for g in shapes]
 
 
 def conv_layer(shape: ConvGeometry) -> Layer:
