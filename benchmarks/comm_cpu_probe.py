@@ -32,12 +32,14 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from emulated_probe import add_cluster_options, emulated_cluster, mpirun_script  # noqa: E402
 
 MODES_4 = ("sleep", "poll", "pairs", "exchange", "shift", "exchange-barrier", "exchange-idle")
 MODES_2 = ("alone", "exchange", "exchange-barrier", "exchange-idle")
@@ -136,24 +138,14 @@ def worker(out: str, sizes: list[int], iters: int, warm: int, launch: int) -> No
 
 
 def drive(args: argparse.Namespace) -> None:
-    from dlsim.api.calibrate_comm import emulated_hosts
-    from dlsim.calibrate.comm_launch import _env, _wait, mpirun_command
-    from dlsim.validate.emulated_cluster import EmulatedCluster
-    import subprocess
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     launch = sum(1 for _ in open(out)) if out.exists() else 0
-    with EmulatedCluster(hosts=4, rate=args.rate, prefix="dlsimc", burst=args.burst, queue=args.queue,
-                         tcp_congestion=args.tcp) as cluster:
-        hosts = emulated_hosts(cluster)
+    with emulated_cluster(args) as cluster:
         for rnd in range(args.rounds):
             for ranks in (2, 4):
-                with tempfile.TemporaryDirectory(prefix="dlsim-probe-") as tmp:
-                    cmd = mpirun_command(ranks, hosts, Path(tmp), {}) + [sys.executable, str(Path(__file__).resolve()),
-                                                                         "--worker", "--out", str(out.resolve()),
-                                                                         "--sizes", args.sizes, "--iters", str(args.iters),
-                                                                         "--launch", str(launch)]
-                    _wait([subprocess.Popen(cmd, env=_env())], 300, "mpirun")
+                mpirun_script(cluster, ranks, {}, __file__, ["--worker", "--out", str(out.resolve()), "--sizes", args.sizes,
+                                                             "--iters", str(args.iters), "--launch", str(launch)], 300)
                 launch += 1
                 print(f"round {rnd} ranks {ranks} done", file=sys.stderr)
     summarise(out)
@@ -195,10 +187,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="64,1024")
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--rate", default="200mbit")
-    ap.add_argument("--burst", default="3kb")
-    ap.add_argument("--queue", default="400ms")
-    ap.add_argument("--tcp", default="reno")
+    add_cluster_options(ap)
     ap.add_argument("--summary", action="store_true", help="only summarise --out")
     args = ap.parse_args()
     if args.worker:

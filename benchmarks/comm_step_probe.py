@@ -28,14 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from emulated_probe import add_cluster_options, emulated_cluster, mpirun_script  # noqa: E402
 
 ALGORITHMS = ("ring", "recursive-doubling", "rabenseifner", "binomial-tree-openmpi")
 
@@ -114,25 +115,17 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def drive(args: argparse.Namespace) -> None:
-    from dlsim.api.calibrate_comm import emulated_hosts
-    from dlsim.calibrate.comm_launch import _env, _wait, mpirun_command
     from dlsim.calibrate.comm_plan import OPENMPI_ALLREDUCE
     from dlsim.calibrate.comm_run import MPI_BASE_MCA
-    from dlsim.validate.emulated_cluster import EmulatedCluster
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     first = sum(1 for _ in open(out)) if out.exists() else 0
-    with EmulatedCluster(hosts=4, rate=args.rate, prefix="dlsimc", burst=args.burst, queue=args.queue,
-                         tcp_congestion=args.tcp) as cluster:
-        hosts = emulated_hosts(cluster)
+    with emulated_cluster(args) as cluster:
         for rnd in range(args.rounds):
             for label in ALGORITHMS:
                 mca = {**MPI_BASE_MCA, "coll_tuned_use_dynamic_rules": "1", **OPENMPI_ALLREDUCE[label]}
-                with tempfile.TemporaryDirectory(prefix="dlsim-probe-") as tmp:
-                    cmd = mpirun_command(4, hosts, Path(tmp), mca) + [
-                        sys.executable, str(Path(__file__).resolve()), "--worker", "--out", str(out.resolve()),
-                        "--sizes", args.sizes, "--reps", str(args.reps), "--label", label, "--round", str(rnd)]
-                    _wait([subprocess.Popen(cmd, env=_env())], 600, "mpirun")
+                mpirun_script(cluster, 4, mca, __file__, ["--worker", "--out", str(out.resolve()), "--sizes", args.sizes,
+                                                          "--reps", str(args.reps), "--label", label, "--round", str(rnd)])
                 print(f"round {rnd} {label} done", file=sys.stderr)
     summarise(out, first)
 
@@ -162,10 +155,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="256,1024,2048")
     ap.add_argument("--reps", type=int, default=41)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--rate", default="200mbit")
-    ap.add_argument("--burst", default="3kb")
-    ap.add_argument("--queue", default="400ms")
-    ap.add_argument("--tcp", default="reno")
+    add_cluster_options(ap)
     ap.add_argument("--summary", action="store_true", help="only summarise --out")
     args = ap.parse_args()
     if args.worker:
