@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from emulated_probe import add_cluster_options, emulated_cluster, mpirun_script  # noqa: E402
+from emulated_probe import add_cluster_options, emulated_cluster, mpirun_script, one_line_errors  # noqa: E402
 
 ALGORITHMS = ("ring", "recursive-doubling", "rabenseifner", "binomial-tree-openmpi")
 
@@ -99,7 +99,7 @@ def worker(args: argparse.Namespace) -> None:
     comm = MPI.COMM_WORLD
     percall, loop = _timers(comm)
     record: dict = {"launch": args.label, "round": args.round, "ranks": comm.Get_size(), "us_per_call": {}}
-    for size in [int(s) for s in args.sizes.split(",")]:
+    for size in args.sizes:
         count = size // 4
         a, b = np.ones(count, np.float32), np.empty(count, np.float32)
         ops = {f"ompi-{args.label}": lambda: comm.Allreduce(a, b, op=MPI.SUM)}
@@ -124,7 +124,7 @@ def drive(args: argparse.Namespace) -> None:
         for rnd in range(args.rounds):
             for label in ALGORITHMS:
                 mca = {**MPI_BASE_MCA, "coll_tuned_use_dynamic_rules": "1", **OPENMPI_ALLREDUCE[label]}
-                mpirun_script(cluster, 4, mca, __file__, ["--worker", "--out", str(out.resolve()), "--sizes", args.sizes,
+                mpirun_script(cluster, 4, mca, __file__, ["--worker", "--out", str(out.resolve()), "--sizes", ",".join(map(str, args.sizes)),
                                                           "--reps", str(args.reps), "--label", label, "--round", str(rnd)])
                 print(f"round {rnd} {label} done", file=sys.stderr)
     summarise(out, first)
@@ -146,13 +146,25 @@ def summarise(out: Path, first: int = 0) -> None:
     print(json.dumps({"file": str(out), "launches_from": first, "summary": summary}, indent=1))
 
 
+def byte_sizes(text: str) -> list[int]:
+    """`--sizes`: positive multiples of 16 bytes (Rabenseifner's quarter vector must hold whole float32s)."""
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of byte counts: {text!r}") from None
+    if not sizes or any(s < 16 or s % 16 for s in sizes):
+        raise argparse.ArgumentTypeError(f"sizes must be positive multiples of 16 bytes, got {text!r}")
+    return sizes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--label", default="ring", help=argparse.SUPPRESS)
     ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "reports" / "comm-step-probe" / "steps.jsonl"))
-    ap.add_argument("--sizes", default="256,1024,2048")
+    ap.add_argument("--sizes", default="256,1024,2048", type=byte_sizes,
+                    help="comma-separated message sizes in bytes, multiples of 16 (default 256,1024,2048)")
     ap.add_argument("--reps", type=int, default=41)
     ap.add_argument("--rounds", type=int, default=3)
     add_cluster_options(ap)
@@ -167,4 +179,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    one_line_errors(main)

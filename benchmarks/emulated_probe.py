@@ -2,7 +2,8 @@
 
 `add_cluster_options` adds the cluster's shape (rate, tbf burst and queue, TCP congestion control),
 `emulated_cluster` builds the 4-host cluster the validation uses (prefix dlsimc) from them, and
-`mpirun_script` runs `script` with `argv` on `ranks` of its hosts with the given Open MPI parameters.
+`mpirun_script` runs `script` with `argv` on `ranks` of its hosts with the given Open MPI parameters, and
+`one_line_errors` runs a probe's main so that a dlsim error ends with one line and exit code 1.
 """
 
 from __future__ import annotations
@@ -12,7 +13,19 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
+
+
+def one_line_errors(main: Callable[[], None]) -> None:
+    """Run `main`; a `DlsimError` (bad profile, no root, a failed launch) ends with one line and exit code 1,
+    and so does a bad option (argparse's usage error, which would exit with 2)."""
+    from dlsim.errors import DlsimError
+    try:
+        main()
+    except DlsimError as e:
+        sys.exit(f"error: {e}")
+    except SystemExit as e:
+        raise SystemExit(1 if e.code == 2 else e.code) from None
 
 
 def add_cluster_options(ap: argparse.ArgumentParser) -> None:

@@ -32,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from emulated_probe import one_line_errors  # noqa: E402
 
 BINS = ((1e5, "<1e5"), (1e7, "1e5-1e7"), (1e9, "1e7-1e9"), (math.inf, ">=1e9"))
 
@@ -55,11 +58,13 @@ def main() -> None:
     ap.add_argument("--profile", default=str(ROOT / "hardware_profiles" / "cpu-epyc-2core"))
     ap.add_argument("--seed", type=int, default=6)
     ap.add_argument("--gemms", type=int, default=80)
-    ap.add_argument("--passes", type=int, default=6)
+    ap.add_argument("--passes", type=int, default=6, help="at least 2 (the passes are split in two halves)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="also write the JSON (with every sample) here")
     args = ap.parse_args()
+    if args.passes < 2 or args.gemms < 1 or args.repeats < 1:
+        ap.error("--passes must be at least 2, --gemms and --repeats at least 1")
 
     import torch
     from dlsim.calibrate.compute_ops import gemm_fn
@@ -124,4 +129,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    one_line_errors(main)
