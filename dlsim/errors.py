@@ -37,3 +37,20 @@ class SolverError(DlsimError):
 
 class TableLookupError(DlsimError):
     """A measured table is missing, malformed, or has no entry that can answer a query."""
+
+
+
+def excerpt(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to about `limit` characters, so that an error line never echoes a whole input."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 160:
+        return f"<integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 20:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    if isinstance(value, (str, bytes)) and len(value) > 4 * limit:
+        shown = value[:limit]
+        return repr(shown)[: limit] + f"... ({len(value)} chars)"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001  (a repr that fails must not hide the real error)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit] + "..."

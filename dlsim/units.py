@@ -3,6 +3,12 @@
 Inside dlsim every quantity is SI: seconds, bytes, FLOP, bytes/s, FLOP/s. Files and command
 lines carry units (a key suffix such as ``_us`` or a string such as ``"10GB/s"``); they are
 converted here and nowhere else.
+
+Case means something: ``B`` is a byte and ``b`` a bit (``100Gb/s`` = 12.5 GB/s,
+``100GB/s`` = 100 GB/s, ``Gbps`` bits, ``GBps`` bytes); ``k``/``K``, ``M``, ``G``, ``T``, ``P``
+are decimal prefixes, ``Ki``, ``Mi``, ``Gi``, ``Ti``, ``Pi`` binary ones. A spelling that could be
+read two ways (a lower-case ``m``, which is milli, ``mb``, ``MS``) is refused with the spellings
+that are accepted, never guessed.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 
-from dlsim.errors import UnitError
+from dlsim.errors import UnitError, excerpt
 
 # time
 S = 1.0
@@ -30,76 +36,98 @@ GBIT_PER_S = 1e9 / 8
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int64": 8}
 
-_SIZE = {
-    "": 1, "b": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
-    "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB,
-    "k": KB, "m": MB, "g": GB, "t": TB,
-}
-_TIME = {"s": S, "ms": MS, "us": US, "µs": US, "ns": NS, "min": 60.0, "h": 3600.0}
-_RATE_BYTES = {"b/s": 1, "kb/s": KB, "mb/s": MB, "gb/s": GB, "tb/s": TB,
-               "kib/s": KIB, "mib/s": MIB, "gib/s": GIB}
-_RATE_BITS = {"bps": BIT, "kbps": KB * BIT, "mbps": MB * BIT, "gbps": GB * BIT, "tbps": TB * BIT,
-              "bit/s": BIT, "kbit/s": KB * BIT, "mbit/s": MB * BIT, "gbit/s": GB * BIT}
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "Ki": KIB, "Mi": MIB, "Gi": GIB, "Ti": TIB, "Pi": 2.0**50}
+_BASE = {"B": 1.0, "byte": 1.0, "bytes": 1.0, "Byte": 1.0, "Bytes": 1.0,
+         "b": BIT, "bit": BIT, "bits": BIT, "Bit": BIT, "Bits": BIT}
+_SIZE = {p + b: _PREFIX[p] * _BASE[b] for p in _PREFIX for b in _BASE}
+_RATE = {}
+for _unit, _factor in _SIZE.items():
+    _RATE[_unit + "/s"] = _factor
+for _p in _PREFIX:
+    _RATE[_p + "Bps"] = _PREFIX[_p]          # GBps: gigabytes per second
+    _RATE[_p + "bps"] = _PREFIX[_p] * BIT    # Gbps: gigabits per second
+_SIZE[""] = 1.0                              # a plain number of bytes
+_TIME = {"s": S, "sec": S, "ms": MS, "us": US, "\u00b5s": US, "\u03bcs": US, "ns": NS, "ps": 1e-12,
+         "min": 60.0, "h": 3600.0}
 
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s]*)\s*$")
+_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
+_MAX_TEXT = 200
 
 
-def _split(text: str | int | float, what: str) -> tuple[float, str]:
-    if isinstance(text, bool):
-        raise UnitError(f"expected a {what}, got {text!r}")
-    if isinstance(text, (int, float)):
+def _split(text: object, what: str) -> tuple[float, str]:
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise UnitError(f"expected a {what}, got {excerpt(text)}")
+    if isinstance(text, int):
+        if abs(text) > 10**30:
+            raise UnitError(f"{what} {excerpt(text)} is out of range")
         return float(text), ""
-    match = _NUMBER.match(str(text))
+    if isinstance(text, float):
+        return text, ""
+    match = _NUMBER.match(text) if len(text) <= _MAX_TEXT else None
     if not match:
-        raise UnitError(f"cannot read {text!r} as a {what}")
+        raise UnitError(f"cannot read {excerpt(text)} as a {what}")
     return float(match.group(1)), match.group(2)
 
 
 def _finite_nonnegative(value: float, text: object, what: str) -> float:
     if not math.isfinite(value) or value < 0:
-        raise UnitError(f"{what} {text!r} must be a finite non-negative number")
+        raise UnitError(f"{what} {excerpt(text)} must be a finite non-negative number")
     return value
 
 
+def _positive_rate(value: float, text: object) -> float:
+    """A bandwidth: finite and at least one bit per second (a zero or vanishing rate means infinite time)."""
+    if not math.isfinite(value) or value < BIT:
+        raise UnitError(f"bandwidth {excerpt(text)} must be a finite rate of at least 1 bit/s")
+    return value
+
+
+def _hint(unit: str, table: dict[str, float], examples: str) -> str:
+    """Accepted spellings that differ from `unit` only in case, else the usual examples."""
+    near = sorted(k for k in table if k.lower() == unit.lower() and k != unit)
+    if near:
+        return f"did you mean {' or '.join(near[:4])}? case matters: B byte, b bit, M mega, m milli"
+    return f"use {examples}"
+
+
 def parse_size(text: str | int | float) -> float:
-    """Bytes from ``"100MB"``, ``"64MiB"``, ``"1.5GB"`` or a plain number of bytes."""
+    """Bytes from ``"100MB"``, ``"64MiB"``, ``"1.5GB"``, ``"100Mb"`` (bits) or a plain number of bytes."""
     value, unit = _split(text, "size")
-    key = unit.lower()
-    if key not in _SIZE:
-        raise UnitError(f"unknown size unit {unit!r} in {text!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
-    return _finite_nonnegative(value * _SIZE[key], text, "size")
+    if unit not in _SIZE:
+        raise UnitError(f"unknown size unit {excerpt(unit)} in {excerpt(text)} "
+                        f"({_hint(unit, _SIZE, 'B, kB, MB, GB, KiB, MiB, GiB, or b, Mb, Gb for bits')})")
+    return _finite_nonnegative(value * _SIZE[unit], text, "size")
 
 
 def parse_time(text: str | int | float) -> float:
     """Seconds from ``"5us"``, ``"1.2ms"``, ``"3s"`` or a plain number of seconds."""
     value, unit = _split(text, "time")
-    key = unit.lower() or "s"
-    if key not in _TIME:
-        raise UnitError(f"unknown time unit {unit!r} in {text!r} (use s, ms, us, ns)")
-    return _finite_nonnegative(value * _TIME[key], text, "time")
+    unit = unit or "s"
+    if unit not in _TIME:
+        raise UnitError(f"unknown time unit {excerpt(unit)} in {excerpt(text)} "
+                        f"({_hint(unit, _TIME, 's, ms, us, ns, min, h')})")
+    return _finite_nonnegative(value * _TIME[unit], text, "time")
 
 
 def parse_bandwidth(text: str | int | float) -> float:
-    """Bytes/s from ``"10GB/s"``, ``"25Gbps"`` (bits), ``"12GiB/s"`` or a plain number of bytes/s."""
+    """Bytes/s from ``"10GB/s"``, ``"10GBps"``, ``"25Gb/s"`` or ``"25Gbps"`` (bits), ``"12GiB/s"``, or a plain number of bytes/s."""
     value, unit = _split(text, "bandwidth")
     if unit == "":
-        return _finite_nonnegative(value, text, "bandwidth")
-    key = unit.lower()
-    if key in _RATE_BYTES and not unit.endswith("bps"):
-        factor = _RATE_BYTES[key]
-    elif key in _RATE_BITS:
-        factor = _RATE_BITS[key]
-    else:
-        raise UnitError(f"unknown bandwidth unit {unit!r} in {text!r} (use GB/s, MB/s, Gbps)")
-    return _finite_nonnegative(value * factor, text, "bandwidth")
+        return _positive_rate(value, text)
+    if unit in _SIZE:
+        raise UnitError(f"{excerpt(text)} is a size, not a bandwidth (add /s: {excerpt(unit + '/s')})")
+    if unit not in _RATE:
+        raise UnitError(f"unknown bandwidth unit {excerpt(unit)} in {excerpt(text)} "
+                        f"({_hint(unit, _RATE, 'GB/s, GBps, GiB/s (bytes) or Gb/s, Gbps, Gbit/s (bits)')})")
+    return _positive_rate(value * _RATE[unit], text)
 
 
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of a data type name (fp32, fp16, bf16, ...)."""
-    try:
+    if isinstance(dtype, str) and dtype in DTYPE_BYTES:
         return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise UnitError(f"unknown data type {dtype!r} (use one of {', '.join(DTYPE_BYTES)})") from None
+    raise UnitError(f"unknown data type {excerpt(dtype)} (use one of {', '.join(DTYPE_BYTES)})")
 
 
 def format_time(seconds: float) -> str:
