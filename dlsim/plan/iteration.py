@@ -67,6 +67,9 @@ class _Builder:
         self.price_cache: dict[tuple, Estimate] = {}
         self.group_cache: dict[tuple, tuple] = {}
         self.busy_cache: dict[tuple, set[str]] = {}
+        # per (step list, position): whether it fuses, and the fused task's (parts, ports)
+        self.fuse_cache: dict[tuple[int, tuple[int, int, int]], tuple | None] = {}
+        self.p2p_cache: dict[tuple[float, int, int], tuple[Estimate, str]] = {}
         self.ports: dict[tuple[int, str, str], int] = {}
         self.pending: dict[tuple, list[int]] = {}
         self.sync = SyncEmitter(self)
@@ -269,7 +272,19 @@ class _Builder:
                     return False
         return True
 
-    def _emit_fused(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
+    def _fused_parts(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple | None:
+        """(parts, ports) of `steps` run as one task on `pos`, or None when they cannot fuse; cached
+        per step list and position (the same lists are instantiated for every micro-batch)."""
+        key = (id(steps), pos)
+        if key in self.fuse_cache:
+            return self.fuse_cache[key]
+        out = None
+        if len(steps) > 1 and self._fusable(steps, pos):
+            out = self._fuse(steps, pos)
+        self.fuse_cache[key] = out
+        return out
+
+    def _fuse(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple:
         parts = []
         ports: set[int] = set()
         for st in steps:
@@ -284,19 +299,25 @@ class _Builder:
                 measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
                 parts.append((COMM, est.seconds, measured))
                 ports.update(pp)
+        return tuple(parts) or ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports))
+
+    def _emit_fused(self, fused: tuple, pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
+        parts, ports = fused
         name = f"{label[0]} chunk{label[1]} mb{label[2]}"
         device = self.dev[pos]
         return self.g.add(name, device, self.cstream[device], 0.0, COMPUTE if label[0] != "R" else RECOMPUTE,
-                          list(deps), ports=tuple(sorted(ports)), label=label, parts=tuple(parts) or ((COMPUTE, 0.0, 0.0),))
+                          list(deps), ports=ports, label=label, parts=parts)
 
     def emit(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int],
              hooks: StepHooks | None = None) -> tuple[int, int]:
         """Instantiate a step list on device `pos`; returns (first task, last task)."""
         device = self.dev[pos]
         cs = self.cstream[device]
-        if hooks is None and len(steps) > 1 and self._fusable(steps, pos):
-            tid = self._emit_fused(steps, pos, label, deps)
-            return tid, tid
+        if hooks is None and len(steps) > 1:
+            fused = self._fused_parts(steps, pos)
+            if fused is not None:
+                tid = self._emit_fused(fused, pos, label, deps)
+                return tid, tid
         first = last = -1
         for i, st in enumerate(steps):
             step_deps = list(deps) if first < 0 else []
@@ -405,8 +426,10 @@ class _Builder:
         ch = channels.get((da, db))
         if ch is None:
             ch = channels[(da, db)] = self.g.add_stream(f"rank{ra}->rank{rb} p2p", da, "link")
-        est = self.x.pricer.p2p(nbytes, ra, rb)
-        tier = self.x.pricer.tier([ra, rb])
+        priced = self.p2p_cache.get((nbytes, ra, rb))
+        if priced is None:
+            priced = self.p2p_cache[(nbytes, ra, rb)] = (self.x.pricer.p2p(nbytes, ra, rb), self.x.pricer.tier([ra, rb]))
+        est, tier = priced
         tid = self.g.add(f"send {label[0][1]} chunk{label[1]} mb{label[2]}", da, ch, est.seconds, COMM, [src_task],
                          source=est.source, ports=(self.port(da, tier, "out"), self.port(db, tier, "in")),
                          label=label, cross_stage=True)

@@ -57,6 +57,7 @@ class _Run:
         self.group_done: list[simpy.Event | None] = [None] * len(graph.groups)
         self.group_start = [0.0] * len(graph.groups)
         self.message_times: dict[int, list[tuple[int, float, float]]] = {}
+        self.comm_offsets: dict[int, list] = {}
         nd = len(graph.devices)
         self.kinds = {k: i for i, k in enumerate(MEMORY_KINDS)}
         self.mem = [[0.0] * len(MEMORY_KINDS) for _ in range(nd)]
@@ -125,7 +126,10 @@ class _Run:
 
     # -- processes ---------------------------------------------------------------------------
     def stream(self, order: list[int]):
-        tasks, end = self.g.tasks, self.end
+        """Run a stream's tasks in issue order (`_execute` inlined: the same yields, one generator
+        per stream instead of one per task)."""
+        tasks, end, start, env = self.g.tasks, self.end, self.start, self.env
+        resources, acquire, waiters = self.resources, self.acquire, self.waiters
         for tid in order:
             t = tasks[tid]
             for d in t.deps:
@@ -133,10 +137,31 @@ class _Run:
                     yield self._wait(d)
             if t.group >= 0:
                 yield from self._join(t.group)
-                self.start[tid] = self.group_start[t.group]
+                start[tid] = self.group_start[t.group]
                 self._finish(tid)
                 continue
-            yield from self._execute(tid, t)
+            ports = acquire[tid]
+            held = []
+            for p in ports:
+                res = resources[p]
+                req = res.request()
+                held.append((res, req))
+                yield req
+            now = start[tid] = env.now
+            if t.mem_start:
+                self._memory(t.device, t.mem_start)
+            if t.duration > 0:
+                yield env.timeout(t.duration)
+            for res, req in held:
+                res.release(req)
+            if t.ports:
+                self._record_ports(t, now)
+            if t.mem_end:
+                self._memory(t.device, t.mem_end)
+            end[tid] = env.now
+            ev = waiters.pop(tid, None)
+            if ev is not None:
+                ev.succeed()
 
     def _execute(self, tid: int, t):
         """Run one ready task: take its ports, hold the device for its duration, account memory."""
@@ -158,12 +183,26 @@ class _Run:
             for p in t.ports:
                 self.port_busy[p].append((start, self.env.now, t.tid))
             return
-        at = start
-        for category, seconds, _ in t.parts:
+        offsets = self.comm_offsets.get(id(t.parts))
+        if offsets is None:
+            offsets = self.comm_offsets[id(t.parts)] = self._comm_offsets(t.parts)
+        busy = self.port_busy
+        for before, seconds in offsets:
+            # `at` accumulated part by part, as the parts run back to back
+            at = start
+            for s in before:
+                at += s
+            for p in t.ports:
+                busy[p].append((at, at + seconds, t.tid))
+
+    @staticmethod
+    def _comm_offsets(parts) -> list[tuple[tuple[float, ...], float]]:
+        """(durations of the parts before it, seconds) of each communication part of a fused task."""
+        out = []
+        for n, (category, seconds, _) in enumerate(parts):
             if category == "comm" and seconds > 0:
-                for p in t.ports:
-                    self.port_busy[p].append((at, at + seconds, t.tid))
-            at += seconds
+                out.append((tuple(p[1] for p in parts[:n]), seconds))
+        return out
 
     def _join(self, gid: int):
         done = self.group_done[gid]
