@@ -147,6 +147,7 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
                         "busbw_bytes_per_s": float(bus), "source": est.source.value, "note": est.note,
                         "params": effective_params(collective, name, n, ranks, net.link, **common)})
     bound = lower_bound(collective, n, ranks, net.link, gamma=net.gamma, model=model,
+                        ranks_per_node=net.ranks_per_node, intra=net.intra,
                         **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
     for r in results:
         r["lower_bound_ratio"] = r["time_s"] / bound if bound > 0 else None
@@ -236,6 +237,7 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
                 pairwise.append({"size_bytes": at, "faster_below": b if d[i] > 0 else a,
                                  "faster_above": a if d[i] > 0 else b})
     bounds = lower_bounds(collective, sizes, ranks, net.link, gamma=net.gamma, model=model,
+                          ranks_per_node=net.ranks_per_node, intra=net.intra,
                           **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
     busbw = {a: bandwidths(collective, sizes, ranks, times[a])[1].tolist() for a in names}
     return {"schema_version": SCHEMA_VERSION, "kind": "comm-sweep", "collective": collective, "ranks": ranks,

@@ -83,9 +83,13 @@ def _microbatch_overrides(model: Model, cluster: Cluster, s: Strategy, dtype: st
     return out, note
 
 
-def _default_pricer(cluster: Cluster, layout: Layout, algorithm: str) -> CommPricer:
+def _default_pricer(cluster: Cluster, layout: Layout, algorithm: str, measured: bool = True) -> CommPricer:
     from dlsim.plan.commcost import ClusterPricer
-    return ClusterPricer(cluster, layout, algorithm)
+    table = None
+    if measured and "comm_collectives" in cluster.tables:
+        from dlsim.io.kernel_tables import load_comm_table
+        table = load_comm_table(cluster)
+    return ClusterPricer(cluster, layout, algorithm, table)
 
 
 def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
@@ -132,7 +136,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     _check_fits(model, cluster, s, entries)
     ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
     layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node)
-    pricer = pricer or _default_pricer(cluster, layout, s.collective)
+    pricer = pricer or _default_pricer(cluster, layout, s.collective, measured)
     if expand_collectives and symmetry:
         notes.append("collectives run as point-to-point schedules only where all their ranks are simulated "
                      "(symmetry reduction is on: they are priced by closed form)")

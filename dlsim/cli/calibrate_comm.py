@@ -73,7 +73,9 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
         raise click.UsageError("--out PROFILE_DIR is required")
     idle_gap_s = parse_time(idle_gap)
     if nccl_files:
-        rec = import_nccl_tests(out, nccl_files)
+        if len(collectives) > 1:
+            raise click.UsageError("--import-nccl-tests takes one --collective (the one the files measured)")
+        rec = import_nccl_tests(out, nccl_files, collective=collectives[0] if collectives else None)
         if json_out is not None:
             emit_json(rec, json_out)
             return

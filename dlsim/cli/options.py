@@ -7,7 +7,8 @@ from typing import Any, Callable
 import click
 import yaml
 
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
+from dlsim.io.yamlfile import parse_yaml_text, yaml_problem
 
 json_option: Callable = click.option(
     "--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
@@ -23,7 +24,16 @@ def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SpecError(f"--set needs KEY=VALUE, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
+        if not sep or not key.strip():
+            raise SpecError(f"--set needs KEY=VALUE, got {excerpt(item)}")
+        try:
+            parsed = parse_yaml_text(value)
+        except (yaml.YAMLError, RecursionError, ValueError) as exc:
+            raise SpecError(f"--set {excerpt(key.strip(), 40)}: {yaml_problem(exc)[0]}") from None
+        items_ = parsed if isinstance(parsed, list) else [parsed]
+        if isinstance(parsed, list) and len(parsed) > 16 or not all(
+                v is None or isinstance(v, (bool, int, float, str)) for v in items_):
+            raise SpecError(f"--set {excerpt(key.strip(), 40)}: needs a number, a string or a short list of them, "
+                            f"got {excerpt(value)}")
+        out[key.strip()] = parsed
     return out

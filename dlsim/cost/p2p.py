@@ -2,7 +2,8 @@
 
 A `LinkTier` carries the LogGP parameters (Alexandrov, Ionescu, Schauser, Scheiman, SPAA 1995):
 latency L, per-message CPU overhead o, gap g between consecutive messages, and G = 1/bandwidth
-seconds per byte. The three models price one message of `s` bytes as
+seconds per byte (the achievable bandwidth: link rate × `LinkTier.bandwidth_efficiency`). The
+three models price one message of `s` bytes as
 
     Hockney (Hockney, Parallel Computing 20, 1994):  T(s) = α + β·s,  α = L + 2o,  β = G
     LogGP (SPAA 1995):                               T(s) = L + 2o + (s − 1)·G       (s ≥ 1)
@@ -167,6 +168,9 @@ def _check_link(link: LinkTier) -> None:
             raise SpecError(f"must be a finite non-negative number, got {value!r}", field=f"link {link.name!r}.{key}")
     if link.bandwidth <= 0:
         raise SpecError("must be positive", field=f"link {link.name!r}.bandwidth")
+    if not 0 < link.bandwidth_efficiency <= 1:
+        raise SpecError(f"must be in (0, 1], got {link.bandwidth_efficiency!r}",
+                        field=f"link {link.name!r}.bandwidth_efficiency")
     if not link.peak_bandwidth > 0:
         raise SpecError("must be positive", field=f"link {link.name!r}.peak_bandwidth")
 
@@ -185,7 +189,7 @@ def p2p_model(link: LinkTier, model: str = "auto") -> PointToPoint:
                         field="model")
     if model not in MODELS:
         raise SpecError(f"unknown point-to-point model {model!r} (use {', '.join(MODELS)} or auto)", field="model")
-    G = 1.0 / link.bandwidth
+    G = link.gap_per_byte   # 1 / (bandwidth × bandwidth_efficiency)
     if model != "hockney" and link.gap > link.latency + 2 * link.overhead:
         raise SpecError(f"gap g = {link.gap:.3g} s exceeds L + 2o = {link.latency + 2 * link.overhead:.3g} s; "
                         "dlsim's LogP/LogGP collective costs need g <= L + 2o (or use --model hockney)",

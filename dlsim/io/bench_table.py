@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from dlsim.errors import SpecError
-from dlsim.io.files import write_atomic
+from dlsim.errors import SpecError, excerpt
+from dlsim.io.files import read_text, write_atomic
 from dlsim.plan.microbatch.configs import Kernel
 from dlsim.plan.microbatch.table import BenchTable, canonical_pass
 
@@ -28,15 +28,22 @@ def _number(text: str, path: Path, line: int, column: str) -> float:
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise SpecError(f"{column} must be a number, got {text!r}", path=path, field=f"line {line}") from None
-    if not math.isfinite(value):
-        raise SpecError(f"{column} must be finite, got {text!r}", path=path, field=f"line {line}")
+        raise SpecError(f"{column} must be a number, got {excerpt(text)}", path=path, field=f"line {line}") from None
+    if not math.isfinite(value) or abs(value) > 1e18:
+        raise SpecError(f"{column} must be finite and at most 1e18, got {excerpt(text)}", path=path, field=f"line {line}")
     return value
 
 
 def parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | None = None,
                source: str = "measured") -> BenchTable:
     """Validate CSV text into a `BenchTable`; `known_layers` (names or signatures) rejects unknown layers."""
+    try:
+        return _parse_rows(path, lines, known_layers, source)
+    except csv.Error as exc:
+        raise SpecError(f"malformed CSV: {excerpt(str(exc), 120)}", path=path) from None
+
+
+def _parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | None, source: str) -> BenchTable:
     reader = csv.DictReader(lines)
     header = [h.strip() for h in (reader.fieldnames or [])]
     if not header:
@@ -44,7 +51,7 @@ def parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | N
     reader.fieldnames = header
     missing = [c for c in REQUIRED if c not in header]
     if missing:
-        raise SpecError(f"missing column {missing[0]!r} (columns: {','.join(header)}; expected {','.join(COLUMNS)})",
+        raise SpecError(f"missing column {missing[0]!r} (columns: {excerpt(','.join(header), 100)}; expected {','.join(COLUMNS)})",
                         path=path)
     known = set(known_layers) if known_layers is not None else None
     seen: dict[tuple, int] = {}
@@ -59,29 +66,29 @@ def parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | N
         if not layer:
             raise SpecError("empty layer", path=path, field=f"line {line}")
         if known is not None and layer not in known:
-            raise SpecError(f"unknown layer {layer!r}", path=path, field=f"line {line}")
+            raise SpecError(f"unknown layer {excerpt(layer)}", path=path, field=f"line {line}")
         pass_text = (rec.get("pass") or "forward").strip() or "forward"
         pass_name = canonical_pass(pass_text)
         if pass_name is None:
-            raise SpecError(f"unknown pass {pass_text!r} (use forward, backward_data, backward_weight)",
+            raise SpecError(f"unknown pass {excerpt(pass_text)} (use forward, backward_data, backward_weight)",
                             path=path, field=f"line {line}")
         algorithm = (rec.get("algorithm") or "").strip()
         if not algorithm:
             raise SpecError("empty algorithm", path=path, field=f"line {line}")
         size = _number(rec.get("microbatch_size") or "", path, line, "microbatch_size")
         if size < 1 or size != int(size):
-            raise SpecError(f"microbatch_size must be a positive integer, got {rec['microbatch_size']!r}",
+            raise SpecError(f"microbatch_size must be a positive integer, got {excerpt(rec['microbatch_size'])}",
                             path=path, field=f"line {line}")
         seconds = _number(rec.get("time_s") or "", path, line, "time_s")
         if seconds <= 0:
-            raise SpecError(f"{'negative' if seconds < 0 else 'zero'} time_s {rec['time_s'].strip()} "
+            raise SpecError(f"{'negative' if seconds < 0 else 'zero'} time_s {rec['time_s'].strip()[:40]} "
                             "(a kernel's time must be positive)", path=path, field=f"line {line}")
         ws = _number(rec.get("workspace_bytes") or "", path, line, "workspace_bytes")
         if ws < 0:
-            raise SpecError(f"negative workspace_bytes {rec['workspace_bytes'].strip()}", path=path, field=f"line {line}")
+            raise SpecError(f"negative workspace_bytes {rec['workspace_bytes'].strip()[:40]}", path=path, field=f"line {line}")
         key = (layer, pass_name, int(size), algorithm)
         if key in seen:
-            raise SpecError(f"duplicate row for layer {layer!r} {pass_name} size {int(size)} {algorithm} "
+            raise SpecError(f"duplicate row for layer {excerpt(layer)} {pass_name} size {int(size)} {algorithm} "
                             f"(first on line {seen[key]})", path=path, field=f"line {line}")
         seen[key] = line
         rows.append((layer, pass_name, Kernel(algorithm, int(size), seconds, ws)))
@@ -94,10 +101,7 @@ def load_bench_table(path: str | Path, known_layers: Iterable[str] | None = None
                      source: str = "measured") -> BenchTable:
     """Load and validate a benchmark CSV (see the module docstring)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read file ({exc.strerror})", path=path) from None
+    text = read_text(path, "benchmark table")
     return parse_rows(path, text.splitlines(), known_layers, source)
 
 

@@ -30,12 +30,15 @@ from dlsim.cost.lookup import (CONV_COLUMNS, CONV_PASSES, CONV_SHAPE_FIELDS, GEM
                                conv_shape, CacheAwareKernelTimes,
                                ConvRow, GemmRow, MeasuredKernelTimes, MemoryRow)
 from dlsim.cost.pricing import PASSES
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
+from dlsim.io.files import read_text
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster
 from dlsim.units import DTYPE_BYTES
 
 KINDS = ("gemm", "conv", "memory")
+MAX_VALUE = 1e18   # bytes, FLOP or seconds in one row: anything larger is a typo
+MAX_COUNT = 2**31
 WARM_SUFFIX = "_warm"
 
 
@@ -53,7 +56,7 @@ class _Line:
         if not value:
             raise self.fail(f"empty {column}")
         if allowed is not None and value not in allowed:
-            raise self.fail(f"{column} {value!r} is not one of {', '.join(allowed)}")
+            raise self.fail(f"{column} {excerpt(value)} is not one of {', '.join(allowed)}")
         return value
 
     def number(self, column: str, *, positive: bool = False) -> float:
@@ -61,15 +64,16 @@ class _Line:
         try:
             value = float(raw)
         except ValueError:
-            raise self.fail(f"{column} must be a number, got {raw!r}") from None
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            raise self.fail(f"{column} must be a {'positive' if positive else 'non-negative'} finite number, got {raw!r}")
+            raise self.fail(f"{column} must be a number, got {excerpt(raw)}") from None
+        if not math.isfinite(value) or value < 0 or (positive and value == 0) or value > MAX_VALUE:
+            raise self.fail(f"{column} must be a {'positive' if positive else 'non-negative'} finite number "
+                            f"up to {MAX_VALUE:g}, got {excerpt(raw)}")
         return value
 
     def count(self, column: str, *, minimum: int = 1) -> int:
         value = self.number(column)
-        if value != int(value) or value < minimum:
-            raise self.fail(f"{column} must be an integer >= {minimum}, got {self.rec[column].strip()!r}")
+        if value != int(value) or value < minimum or value > MAX_COUNT:
+            raise self.fail(f"{column} must be an integer in [{minimum}, {MAX_COUNT}], got {excerpt(self.rec[column].strip())}")
         return int(value)
 
     def dtype(self) -> str:
@@ -102,10 +106,14 @@ def read_table(kind: str, path: str | Path) -> list:
     """Validated rows of one table (`kind` gemm, conv or memory, or their ``_warm`` variants)."""
     path = Path(path)
     columns, parse = _PARSERS[kind.removesuffix(WARM_SUFFIX)]
+    text = read_text(path, f"{kind} table")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read {kind} table ({exc.strerror})", path=path) from None
+        return _read_rows(kind, path, columns, parse, text)
+    except csv.Error as exc:
+        raise SpecError(f"malformed CSV: {excerpt(str(exc), 120)}", path=path) from None
+
+
+def _read_rows(kind: str, path: Path, columns: tuple[str, ...], parse: Callable, text: str) -> list:
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in reader.fieldnames or []]
     if not header:
@@ -185,3 +193,30 @@ def load_kernel_times(cluster: Cluster, *, conv_algorithm: str | None = None,
     times = CacheAwareKernelTimes(cold, warm, read_cache_bytes(profile_dir))
     notes.insert(0, times.summary())
     return times, notes
+
+
+def load_comm_table(cluster: Cluster):
+    """The measured collective table the profile names (``tables: {comm_collectives: ...}``) as a
+    `dlsim.cost.collectives.measured.MeasuredCollectives`, or None when it names none.
+
+    Columns are those `dlsim calibrate comm` writes (`dlsim.calibrate.comm_measure.COLLECTIVE_COLUMNS`);
+    a row that cannot be read is a `SpecError` naming the file and the line."""
+    from dlsim.cost.collectives.measured import CollectiveRow, MeasuredCollectives
+    if "comm_collectives" not in cluster.tables:
+        return None
+    path = Path(cluster.tables["comm_collectives"])
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise SpecError(f"cannot read collective table ({exc.strerror or exc})", path=path) from None
+    rows = []
+    try:
+        for line, rec in enumerate(csv.DictReader(text.splitlines()), 2):
+            r = _Line(path, line, {k.strip(): v for k, v in rec.items() if k is not None})
+            rows.append(CollectiveRow(r.text("collective"), r.text("algorithm"), r.count("ranks"),
+                                      r.number("size_bytes", positive=True), r.number("median_s", positive=True),
+                                      (rec.get("backend") or "").strip(), (rec.get("hosts") or "").strip(),
+                                      (rec.get("variant") or "").strip(), (rec.get("source") or "").strip()))
+    except csv.Error as exc:
+        raise SpecError(f"malformed CSV: {excerpt(str(exc), 120)}", path=path) from None
+    return MeasuredCollectives(rows, path.name)

@@ -13,10 +13,11 @@ the input of repeat i+1 is the last layer of repeat i.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
 from dlsim.io.expr import ExprError, substitute
 from dlsim.io.paths import resolve_model
 from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
@@ -24,6 +25,32 @@ from dlsim.spec.model import INPUT, Model, build_model
 
 _TOP_KEYS = {"name", "description", "source", "dtype", "input", "params", "blocks", "layers", "extends", "published"}
 _MAX_DEPTH = 8
+MAX_LAYERS = 50_000          # operators once blocks are expanded
+MAX_INT = 2**40              # any integer attribute (sizes, counts)
+MAX_ELEMENTS = 2**50         # elements of one layer's output per sample, or of its parameters
+MAX_LIST = 16                # items of a list-valued attribute (kernel: [3, 3], shape: [...])
+
+
+def _check_value(value: Any, path: Path, where: str) -> None:
+    """A layer attribute is a bounded scalar or a short list of bounded scalars."""
+    items = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and len(value) > MAX_LIST:
+        raise SpecError(f"a list of {len(value)} items (at most {MAX_LIST})", path=path, field=where)
+    for item in items:
+        if isinstance(item, bool) or item is None:
+            continue
+        if isinstance(item, int):
+            if abs(item) > MAX_INT:
+                raise SpecError(f"{excerpt(item)} is out of range (at most {MAX_INT})", path=path, field=where)
+        elif isinstance(item, float):
+            if not math.isfinite(item) or abs(item) > MAX_INT:
+                raise SpecError(f"{item!r} is not a finite number up to {MAX_INT}", path=path, field=where)
+        elif isinstance(item, str):
+            if len(item) > 200:
+                raise SpecError(f"a string of {len(item)} characters (at most 200)", path=path, field=where)
+        else:
+            kind = "list" if isinstance(item, list) else "mapping" if isinstance(item, dict) else type(item).__name__
+            raise SpecError(f"must be a number, a string or a list of them, got a {kind}", path=path, field=where)
 
 
 def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict:
@@ -36,8 +63,9 @@ def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict:
         return dict(data)
     parent = _load_raw(resolve_model(data["extends"], relative_to=path.parent), chain + (path.resolve(),))
     merged = {**parent, **{k: v for k, v in data.items() if k != "extends"}}
-    merged["params"] = {**parent.get("params", {}), **data.get("params", {})}
-    merged["blocks"] = {**parent.get("blocks", {}), **data.get("blocks", {})}
+    for key in ("params", "blocks"):
+        merged[key] = {**expect_mapping(parent.get(key, {}) or {}, path, key),
+                       **expect_mapping(data.get(key, {}) or {}, path, key)}
     return merged
 
 
@@ -86,6 +114,11 @@ class _Expander:
                     entry["inputs"] = [last]
                 if isinstance(entry.get("tied_to"), str):
                     entry["tied_to"] = local.get(entry["tied_to"], entry["tied_to"])
+                for key, value in entry.items():
+                    if key != "inputs":
+                        _check_value(value, self.path, f"{here}.{key}")
+                if len(self.out) >= MAX_LAYERS:
+                    raise SpecError(f"more than {MAX_LAYERS} layers once blocks are expanded", path=self.path, field=here)
                 entry["name"], entry["where"] = full, here
                 self.out.append(entry)
                 last = full
@@ -97,16 +130,17 @@ class _Expander:
         if depth >= _MAX_DEPTH:
             raise SpecError(f"blocks nested deeper than {_MAX_DEPTH}", path=self.path, field=here)
         bname = raw["block"]
-        if bname not in self.blocks:
-            raise SpecError(f"unknown block {bname!r} (defined: {', '.join(self.blocks) or 'none'})",
+        if not isinstance(bname, str) or bname not in self.blocks:
+            raise SpecError(f"unknown block {excerpt(bname)} (defined: {', '.join(self.blocks) or 'none'})",
                             path=self.path, field=f"{here}.block")
         block = self.blocks[bname]
         if isinstance(block, list):
             block = {"layers": block}
         block = expect_mapping(block, self.path, f"blocks.{bname}")
         repeat = self._sub(raw.get("repeat", 1), names, f"{here}.repeat")
-        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-            raise SpecError(f"repeat must be a positive integer, got {repeat!r}", path=self.path, field=f"{here}.repeat")
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_LAYERS:
+            raise SpecError(f"repeat must be an integer in [1, {MAX_LAYERS}], got {excerpt(repeat)}",
+                            path=self.path, field=f"{here}.repeat")
         args = self._sub(raw.get("args", {}), names, f"{here}.args")
         defaults = self._sub(block.get("args", {}), names, f"blocks.{bname}.args")
         if not isinstance(args, dict) or not isinstance(defaults, dict):
@@ -133,6 +167,10 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
             raise SpecError(f"unknown parameter {key!r} (model parameters: {', '.join(params) or 'none'})",
                             path=path, field="params")
     params = {**params, **(overrides or {})}
+    for key, value in params.items():
+        if not isinstance(key, str):
+            raise SpecError(f"parameter names must be strings, got {excerpt(key)}", path=path, field="params")
+        _check_value(value, path, f"params.{key}")
     names: dict[str, Any] = {}
     for key, value in params.items():  # params may refer to earlier params
         try:
@@ -140,6 +178,7 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
         except (ExprError, ZeroDivisionError, TypeError) as exc:
             raise SpecError(str(exc), path=path, field=f"params.{key}") from None
     blocks = expect_mapping(raw.get("blocks", {}) or {}, path, "blocks")
+    blocks = {str(k): v for k, v in blocks.items()}
     inp = expect_mapping(raw.get("input"), path, "input") if "input" in raw else None
     if inp is None:
         raise SpecError("missing required field", path=path, field="input")
@@ -148,12 +187,29 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
         raise SpecError("give exactly one of shape: [C, H, W] or tokens: L", path=path, field="input")
     expander = _Expander(path, blocks, names)
     if "tokens" in inp:
-        shape, kind = [substitute(inp["tokens"], names)], "tokens"
+        shape, kind = [expander._sub(inp["tokens"], names, "input.tokens")], "tokens"
     else:
-        shape, kind = substitute(inp["shape"], names), "tensor"
+        shape, kind = expander._sub(inp["shape"], names, "input.shape"), "tensor"
         if not isinstance(shape, list):
             raise SpecError("shape must be a list of sizes", path=path, field="input.shape")
+    if not isinstance(shape, list) or len(shape) > MAX_LIST or any(
+            isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= MAX_INT for d in shape):
+        raise SpecError(f"input shape must be positive integers (at most {MAX_LIST} of them, each up to {MAX_INT}), "
+                        f"got {excerpt(shape)}",
+                        path=path, field=f"input.{'tokens' if kind == 'tokens' else 'shape'}")
     expander.expand(raw.get("layers"), names, "", INPUT, "layers")
     name = raw.get("name") or path.stem
     dtype = raw.get("dtype", "fp32")
-    return build_model(str(name), dtype, shape, kind, expander.out, source=str(path), params_used=names)
+    if not isinstance(dtype, str):
+        raise SpecError(f"must be a data type name, got {excerpt(dtype)}", path=path, field="dtype")
+    try:
+        model = build_model(excerpt(name, 80) if not isinstance(name, str) or len(name) > 80 else name, dtype, shape,
+                            kind, expander.out, source=str(path), params_used=names)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, KeyError, IndexError) as exc:
+        raise SpecError(f"malformed description ({type(exc).__name__}: {excerpt(str(exc), 120)})", path=path) from None
+    for layer in model.layers:
+        for what, count in (("output elements per sample", math.prod(layer.out_shape)), ("parameters", layer.params)):
+            if count > MAX_ELEMENTS:
+                raise SpecError(f"{count:.3g} {what}; the limit is 2**50 (a size out of range?)", path=path,
+                                field=f"layer {layer.name!r}")
+    return model

@@ -21,7 +21,8 @@ from dlsim.spec.cluster import TOPOLOGIES, Cluster, Device, LinkTier
 _DEVICE_KEYS = {"name", "peak_tflops", "vector_tflops", "memory_gib", "memory_bandwidth_gbytes_per_s",
                 "launch_overhead_us", "compute_efficiency", "half_efficiency_gflop", "memory_efficiency", "source"}
 _LINK_KEYS = {"name", "latency_us", "bandwidth_gbytes_per_s", "bandwidth_gbits_per_s", "overhead_us", "gap_us",
-              "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s"}
+              "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s",
+              "bandwidth_efficiency"}
 _TOP_KEYS = {"name", "description", "device", "nodes", "devices_per_node", "intra_node", "inter_node",
              "reduce_bandwidth_gbytes_per_s", "tables", "sources", "notes", "measured"}
 
@@ -87,6 +88,10 @@ def _link(data: Any, path: Path, field: str) -> LinkTier:
     topology = data.get("topology", "switch")
     if topology not in TOPOLOGIES:
         raise SpecError(f"unknown topology {topology!r} (use {', '.join(TOPOLOGIES)})", path=path, field=f"{field}.topology")
+    efficiency = _number(data, "bandwidth_efficiency", path, field, default=1.0)
+    if efficiency > 1:
+        raise SpecError(f"is achievable / link bandwidth and must be at most 1, got {efficiency}", path=path,
+                        field=f"{field}.bandwidth_efficiency")
     dims = data.get("dims", [])
     if not isinstance(dims, list) or not all(isinstance(d, int) and d > 0 for d in dims):
         raise SpecError("dims must be a list of positive integers", path=path, field=f"{field}.dims")
@@ -102,6 +107,7 @@ def _link(data: Any, path: Path, field: str) -> LinkTier:
         burst=_number(data, "burst_bytes", path, field, default=0.0, positive=False),
         peak_bandwidth=_number(data, "burst_peak_bandwidth_gbytes_per_s", path, field,
                                default=math.inf) * units.GBYTE_PER_S,
+        bandwidth_efficiency=efficiency,
     )
 
 

@@ -6,6 +6,17 @@ strategy's `collective` names the algorithm (auto: the cheapest by closed form, 
 picks); where a collective has no algorithm of that name, auto is used for it. Reductions cost
 γ = 1 / `Cluster.reduce_bandwidth` seconds per byte. Point-to-point transfers use the tier's
 point-to-point model (`dlsim.cost.p2p`: LogGP when the tier has an overhead or gap, else Hockney).
+
+Groups that span nodes are priced knowing the nodes (`dlsim.cost.collectives.costs`): g group
+members per node own g/devices_per_node of the node's NICs, a node-contiguous ring or tree puts one
+flow per node on them, hierarchical algorithms split intra- and inter-node work.
+
+Measured collectives: with a profile's measured table (`measured`, from ``comm_collectives.csv``:
+`dlsim calibrate comm` or imported nccl-tests output) a collective of a measured kind, rank count
+and size range is priced from the table — the rows of the library's own choice (``default``) when
+the strategy's algorithm is auto, else the rows of the named algorithm — measured or interpolated
+in size (`dlsim.cost.collectives.measured`); anything else falls back to the model, and the
+estimate's note says why.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from dlsim.cost.collectives import ALGORITHMS, collective_time, expand_schedule, make_costs
+from dlsim.cost.collectives.measured import MeasuredCollectives
 from dlsim.cost.collectives.registry import applicable
 from dlsim.cost.p2p import p2p_model
 from dlsim.errors import SpecError
@@ -27,12 +39,14 @@ OP_NAMES = {"allreduce": "allreduce", "reduce_scatter": "reduce-scatter", "allga
 class ClusterPricer:
     """`CommPricer` over a `Cluster` and a rank `Layout` (see the module docstring)."""
 
-    def __init__(self, cluster: Cluster, layout: Layout, algorithm: str = "auto"):
+    def __init__(self, cluster: Cluster, layout: Layout, algorithm: str = "auto",
+                 measured: MeasuredCollectives | None = None):
         known = {name for table in ALGORITHMS.values() for name in table} | {"auto"}
         if algorithm not in known:
             raise SpecError(f"unknown collective algorithm {algorithm!r} (use {', '.join(sorted(known))})",
                             field="collective")
         self.cluster, self.layout, self.algorithm = cluster, layout, algorithm
+        self.measured = measured if measured else None
         self.gamma = 1.0 / cluster.reduce_bandwidth if cluster.reduce_bandwidth > 0 else None
         self._p2p = {tier: p2p_model(self.link(tier)) for tier in (INTRA, INTER)}
 
@@ -65,8 +79,16 @@ class ClusterPricer:
 
     def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
         name, algo, link, per_node = self._call(op, ranks)
-        return collective_time(name, algo, float(nbytes), len(ranks), link, gamma=self.gamma, ranks_per_node=per_node,
-                               intra=self.cluster.intra)
+        model = collective_time(name, algo, float(nbytes), len(ranks), link, gamma=self.gamma,
+                                ranks_per_node=per_node, intra=self.cluster.intra)
+        if self.measured is None or nbytes <= 0 or len(ranks) < 2:
+            return model
+        table_algo = "default" if self.algorithm == "auto" else self.algorithm
+        hit = self.measured.lookup(name, len(ranks), float(nbytes), table_algo)
+        if hit is not None:
+            return hit
+        why = self.measured.describe_range(name, len(ranks), table_algo)
+        return Estimate(model.seconds, model.source, f"{model.note}; {why}")
 
     def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:
         tier = self.tier([src, dst])

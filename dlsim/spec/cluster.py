@@ -41,6 +41,9 @@ class LinkTier:
     `gap` g the minimum interval between consecutive small messages. `burst` (bytes, 0 = none) and
     `peak_bandwidth` (bytes/s) describe a token-bucket-shaped port (`dlsim.cost.p2p`): up to
     `burst` bytes leave at `peak_bandwidth` once the bucket has refilled at `bandwidth`.
+    `bandwidth_efficiency` (default 1) is the achievable fraction of the link rate, e.g. nccl-tests
+    bus bandwidth / link rate from a published measurement; the collective and point-to-point costs
+    (`dlsim.cost.p2p.p2p_model`) use `bandwidth` × `bandwidth_efficiency`.
     """
 
     name: str
@@ -53,11 +56,17 @@ class LinkTier:
     dims: tuple[int, ...] = ()
     burst: float = 0.0
     peak_bandwidth: float = float("inf")
+    bandwidth_efficiency: float = 1.0
+
+    @property
+    def effective_bandwidth(self) -> float:
+        """Achievable bytes/s: `bandwidth` × `bandwidth_efficiency`."""
+        return self.bandwidth * self.bandwidth_efficiency
 
     @property
     def gap_per_byte(self) -> float:
-        """G: seconds per byte of a long message."""
-        return 1.0 / self.bandwidth
+        """G: seconds per byte of a long message (at the achievable bandwidth)."""
+        return 1.0 / self.effective_bandwidth
 
 
 @dataclass(frozen=True)

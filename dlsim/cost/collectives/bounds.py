@@ -18,6 +18,26 @@ On a token-bucket port (`LinkTier.burst` b, peak rate R) at most b + t/β bytes 
 (tokens accrue during start-ups and reductions too) and none faster than R, so with V the bytes
 through the busiest port the bound is max(start-ups + V/R + reduction, (V − b)β).
 
+Across nodes (p = N·g ranks, g per node, N ≥ 2; `Costs.spans`) the bound counts what must cross
+each NIC and each rank's ports. Treat each node as one process holding its g ranks' data (a node
+may combine inside for free): Chan et al.'s bounds for N processes give the bytes V_node that leave
+a node, through at most g·B_e of NIC bandwidth (the group's share; B_e the tier's per-device
+rate); each rank still moves V_rank (the flat bound's volume for p ranks) through at most
+B_i + g·B_e. At least one inter-node start-up lies on every path that combines two nodes' data,
+the other rounds cost at least the cheapest start-up or spacing (σ below):
+
+    α'_e + (⌈lg p⌉ − 1)·min(α'_e, α'_i, σ_e, σ_i) + max(V_node/(g·B_e), V_rank/(B_i + g·B_e)) + γ terms
+
+    V_node: allreduce 2((N−1)/N)n, reduce-scatter and allgather ((N−1)/N)n, broadcast and reduce n
+
+(other collectives keep the flat bound). The hierarchical allreduce meets the NIC term exactly.
+
+Under LogP/LogGP a message of s bytes costs L + 2o + (s − 1)G ≥ (α − G) + sG, and a rank may start
+its next send σ = max(o, g) after the previous one (σ ≤ α), so the number of ranks a value can have
+reached at most doubles every σ after the first arrival: the start-up term is α' + (⌈lg p⌉ − 1)·σ
+with α' = α − G (LogGP) — not ⌈lg p⌉α, which an Open MPI binomial broadcast to 3 ranks (α + σ)
+would beat. Under Hockney σ = α' = α and it is Chan et al.'s ⌈lg p⌉α.
+
 Bus bandwidth [doc: NVIDIA/nccl-tests doc/PERFORMANCE.md]: algbw = n / t and busbw = algbw × factor,
 with factor 2(p−1)/p for allreduce, (p−1)/p for reduce-scatter, allgather and all-to-all, 1 otherwise.
 """
@@ -44,18 +64,19 @@ def lower_bound_time(collective: str, n, p, link: PointToPoint, gamma: float = 0
     """The lower bound above for `collective` (vectorised in n and p)."""
     if link.shaped:
         return _shaped_bound(collective, n, p, link, gamma, shards, fanout, rounds)
-    a, b, lg = link.alpha, link.beta, ceil_log2(p)
+    a, b = _start(link), link.beta
+    lat = _rounds(p, a, min(a, _spacing(link)))
     frac = (p - 1) / p
     if collective == "broadcast":
-        return lg * a + n * b * (p > 1)
+        return lat + n * b * (p > 1)
     if collective == "reduce":
-        return lg * a + n * b * (p > 1) + frac * n * gamma
+        return lat + n * b * (p > 1) + frac * n * gamma
     if collective in ("allgather", "all-to-all"):
-        return lg * a + frac * n * b
+        return lat + frac * n * b
     if collective == "reduce-scatter":
-        return lg * a + frac * n * (b + gamma)
+        return lat + frac * n * (b + gamma)
     if collective == "allreduce":
-        return lg * a + frac * n * (2 * b + gamma)
+        return lat + frac * n * (2 * b + gamma)
     if collective == "send-recv":
         return (a + n * b) * (p > 1)
     if collective in ("push", "pull"):
@@ -63,6 +84,48 @@ def lower_bound_time(collective: str, n, p, link: PointToPoint, gamma: float = 0
     if collective == "gossip":
         return (a + np.minimum(fanout, p - 1) * rounds * n * b) * (p > 1)
     raise ValueError(collective)
+
+
+def _start(link: PointToPoint) -> float:
+    """α' of the module doc: α, or α − G under LogGP."""
+    return link.alpha - link.gap_per_byte if link.model == "loggp" else link.alpha
+
+
+def _spacing(link: PointToPoint) -> float:
+    """σ of the module doc: max(o, g) under LogP/LogGP, α otherwise."""
+    return max(link.overhead, link.gap) if link.model in ("loggp", "logp") else link.alpha
+
+
+def _rounds(p, first: float, then: float):
+    """first + (⌈lg p⌉ − 1)·then for p > 1, else 0."""
+    return np.where(np.asarray(p) > 1, first + (ceil_log2(p) - 1) * then, 0.0) if np.ndim(p) else \
+        ((first + (ceil_log2(p) - 1) * then) if p > 1 else 0.0)
+
+
+_NODE_VOLUME = {"allreduce": 2.0, "reduce-scatter": 1.0, "allgather": 1.0}
+
+
+def node_lower_bound_time(collective: str, n, p, costs, *, shards: int = 1, fanout: int = 3, rounds: int = 1):
+    """The bound above for a `Costs` that knows the nodes (`costs.node`); the flat bound elsewhere."""
+    flat = lower_bound_time(collective, n, p, costs.main, costs.gamma, shards=shards, fanout=fanout, rounds=rounds)
+    if costs.node is None or collective not in ("allreduce", "reduce-scatter", "allgather", "broadcast", "reduce"):
+        return flat
+    g, gamma = costs.ranks_per_node, costs.gamma
+    q = np.asarray(p)
+    nodes = np.maximum(q // g, 1)
+    frac_p, frac_n = (q - 1) / q, (nodes - 1) / nodes
+    a_e, a_i = _start(costs.main), _start(costs.intra)
+    lat = _rounds(q, a_e, min(a_e, a_i, _spacing(costs.main), _spacing(costs.intra)))
+    b_nic = g / costs.main.beta
+    b_rank = 1.0 / costs.intra.beta + b_nic
+    if collective in _NODE_VOLUME:
+        v_node, v_rank = _NODE_VOLUME[collective] * frac_n * n, _NODE_VOLUME[collective] * frac_p * n
+    else:
+        v_node = v_rank = n
+    red = frac_p * n * gamma if collective in ("allreduce", "reduce-scatter", "reduce") else 0.0
+    topo = lat + np.maximum(v_node / b_nic, v_rank / b_rank) + red
+    out = np.where(costs.spans(q), topo, flat)
+    return out if np.ndim(out) else float(out)
 
 
 def _shaped_bound(collective: str, n, p, link: PointToPoint, gamma: float, shards: int, fanout: int, rounds: int):

@@ -21,6 +21,14 @@ convention here splits the vector evenly among the p' ranks (MPICH splits by who
 On a token-bucket link the recursive-doubling and Rabenseifner allreduce steps are priced with the
 bucket carried from step to step (`bucket.lockstep_time`; halving n/2 … n/2^K, then doubling
 n/2^K … n/2: the order matters there).
+
+Across nodes (`Costs.spans`: p = N·g ranks, g per node, both powers of two, node-contiguous): the
+step that moves n/2^k bytes pairs ranks p/2^k apart (the halving goes p/2, p/4, … as MPICH's
+reduce-scatter does, the doubling mirrors it), so the first lg N of the K terms of each sum cross
+nodes — every rank of a node at once, each at its device's share B_dev of the NICs (`main`) — and
+the last lg g stay on the intra-node tier. The inter-node bytes of Rabenseifner's allreduce are
+then 2(1 − 1/N)·n per rank, g times the node-level bound's per-rank share: MPICH's distance order
+sends the big halves across nodes.
 """
 
 from __future__ import annotations
@@ -28,18 +36,30 @@ from __future__ import annotations
 import numpy as np
 
 from dlsim.cost.collectives import bucket
-from dlsim.cost.collectives.bits import floor_log2, pof2_floor
+from dlsim.cost.collectives.bits import floor_log2, is_pof2, pof2_floor
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
 
 
-def halving_sum(n, K, c: Costs, reduce: bool):
-    """Σ_{k=1..K} [T(n/2^k) (+ r(n/2^k))], vectorised over n and K."""
-    if np.ndim(K) == 0:
-        return sum(c.step(n / 2.0 ** k, reduce) for k in range(1, int(K) + 1)) if K else 0.0 * n
-    total = np.zeros(np.broadcast(n, K).shape)
+def inter_steps(p, K, c: Costs):
+    """How many of the K halving/doubling terms cross nodes: lg(p/g) across nodes (module doc), else K."""
+    if c.node is None:
+        return K
+    g = c.ranks_per_node
+    topo = c.spans(p) & is_pof2(p) & bool(is_pof2(g))
+    return np.where(topo, floor_log2(np.maximum(np.asarray(p) // g, 1)), K) if np.ndim(p) else \
+        (floor_log2(p // g) if topo else K)
+
+
+def halving_sum(n, K, c: Costs, reduce: bool, inter=None):
+    """Σ_{k=1..K} [T(n/2^k) (+ r(n/2^k))], vectorised over n and K; terms k > `inter` on the intra tier."""
+    inter = K if inter is None else inter
+    if np.ndim(K) == 0 and np.ndim(inter) == 0:
+        return sum(c.step(n / 2.0 ** k, reduce, intra=k > inter) for k in range(1, int(K) + 1)) if K else 0.0 * n
+    total = np.zeros(np.broadcast(n, K, inter).shape)
     for k in range(1, int(np.max(K)) + 1):
-        total = total + np.where(k <= K, c.step(n / 2.0 ** k, reduce), 0.0)
+        term = np.where(k > inter, c.step(n / 2.0 ** k, reduce, intra=True), c.step(n / 2.0 ** k, reduce))
+        total = total + np.where(k <= K, term, 0.0)
     return total
 
 
@@ -53,29 +73,33 @@ def recursive_doubling_allreduce_time(n, p, c: Costs):
     if bucket.shaped(c):
         return bucket.lockstep_time(c, bucket.recursive_doubling_steps(n, p))
     _, K, f = _fold(p)
-    return f * c.step(n, True) + K * c.step(n, True) + f * c.step(n)
+    inter = inter_steps(p, K, c)
+    return f * c.step(n, True) + inter * c.step(n, True) + (K - inter) * c.step(n, True, intra=True) + f * c.step(n)
 
 
 def rabenseifner_allreduce_time(n, p, c: Costs):
     if bucket.shaped(c):
         return bucket.lockstep_time(c, bucket.rabenseifner_steps(n, p))
     _, K, f = _fold(p)
-    return f * c.step(n, True) + halving_sum(n, K, c, True) + halving_sum(n, K, c, False) + f * c.step(n)
+    inter = inter_steps(p, K, c)
+    return (f * c.step(n, True) + halving_sum(n, K, c, True, inter) + halving_sum(n, K, c, False, inter)
+            + f * c.step(n))
 
 
 def recursive_halving_reduce_scatter_time(n, p, c: Costs):
     _, K, f = _fold(p)
-    return f * c.step(n, True) + halving_sum(n, K, c, True) + f * c.step(n / p)
+    return f * c.step(n, True) + halving_sum(n, K, c, True, inter_steps(p, K, c)) + f * c.step(n / p)
 
 
 def recursive_doubling_allgather_time(n, p, c: Costs):
     _, K, _ = _fold(p)
-    return halving_sum(n, K, c, False)
+    return halving_sum(n, K, c, False, inter_steps(p, K, c))
 
 
 def rabenseifner_reduce_time(n, p, c: Costs):
     _, K, f = _fold(p)
-    return f * c.step(n, True) + halving_sum(n, K, c, True) + halving_sum(n, K, c, False)
+    inter = inter_steps(p, K, c)
+    return f * c.step(n, True) + halving_sum(n, K, c, True, inter) + halving_sum(n, K, c, False, inter)
 
 
 # ---------------------------------------------------------------------------------------------

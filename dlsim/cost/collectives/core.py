@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dlsim.cost.collectives.bounds import lower_bound_time
+from dlsim.cost.collectives.bounds import node_lower_bound_time
 from dlsim.cost.collectives.chain import chain_segments
 from dlsim.cost.collectives.dbt import dbt_segments
 from dlsim.cost.collectives.costs import Costs, make_costs
@@ -118,7 +118,8 @@ def choose(collective: str, n_bytes: float, ranks: int, costs: Costs, options: O
 
 def _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options):
     check_collective(collective)
-    return check_size(n_bytes), check_ranks(ranks), make_costs(link, gamma=gamma, intra=intra, model=model)
+    return check_size(n_bytes), check_ranks(ranks), make_costs(link, gamma=gamma, intra=intra, model=model,
+                                                                ranks_per_node=options.ranks_per_node)
 
 
 def collective_time(collective: str, algorithm: str, n_bytes: float, ranks: int, link: LinkTier, *,
@@ -151,12 +152,14 @@ def choose_algorithm(collective: str, n_bytes: float, ranks: int, link: LinkTier
 
 
 def lower_bound(collective: str, n_bytes: float, ranks: int, link: LinkTier, *, gamma: float | None = None,
-                model: str = "auto", shards: int = 1, fanout: int = 3, rounds: int = 1) -> float:
-    """The lower bound of `bounds.py` for `collective` with the link's α = L + 2o and β = G."""
+                model: str = "auto", shards: int = 1, fanout: int = 3, rounds: int = 1,
+                ranks_per_node: int | None = None, intra: LinkTier | None = None) -> float:
+    """The lower bound of `bounds.py` for `collective` with the link's α = L + 2o and β = G; with
+    `intra` and `ranks_per_node` across nodes, the node-aware bound (NICs and intra-node ports)."""
     check_collective(collective)
-    costs = make_costs(link, gamma=gamma, model=model)
-    return float(lower_bound_time(collective, check_size(n_bytes), check_ranks(ranks), costs.main, costs.gamma,
-                                  shards=shards, fanout=fanout, rounds=rounds))
+    costs = make_costs(link, gamma=gamma, model=model, intra=intra, ranks_per_node=ranks_per_node)
+    return float(node_lower_bound_time(collective, check_size(n_bytes), check_ranks(ranks), costs,
+                                       shards=shards, fanout=fanout, rounds=rounds))
 
 
 def expand_schedule(collective: str, algorithm: str, n_bytes: float, ranks: int, *, link: LinkTier | None = None,
@@ -169,7 +172,8 @@ def expand_schedule(collective: str, algorithm: str, n_bytes: float, ranks: int,
     """
     options = make_options(ranks_per_node=ranks_per_node, **params)
     n, p = check_size(n_bytes), check_ranks(ranks)
-    costs = make_costs(link, gamma=gamma, intra=intra, model=model) if link is not None else None
+    costs = make_costs(link, gamma=gamma, intra=intra, model=model,
+                       ranks_per_node=ranks_per_node) if link is not None else None
     if algorithm == "auto":
         if costs is None:
             raise SpecError("algorithm auto needs a link to choose by", field="algorithm")
@@ -190,11 +194,25 @@ def effective_params(collective: str, algorithm: str, n_bytes: float, ranks: int
     if algorithm == "chain":
         out["segments"] = options.segments or int(chain_segments(n, p, costs, collective, options.max_segments))
     elif algorithm == "double-binary-tree":
-        out["segments"] = options.segments or (int(dbt_segments(n, p, costs, options.max_segments)) if p > 1 else 1)
+        if costs.spans(p):
+            out["segments"] = options.segments or int(dbt_segments(n, p // costs.ranks_per_node, _node(costs),
+                                                                   options.max_segments))
+            out["across_nodes"] = f"{p // costs.ranks_per_node} nodes x {costs.ranks_per_node} (chain inside)"
+        else:
+            out["segments"] = options.segments or (int(dbt_segments(n, p, costs, options.max_segments))
+                                                   if p > 1 else 1)
     elif algorithm in ("parameter-server", "sharded"):
         out["shards"] = options.shards
     elif algorithm == "random-peers":
         out.update(fanout=options.fanout, rounds=options.rounds)
     elif algorithm == "hierarchical":
-        out.update(ranks_per_node=options.ranks_per_node, inter_algorithm=options.inter_algorithm)
+        out.update(ranks_per_node=options.ranks_per_node)
+        if collective == "allreduce":
+            out.update(inter_algorithm=options.inter_algorithm)
+    elif costs.spans(p) and algorithm == "ring":
+        out["across_nodes"] = f"{p // costs.ranks_per_node} nodes x {costs.ranks_per_node} (node-contiguous)"
     return out
+
+
+def _node(costs: Costs) -> Costs:
+    return Costs(costs.node, costs.intra, costs.gamma)

@@ -19,6 +19,13 @@ number of distinct values of v + 2j (j < k) for v in the sets V_up = {2h + σ} a
 
 For large k, |U| ≈ |D| ≈ 2k, so the bandwidth term is ≈ 2nβ (each rank sends and receives 2n
 bytes), which NCCL's tuning model expresses as algBw = busBw / 2 (`reference/algorithms.md` §3.4).
+
+Across nodes (`Costs.spans`: N = p/g nodes of g ranks) NCCL builds the double binary tree over the
+nodes and a chain through the g GPUs of each node [doc: NCCL 2.4 blog "Massively scale your deep
+learning training with NCCL 2.4"; `src/graph/trees.cc`]: one flow per node and tree direction, at
+B_node (`costs.py`), and the chain adds its pipeline fill, g − 1 intra-node hops up and down:
+
+    allreduce = DBT(n, N; T_node) + 2(g − 1)·T_intra(s),   s = n / (2k)
 """
 
 from __future__ import annotations
@@ -161,6 +168,28 @@ def dbt_time(n, p, c: Costs, segments=None, max_segments: int = MAX_SEGMENTS):
     for value in np.unique(p_b):
         mask = p_b == value
         out[mask] = dbt_time(n_b[mask], int(value), c, segments, max_segments)
+    return out
+
+
+def _node_costs(c: Costs) -> Costs:
+    return Costs(c.node, c.intra, c.gamma)
+
+
+def dbt_node_time(n, p, c: Costs, segments=None, max_segments: int = MAX_SEGMENTS):
+    """`dbt_time`, or across nodes the node-level tree plus the intra-node chain (module doc)."""
+    if c.node is None:
+        return dbt_time(n, p, c, segments, max_segments)
+    if np.ndim(p) == 0:
+        if not c.spans(p):
+            return dbt_time(n, p, c, segments, max_segments)
+        g, nodes, cn = c.ranks_per_node, int(p) // c.ranks_per_node, _node_costs(c)
+        k = dbt_segments(n, nodes, cn, max_segments) if segments is None else segments
+        return _time_for(n, k, *dbt_layout(nodes)[1:], cn) + 2 * (g - 1) * c.intra.time(n / (2 * k))
+    n_b, p_b = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p))
+    out = np.zeros(n_b.shape)
+    for value in np.unique(p_b):
+        mask = p_b == value
+        out[mask] = dbt_node_time(n_b[mask], int(value), c, segments, max_segments)
     return out
 
 

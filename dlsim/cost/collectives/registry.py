@@ -107,7 +107,7 @@ def _table() -> dict[str, dict[str, Algorithm]]:
     add("allreduce", "binomial-tree-openmpi", _plain(trees.openmpi_allreduce_time),
         _plain_schedule(trees.openmpi_allreduce_schedule))
     add("allreduce", "chain", *_chain("allreduce"))
-    add("allreduce", "double-binary-tree", lambda n, p, c, o: dbt.dbt_time(n, p, c, o.segments, o.max_segments),
+    add("allreduce", "double-binary-tree", lambda n, p, c, o: dbt.dbt_node_time(n, p, c, o.segments, o.max_segments),
         lambda n, p, o, c: dbt.dbt_schedule(n, p, _segments(o, c, n, p, dbt.dbt_segments)))
     add("allreduce", "hierarchical", _hier_time, _hier_schedule, needs="nodes")
     add("allreduce", "parameter-server", lambda n, p, c, o: ps.ps_allreduce_time(n, p, c, o.shards),
@@ -116,11 +116,16 @@ def _table() -> dict[str, dict[str, Algorithm]]:
     add("reduce-scatter", "ring", _plain(ring.reduce_scatter_time), _plain_schedule(ring.reduce_scatter_schedule))
     add("reduce-scatter", "recursive-halving", _plain(butterfly.recursive_halving_reduce_scatter_time),
         _plain_schedule(butterfly.recursive_halving_reduce_scatter_schedule))
+    add("reduce-scatter", "hierarchical",
+        lambda n, p, c, o: hierarchical.reduce_scatter_time(n, p, c, o.ranks_per_node),
+        lambda n, p, o, c: hierarchical.reduce_scatter_schedule(n, p, o.ranks_per_node), needs="nodes")
 
     add("allgather", "ring", _plain(ring.allgather_time), _plain_schedule(ring.allgather_schedule))
     add("allgather", "recursive-doubling", _plain(butterfly.recursive_doubling_allgather_time),
         _plain_schedule(butterfly.recursive_doubling_allgather_schedule), needs="pof2")
     add("allgather", "bruck", _plain(alltoall.bruck_allgather_time), _plain_schedule(alltoall.bruck_allgather_schedule))
+    add("allgather", "hierarchical", lambda n, p, c, o: hierarchical.allgather_time(n, p, c, o.ranks_per_node),
+        lambda n, p, o, c: hierarchical.allgather_schedule(n, p, o.ranks_per_node), needs="nodes")
 
     add("broadcast", "binomial-tree", _plain(trees.binomial_bcast_time), _plain_schedule(trees.binomial_bcast_schedule))
     add("broadcast", "binomial-tree-openmpi", _plain(trees.openmpi_bcast_time),

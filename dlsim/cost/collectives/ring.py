@@ -10,25 +10,46 @@ neighbour and receives one from its left neighbour.
 With Hockney T this is 2(p−1)α + 2((p−1)/p)nβ + ((p−1)/p)nγ, the table of
 `reference/algorithms.md` §3.1 and S003 "Collectives for deep learning". On a token-bucket link
 the same steps are priced with the bucket carried from step to step (`bucket.lockstep_time`).
+
+Across nodes (p = N·g ranks, g per node, node-contiguous, `Costs.spans`): in every step N hops
+cross nodes, one per node, and the other p − N hops stay inside a node, so a step costs
+max(T_node(n/p), T_intra(n/p)) (+ r(n/p)) with T_node at B_node = min(g·B_dev, B_intra)
+(`costs.py`; NCCL's rings across nodes, NCCL's channels using all the node's NICs):
+
+    allreduce = 2(p−1)·max(T_node, T_intra)(n/p) + (p−1)·r(n/p)
+              = 2(p−1)α_e + 2((p−1)/p)·n/B_node + ((p−1)/p)nγ     (Hockney, B_node ≤ B_intra)
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from dlsim.cost.collectives import bucket
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
 
 
+def ring_step(n, p, c: Costs, reduce: bool, intra: bool = False):
+    """One ring step of n/p bytes: flat, or node-contiguous across nodes (module doc)."""
+    flat = c.step(n / p, reduce=reduce, intra=intra)
+    if intra or c.node is None:
+        return flat
+    spans = c.spans(p)
+    if np.ndim(spans) == 0:
+        return c.node_step(n / p, reduce) if spans else flat
+    return np.where(spans, c.node_step(n / p, reduce), flat)
+
+
 def reduce_scatter_time(n, p, c: Costs, intra: bool = False):
     if bucket.shaped(c, intra):
         return bucket.lockstep_time(c, bucket.ring_steps(n, p, True, False), intra)
-    return (p - 1) * c.step(n / p, reduce=True, intra=intra)
+    return (p - 1) * ring_step(n, p, c, True, intra)
 
 
 def allgather_time(n, p, c: Costs, intra: bool = False):
     if bucket.shaped(c, intra):
         return bucket.lockstep_time(c, bucket.ring_steps(n, p, False, True), intra)
-    return (p - 1) * c.step(n / p, intra=intra)
+    return (p - 1) * ring_step(n, p, c, False, intra)
 
 
 def allreduce_time(n, p, c: Costs, intra: bool = False):

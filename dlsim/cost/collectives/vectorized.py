@@ -12,7 +12,7 @@ from typing import Iterable
 
 import numpy as np
 
-from dlsim.cost.collectives.bounds import bus_factor, lower_bound_time
+from dlsim.cost.collectives.bounds import bus_factor, node_lower_bound_time
 from dlsim.cost.collectives.core import check_collective, make_options, priced
 from dlsim.cost.collectives.costs import make_costs
 from dlsim.cost.collectives.registry import applicable
@@ -43,7 +43,7 @@ def evaluate(collective: str, algorithms: Iterable[str] | None, sizes, ranks, li
         if name not in table:
             raise SpecError(f"unknown algorithm {name!r} for {collective} (use {', '.join(table)})", field="algorithm")
     options = make_options(ranks_per_node=ranks_per_node, **params)
-    costs = make_costs(link, gamma=gamma, intra=intra, model=model)
+    costs = make_costs(link, gamma=gamma, intra=intra, model=model, ranks_per_node=ranks_per_node)
     n, p = _arrays(sizes, ranks)
     out = {}
     for name in names:
@@ -75,8 +75,10 @@ def bandwidths(collective: str, sizes, ranks, seconds) -> tuple[np.ndarray, np.n
 
 
 def lower_bounds(collective: str, sizes, ranks, link: LinkTier, *, gamma: float | None = None, model: str = "auto",
-                 shards: int = 1, fanout: int = 3, rounds: int = 1) -> np.ndarray:
+                 shards: int = 1, fanout: int = 3, rounds: int = 1, ranks_per_node: int | None = None,
+                 intra: LinkTier | None = None) -> np.ndarray:
+    """`bounds.node_lower_bound_time` at every point (node-aware with `intra` and `ranks_per_node`)."""
     n, p = _arrays(sizes, ranks)
-    costs = make_costs(link, gamma=gamma, model=model)
-    return np.asarray(lower_bound_time(collective, n, p, costs.main, costs.gamma, shards=shards, fanout=fanout,
-                                       rounds=rounds), dtype=float)
+    costs = make_costs(link, gamma=gamma, model=model, intra=intra, ranks_per_node=ranks_per_node)
+    return np.asarray(node_lower_bound_time(collective, n, p, costs, shards=shards, fanout=fanout,
+                                            rounds=rounds), dtype=float)

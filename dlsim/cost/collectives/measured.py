@@ -1,0 +1,102 @@
+"""Measured collective times (a profile's ``comm_collectives.csv``) as prices, with provenance.
+
+The table holds one median time per (collective, algorithm, ranks, size), from `dlsim calibrate
+comm` or imported nccl-tests output (`dlsim calibrate comm --import-nccl-tests`). Sizes follow
+nccl-tests, as `collective_time` does: the vector per rank (allreduce, reduce, broadcast), the
+gathered output (allgather), the input per rank (reduce-scatter).
+
+Lookup for (collective, ranks, n bytes), among the rows of the algorithm asked for (``default``,
+the library's own choice, when the strategy leaves the algorithm to auto):
+
+* a measured size → the median, **measured**;
+* between two measured sizes s_0 < n < s_1 → log t linear in log s (for a bandwidth-bound
+  collective t ∝ s, for a latency-bound one t constant; both are straight in log-log),
+  **interpolated**;
+* another rank count, or n outside [s_min, s_max] → None: the caller prices the model and says so
+  in its note (`dlsim.plan.commcost.ClusterPricer`); a measured curve is never stretched silently.
+
+Where one table holds several sources for the same points, nccl-tests rows come first, then NCCL,
+then the others (MPI, gloo), and out-of-place rows before in-place ones.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from dlsim.results import Estimate, Source
+
+_BACKEND_ORDER = {"nccl-tests": 0, "nccl": 1}
+_VARIANT_ORDER = {"out-of-place": 0, "": 0, "in-place": 1}
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One measured point: `seconds` is the median over repetitions."""
+
+    collective: str
+    algorithm: str
+    ranks: int
+    size_bytes: float
+    seconds: float
+    backend: str = ""
+    hosts: str = ""
+    variant: str = ""
+    source: str = ""
+
+
+class MeasuredCollectives:
+    """Lookup over measured collective rows (module doc)."""
+
+    def __init__(self, rows: Iterable[CollectiveRow], name: str = "comm_collectives.csv"):
+        self.name = name
+        best: dict[tuple[str, str, int, float], tuple[tuple[int, int], CollectiveRow]] = {}
+        for r in rows:
+            if not (r.seconds > 0 and math.isfinite(r.seconds) and r.size_bytes > 0):
+                continue
+            key = (r.collective, r.algorithm, r.ranks, float(r.size_bytes))
+            rank = (_BACKEND_ORDER.get(r.backend, 2), _VARIANT_ORDER.get(r.variant, 1))
+            if key not in best or rank < best[key][0]:
+                best[key] = (rank, r)
+        curves: dict[tuple[str, str, int], list[CollectiveRow]] = {}
+        for (c, a, p, _), (_, r) in best.items():
+            curves.setdefault((c, a, p), []).append(r)
+        self.curves = {k: sorted(v, key=lambda r: r.size_bytes) for k, v in curves.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.curves)
+
+    def sizes(self, collective: str, ranks: int, algorithm: str = "default") -> tuple[float, ...]:
+        return tuple(r.size_bytes for r in self.curves.get((collective, algorithm, ranks), ()))
+
+    def lookup(self, collective: str, ranks: int, nbytes: float, algorithm: str = "default") -> Estimate | None:
+        """The measured or interpolated time, or None outside the table (module doc)."""
+        curve = self.curves.get((collective, algorithm, ranks))
+        if not curve or nbytes <= 0:
+            return None
+        sizes = [r.size_bytes for r in curve]
+        i = bisect.bisect_left(sizes, nbytes)
+        if i < len(sizes) and sizes[i] == nbytes:
+            r = curve[i]
+            return Estimate(r.seconds, Source.MEASURED, f"{collective} on {ranks} ranks measured ({self._src(r)})")
+        if i == 0 or i == len(sizes):
+            return None
+        lo, hi = curve[i - 1], curve[i]
+        w = math.log(nbytes / lo.size_bytes) / math.log(hi.size_bytes / lo.size_bytes)
+        t = math.exp((1 - w) * math.log(lo.seconds) + w * math.log(hi.seconds))
+        return Estimate(t, Source.INTERPOLATED, f"{collective} on {ranks} ranks interpolated between "
+                        f"{lo.size_bytes:.0f} and {hi.size_bytes:.0f} B ({self._src(lo)})")
+
+    def _src(self, r: CollectiveRow) -> str:
+        return f"{self.name}, {r.source or r.backend}"
+
+    def describe_range(self, collective: str, ranks: int, algorithm: str = "default") -> str:
+        """Why a lookup missed, for the model's note."""
+        sizes = self.sizes(collective, ranks, algorithm)
+        if not sizes:
+            have = sorted({p for (c, a, p) in self.curves if c == collective and a == algorithm})
+            return (f"no measured {collective} on {ranks} ranks in {self.name}"
+                    + (f" (measured: {', '.join(map(str, have))} ranks)" if have else ""))
+        return f"outside the measured sizes {sizes[0]:.0f}-{sizes[-1]:.0f} B of {collective} on {ranks} ranks"
