@@ -47,8 +47,10 @@ def comm_text(rec: dict[str, Any]) -> str:
                      _rate(r["algbw_bytes_per_s"]), _rate(r["busbw_bytes_per_s"]), ratio, params])
     body = table(["algorithm", "time", "algbw", "busbw", "x bound", "parameters"], rows,
                  [False, True, True, True, True, False])
-    lines = [head, body, f"lower bound: {format_time(rec['lower_bound_s'])} on a homogeneous network of link "
-             f"{rec['network']['link']['name']}; busbw = algbw x {rec['bus_factor']:.4g} (nccl-tests convention)"]
+    net = rec["network"]
+    where = (f"{net['link']['name']} NICs and {net['intra']['name']} across nodes of {net['ranks_per_node']} ranks"
+             if net.get("intra") and (net.get("ranks_per_node") or 1) > 1 else f"link {net['link']['name']}")
+    lines = [head, body, f"lower bound: {format_time(rec['lower_bound_s'])} on {where}; busbw = algbw x {rec['bus_factor']:.4g} (nccl-tests convention)"]
     lines += [f"skipped {s['algorithm']}: {s['reason']}" for s in rec["skipped"]]
     return "\n".join(lines)
 
