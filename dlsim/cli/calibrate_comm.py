@@ -9,7 +9,7 @@ import click
 from dlsim.api.calibrate_comm import calibrate_comm, import_nccl_tests, size_range
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import emit_json, wants_summary
 from dlsim.units import format_time, parse_time
 
 
@@ -78,7 +78,8 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
         rec = import_nccl_tests(out, nccl_files, collective=collectives[0] if collectives else None)
         if json_out is not None:
             emit_json(rec, json_out)
-            return
+            if not wants_summary(json_out):
+                return
         click.echo(f"{rec['out']}: {rec['rows_added']} rows imported from {len(rec['files'])} file(s), "
                    f"{rec['rows_already_there']} already there")
         for line in rec["profile"]:
@@ -92,7 +93,8 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
                          idle_gap_s=idle_gap_s, idle_wait=idle_wait)
     if json_out is not None:
         emit_json(rec, json_out)
-        return
+        if not wants_summary(json_out):
+            return
     total = sum(x["seconds"] for x in rec["launches"])
     click.echo(f"{rec['out']}: {backend} on {rec['ranks']} ranks ({rec['hosts']}), {len(rec['launches'])} launch(es) "
                f"in {format_time(total)}")

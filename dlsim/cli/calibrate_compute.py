@@ -10,7 +10,7 @@ import click
 from dlsim.api.calibrate_compute import calibrate_compute
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import emit_json, wants_summary
 from dlsim.units import format_time
 
 
@@ -71,7 +71,8 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
                             command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(quiet))
     if json_out is not None:
         emit_json(rec, json_out)
-        return
+        if not wants_summary(json_out):
+            return
     click.echo(f"{rec['out']}: {rec['measured']} kernels measured, {rec['already_measured']} already there, "
                f"{len(rec['failed'])} failed, in {format_time(rec['seconds'])} on {rec['device']}")
     for line in rec["failed"]:

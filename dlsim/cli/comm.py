@@ -9,7 +9,7 @@ import click
 from dlsim.api.comm import comm, comm_sweep
 from dlsim.cli import main
 from dlsim.cli.options import json_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
 from dlsim.cost.collectives import COLLECTIVES
 from dlsim.cost.p2p import MODELS
 from dlsim.errors import SpecError
@@ -110,6 +110,8 @@ def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, p
         raise SpecError("give either --size or --sweep", field="size")
     if plot_path and sweep is None:
         raise SpecError("--plot needs --sweep", field="plot")
+    if plot_path:
+        prepare_output(check_plot_path(plot_path), "--plot")
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     algorithm = kwargs.pop("algorithm")
     model = kwargs.pop("model")
@@ -117,13 +119,14 @@ def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, p
         rec = comm_sweep(collective, sweep, ranks, algorithm=algorithm, model=model, **kwargs)
         if plot_path:
             from dlsim.report.comm_plots import plot_sweep
-            plot_sweep(rec, plot_path)
-            click.echo(f"wrote {plot_path}", err=True)
+            json_safe(rec)
+            emit_plot(plot_path, lambda tmp: plot_sweep(rec, tmp))
         text = sweep_text(rec)
     else:
         rec = comm(collective, size, ranks, algorithm=algorithm, model=model, **kwargs)
         text = comm_text(rec)
     if json_out is not None:
         emit_json(rec, json_out)
-    else:
+    if wants_summary(json_out):
+        json_safe(rec)
         click.echo(text)

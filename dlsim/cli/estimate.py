@@ -7,7 +7,9 @@ import click
 from dlsim.api.estimate import estimate
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import emit_json, json_safe, wants_summary
+from dlsim.errors import InfeasibleError
+from dlsim.units import format_bytes
 from dlsim.report.text import estimate_table
 
 
@@ -26,12 +28,20 @@ def estimate_cmd(model: str, cluster: str, batch: int, dtype: str | None, optimi
     """Predict one training iteration of MODEL on one device of a cluster profile.
 
     Prints per-layer forward / backward times (and where each number came from), the iteration
-    time, throughput and memory.
+    time, throughput and memory. Exits with 1 when the iteration does not fit in device memory
+    (after printing or writing the record).
     """
     result = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer, measured=not model_only,
                       overrides=parse_overrides(overrides))
     rec = result.to_dict()
     if json_out is not None:
         emit_json(rec, json_out)
-    else:
+    if wants_summary(json_out):
+        json_safe(rec)
         click.echo(estimate_table(rec, None if show_all else 25))
+    if rec.get("fits_in_memory") is False:
+        need, have = rec.get("memory_bytes", {}), rec.get("memory_capacity_bytes")
+        total = need.get("total") if isinstance(need, dict) else need
+        short = f": needs {format_bytes(total)}, the device has {format_bytes(have)}" \
+            if isinstance(total, (int, float)) and isinstance(have, (int, float)) else ""
+        raise InfeasibleError(f"does not fit in device memory{short} (batch {rec.get('batch')})")

@@ -7,12 +7,19 @@ from typing import Any, Callable
 import click
 import yaml
 
+from dlsim.cli.output import force_option
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.yamlfile import parse_yaml_text, yaml_problem
 
-json_option: Callable = click.option(
+_json_flag: Callable = click.option(
     "--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
-    help="Print the result record as JSON (or write it to FILE).")
+    help="Print the result record as JSON, or write it to FILE (never over an input; an existing FILE only "
+         "with --force) and print the summary too.")
+
+
+def json_option(command: Callable) -> Callable:
+    """``--json [FILE]`` and ``--force``."""
+    return _json_flag(force_option(command))
 
 set_option: Callable = click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE",

@@ -12,7 +12,7 @@ import click
 from dlsim.api.microbatch import microbatch_sweep, microbatch_table, plan_from_table
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
 from dlsim.errors import SpecError
 from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.policies import POLICIES
@@ -107,6 +107,8 @@ def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | No
         raise SpecError("give MODEL --cluster PROFILE, or --bench-table FILE.csv")
     limit = parse_size(workspace_limit)
     seconds = parse_time(time_limit)
+    if plot_path:
+        prepare_output(check_plot_path(plot_path), "--plot")
     chosen = [s.strip() for s in layers.split(",") if s.strip()] if layers else None
     policies = tuple(dict.fromkeys([policy, "undivided"]))
     tab, notes = microbatch_table(model, cluster, batch, policies, bench_table, dtype=dtype, layers=chosen,
@@ -121,10 +123,11 @@ def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | No
         label = model or (bench_table or "")
         sweep = microbatch_sweep(tab, batch, mode, policies[::-1], solver=solver, time_limit_s=seconds,
                                  label=str(label), source=result.source)
-        plot_sweep(sweep, plot_path, marker_limit=limit)
+        json_safe(sweep)
+        emit_plot(plot_path, lambda tmp: plot_sweep(sweep, tmp, marker_limit=limit))
         rec["sweep"] = sweep
-        click.echo(f"wrote {plot_path}", err=True)
     if json_out is not None:
         emit_json(rec, json_out)
-    else:
+    if wants_summary(json_out):
+        json_safe(rec)
         click.echo(plan_text(rec, pareto))

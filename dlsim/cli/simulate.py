@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
@@ -11,9 +10,8 @@ import click
 from dlsim.api.simulate import run_simulation
 from dlsim.cli import main
 from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
-from dlsim.io.files import write_atomic
 from dlsim.report.sim_text import simulation_summary
 from dlsim.spec.strategy import COMPRESSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
@@ -94,6 +92,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="Print the result record as JSON (or write it to FILE).")
 @click.option("--trace", "trace_out", type=click.Path(dir_okay=False), help="Write a Chrome trace (Perfetto).")
+@force_option
 @set_option
 def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None, trace_out: str | None,
                  microbatch_plan: str | None, workspace_limit: str, full: bool, expand_collectives: bool,
@@ -104,17 +103,20 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
     pipeline bubble, idle, recompute), memory per device and the critical path. An out-of-memory
     strategy is reported as infeasible (exit code 1) after the record is written.
     """
+    for path, option in ((trace_out, "--trace"), (json_out if json_out != "-" else None, "--json")):
+        if path is not None:
+            prepare_output(path, option)  # refuse before simulating, not after
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
                          workspace_limit=workspace_limit, trace=trace_out is not None, nodes=nodes,
                          overrides=parse_overrides(overrides), **_strategy_fields(opts))
     rec = sim.result.to_dict()
     if trace_out is not None and sim.trace is not None:
-        write_atomic(Path(trace_out), json.dumps(sim.trace) + "\n")
-        click.echo(f"wrote {trace_out}", err=True)
+        emit_text(trace_out, json.dumps(sim.trace, allow_nan=False) + "\n", "--trace")
     if json_out is not None:
         emit_json(rec, json_out)
-    else:
+    if wants_summary(json_out):
+        json_safe(rec)
         click.echo(simulation_summary(rec))
     if rec.get("feasible") is False:
         raise InfeasibleError(rec["infeasible_reason"])

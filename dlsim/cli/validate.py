@@ -14,7 +14,7 @@ import click
 from dlsim.api.validate import validate_kernels, validate_model
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import check_plot_path, emit_json, emit_plot, prepare_output, wants_summary
 from dlsim.report.text import table
 from dlsim.units import format_bytes, format_time
 
@@ -87,16 +87,17 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
               warmup: int, threads: int | None, no_layers: bool, statistic: str, plot: str | None, show_all: bool,
               overrides: tuple[str, ...], json_out: str | None) -> None:
     """Time real training iterations of MODEL in PyTorch and compare them with dlsim's prediction."""
+    if plot:
+        prepare_output(check_plot_path(plot), "--plot")
     rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
                          warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
                          statistic=statistic)
     if plot:
         from dlsim.report.validation_plots import plot_model_validation
-        plot_model_validation(rec, plot)
-        click.echo(f"wrote {plot}", err=True)
+        emit_plot(plot, lambda tmp: plot_model_validation(rec, tmp))
     if json_out is not None:
         emit_json(rec, json_out)
-    else:
+    if wants_summary(json_out):
         click.echo(model_report(rec, None if show_all else 25))
 
 
@@ -127,11 +128,11 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
                            progress=lambda line: click.echo(line, err=True))
     if plot:
         from dlsim.report.validation_plots import plot_kernel_validation
-        plot_kernel_validation(rec, plot)
-        click.echo(f"wrote {plot}", err=True)
+        emit_plot(plot, lambda tmp: plot_kernel_validation(rec, tmp))
     if json_out is not None:
         emit_json(rec, json_out)
-        return
+        if not wants_summary(json_out):
+            return
     for kind in ("gemm", "conv"):
         s = rec[kind]["summary"]
         if s.get("count"):
@@ -178,7 +179,8 @@ def ddp_cmd(model: str, compute_profile: str, batch: int, rate: str, optimizer: 
                        statistic=statistic)
     if json_out is not None:
         emit_json(rec, json_out)
-        return
+        if not wants_summary(json_out):
+            return
     f, m, p = rec["link"]["fit"], rec["measured"], rec["predicted"]
     click.echo(f"link ({rate} tbf): latency {format_time(f['latency_s'])}, bandwidth "
                f"{format_bytes(f['bandwidth_bytes_per_s'])}/s (large messages fit within "

@@ -7,7 +7,7 @@ import click
 from dlsim.api.models import describe_model, profiles as list_profile_records, zoo
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json
+from dlsim.cli.output import emit_json, json_safe, wants_summary
 from dlsim.report.text import model_table, models_table, profiles_table
 
 
@@ -18,7 +18,8 @@ def models_cmd(json_out: str | None) -> None:
     rows = zoo()
     if json_out is not None:
         emit_json(rows, json_out)
-    else:
+    if wants_summary(json_out):
+        json_safe(rows)
         click.echo(models_table(rows))
 
 
@@ -29,7 +30,8 @@ def profiles_cmd(json_out: str | None) -> None:
     rows = list_profile_records()
     if json_out is not None:
         emit_json(rows, json_out)
-    else:
+    if wants_summary(json_out):
+        json_safe(rows)
         click.echo(profiles_table(rows))
 
 
@@ -52,5 +54,6 @@ def show_cmd(model: str, batch: int, dtype: str | None, overrides: tuple[str, ..
     rec = describe_model(model, batch, dtype, parse_overrides(overrides))
     if json_out is not None:
         emit_json(rec, json_out)
-    else:
+    if wants_summary(json_out):
+        json_safe(rec)
         click.echo(model_table(rec))
