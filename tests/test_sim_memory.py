@@ -45,13 +45,17 @@ def test_zero3_communicates_more_than_zero2(gpt):
     assert z3.communication_s > z2.communication_s
 
 
-def test_full_recompute_closed_form_and_memory():
-    """Each backward pass first re-runs its forward: T = (m + p − 1)(2t_f + t_b). Memory keeps the
-    chunk inputs of the micro-batches in flight plus one chunk's full activations (GPipe + remat)."""
+@pytest.mark.parametrize("every", [1, 3])
+def test_full_recompute_closed_form_and_memory(every):
+    """Each backward pass first re-runs its forward: T = (m + p − 1)(2t_f + t_b). Memory keeps, per
+    micro-batch in flight, the input of every group of `every` layers (a checkpoint, 0.25 each),
+    plus one group's activations rematerialised (1.0 per layer) during a backward pass."""
     p, m, per = 4, 6, 3
-    graph, tl, _ = run_uniform("gpipe", p, m, layers_per_chunk=per, saved=1.0, out_bytes=0.25, recompute="full")
+    graph, tl, _ = run_uniform("gpipe", p, m, layers_per_chunk=per, saved=1.0, out_bytes=0.25, recompute="full",
+                               recompute_layers=every)
     assert tl.makespan == closed_form_iteration("gpipe", p, m, 1, 2.0, 2.0)
-    assert tl.memory_peak[1] == pytest.approx((m - 1) * 0.25 + per)
+    checkpoints = per // every
+    assert tl.memory_peak[1] == pytest.approx(m * checkpoints * 0.25 + every * 1.0)
     plain = run_uniform("gpipe", p, m, layers_per_chunk=per, saved=1.0, out_bytes=0.25)[1]
     assert plain.memory_peak[1] == m * per
 

@@ -130,7 +130,8 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
             raise SpecError("a micro-batch plan prices unsplit convolutions; it needs tp = 1", field="microbatch_plan")
         mb_overrides, note = _microbatch_overrides(model, cluster, s, dtype, microbatch_plan, workspace_limit)
         notes.append(note)
-    entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, overrides=mb_overrides)
+    entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, overrides=mb_overrides,
+                                sequence_parallel=s.sequence_parallel, fused=frozenset(s.fused_kernels))
     if s.layer_groups:
         entries = add_transitions(model, entries, modes, s.dp, s.microbatch_size, dtype)
     _check_fits(model, cluster, s, entries)
@@ -151,8 +152,10 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     def elementwise_time(flops: float, nbytes: float) -> Estimate:
         return roofline_time(flops, nbytes, device, dtype, matrix=False)
 
-    x = IterationInputs(model, entries, tuple(ranges), s, layout, pricer, dtype, device.name, device.memory_bytes,
-                        optimizer_time, elementwise_time, explicit_dp, explicit_tp, expand_collectives)
+    x = IterationInputs(model, entries, tuple(ranges), s, layout, pricer, dtype, device.name,
+                        device.memory_bytes - device.memory_reserved,
+                        optimizer_time, elementwise_time, explicit_dp, explicit_tp, expand_collectives,
+                        device.overlap_slowdown)
     graph = build_iteration(x)
     group_of = {i: ([d.rank + t for t in range(s.tp)] if not explicit_tp else [d.rank])
                 for i, d in enumerate(graph.devices)}

@@ -284,14 +284,20 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
     return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, saves_output=True, extra_saved_bytes=state_bytes)
 
 
-def _attention(layer: Layer, n: int, b: int) -> LayerCost:
-    """Multi-head self-attention, unfused (as a framework's math path runs it), R = N·L rows, h heads
-    of width d_h = D/h, KV width D_kv = kv_heads·d_h:
+def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
+    """Multi-head self-attention, R = N·L rows, h heads of width d_h = D/h, KV width D_kv = kv_heads·d_h:
     Q/K/V projections GEMM (R, D + 2·D_kv, D); scores QKᵀ batched GEMM (L, L, d_h)×N·h; softmax over
     N·h·L² scores (5 FLOP/element); context AV (L, d_h, L)×N·h; output projection (R, D, D).
     ∇x: projections' transposes plus four batched GEMMs (∇P = ∇O·Vᵀ, ∇V = Pᵀ·∇O, ∇Q = ∇S·K, ∇K = ∇Sᵀ·Q);
     ∇w: (D + 2·D_kv, D, R) and (D, D, R). Causal masking is counted as full products, as PyTorch's
-    counter does. Keeps x, Q, K, V, the probabilities and the context for the backward pass.
+    counter does. The memory-bound kernels between the GEMMs are `_attention_parts`.
+
+    Kept for the backward pass (Korthikanti et al. 2022, §4.1, per layer 11·sbh + 5·a·s²·b bytes in
+    16-bit with the layer norm's output counted at its producer): the input x, Q, K, V and the
+    context (each L×D per sample), the softmax output (2 bytes per score in 16-bit), and with
+    attention dropout its 1-byte mask and its output (the probabilities PV reads). With
+    `flash_attention` (Dao et al. 2022) no score is kept: Q, K, V, the output and one fp32
+    log-sum-exp per row and head; its backward recomputes QKᵀ (one more batched GEMM).
     """
     a, (steps, d) = layer.attrs, layer.in_shapes[0]
     heads = a["heads"]
@@ -301,9 +307,11 @@ def _attention(layer: Layer, n: int, b: int) -> LayerCost:
     scores = bh * steps * steps
     w_bytes = layer.params * b
     qkv = d + 2 * kv
-    fwd_g = (Gemm(rows, qkv, d), Gemm(steps, steps, dh, bh), Gemm(steps, dh, steps, bh), Gemm(rows, d, d))
-    bx_g = (Gemm(rows, d, d), Gemm(steps, steps, dh, bh), Gemm(steps, dh, steps, bh),
-            Gemm(steps, dh, steps, bh), Gemm(steps, dh, steps, bh), Gemm(rows, d, qkv))
+    flash = "flash_attention" in fused
+    core_fwd = (Gemm(steps, steps, dh, bh), Gemm(steps, dh, steps, bh))
+    core_bwd = (Gemm(steps, steps, dh, bh),) * (5 if flash else 4)
+    fwd_g = (Gemm(rows, qkv, d),) + core_fwd + (Gemm(rows, d, d),)
+    bx_g = (Gemm(rows, d, d),) + core_bwd + (Gemm(rows, d, qkv),)
     bw_g = (Gemm(d, d, rows), Gemm(qkv, d, rows))
     bias = rows * (qkv + d) if a["bias"] else 0
     act = rows * (d + qkv + d) * b  # x, Q/K/V, context
@@ -311,40 +319,54 @@ def _attention(layer: Layer, n: int, b: int) -> LayerCost:
     def gemm_pass(gemms: tuple[Gemm, ...], extra: float, reads: float, writes: float) -> PassCost:
         flops = sum(g.flops for g in gemms) + extra
         return PassCost(flops, flops / 2, depth, reads, writes, gemms, "gemm", kernels=len(gemms) + 2)
-    fwd = gemm_pass(fwd_g, 5 * scores + bias, rows * d * b + w_bytes + act + 2 * scores * b, act + 2 * scores * b)
-    bwd_x = gemm_pass(bx_g, 4 * scores, act + w_bytes + 3 * scores * b, act + 2 * scores * b)
-    fwd_parts, bwd_parts = _attention_parts(scores, rows * d, b, bool(a["dropout"]), bool(a.get("causal")))
+    score_traffic = 0 if flash else scores * b
+    fwd = gemm_pass(fwd_g, 5 * scores + bias, rows * d * b + w_bytes + act + 2 * score_traffic, act + 2 * score_traffic)
+    bwd_x = gemm_pass(bx_g, 4 * scores, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
+    fwd_parts, bwd_parts = _attention_parts(scores, rows * d, b, bool(a["dropout"]), bool(a.get("causal")), fused)
     fwd, bwd_x = replace(fwd, parts=fwd_parts), replace(bwd_x, parts=bwd_parts)
     bwd_w = gemm_pass(bw_g, bias, 2 * act, w_bytes)
-    dropout = scores * MASK_BYTES if a["dropout"] else 0
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + scores * b + dropout)
+    if flash:
+        kept_scores = bh * steps * 4  # fp32 log-sum-exp per row and head
+    else:
+        kept_scores = scores * b + (scores * (b + MASK_BYTES) if a["dropout"] else 0)
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores)
 
 
-def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool,
-                     causal: bool) -> tuple[tuple[tuple[str, str, PassCost], ...], tuple[tuple[str, str, PassCost], ...]]:
-    """The memory-bound kernels an unfused attention runs between its GEMMs (PyTorch's math path:
-    ``softmax(QKᵀ · d_h^-1/2 [masked]) [dropout] · V``), forward and backward, each as (op whose
-    measured curve prices it, pass, cost). Over the S = N·h·L² scores: the scaling (one read, one
-    write; priced like relu forward), the causal mask's fill (same), softmax, dropout. Over the
-    N·L·D activations: four layout copies — Q, Kᵀ and V made contiguous for the batched GEMMs
-    (heads moved before the sequence) and the context moved back — each a read and a write. The
-    backward runs the gradient of each: softmax and dropout backward, the scaling's and mask's
-    gradients (one read, one write) and the four copies back. The FLOPs of scaling, softmax and
-    dropout are already in the pass's element-wise remainder, so the parts replace it when priced."""
+def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, causal: bool,
+                     fused: frozenset[str] = frozenset()) -> tuple[tuple[tuple[str, str, PassCost], ...],
+                                                                   tuple[tuple[str, str, PassCost], ...]]:
+    """The memory-bound kernels an attention runs between its GEMMs, forward and backward, each as
+    (op whose measured curve prices it, pass, cost). Unfused (PyTorch's math path:
+    ``softmax(QKᵀ · d_h^-1/2 [masked]) [dropout] · V``), over the S = N·h·L² scores: the scaling
+    (one read, one write; priced like relu forward), the causal mask's fill (same), softmax,
+    dropout; over the N·L·D activations four layout copies (Q, Kᵀ and V made contiguous for the
+    batched GEMMs, the context moved back), each a read and a write. The backward runs the
+    gradient of each. `scale_mask_softmax` makes scaling, mask and softmax one kernel each way;
+    `strided_attention` leaves only the context's copy; `flash_attention` keeps only the
+    context's copy (the core is one kernel, priced by its GEMMs). The FLOPs of scaling, softmax
+    and dropout are already in the pass's element-wise remainder, so the parts replace it when
+    priced."""
     unary = _elementwise(scores, b, 1)
     copy = _elementwise(rows_by_width, b, 0)
-    fwd: list[tuple[str, str, PassCost]] = [("relu", "forward", unary)]
-    bwd: list[tuple[str, str, PassCost]] = [("relu", "forward", unary)]
-    if causal:
-        fwd.append(("relu", "forward", unary))
-        bwd.append(("relu", "forward", unary))
-    fwd.append(("softmax", "forward", _elementwise(scores, b, 5)))
-    bwd.append(("softmax", "backward_data", _elementwise(scores, b, 4, reads=2)))
-    if dropout:
-        fwd.append(("dropout", "forward", PassCost(2 * scores, 2 * scores, 1, scores * b, scores * (b + MASK_BYTES))))
-        bwd.append(("dropout", "backward_data", PassCost(scores, scores, 1, scores * (b + MASK_BYTES), scores * b)))
-    fwd += [("relu", "forward", copy)] * 4
-    bwd += [("relu", "forward", copy)] * 4
+    copies = 1 if fused & {"strided_attention", "flash_attention"} else 4
+    fwd: list[tuple[str, str, PassCost]] = []
+    bwd: list[tuple[str, str, PassCost]] = []
+    if "flash_attention" not in fused:
+        if "scale_mask_softmax" in fused:
+            fwd.append(("softmax", "forward", _elementwise(scores, b, 6 + causal)))
+            bwd.append(("softmax", "backward_data", _elementwise(scores, b, 5, reads=2)))
+        else:
+            for _ in range(1 + causal):
+                fwd.append(("relu", "forward", unary))
+                bwd.append(("relu", "forward", unary))
+            fwd.append(("softmax", "forward", _elementwise(scores, b, 5)))
+            bwd.append(("softmax", "backward_data", _elementwise(scores, b, 4, reads=2)))
+        if dropout:
+            fwd.append(("dropout", "forward", PassCost(2 * scores, 2 * scores, 1, scores * b,
+                                                       scores * (b + MASK_BYTES))))
+            bwd.append(("dropout", "backward_data", PassCost(scores, scores, 1, scores * (b + MASK_BYTES), scores * b)))
+    fwd += [("relu", "forward", copy)] * copies
+    bwd += [("relu", "forward", copy)] * copies
     return tuple(fwd), tuple(bwd)
 
 
@@ -369,8 +391,22 @@ _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
 }
 
 
-def layer_cost(layer: Layer, batch: int, dtype: str = "fp32") -> LayerCost:
-    """Cost of `layer` for `batch` samples with elements of `dtype`."""
+def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[str] = frozenset()) -> LayerCost:
+    """Cost of `layer` for `batch` samples with elements of `dtype`, with the fused kernels `fused`
+    (`FUSIONS`; fusions across layers, such as bias_dropout_add, are `fuse_dropout_add`)."""
     if batch < 1:
         raise ValueError(f"batch must be positive, got {batch}")
+    if layer.type == "attention":
+        return _attention(layer, batch, DTYPE_BYTES[dtype], fused)
     return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])
+
+
+def fuse_dropout_add(dropout: LayerCost, add: LayerCost, residual_bytes: float) -> tuple[LayerCost, LayerCost]:
+    """A dropout and the residual add consuming it as one kernel (Megatron-LM's bias_dropout_add):
+    the forward reads x and the residual and writes the sum and the 1-byte mask, so the dropout's
+    output is neither written nor read back; the add kernel disappears. The backward (the mask
+    applied to the incoming gradient) is the dropout's. `residual_bytes` is the add's other input."""
+    f = dropout.forward
+    fused_fwd = replace(f, flops=f.flops + add.forward.flops, work=f.work + add.forward.work,
+                        bytes_read=f.bytes_read + residual_bytes)
+    return replace(dropout, forward=fused_fwd), replace(add, forward=NO_PASS)

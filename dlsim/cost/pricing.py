@@ -14,6 +14,7 @@ from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, LayerTiming, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import Layer
+from dlsim.units import DTYPE_BYTES
 
 PASSES = ("forward", "backward_data", "backward_weight")
 
@@ -57,17 +58,40 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
         if found is not None:
             return found
     if cost.gemms:
-        gemm_flops = cost.matmul_flops
-        estimate = Estimate(0.0, Source.MODEL, "roofline")
-        for g in cost.gemms:
-            share = g.flops / gemm_flops if gemm_flops else 0.0
-            estimate = estimate + roofline_time(g.flops, cost.bytes * share, device, dtype, matrix=True)
-        extra_kernels = max(cost.kernels - len(cost.gemms), 0)
-        rest = cost.flops - gemm_flops
-        if rest > 0 or extra_kernels:
-            estimate = estimate + roofline_time(rest, 0.0, device, dtype, matrix=False, kernels=extra_kernels)
-        return estimate
+        return _roofline_gemm_pass(cost, device, dtype)
     return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=False, kernels=cost.kernels)
+
+
+def gemm_bytes(g: Gemm, element_bytes: int) -> float:
+    """Bytes a GEMM kernel moves at least: reads A (m×k) and B (k×n), writes C (m×n), per batch entry."""
+    return float((g.m * g.k + g.k * g.n + g.m * g.n) * g.count * element_bytes)
+
+
+def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str) -> Estimate:
+    """A GEMM-class pass as the kernels it runs, each timed on its own and added up: every GEMM by
+    the roofline of its FLOPs and its operands' bytes (a convolution's by its share of the pass's
+    bytes: its im2col operand is never materialised), then the memory-bound kernels between the
+    GEMMs (`PassCost.parts`: softmax, masking, dropout, layout copies) by their own traffic. A pass
+    without parts prices its element-wise remainder (bias adds, gates) at the vector peak."""
+    estimate = Estimate(0.0, Source.MODEL, "roofline")
+    element = DTYPE_BYTES[dtype]
+    gemm_flops = cost.matmul_flops
+    for g in cost.gemms:
+        if cost.kind == "conv":
+            nbytes = cost.bytes * (g.flops / gemm_flops if gemm_flops else 0.0)
+        else:
+            nbytes = gemm_bytes(g, element)
+        estimate = estimate + roofline_time(g.flops, nbytes, device, dtype, matrix=True)
+    if cost.parts:
+        for _, _, part in cost.parts:
+            estimate = estimate + roofline_time(part.flops, part.bytes, device, dtype, matrix=False,
+                                                kernels=part.kernels)
+        return estimate
+    extra_kernels = max(cost.kernels - len(cost.gemms), 0)
+    rest = cost.flops - gemm_flops
+    if rest > 0 or extra_kernels:
+        estimate = estimate + roofline_time(rest, 0.0, device, dtype, matrix=False, kernels=extra_kernels)
+    return estimate
 
 
 def price_layer(layer: Layer, batch: int, dtype: str, device: Device, tables: KernelTimes | None = None,

@@ -1,15 +1,19 @@
-"""Roofline time model (Williams, Waterman & Patterson, CACM 2009) with a size-dependent efficiency.
+"""Roofline time model (Williams, Waterman & Patterson, CACM 2009) with size-dependent efficiencies.
 
-    t = max(W / (P · e(W)), Q / (B · e_mem)) + k · t_launch
+    t = max(W / (P · e_c(w)), Q / (B · e_m(q))) + k · t_launch
 
 W FLOPs at peak P (matrix units for GEMM-class work, vector units otherwise), Q bytes at memory
-bandwidth B, k kernel launches of overhead t_launch each. Small kernels do not fill the device; the
-attained fraction of peak grows with the work of the kernel and saturates at e_max:
+bandwidth B, k kernel launches of overhead t_launch each; w = W/k and q = Q/k are one kernel's
+work and traffic. Small kernels do not fill the device, so the attained fractions of peak grow
+with the kernel's size:
 
-    e(W) = e_max · W / (W + W_half)
-
-(a saturating curve of the kind Paleo's "platform percent of peak" and Habitat's wave scaling
-approximate; e_max and W_half are device parameters, replaced by measured tables after calibration).
+* from the device's efficiency curves (`dlsim.spec.efficiency`) when its profile states them:
+  published microbenchmarks of that device (achievable matmul FLOPS by GEMM size, stream
+  bandwidth by transfer size) or `dlsim calibrate compute`, interpolated in log(size);
+* otherwise from one saturating curve e_c(w) = e_max · w / (w + w_half) (the shape of Paleo's
+  "platform percent of peak" and Habitat's wave scaling) and a flat memory efficiency e_m. On a
+  device with a measured memory curve but no vector curve, element-wise work runs at e_max: its
+  size dependence is the memory curve's and the launch overhead's.
 """
 
 from __future__ import annotations
@@ -18,11 +22,26 @@ from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 
 
-def compute_efficiency(flops: float, device: Device) -> float:
-    """e(W): fraction of peak a kernel of `flops` FLOPs attains."""
-    if flops <= 0:
+def compute_efficiency(flops: float, device: Device, dtype: str | None = None, matrix: bool = True) -> float:
+    """e_c(w): fraction of peak a kernel of `flops` FLOPs attains."""
+    curve = device.efficiency.matrix.get(dtype or "") if matrix else device.efficiency.vector
+    if matrix and curve is None and device.efficiency.matrix and dtype in ("fp16", "bf16"):
+        curve = device.efficiency.matrix.get("bf16" if dtype == "fp16" else "fp16")
+    if curve is not None:
+        return curve.at(max(flops, 1.0))[0]
+    if flops <= 0 or (not matrix and device.efficiency.memory is not None):
+        # a profile that measures memory traffic by size prices an element-wise kernel's size
+        # dependence there (and in the launch overhead); its vector work runs at the flat efficiency
         return device.compute_efficiency
     return device.compute_efficiency * flops / (flops + device.half_efficiency_flops)
+
+
+def memory_efficiency(nbytes: float, device: Device) -> float:
+    """e_m(q): fraction of the memory bandwidth a kernel moving `nbytes` bytes attains."""
+    curve = device.efficiency.memory
+    if curve is not None:
+        return curve.at(max(nbytes, 1.0))[0]
+    return device.memory_efficiency
 
 
 def peak(device: Device, dtype: str, matrix: bool) -> float:
@@ -35,10 +54,23 @@ def peak(device: Device, dtype: str, matrix: bool) -> float:
     return max(table.values())
 
 
+def _label(device: Device, matrix: bool) -> str:
+    eff = device.efficiency
+    tables = []
+    if (eff.matrix if matrix else eff.vector):
+        tables.append("matrix" if matrix else "vector")
+    if eff.memory is not None:
+        tables.append("memory")
+    return f"roofline, {'/'.join(tables)} efficiency tables" if tables else "roofline"
+
+
 def roofline_time(flops: float, nbytes: float, device: Device, dtype: str, *, matrix: bool,
                   kernels: int = 1) -> Estimate:
     """Roofline time of `kernels` kernels doing `flops` FLOPs and moving `nbytes` bytes in total."""
-    compute = flops / (peak(device, dtype, matrix) * compute_efficiency(flops / max(kernels, 1), device)) if flops else 0.0
-    memory = nbytes / (device.memory_bandwidth * device.memory_efficiency) if nbytes else 0.0
+    k = max(kernels, 1)
+    compute = flops / (peak(device, dtype, matrix) * compute_efficiency(flops / k, device, dtype, matrix)) \
+        if flops else 0.0
+    memory = nbytes / (device.memory_bandwidth * memory_efficiency(nbytes / k, device)) if nbytes else 0.0
     bound = "compute" if compute >= memory else "memory"
-    return Estimate(max(compute, memory) + kernels * device.launch_overhead, Source.MODEL, f"roofline ({bound}-bound)")
+    return Estimate(max(compute, memory) + kernels * device.launch_overhead, Source.MODEL,
+                    f"{_label(device, matrix)} ({bound}-bound)")

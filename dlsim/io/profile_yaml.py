@@ -17,9 +17,13 @@ from dlsim.errors import SpecError
 from dlsim.io.paths import resolve_profile
 from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
 from dlsim.spec.cluster import TOPOLOGIES, Cluster, Device, LinkTier
+from dlsim.spec.efficiency import DeviceEfficiency, EfficiencyCurve
+
+_CURVE_UNITS = {"gflop": units.GFLOPS, "mib": units.MIB}
 
 _DEVICE_KEYS = {"name", "peak_tflops", "vector_tflops", "memory_gib", "memory_bandwidth_gbytes_per_s",
-                "launch_overhead_us", "compute_efficiency", "half_efficiency_gflop", "memory_efficiency", "source"}
+                "launch_overhead_us", "compute_efficiency", "half_efficiency_gflop", "memory_efficiency", "source",
+                "efficiency", "overlap_slowdown", "memory_reserved_gib"}
 _LINK_KEYS = {"name", "latency_us", "bandwidth_gbytes_per_s", "bandwidth_gbits_per_s", "overhead_us", "gap_us",
               "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s",
               "bandwidth_efficiency"}
@@ -51,6 +55,42 @@ def _rates(data: Any, path: Path, field: str) -> dict[str, float]:
     return out
 
 
+def _curve(data: Any, path: Path, field: str, size_key: str) -> EfficiencyCurve:
+    """One efficiency curve: ``{<size_key>: [increasing sizes], value: [fractions], source: "..."}``."""
+    data = expect_mapping(data, path, field)
+    check_keys(data, {size_key, "value", "source"}, path, field)
+    sizes, values = data.get(size_key), data.get("value")
+    for key, seq in ((size_key, sizes), ("value", values)):
+        if not isinstance(seq, list) or not seq or len(seq) > 1000 or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in seq):
+            raise SpecError("must be a non-empty list of positive numbers", path=path, field=f"{field}.{key}")
+    if len(sizes) != len(values):
+        raise SpecError(f"{size_key} has {len(sizes)} entries, value has {len(values)}", path=path, field=field)
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise SpecError("sizes must increase", path=path, field=f"{field}.{size_key}")
+    if any(v > 1 for v in values):
+        raise SpecError("efficiencies are fractions of peak and must be at most 1", path=path, field=f"{field}.value")
+    if not isinstance(data.get("source"), str) or not data["source"].strip():
+        raise SpecError("every efficiency curve needs its source", path=path, field=f"{field}.source")
+    scale = _CURVE_UNITS[size_key]
+    return EfficiencyCurve(tuple(float(v) * scale for v in sizes), tuple(float(v) for v in values), data["source"])
+
+
+def _efficiency(data: Any, path: Path) -> DeviceEfficiency:
+    field = "device.efficiency"
+    data = expect_mapping(data, path, field)
+    check_keys(data, {"matrix", "vector", "memory"}, path, field)
+    matrix = {}
+    for dtype, curve in expect_mapping(data.get("matrix", {}) or {}, path, f"{field}.matrix").items():
+        if dtype not in units.DTYPE_BYTES:
+            raise SpecError(f"unknown data type (use {', '.join(units.DTYPE_BYTES)})", path=path,
+                            field=f"{field}.matrix.{dtype}")
+        matrix[dtype] = _curve(curve, path, f"{field}.matrix.{dtype}", "gflop")
+    vector = _curve(data["vector"], path, f"{field}.vector", "gflop") if data.get("vector") else None
+    memory = _curve(data["memory"], path, f"{field}.memory", "mib") if data.get("memory") else None
+    return DeviceEfficiency(MappingProxyType(matrix), vector, memory)
+
+
 def _device(data: Any, path: Path) -> Device:
     data = expect_mapping(data, path, "device")
     check_keys(data, _DEVICE_KEYS, path, "device")
@@ -73,7 +113,17 @@ def _device(data: Any, path: Path) -> Device:
         compute_efficiency=eff,
         half_efficiency_flops=_number(data, "half_efficiency_gflop", path, "device", default=1.0) * units.GFLOPS,
         memory_efficiency=meff,
+        efficiency=_efficiency(data["efficiency"], path) if data.get("efficiency") else DeviceEfficiency(),
+        overlap_slowdown=_fraction(data, "overlap_slowdown", path),
+        memory_reserved=_number(data, "memory_reserved_gib", path, "device", default=0.0, positive=False) * units.GIB,
     )
+
+
+def _fraction(data: dict, key: str, path: Path) -> float:
+    value = _number(data, key, path, "device", default=0.0, positive=False)
+    if value >= 1:
+        raise SpecError(f"is a fraction and must be below 1, got {value}", path=path, field=f"device.{key}")
+    return value
 
 
 def _link(data: Any, path: Path, field: str) -> LinkTier:
@@ -135,7 +185,8 @@ def load_profile(name_or_path: str | Path) -> Cluster:
     inter = _link(data["inter_node"], path, "inter_node") if data.get("inter_node") else None
     if nodes > 1 and inter is None:
         raise SpecError(f"nodes={nodes} needs an inter_node link tier", path=path, field="inter_node")
-    reduce_bw = _number(data, "reduce_bandwidth_gbytes_per_s", path, "",
+    # 0: reductions run inside the transfer kernels (NCCL), so measured bus bandwidths include them
+    reduce_bw = _number(data, "reduce_bandwidth_gbytes_per_s", path, "", positive=False,
                         default=device.memory_bandwidth / units.GBYTE_PER_S / 3) * units.GBYTE_PER_S
     tables = expect_mapping(data.get("tables", {}) or {}, path, "tables")
     resolved = {}

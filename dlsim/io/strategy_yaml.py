@@ -12,7 +12,9 @@ Example:
     collective: auto              # or ring, recursive-doubling, rabenseifner, ...
     bucket_size_mib: 25
     overlap: true
-    recompute: selective          # none | full | selective
+    recompute: selective          # none | full | selective (full: + recompute_layers: 1)
+    sequence_parallel: true       # Korthikanti et al. 2022 (needs tp >= 2)
+    fused_kernels: [scale_mask_softmax, bias_dropout_add]   # dlsim.spec.strategy.FUSIONS
     zero: 1
     optimizer: adam
     compression: {kind: topk, density: 0.01, error_feedback: true}
@@ -35,11 +37,11 @@ from dlsim.units import KIB, MIB
 
 _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
-          "recompute", "zero", "optimizer", "dtype"}
+          "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}
-_NESTED = {"compression", "variability", "stage_partition", "layer_groups", "description"}
+_NESTED = {"compression", "variability", "stage_partition", "layer_groups", "description", "fused_kernels"}
 _COMPRESSION_KEYS = {"kind", "bits", "density", "bucket_elements", "error_feedback"}
 _VARIABILITY_KEYS = {"jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "device_slowdown", "seed"}
 
@@ -74,6 +76,11 @@ def strategy_fields(data: dict, path: Path | str = "<strategy>") -> dict[str, An
         if not isinstance(parts, list):
             raise SpecError("must be a list of layer counts per chunk", path=path, field="stage_partition")
         out["stage_partition"] = tuple(parts)
+    if "fused_kernels" in data:
+        kernels = data["fused_kernels"]
+        if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
+            raise SpecError("must be a list of fused kernel names", path=path, field="fused_kernels")
+        out["fused_kernels"] = tuple(kernels)
     if "layer_groups" in data:
         groups = data["layer_groups"]
         if not isinstance(groups, list):

@@ -18,11 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTRA, CommPricer, Layout
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, make_buckets
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
+from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
@@ -36,7 +38,8 @@ from dlsim.units import DTYPE_BYTES
 @dataclass(frozen=True)
 class IterationInputs:
     """What `build_iteration` needs. `optimizer_time(params)` and `elementwise_time(flops, bytes)`
-    price the optimizer step and compression kernels on one device."""
+    price the optimizer step and compression kernels on one device; `overlap_slowdown` is the
+    device's compute slowdown beside communication (`dlsim.cost.overlap`)."""
 
     model: Model
     entries: tuple[LayerEntry, ...]
@@ -52,6 +55,7 @@ class IterationInputs:
     explicit_dp: bool = False
     explicit_tp: bool = False
     expand: bool = False
+    overlap_slowdown: float = 0.0
 
 
 class _Builder:
@@ -80,7 +84,8 @@ class _Builder:
     def _templates(self) -> None:
         s, tp = self.s, self.s.tp
         self.fwd = [forward_steps(es, tp) for es in self.chunk_entries]
-        self.bwd = [backward_steps(es, tp) for es in self.chunk_entries]
+        overlap = s.tp_async_backward
+        self.bwd = [backward_steps(es, tp, overlap=overlap) for es in self.chunk_entries]
         gb = DTYPE_BYTES[self.x.dtype]
         self.buckets: list[list[Bucket]] = []
         self.bwd_split: list[list[Step]] = []
@@ -93,16 +98,17 @@ class _Builder:
             for j, b in enumerate(buckets):
                 ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
             self.buckets.append(buckets)
-            self.bwd_split.append(backward_steps(es, tp, ready))
+            self.bwd_split.append(backward_steps(es, tp, ready, overlap=overlap))
             if s.zero == 3 and s.dp > 1 and buckets:
                 units = units_of(es, buckets)
                 self.fwd_units.append(forward_steps(es, tp, COMPUTE, units))
-                self.bwd_units.append(backward_steps(es, tp, ready, units))
+                self.bwd_units.append(backward_steps(es, tp, ready, units, overlap=overlap))
             else:
                 self.fwd_units.append(self.fwd[k])
                 self.bwd_units.append(self.bwd_split[k])
         if s.recompute == "full":
-            self.recomp = [forward_steps(es, tp, RECOMPUTE) for es in self.chunk_entries]
+            inside = recompute_layers(self.x.model)
+            self.recomp = [forward_steps([e for e in es if inside[e.name]], tp, RECOMPUTE) for es in self.chunk_entries]
         elif s.recompute == "selective":
             self.recomp = [selective_recompute_steps(es) for es in self.chunk_entries]
         else:
@@ -111,20 +117,13 @@ class _Builder:
         # the forward runs, extra materialised by the recomputation before the backward)
         self.act: list[tuple[float, float, float]] = []
         for k, es in enumerate(self.chunk_entries):
-            full = sum(e.saved_bytes for e in es)
             if s.recompute == "full":
-                # GPipe re-materialisation: keep the chunk input; during the forward one layer's
-                # activations are alive at a time; the recomputation rebuilds the whole chunk
-                kept = min(self.boundary[k - 1] if k > 0 else es[0].saved_bytes, full)
-                layer = max(e.saved_bytes for e in es)
-                self.act.append((kept, layer, full - kept))
+                incoming = self.boundary[k - 1] if k > 0 else 0.0
+                self.act.append(full_recompute_memory(self.x.model, es, s.recompute_layers, incoming))
             elif s.recompute == "selective" and self.recomp[k]:
-                # Korthikanti et al. 2022: attention cores are dropped after each layer's forward
-                # and recomputed one layer at a time in the backward pass
-                core = max(e.core_bytes for e in es)
-                self.act.append((full - sum(e.core_bytes for e in es), core, core))
+                self.act.append(selective_recompute_memory(es))
             else:
-                self.act.append((full, 0.0, 0.0))
+                self.act.append((sum(e.saved_bytes for e in es), 0.0, 0.0))
 
     def dp_synced(self, e: LayerEntry) -> bool:
         """Parameters reduced across data-parallel replicas (not those of layers split over them)."""
@@ -288,17 +287,21 @@ class _Builder:
         parts = []
         ports: set[int] = set()
         for st in steps:
-            if st.kind == "compute":
+            if st.kind != "collective":
                 parts.append((st.category, st.duration, st.measured))
+            if st.kind == "compute":
+                continue
+            c = st.collective
+            ranks, tier, per_node, pp = self._group_info(st.group, pos)
+            if len(ranks) == 1:
+                continue
+            est = self.price(c.op, c.nbytes, ranks, tier, per_node)
+            measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+            if st.kind == "overlap":  # the part of the collective and its slowdown not hidden by the kernels
+                parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, self.x.overlap_slowdown)), 0.0))
             else:
-                c = st.collective
-                ranks, tier, per_node, pp = self._group_info(st.group, pos)
-                if len(ranks) == 1:
-                    continue
-                est = self.price(c.op, c.nbytes, ranks, tier, per_node)
-                measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
                 parts.append((COMM, est.seconds, measured))
-                ports.update(pp)
+            ports.update(pp)
         return tuple(parts) or ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports))
 
     def _emit_fused(self, fused: tuple, pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
@@ -319,11 +322,15 @@ class _Builder:
                 tid = self._emit_fused(fused, pos, label, deps)
                 return tid, tid
         first = last = -1
+        beside: list[int] = []  # collectives running beside the previous step, which the next waits for
         for i, st in enumerate(steps):
-            step_deps = list(deps) if first < 0 else []
+            step_deps = (list(deps) if first < 0 else []) + beside
+            beside = []
             if hooks is not None:
                 step_deps += hooks.before(st)
-            if st.kind == "compute":
+            if st.kind == "overlap":
+                last, beside = self._emit_overlap(st, pos, label, i, step_deps)
+            elif st.kind == "compute":
                 last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
                                   step_deps, label=label)
                 if st.duration > 0 and st.measured:
@@ -336,7 +343,26 @@ class _Builder:
                 first = last
             if hooks is not None:
                 hooks.after(st, last)
+        if beside:  # the pass ends when the collectives beside its last kernels end
+            last = self.g.add(f"{label[0]} join mb{label[2]}", device, cs, 0.0, COMPUTE, beside, label=label)
         return first, last
+
+    def _emit_overlap(self, st: Step, pos: tuple[int, int, int], label: tuple, i: int,
+                      deps: list[int]) -> tuple[int, list[int]]:
+        """A compute run on the compute stream and a collective on the communication stream, started
+        together; the compute run is stretched by the overlap's slowdown (`dlsim.cost.overlap`)."""
+        device = self.dev[pos]
+        c = st.collective
+        ranks, tier, per_node, _ = self._group_info(st.group, pos)
+        comm = self.price(c.op, c.nbytes, ranks, tier, per_node).seconds if len(ranks) > 1 else 0.0
+        extra = overlap_cost(st.duration, comm, self.x.overlap_slowdown)[0]
+        parts = ((st.category, st.duration, st.measured), (COMM, extra, 0.0)) if extra > 0 else ()
+        name = f"{label[0]} {st.name} mb{label[2]}"
+        kernels = self.g.add(name, device, self.cstream[device], st.duration, st.category, list(deps), label=label,
+                             parts=parts)
+        tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), self.mstream[device],
+                              list(deps), label)
+        return kernels, [tid]
 
     def build(self) -> TaskGraph:
         s = self.s

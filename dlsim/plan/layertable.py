@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from dlsim.cost.layers import LayerCost, layer_cost
+from dlsim.cost.layers import LayerCost, fuse_dropout_add, layer_cost
 from dlsim.cost.memory import activation_bytes
 from dlsim.cost.pricing import KernelTimes, price_layer, price_pass
 from dlsim.results import Estimate, Source
@@ -29,7 +29,7 @@ ZERO = Estimate(0.0, Source.MODEL, "none")
 class LayerEntry:
     """One layer as one device runs it for one micro-batch of `batch` samples.
 
-    forward / backward (∇x + ∇w) with provenance; `params` held by the device; `saved_bytes` kept
+    forward / backward (∇x + ∇w, of which `backward_weight` is ∇w) with provenance; `params` held by the device; `saved_bytes` kept
     from the forward until the backward; `out_bytes` of its output on this device; `tp` its
     tensor-parallel role and collectives; `core` / `core_bytes` the attention core that selective
     recomputation re-runs and the bytes that saves; `workspace` bytes of scratch memory.
@@ -50,6 +50,12 @@ class LayerEntry:
     core: Estimate = ZERO
     core_bytes: float = 0.0
     workspace: float = 0.0
+    backward_weight: Estimate = ZERO
+
+    @property
+    def backward_data(self) -> Estimate:
+        """The input-gradient part of `backward` (∇x)."""
+        return Estimate(self.backward.seconds - self.backward_weight.seconds, self.backward.source, self.backward.note)
 
 
 def _key(layer, batch: int, tp: int, role: str) -> tuple:
@@ -59,8 +65,12 @@ def _key(layer, batch: int, tp: int, role: str) -> tuple:
 
 def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
                       tables: KernelTimes | None = None,
-                      overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None) -> tuple[LayerEntry, ...]:
+                      overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None,
+                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset()) -> tuple[LayerEntry, ...]:
     """The per-device cost of every layer of `model`.
+
+    `sequence_parallel` splits the layers between tensor-parallel regions along the sequence;
+    `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`).
 
     `batch` and `tp` are one value for all layers or one per layer (per-layer-group strategies).
     `overrides` maps a layer name to (forward, backward, workspace bytes) measured elsewhere (the
@@ -78,22 +88,26 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         while end < n and (batches[end], degrees[end]) == (batches[start], degrees[start]):
             end += 1
         run = model.layers[start:end]
-        got = classify(model, degrees[start], batches[start], dtype, run, frozenset(sharded_out))
+        got = classify(model, degrees[start], batches[start], dtype, run, frozenset(sharded_out), sequence_parallel)
         roles.update(got)
         sharded_out |= {name for name, r in got.items() if r.out_sharded}
         start = end
+    fused_pairs = _dropout_add_pairs(model) if "bias_dropout_add" in fused else {}
     costs: dict[str, LayerCost] = {}
     priced: dict[tuple, tuple] = {}
     entries_raw = []
     for i, layer in enumerate(model.layers):
         b, t, role = batches[i], degrees[i], roles[layer.name]
-        key = _key(layer, b, t, role.role)
+        fusion = ("dropout+add",) if layer.name in fused_pairs or layer.name in fused_pairs.values() else ()
+        key = _key(layer, b, t, role.role) + fusion
         if key not in priced:
-            full = layer_cost(layer, b, dtype)
+            full = layer_cost(layer, b, dtype, fused)
+            if fusion:
+                full = _fused_dropout_add(model, layer, full, fused_pairs, b, dtype)
             cost = shard_cost(layer, full, role, t, b)
             timing = price_layer(layer, b, dtype, device, tables, cost)
             core, core_bytes = ZERO, 0.0
-            if layer.type == "attention":
+            if layer.type == "attention" and "flash_attention" not in fused:
                 core_pass, core_bytes = attention_core(layer, cost, b, dtype, t if role.compute_sharded else 1)
                 core = price_pass(core_pass, layer.type, "forward", device, dtype, tables)
             priced[key] = (cost, timing, core, core_bytes)
@@ -106,14 +120,46 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
     for i, (layer, b, t, role, cost, timing, core, core_bytes) in enumerate(entries_raw):
         own, extra = saved[layer.name]
         shard = t if role.out_sharded else 1
-        fwd, bwd = timing.forward, timing.backward_data + timing.backward_weight
+        fwd, bwd, wgrad = timing.forward, timing.backward_data + timing.backward_weight, timing.backward_weight
         workspace = 0.0
         if overrides and layer.name in overrides:
             fwd, bwd, workspace = overrides[layer.name]
+            wgrad = ZERO
         params = layer.params // t if role.params_sharded else layer.params
         out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
-                              layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace))
+                              layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
+                              wgrad))
     return tuple(out)
+
+
+def _dropout_add_pairs(model: Model) -> dict[str, str]:
+    """Dropout layers whose only consumer is a residual add of two tensors: dropout name → add name."""
+    consumers: dict[str, list[str]] = {}
+    for layer in model.layers:
+        for src in layer.inputs:
+            consumers.setdefault(src, []).append(layer.name)
+    kinds = {layer.name: layer for layer in model.layers}
+    pairs = {}
+    for layer in model.layers:
+        users = consumers.get(layer.name, [])
+        if layer.type == "dropout" and len(users) == 1:
+            add = kinds[users[0]]
+            if add.type == "add" and len(add.inputs) == 2 and add.name not in pairs.values():
+                pairs[layer.name] = add.name
+    return pairs
+
+
+def _fused_dropout_add(model: Model, layer, cost: LayerCost, pairs: dict[str, str], batch: int,
+                       dtype: str) -> LayerCost:
+    """The dropout of a fused pair carries the add's work and reads the residual; the add is free."""
+    if layer.name in pairs:
+        add = model.layer(pairs[layer.name])
+        residual = next(src for src in add.inputs if src != layer.name)
+        add_cost = layer_cost(add, batch, dtype)
+        elements = add.out_elements if residual != INPUT else math.prod(model.input_shape)
+        return fuse_dropout_add(cost, add_cost, elements * batch * DTYPE_BYTES[dtype])[0]
+    dropout = next(d for d, a in pairs.items() if a == layer.name)
+    return fuse_dropout_add(layer_cost(model.layer(dropout), batch, dtype), cost, 0.0)[1]
 
 
 def _saved_bytes(model: Model, costs: dict[str, LayerCost], batches: list[int], dtype: str) -> dict[str, tuple[float, float]]:

@@ -24,9 +24,10 @@ _MEASURED = (Source.MEASURED, Source.INTERPOLATED)
 
 @dataclass(frozen=True)
 class Step:
-    """A compute run (`duration`, of which `measured` seconds come from measured tables) or a
+    """A compute run (`duration`, of which `measured` seconds come from measured tables), a
     blocking collective (`collective` over the layer's model-parallel group `group`: "tp", or "dp"
-    for model-parallel layer groups split over the data-parallel ranks). `buckets` lists the
+    for model-parallel layer groups split over the data-parallel ranks), or an "overlap": a compute
+    run and a collective that start together, the next step waiting for both. `buckets` lists the
     gradient buckets complete after this step; `unit` the parameter unit (ZeRO-3 / FSDP) its layers
     belong to (−1: not split by units)."""
 
@@ -88,6 +89,11 @@ class _Acc:
         self.flush()
         self.steps.append(Step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
 
+    def overlap(self, name: str, seconds: float, source: Source, c: Collective, group: str) -> None:
+        self.flush()
+        self.steps.append(Step("overlap", name, self.category, seconds, seconds if source in _MEASURED else 0.0,
+                               collective=c, group=group, unit=self.unit))
+
     def enter(self, unit: int) -> None:
         """Start a new parameter unit (flushing the current run)."""
         if unit != self.unit:
@@ -119,18 +125,32 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
 
 
 def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, tuple[int, ...]] | None = None,
-                   unit_of: dict[int, int] | None = None) -> list[Step]:
+                   unit_of: dict[int, int] | None = None, overlap: bool = False) -> list[Step]:
     """Backward pass of a chunk, layers in reverse. `ready_at` maps a layer index to the buckets its
-    backward completes; the pass is split there (and where the parameter unit changes)."""
+    backward completes; the pass is split there (and where the parameter unit changes). With
+    `overlap` (asynchronous tensor-parallel backward communication) a collective flagged "dgrad"
+    runs beside the layer's ∇x kernels and one flagged "wgrad" beside its ∇w kernels."""
     acc = _Acc(COMPUTE)
     for e in reversed(entries):
         if unit_of is not None:
             acc.enter(unit_of[e.index])
-        acc.add(e.name, e.backward.seconds, e.backward.source)
+        beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if overlap and c.overlap}
+        for c in e.tp.before_bwd:
+            if c not in beside.values():
+                acc.collective(c, _group(e, tp, c))
+        if beside:
+            for kind, part in (("dgrad", e.backward_data), ("wgrad", e.backward_weight)):
+                if kind in beside:
+                    acc.overlap(e.name, part.seconds, part.source, beside[kind], _group(e, tp, beside[kind]))
+                else:
+                    acc.add(e.name, part.seconds, part.source)
+        else:
+            acc.add(e.name, e.backward.seconds, e.backward.source)
         if ready_at and e.index in ready_at:
             acc.flush(ready_at[e.index])
         for c in e.tp.after_bwd:
-            acc.collective(c, _group(e, tp, c))
+            if c not in beside.values():
+                acc.collective(c, _group(e, tp, c))
     acc.flush()
     return acc.steps
 

@@ -33,13 +33,19 @@ LOSS_REDUCTIONS = 3
 
 @dataclass(frozen=True)
 class Collective:
-    """A blocking collective inside a layer sequence: `op` over `nbytes` (the full, unsharded tensor),
-    over the layer's model-parallel group unless `group` names another ("tp" or "dp")."""
+    """A collective inside a layer sequence: `op` over `nbytes` (the full, unsharded tensor), over
+    the layer's model-parallel group unless `group` names another ("tp" or "dp"). It blocks the
+    compute stream, unless the strategy runs tensor-parallel backward communication
+    asynchronously (`Strategy.tp_async_backward`) and `overlap` names the backward kernels it can
+    run beside: "dgrad" (the layer's input-gradient kernels) or "wgrad" (its weight-gradient
+    kernels), as Megatron-LM's column-parallel linear layers do (Narayanan et al. SC'21 §4.2;
+    Korthikanti et al. 2022 §4.2.2)."""
 
     op: str
     nbytes: float
     why: str
     group: str | None = None
+    overlap: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,10 @@ class TPLayer:
 
     role: replicated | column | row | sharded | attention | vocab | parallel_ce. `compute_sharded`
     and `params_sharded` say whether its work and parameters are divided by `tp`; `out_sharded`
-    whether its output is feature-sharded. Collectives: `before` (gather sharded inputs), `after_fwd`
-    (after the forward), `after_bwd` (after the backward, on the input gradient).
+    whether this device holds 1/tp of its output (split along the features, or along the
+    sequence when `seq_out`). Collectives: `before` (gather sharded inputs), `after_fwd` (after the
+    forward), `before_bwd` (before the backward: sequence parallelism's gathers of the output
+    gradient and of the saved input), `after_bwd` (after the backward, on the input gradient).
     """
 
     role: str
@@ -59,6 +67,8 @@ class TPLayer:
     before: tuple[Collective, ...] = ()
     after_fwd: tuple[Collective, ...] = ()
     after_bwd: tuple[Collective, ...] = ()
+    before_bwd: tuple[Collective, ...] = ()
+    seq_out: bool = False
 
 
 def _rows(layer: Layer, batch: int) -> int:
@@ -67,16 +77,19 @@ def _rows(layer: Layer, batch: int) -> int:
 
 
 def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer, ...] | None = None,
-             sharded_inputs: frozenset[str] = frozenset()) -> dict[str, TPLayer]:
+             sharded_inputs: frozenset[str] = frozenset(), sequence_parallel: bool = False) -> dict[str, TPLayer]:
     """Role and collectives of every layer (of `layers`, default all) for tensor parallel degree `tp`.
 
-    `sharded_inputs` names tensors produced outside `layers` that arrive feature-sharded.
+    `sharded_inputs` names tensors produced outside `layers` that arrive feature-sharded. With
+    `sequence_parallel` the layers between tensor-parallel regions run on 1/tp of the sequence
+    (`_classify_sequence_parallel`).
     """
     b = DTYPE_BYTES[dtype]
     out_bytes = {layer.name: layer.out_elements * batch * b for layer in model.layers}
     if model.input_kind == "tensor":
         out_bytes[INPUT] = math.prod(model.input_shape) * batch * b
     sharded: dict[str, bool] = {name: True for name in sharded_inputs}
+    seq: dict[str, bool] = {}
     result: dict[str, TPLayer] = {}
     for layer in layers if layers is not None else model.layers:
         ins = [sharded.get(src, False) for src in layer.inputs]
@@ -84,10 +97,56 @@ def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer,
         if tp == 1:
             role = TPLayer("replicated", False, False, False)
         else:
-            role = _classify_one(layer, ins, gradient_needed, out_bytes, batch, tp)
-        sharded[layer.name] = role.out_sharded
+            role = None
+            if sequence_parallel:
+                role = _classify_sequence_parallel(layer, ins, [seq.get(src, False) for src in layer.inputs],
+                                                   gradient_needed, out_bytes)
+            if role is None:
+                role = _classify_one(layer, ins, gradient_needed, out_bytes, batch, tp)
+        sharded[layer.name] = role.out_sharded and not role.seq_out
+        seq[layer.name] = role.seq_out
         result[layer.name] = role
     return result
+
+
+_PER_TOKEN = _KEEPS_SHARDING | {"layernorm", "add", "concat"}
+
+
+def _classify_sequence_parallel(layer: Layer, ins: list[bool], seq_ins: list[bool], grad_needed: list[bool],
+                                out_bytes: dict[str, float]) -> TPLayer | None:
+    """Roles under sequence parallelism (Korthikanti et al. 2022, §4.2.2), None where the plain
+    tensor-parallel rules apply. Layer norms, dropouts, residual adds and activations between the
+    tensor-parallel regions run on 1/tp of the sequence; Megatron's `g` (all-reduce of a
+    row-parallel output) becomes a reduce-scatter forward and an all-gather of the output gradient
+    backward; its `f` (identity forward, all-reduce of the input gradient backward) becomes an
+    all-gather of the sequence-sharded input forward and a reduce-scatter of the input gradient
+    backward. The gathered input is not kept: the backward gathers it again for the weight
+    gradient. Same volume as tensor parallelism's all-reduces (an all-reduce = a reduce-scatter
+    plus an all-gather), activations 1/tp."""
+    kind, out = layer.type, out_bytes[layer.name]
+    name = layer.name
+    scatter_out = (Collective("reduce_scatter", out, f"SP g: reduce-scatter output of {name}"),)
+    gather_grad = (Collective("allgather", out, f"SP g: gather output gradient of {name}"),)
+    if kind in _SPLITTABLE and not (kind == "conv2d" and layer.attrs["groups"] != 1) and ins[0]:
+        return TPLayer("row", True, True, True, after_fwd=scatter_out, before_bwd=gather_grad, seq_out=True)
+    if kind == "embedding":
+        return TPLayer("vocab", False, True, True, after_fwd=scatter_out, before_bwd=gather_grad, seq_out=True)
+    if not any(seq_ins) or not all(s or not n for s, n in zip(seq_ins, grad_needed)):
+        return None
+    src = layer.inputs[0]
+    gather_in = (Collective("allgather", out_bytes[src], f"SP f: gather input of {name}"),)
+    regather = (Collective("allgather", out_bytes[src], f"SP f: gather input of {name} again for its weight gradient",
+                           overlap="dgrad"),)
+    scatter_grad = (Collective("reduce_scatter", out_bytes[src], f"SP f: reduce-scatter input gradient of {name}",
+                               overlap="wgrad"),)
+    if kind in _SPLITTABLE and not (kind == "conv2d" and layer.attrs["groups"] != 1):
+        return TPLayer("column", True, True, True, before=gather_in, before_bwd=regather, after_bwd=scatter_grad)
+    if kind == "attention":
+        return TPLayer("attention", True, True, True, before=gather_in, after_fwd=scatter_out,
+                       before_bwd=gather_grad + regather, after_bwd=scatter_grad, seq_out=True)
+    if kind in _PER_TOKEN and all(seq_ins):
+        return TPLayer("sequence", True, False, True, seq_out=True)
+    return None
 
 
 def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_bytes: dict[str, float],
@@ -95,7 +154,7 @@ def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_by
     out = out_bytes[layer.name]
     gathers = tuple(Collective("allgather", out_bytes[src], f"gather {src} for {layer.name}")
                     for src, s in zip(layer.inputs, ins) if s)
-    in_grad = tuple(Collective("allreduce", out_bytes[src], f"f: input gradient of {layer.name}")
+    in_grad = tuple(Collective("allreduce", out_bytes[src], f"f: input gradient of {layer.name}", overlap="wgrad")
                     for src, need in zip(layer.inputs, grad_needed) if need)
     kind = layer.type
     if kind in _SPLITTABLE and not (kind == "conv2d" and layer.attrs["groups"] != 1):
@@ -139,7 +198,8 @@ def _shard_gemm(g: Gemm, tp: int, rows: int) -> Gemm:
 
 def _shard_pass(p: PassCost, tp: int, rows: int) -> PassCost:
     return replace(p, flops=p.flops / tp, work=p.work / tp, bytes_read=p.bytes_read / tp,
-                   bytes_written=p.bytes_written / tp, gemms=tuple(_shard_gemm(g, tp, rows) for g in p.gemms))
+                   bytes_written=p.bytes_written / tp, gemms=tuple(_shard_gemm(g, tp, rows) for g in p.gemms),
+                   parts=tuple((op, name, _shard_pass(part, tp, rows)) for op, name, part in p.parts))
 
 
 def shard_cost(layer: Layer, cost: LayerCost, role: TPLayer, tp: int, batch: int) -> LayerCost:
@@ -169,8 +229,9 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
     Korthikanti et al. 2022 ("Reducing activation recomputation in large transformer models", §4.2):
     keep the projections' inputs, drop the L×L attention probabilities and their dropout mask, and
     recompute QKᵀ, softmax, dropout and the product with V. The freed bytes are those
-    `dlsim.cost.layers` charges the attention for them (probabilities in the model's data type plus
-    a one-byte mask when attention dropout is on). `cost` is the per-device (sharded) cost.
+    `dlsim.cost.layers` charges the attention for them: the softmax output, and with attention
+    dropout its output and one-byte mask (5·a·s²·b bytes per layer in 16-bit, the paper's Eq. 2
+    term). `cost` is the per-device (sharded) cost.
     """
     steps = layer.in_shapes[0][0]
     scores = batch * layer.attrs["heads"] * steps * steps / tp
@@ -179,6 +240,6 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
     flops = cost.forward.flops - proj_flops
     share = flops / cost.forward.flops if cost.forward.flops else 0.0
     b = DTYPE_BYTES[dtype]
-    freed = scores * (b + (MASK_BYTES if layer.attrs["dropout"] else 0))
+    freed = scores * (b + (b + MASK_BYTES if layer.attrs["dropout"] else 0))
     return PassCost(flops, flops / 2, cost.forward.depth, cost.forward.bytes_read * share,
                     cost.forward.bytes_written * share, core, "gemm", kernels=len(core) + 1), freed

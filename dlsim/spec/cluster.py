@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from dlsim.spec.efficiency import DeviceEfficiency
+
 TOPOLOGIES = ("switch", "fully-connected", "fat-tree", "torus", "ring", "dragonfly",
               "nvswitch", "hybrid-cube-mesh", "pcie-tree")
 
@@ -18,7 +20,11 @@ class Device:
     the peak without matrix units (element-wise work). `compute_efficiency` is the fraction of
     peak that large GEMMs attain; it reaches half of that at `half_efficiency_flops` of work per
     kernel (see `dlsim.cost.roofline`). `memory_efficiency` is the attainable fraction of
-    `memory_bandwidth` for streaming kernels.
+    `memory_bandwidth` for streaming kernels. `efficiency` holds measured efficiency curves by
+    kernel size (`dlsim.spec.efficiency`), which replace those single numbers where present.
+    `overlap_slowdown` is the fraction by which compute kernels slow down while communication
+    runs beside them on the same device (shared SMs and memory bandwidth). `memory_reserved` is
+    device memory a training process cannot use for tensors (CUDA context, allocator reserve).
     """
 
     name: str
@@ -30,6 +36,9 @@ class Device:
     compute_efficiency: float = 0.7
     half_efficiency_flops: float = 1e9
     memory_efficiency: float = 0.8
+    efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
+    overlap_slowdown: float = 0.0
+    memory_reserved: float = 0.0
 
 
 @dataclass(frozen=True)

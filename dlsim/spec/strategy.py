@@ -21,6 +21,18 @@ COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
 PARALLEL_MODES = ("data", "model")
 OPTIMIZERS = ("sgd", "momentum", "adam")
+FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_dropout_add")
+"""Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
+`dlsim.cost.layers`); none is assumed:
+
+* scale_mask_softmax: attention's scaling, causal mask and softmax in one kernel (Megatron-LM's
+  FusedScaleMaskSoftmax), forward and backward;
+* strided_attention: QKᵀ and PV read Q, K, V as strided views of the projection's output
+  (Megatron-LM's baddbmm/bmm on transposed views): only the context is made contiguous;
+* flash_attention: the whole attention core in one tiled kernel (Dao et al. 2022, 2023): the
+  L×L scores never reach memory; the backward recomputes QKᵀ;
+* bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM).
+"""
 
 DEFAULT_BUCKET_BYTES = 25 * MIB
 """PyTorch DDP `bucket_cap_mb = 25` (torch/csrc/distributed/c10d/reducer.hpp kDefaultBucketBytesCap)."""
@@ -89,7 +101,14 @@ class Strategy:
     async | ssp (`staleness` s for ssp; `ps_shards` servers; pull every `fetch_every`, push every
     `push_every` steps; `iterations` simulated per worker), `collective` algorithm or auto,
     gradient buckets of `bucket_size` bytes (the first `first_bucket_size`), `overlap` with
-    backpropagation. `recompute` none | full | selective; `zero` stage 0-3.
+    backpropagation. `recompute` none | full | selective (full: a checkpoint every
+    `recompute_layers` transformer layers, i.e. repeated block instances); `zero` stage 0-3.
+    `sequence_parallel` splits the layers between tensor-parallel regions along the sequence
+    (Korthikanti et al. 2022). `tp_async_backward` runs the input-gradient all-reduce (or
+    reduce-scatter) of column-parallel layers beside their weight-gradient kernels and sequence
+    parallelism's input re-gather beside their input-gradient kernels (Megatron-LM's
+    `--async-tensor-model-parallel-allreduce`, on by default there). `fused_kernels` names the fused kernels the software stack runs
+    (`dlsim.cost.layers.FUSIONS`); none is assumed.
     """
 
     dp: int = 1
@@ -117,6 +136,10 @@ class Strategy:
     layer_groups: tuple[LayerGroup, ...] = ()
     optimizer: str = "adam"
     dtype: str | None = None
+    sequence_parallel: bool = False
+    tp_async_backward: bool = False
+    fused_kernels: tuple[str, ...] = ()
+    recompute_layers: int = 1
 
     @property
     def global_batch(self) -> int:
@@ -150,6 +173,9 @@ class Strategy:
             "stage_partition": list(self.stage_partition) if self.stage_partition else None,
             "layer_groups": [{"first": g.first, "last": g.last, "parallel": g.parallel} for g in self.layer_groups],
             "optimizer": self.optimizer, "dtype": self.dtype,
+            "sequence_parallel": self.sequence_parallel, "tp_async_backward": self.tp_async_backward,
+            "fused_kernels": list(self.fused_kernels),
+            "recompute_layers": self.recompute_layers,
         }
 
 
@@ -286,6 +312,16 @@ def validate_strategy(s: Strategy) -> Strategy:
     if s.layer_groups and (s.tp > 1 or s.pp > 1):
         raise SpecError("layer_groups (data-parallel / model-parallel per layer group) need tp = pp = 1; the "
                         "model-parallel groups are split over the dp devices", field="layer_groups")
+    if not isinstance(s.sequence_parallel, bool):
+        raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
+    if not isinstance(s.tp_async_backward, bool):
+        raise SpecError(f"must be true or false, got {s.tp_async_backward!r}", field="tp_async_backward")
+    if s.sequence_parallel and s.tp < 2:
+        raise SpecError("sequence parallelism splits tensor-parallel regions and needs tp >= 2", field="sequence_parallel")
+    if not isinstance(s.fused_kernels, tuple) or any(k not in FUSIONS for k in s.fused_kernels):
+        raise SpecError(f"unknown fused kernel in {list(s.fused_kernels)!r} (use {', '.join(FUSIONS)})",
+                        field="fused_kernels")
+    _positive_int(s.recompute_layers, "recompute_layers")
     if s.dtype is not None and s.dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         raise SpecError(f"unknown dtype {s.dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
     return s

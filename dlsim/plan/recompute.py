@@ -1,0 +1,80 @@
+"""Activation memory of one model chunk under recomputation, per micro-batch.
+
+Returns (kept, forward_extra, recompute_extra) in bytes: what stays alive from the chunk's forward
+pass until its backward pass, what is alive in addition while the forward runs, and what the
+recomputation materialises in addition before the backward pass consumes it.
+
+* none: every layer keeps what its backward needs (`LayerEntry.saved_bytes`).
+* full (Chen et al. 2016, "Training deep nets with sublinear memory cost"; Megatron-LM's
+  `--recompute-granularity full --recompute-method uniform`): the transformer layers (instances
+  of a repeated block, named ``<block>.<index>.<layer>``) are grouped `every` at a time, and only
+  the input of each group is kept (a checkpoint: 2·s·b·h bytes per transformer layer in 16-bit,
+  Korthikanti et al. 2022 §5, or 1/tp of it under sequence parallelism); the forward runs one
+  group at a time without keeping its activations, and the backward recomputes one group at a
+  time, so at most one group's activations are alive beside the checkpoints. Layers outside the
+  repeated blocks (embedding, final norm, output layer, loss) keep theirs, as in Megatron-LM.
+* selective (Korthikanti et al. 2022 §4.2): the attention cores (softmax output, dropout mask and
+  output) are dropped after each layer's forward and recomputed one layer at a time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from dlsim.plan.layertable import LayerEntry
+from dlsim.spec.model import INPUT, Model
+
+_INSTANCE = re.compile(r"^(.*?\.\d+)\.")
+
+
+def recompute_layers(model: Model) -> dict[str, str | None]:
+    """The "layer" of full recomputation each model layer belongs to: the repeated-block instance
+    ("h.3" for "h.3.attn"; None outside blocks), or, in a model without repeated blocks, the
+    layer itself."""
+    found = {layer.name: (m.group(1) if (m := _INSTANCE.match(layer.name)) else None) for layer in model.layers}
+    if not any(found.values()):
+        return {name: name for name in found}
+    return found
+
+
+def full_recompute_memory(model: Model, entries: Sequence[LayerEntry], every: int,
+                          incoming: float) -> tuple[float, float, float]:
+    """(kept, forward_extra, recompute_extra) of a chunk under full recomputation, a checkpoint
+    every `every` transformer layers (see the module docstring). `incoming` is the bytes that
+    arrive from the previous pipeline chunk (kept once when a group reads them)."""
+    instance = recompute_layers(model)
+    order: list[str] = []
+    for e in entries:
+        inst = instance[e.name]
+        if inst is not None and inst not in order:
+            order.append(inst)
+    group_of = {inst: i // every for i, inst in enumerate(order)}
+    unit = {e.name: group_of.get(instance[e.name] or "", -1) for e in entries}
+    out_bytes = {e.name: e.out_bytes for e in entries}
+    kept, groups = 0.0, {}
+    checkpointed: set[tuple[int, str]] = set()
+    arrived = False
+    for e in entries:
+        g = unit[e.name]
+        if g < 0:
+            kept += e.saved_bytes
+            continue
+        groups[g] = groups.get(g, 0.0) + e.saved_bytes
+        for src in model.layers[e.index].inputs:
+            if src == INPUT or unit.get(src) == g or (g, src) in checkpointed:
+                continue
+            checkpointed.add((g, src))
+            if src in out_bytes:
+                kept += out_bytes[src]
+            elif not arrived:
+                kept, arrived = kept + incoming, True
+    largest = max(groups.values(), default=0.0)
+    return kept, largest, largest
+
+
+def selective_recompute_memory(entries: Sequence[LayerEntry]) -> tuple[float, float, float]:
+    """(kept, forward_extra, recompute_extra) under selective recomputation."""
+    full = sum(e.saved_bytes for e in entries)
+    core = max((e.core_bytes for e in entries), default=0.0)
+    return full - sum(e.core_bytes for e in entries), core, core
