@@ -1,6 +1,7 @@
 """Speed of `dlsim simulate` (issue 4 acceptance): one iteration of GPT-3 175B on 4,096 GPUs
 (tp 8, pp 16, dp 32, 1F1B, 64 micro-batches) under 2 s; ResNet-50 data parallel on 1,024 GPUs
-under 0.5 s; events per second.
+under 0.5 s; issue 13: Megatron 1T on 3,072 GPUs (tp 8, pp 64, dp 6, 512 micro-batches) under 1 s; events per
+second (of the events processed: the steady-state extension, dlsim.sim.steady, simulates fewer).
 
 Prints JSON: per case the median (and max) wall time of the whole in-process `simulate()` call
 (model loading, pricing, graph building, simulation, analysis), of the event loop alone, the
@@ -18,6 +19,7 @@ import sys
 import time
 
 import dlsim.sim.run as sim_run
+import dlsim.sim.steady as sim_steady
 
 CASES = [
     {"name": "gpt3-175b 4096 GPUs", "model": "gpt3-175b", "cluster": "dgx-h100", "nodes": 512, "limit_s": 2.0,
@@ -27,6 +29,11 @@ CASES = [
     {"name": "gpt3-175b interleaved v=2", "model": "gpt3-175b", "cluster": "dgx-h100", "nodes": 512, "limit_s": None,
      "strategy": {"dp": 32, "tp": 8, "pp": 16, "schedule": "interleaved", "virtual_stages": 2,
                   "microbatch_size": 1, "num_microbatches": 64, "recompute": "selective"}},
+    # issue 13: Megatron 1T on 3,072 A100s as Narayanan et al. SC'21 Table 1 ran it (tp 8, pp 64, global batch
+    # 3072 = dp 6 x 512 micro-batches of 1), 1F1B, full recomputation; limit 1 s
+    {"name": "megatron-1t 3072 GPUs", "model": "megatron-gpt-1t", "cluster": "dgx-a100", "nodes": 384, "limit_s": 1.0,
+     "strategy": {"dp": 6, "tp": 8, "pp": 64, "schedule": "1f1b", "microbatch_size": 1, "num_microbatches": 512,
+                  "recompute": "full"}},
 ]
 
 
@@ -53,6 +60,7 @@ def main() -> None:
         return out
 
     sim_run.execute = timed_execute
+    sim_steady.execute = timed_execute
     results = []
     for case in CASES:
         walls, engines = [], []
@@ -81,6 +89,7 @@ def main() -> None:
             "predicted_throughput_samples_per_s": result.throughput_samples_per_s,
         })
     sim_run.execute = real_execute
+    sim_steady.execute = real_execute
     print(json.dumps({"benchmark": "simulate", "repeats": args.repeats, "cases": results}, indent=2))
 
 

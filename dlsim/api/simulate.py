@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from dlsim.api.limits import check_strategy_limits
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import optimizer_step_traffic
@@ -22,6 +23,7 @@ from dlsim.results import Estimate
 from dlsim.results_sim import AsyncResult, SimResult
 from dlsim.sim.ps import PSInputs, simulate_ps
 from dlsim.sim.run import RunInfo, simulate_graph
+from dlsim.sim.steady import simulate_steady
 from dlsim.sim.trace import chrome_trace
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
@@ -112,7 +114,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise SpecError(f"must be a positive integer, got {nodes!r}", field="nodes")
         cluster = replace(cluster, nodes=nodes)
-    s = as_strategy(strategy, fields)
+    s = check_strategy_limits(as_strategy(strategy, fields), full=not symmetry)
     dtype = check_dtype(s.dtype, model)
     device = cluster.device
     tables, notes = None, []
@@ -156,16 +158,22 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
                         device.memory_bytes - device.memory_reserved,
                         optimizer_time, elementwise_time, explicit_dp, explicit_tp, expand_collectives,
                         device.overlap_slowdown)
-    graph = build_iteration(x)
-    group_of = {i: ([d.rank + t for t in range(s.tp)] if not explicit_tp else [d.rank])
-                for i, d in enumerate(graph.devices)}
-    if s.sync == "allreduce":
-        apply_variability(graph, s.variability, s.devices, group_of)
     training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in model.layers) * s.global_batch
     peak = device.peak_flops.get(dtype, max(device.peak_flops.values()))
     chunk_note = f"stage partition (layers per chunk): {[b - a for a, b in ranges]}"
     info = RunInfo(model.name, cluster.name, device.name, s.to_dict(), s.global_batch, s.pp > 1, training_flops,
                    peak, s.devices, tuple(notes) + (chunk_note,))
+    # deep 1F1B pipelines: a few steady periods simulated, the period repeated (dlsim.sim.steady)
+    steady = None
+    if s.sync == "allreduce" and not s.variability.active and not trace:
+        steady = simulate_steady(x, info)
+    if steady is not None:
+        return Simulation(steady)
+    graph = build_iteration(x)
+    group_of = {i: ([d.rank + t for t in range(s.tp)] if not explicit_tp else [d.rank])
+                for i, d in enumerate(graph.devices)}
+    if s.sync == "allreduce":
+        apply_variability(graph, s.variability, s.devices, group_of)
     result, tl = simulate_graph(graph, info)
     if s.sync != "allreduce":
         params = sum(layer.params for layer in model.layers)

@@ -149,3 +149,69 @@ def measured_share(graph: TaskGraph) -> float:
             total += seconds
             measured += from_table
     return measured / total if total > 0 else 0.0
+
+
+def _clip(a: float, b: float, lo: float, hi: float) -> tuple[float, float]:
+    return max(a, lo), min(b, hi)
+
+
+def window_times(graph: TaskGraph, tl: Timeline, lo: float, hi: float) -> list[dict[str, float]]:
+    """What `device_times` counts, restricted to the time window [lo, hi) of every device: compute,
+    recompute and blocking-communication time of its compute stream, its exposed communication and
+    other idle time (`gap`), and the length of its communication union (`communication`). Used by the
+    steady-state extension (`dlsim.sim.steady`) to price one period of a periodic pipeline."""
+    comm: list[list[tuple[float, float]]] = [[] for _ in graph.devices]
+    for pid, busy in enumerate(tl.port_busy):
+        dev = graph.ports[pid].device
+        comm[dev].extend(_clip(a, b, lo, hi) for a, b, _ in busy if b > lo and a < hi)
+    compute_stream: dict[int, int] = {}
+    for sid, st in enumerate(graph.streams):
+        if st.kind == "compute":
+            compute_stream[st.device] = sid
+        elif st.kind == "comm":
+            comm[st.device].extend(_clip(tl.start[t], tl.end[t], lo, hi) for t in graph.orders[sid]
+                                   if tl.end[t] > lo and tl.start[t] < hi)
+    out = []
+    for dev in range(len(graph.devices)):
+        parts = {COMPUTE: 0.0, RECOMPUTE: 0.0, COMM: 0.0}
+        union = comm[dev]
+        gaps = []
+        cursor = lo
+        for tid in graph.orders[compute_stream[dev]] if dev in compute_stream else []:
+            s, e = tl.start[tid], tl.end[tid]
+            if e <= lo and s < lo:
+                continue
+            if s >= hi:
+                break
+            if s > cursor:
+                gaps.append((cursor, min(s, hi)))
+            task = graph.tasks[tid]
+            for category, a, b in _segments(task, s, e):
+                a, b = _clip(a, b, lo, hi)
+                if b > a:
+                    parts[category] += b - a
+                    if category == COMM:
+                        union.append((a, b))
+            cursor = max(cursor, min(e, hi))
+        if hi > cursor:
+            gaps.append((cursor, hi))
+        union = _union(union)
+        exposed = gap = 0.0
+        scan = 0
+        for g in gaps:
+            covered, scan = _overlap(g, union, scan)
+            exposed += covered
+            gap += (g[1] - g[0]) - covered
+        out.append({"compute": parts[COMPUTE], "recompute": parts[RECOMPUTE], "comm": parts[COMM],
+                    "exposed": exposed, "gap": gap, "communication": sum(b - a for a, b in union)})
+    return out
+
+
+def _segments(task, s: float, e: float):
+    if not task.parts:
+        yield task.category, s, e
+        return
+    at = s
+    for category, seconds, _ in task.parts:
+        yield category, at, at + seconds
+        at += seconds

@@ -65,6 +65,13 @@ def simulate_graph(graph: TaskGraph, info: RunInfo) -> tuple[SimResult, Timeline
     """Execute `graph` and summarise it."""
     tl = execute(graph)
     times = device_times(graph, tl, info.pipelined)
+    records = device_records(graph, tl, times)
+    return summarise(graph, tl, info, records, _critical(graph, tl), measured_share(graph), len(graph.tasks),
+                     tl.makespan), tl
+
+
+def device_records(graph: TaskGraph, tl: Timeline, times) -> list[DeviceRecord]:
+    """One record per simulated device: its breakdown (`times`) and its memory at the timeline's peak."""
     records = []
     for i, dev in enumerate(graph.devices):
         static = dict(dev.static)
@@ -73,14 +80,19 @@ def simulate_graph(graph: TaskGraph, info: RunInfo) -> tuple[SimResult, Timeline
         dt = times[i]
         records.append(DeviceRecord(dev.name, dev.rank, dev.stage, dev.multiplicity, dt.breakdown, dt.communication,
                                     dt.utilisation, peak, memory, dev.capacity))
+    return records
+
+
+def summarise(graph: TaskGraph, tl: Timeline, info: RunInfo, records: list[DeviceRecord], critical: dict[str, Any],
+              share: float, tasks: int, makespan: float, notes: tuple[str, ...] = ()) -> SimResult:
+    """The result record from per-device records and the run's totals."""
     weights = [r.multiplicity for r in records]
     total_w = sum(weights) or 1
     mean = TimeBreakdown(*(sum(getattr(r.breakdown, f) * w for r, w in zip(records, weights)) / total_w
                            for f in ("compute", "recompute", "exposed_comm", "bubble", "idle")))
     comm = sum(r.communication_s * w for r, w in zip(records, weights)) / total_w
     verdict = memory_verdict(records)
-    result = SimResult(info.model, info.cluster, info.device, info.strategy, tl.makespan, info.global_batch, mean,
-                       comm, tuple(records), _critical(graph, tl), measured_share(graph), info.flops_per_iteration,
-                       info.peak_flops, info.total_devices, len(graph.devices), len(graph.tasks), tl.events,
-                       feasible=not verdict, infeasible_reason=verdict, notes=info.notes + tuple(graph.notes))
-    return result, tl
+    return SimResult(info.model, info.cluster, info.device, info.strategy, makespan, info.global_batch, mean,
+                     comm, tuple(records), critical, share, info.flops_per_iteration,
+                     info.peak_flops, info.total_devices, len(graph.devices), tasks, tl.events,
+                     feasible=not verdict, infeasible_reason=verdict, notes=info.notes + tuple(graph.notes) + notes)

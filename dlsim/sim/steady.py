@@ -1,0 +1,237 @@
+"""Steady-state extension of deep 1F1B pipelines: simulate a few steady periods, repeat the period.
+
+With the 1F1B schedule every stage, once its warm-up is over, repeats the same pair (forward of
+micro-batch i + w, backward of micro-batch i) until its cool-down; with m micro-batches instead of
+m', the op order of every stage differs only by m − m' more such pairs. The engine is deterministic
+and time-invariant, so once the whole pipeline is periodic (every task of micro-batch i + 1 starts
+and ends exactly one period λ after its counterpart of micro-batch i) the m-micro-batch timeline is
+the m'-micro-batch timeline cut at a time τ inside the periodic part, with Δ = m − m' periods of
+length λ inserted there: everything before τ unchanged, everything after τ later by Δ·λ and its
+micro-batch index higher by Δ.
+
+`simulate_steady` simulates m' = pp + pp // 4 + MARGIN micro-batches (when m ≥ 3m') event by event, checks that periodicity
+on a window of three periods around τ (every task touching it is a micro-batch task whose next
+counterpart is exactly λ later, within 1e-9 of the makespan), and extends the record: makespan
++Δ·λ; per-device breakdowns and communication +Δ·(their value inside one period); memory peaks
+as simulated (1F1B holds at most pp − stage micro-batches whatever m is); the critical path with
+its periodic segment repeated Δ times (its last tasks renamed and shifted); tasks and the measured
+share +Δ·(one micro-batch's tasks). `events` counts the events actually processed. Where the check
+fails, or for another schedule, a trace, expanded or explicit collectives, it answers None and the
+caller runs the full simulation. tests/test_sim_steady.py holds the extension equal to the full
+simulation within float rounding.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import replace
+from typing import Any
+
+from dlsim.plan.iteration import IterationInputs, build_iteration
+from dlsim.plan.taskgraph import TaskGraph
+from dlsim.results import TimeBreakdown
+from dlsim.results_sim import DeviceRecord, SimResult
+from dlsim.sim.analysis import critical_path, device_times, window_times
+from dlsim.sim.engine import Timeline, execute
+from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
+
+MARGIN = 10  # extra micro-batches simulated beyond pp + pp // 4 (the last stage lags the first by about
+# pp·t_f/(t_f + t_b) micro-batches; the warm-up's transient dies out over a few more)
+MB_LABELS = frozenset({"F", "R", "B", "SF", "SB", "G", "C", "AG"})  # labels (kind, chunk, micro-batch, ...)
+TOLERANCE = 1e-9  # periodicity checked to this fraction of the makespan
+
+
+def reduced_microbatches(x: IterationInputs) -> int | None:
+    """Micro-batches to simulate for the extension, or None where it does not apply."""
+    s = x.strategy
+    if s.schedule != "1f1b" or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
+        return None
+    m1 = s.pp + s.pp // 4 + MARGIN
+    # worth it (a failed check costs the reduced run) where it simulates at most a third of the micro-batches
+    return m1 if s.num_microbatches >= 3 * m1 else None
+
+
+def simulate_steady(x: IterationInputs, info: RunInfo) -> SimResult | None:
+    """The record of the full iteration from a reduced simulation, or None (see the module docstring)."""
+    m1 = reduced_microbatches(x)
+    if m1 is None:
+        return None
+    graph = build_iteration(replace(x, strategy=replace(x.strategy, num_microbatches=m1)))
+    tl = execute(graph)
+    return extend(graph, tl, info, x.strategy.num_microbatches - m1, x.strategy.pp)
+
+
+def _microbatch(label: tuple) -> int | None:
+    return label[2] if len(label) >= 3 and label[0] in MB_LABELS else None
+
+
+class _Periodic:
+    """Micro-batch tasks indexed by (stream, label without its micro-batch, ordinal) and micro-batch."""
+
+    def __init__(self, graph: TaskGraph):
+        self.keys: list[tuple | None] = [None] * len(graph.tasks)
+        self.index: dict[tuple, dict[int, int]] = {}
+        seen: dict[tuple, int] = {}
+        for t in graph.tasks:
+            mb = _microbatch(t.label)
+            if mb is None:
+                continue
+            stream = t.stream if t.stream >= 0 else (-1, t.device)
+            full = (stream, t.label)
+            n = seen.get(full, 0)
+            seen[full] = n + 1
+            key = (stream, t.label[:2] + t.label[3:], n)
+            self.keys[t.tid] = key
+            self.index.setdefault(key, {})[mb] = t.tid
+
+
+def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int) -> SimResult | None:
+    """Extend the simulated reduced iteration by `delta` periods; None when it is not periodic."""
+    tasks, start, end = graph.tasks, tl.start, tl.end
+    per = _Periodic(graph)
+    mb_of = [_microbatch(t.label) for t in tasks]
+    # the period and the cut: forwards of the first stage's first device, mid-way through its steady part
+    cs = next(sid for sid, st in enumerate(graph.streams) if st.kind == "compute")
+    forwards = {}
+    for tid in graph.orders[cs]:
+        if tasks[tid].label[:1] == ("F",):
+            forwards.setdefault(mb_of[tid], tid)
+    by_start = sorted(range(len(tasks)), key=start.__getitem__)
+    starts = [start[t] for t in by_start]
+    longest = max((end[t] - start[t] for t in by_start), default=0.0)
+    for c in range(p, max(forwards) - 3):
+        found = _period(tl, per, mb_of, forwards, c, (by_start, starts, longest))
+        if found is not None:
+            break
+    else:
+        return None
+    tau, lam, tol = found
+    lo, hi = tau - lam, tau + 2 * lam
+    makespan = tl.makespan + delta * lam
+    records = _records(graph, tl, tau, lam, delta, makespan, tol)
+    critical = _critical(graph, tl, per, mb_of, lo, hi, lam, delta, makespan)
+    if records is None or critical is None:
+        return None
+    total = measured = 0.0
+    period_tasks = 0
+    for t in tasks:
+        weight = 1 + (delta if mb_of[t.tid] == c else 0)  # micro-batch c: one period's tasks
+        period_tasks += mb_of[t.tid] == c
+        for _, seconds, from_table in t.segments():
+            total += seconds * weight
+            measured += from_table * weight
+    share = measured / total if total > 0 else 0.0
+    note = (f"steady-state extension (dlsim.sim.steady): {len(tasks)} tasks of {max(forwards) + 1} micro-batches "
+            f"simulated, the 1F1B period of {lam:.6g} s repeated {delta} more times")
+    return summarise(graph, tl, info, records, critical, share, len(tasks) + delta * period_tasks, makespan, (note,))
+
+
+def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int], c: int,
+            sorted_starts: tuple[list[int], list[float], float]) -> tuple[float, float, float] | None:
+    """(τ, λ, tolerance) with the cut at the first stage's forward of micro-batch c, when every task
+    touching [τ − λ, τ + 2λ] is a micro-batch task whose next counterpart is exactly λ later."""
+    start, end = tl.start, tl.end
+    if c not in forwards or c + 1 not in forwards:
+        return None
+    tau = start[forwards[c]]
+    lam = start[forwards[c + 1]] - tau
+    tol = TOLERANCE * max(1.0, tl.makespan)
+    if not lam > tol:
+        return None
+    lo, hi = tau - lam, tau + 2 * lam
+    by_start, starts, longest = sorted_starts
+    for tid in by_start[bisect_left(starts, lo - longest):bisect_right(starts, hi)]:
+        if end[tid] < lo:
+            continue
+        if mb_of[tid] is None:
+            return None
+        nxt = per.index[per.keys[tid]].get(mb_of[tid] + 1)
+        if nxt is None or abs(start[nxt] - start[tid] - lam) > tol or abs(end[nxt] - end[tid] - lam) > tol:
+            return None
+    return tau, lam, tol
+
+
+def _records(graph: TaskGraph, tl: Timeline, tau: float, lam: float, delta: int, makespan: float,
+             tol: float) -> list[DeviceRecord] | None:
+    full = device_times(graph, tl, True)
+    window = window_times(graph, tl, tau, tau + lam)
+    base = device_records(graph, tl, full)
+    out = []
+    for rec, w in zip(base, window):
+        if abs(w["compute"] + w["recompute"] + w["comm"] + w["exposed"] + w["gap"] - lam) > tol:
+            return None
+        b = rec.breakdown
+        bd = TimeBreakdown(compute=b.compute + delta * w["compute"], recompute=b.recompute + delta * w["recompute"],
+                           exposed_comm=b.exposed_comm + delta * (w["comm"] + w["exposed"]),
+                           bubble=b.bubble + delta * w["gap"], idle=b.idle)
+        util = (bd.compute + bd.recompute) / makespan if makespan > 0 else 0.0
+        out.append(replace(rec, breakdown=bd, communication_s=rec.communication_s + delta * w["communication"],
+                           utilisation=util))
+    return out
+
+
+def _critical(graph: TaskGraph, tl: Timeline, per: _Periodic, mb_of: list, lo: float, hi: float, lam: float,
+              delta: int, makespan: float) -> dict[str, Any] | None:
+    """The reduced run's critical path with its periodic segment (from a task to its counterpart one
+    micro-batch later, inside the checked window) repeated `delta` more times."""
+    path = critical_path(graph, tl)
+    where = {tid: n for n, tid in enumerate(path)}
+    start, end = tl.start, tl.end
+    a = b = -1
+    for n, tid in enumerate(path):
+        if mb_of[tid] is None or not lo <= start[tid] <= hi:
+            continue
+        prev = per.index[per.keys[tid]].get(mb_of[tid] - 1)
+        if prev is not None and prev in where and where[prev] < n and start[prev] >= lo:
+            a, b = where[prev], n
+            break
+    if a < 0:
+        return None
+
+    def seconds(tid: int) -> dict[str, float]:
+        t = graph.tasks[tid]
+        out: dict[str, float] = {}
+        for category, sec, _ in t.segments():
+            out[category] = out.get(category, 0.0) + (sec if t.parts else end[tid] - start[tid])
+        return out
+
+    by_kind: dict[str, float] = {}
+    waiting = 0.0
+    previous_end = 0.0
+    for tid in path:
+        for category, sec in seconds(tid).items():
+            by_kind[category] = by_kind.get(category, 0.0) + sec
+        waiting += max(0.0, start[tid] - previous_end)
+        previous_end = end[tid]
+    previous_end = end[path[b - 1]] - lam
+    for tid in path[a:b]:
+        for category, sec in seconds(tid).items():
+            by_kind[category] = by_kind.get(category, 0.0) + delta * sec
+        waiting += delta * max(0.0, start[tid] - previous_end)
+        previous_end = end[tid]
+    length = len(path) + delta * (b - a)
+    period = b - a
+
+    def entry(q: int) -> tuple[int, int]:
+        """(task of the reduced run, periods it is shifted by) of position q of the extended path."""
+        if q < b:
+            return path[q], 0
+        if q >= b + delta * period:
+            return path[q - delta * period], delta
+        k, r = divmod(q - b, period)
+        return path[a + r], k + 1
+
+    last = []
+    for q in range(max(0, length - CRITICAL_PATH_TASKS), length):
+        tid, k = entry(q)
+        t = graph.tasks[tid]
+        name = t.name
+        if k and mb_of[tid] is not None:
+            old = f"mb{mb_of[tid]}"
+            at = name.rfind(old)
+            if at >= 0:
+                name = name[:at] + f"mb{mb_of[tid] + k}" + name[at + len(old):]
+        last.append({"task": name, "device": graph.devices[t.device].name, "category": t.category,
+                     "start_s": start[tid] + k * lam, "end_s": end[tid] + k * lam})
+    return {"length_s": makespan, "tasks_on_path": length, "time_by_category_s": by_kind, "waiting_s": waiting,
+            "last_tasks": last}

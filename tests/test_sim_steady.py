@@ -1,0 +1,92 @@
+"""Steady-state extension (dlsim.sim.steady) against the full event simulation: deep 1F1B pipelines
+simulated for a few steady periods and extended give the same record as simulating every
+micro-batch, within float rounding (1e-9 relative; the record's `events`, the work the simulator
+did, and its notes aside)."""
+
+from __future__ import annotations
+
+import pytest
+
+import dlsim.api.simulate as api
+from dlsim.api.simulate import run_simulation, simulate
+
+RTOL = 1e-9
+
+
+def _close(a, b, path=""):
+    if isinstance(a, dict):
+        assert set(a) == set(b), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= RTOL * max(1.0, abs(b)), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def _record(result) -> dict:
+    d = result.to_dict()
+    sim = d.get("simulation", d)
+    sim.pop("events", None)
+    sim.pop("notes", None)
+    d.pop("notes", None)
+    return d
+
+
+def _full(monkeypatch, *args, **kwargs):
+    with monkeypatch.context() as m:
+        m.setattr(api, "simulate_steady", lambda x, info: None)
+        return simulate(*args, **kwargs)
+
+
+CASES = [
+    dict(pp=4, tp=2, dp=2, num_microbatches=48, recompute="full"),
+    dict(pp=4, tp=1, dp=4, num_microbatches=60, recompute="none"),
+    dict(pp=4, tp=2, dp=1, num_microbatches=60, recompute="selective"),
+    dict(pp=6, tp=2, dp=1, num_microbatches=60, recompute="selective"),
+    dict(pp=4, tp=2, dp=2, num_microbatches=48, zero=1),
+    dict(pp=4, tp=2, dp=2, num_microbatches=48, overlap=False),
+]
+KW = dict(overrides={"layers": 12}, nodes=8, microbatch_size=1, schedule="1f1b")
+
+
+def _extended(result) -> bool:
+    return any("steady-state extension" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_extension_equals_full_simulation(monkeypatch, case):
+    """Where the periodicity check passes the record is extended, else the full simulation answers:
+    the same record either way."""
+    fast = simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **case)
+    full = _full(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", **KW, **case)
+    assert not _extended(full)
+    if _extended(fast):
+        assert fast.events < full.events
+    _close(_record(fast), _record(full))
+
+
+def test_extension_applies_to_uniform_pipelines():
+    applied = [_extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **case)) for case in CASES]
+    assert sum(applied) >= 3, applied
+
+
+def test_megatron_1t_extension_equals_full_simulation(monkeypatch):
+    """The benchmark's deep pipeline (pp 64) with fewer micro-batches, so that the full run stays short."""
+    kwargs = dict(nodes=384, tp=8, pp=64, dp=6, microbatch_size=1, num_microbatches=270, schedule="1f1b",
+                  recompute="full")
+    fast = simulate("megatron-gpt-1t", "dgx-a100", **kwargs)
+    _close(_record(fast), _record(_full(monkeypatch, "megatron-gpt-1t", "dgx-a100", **kwargs)))
+
+
+def test_trace_and_other_schedules_run_in_full():
+    kwargs = dict(overrides={"layers": 12}, nodes=8, microbatch_size=1, pp=4, tp=2, dp=2, num_microbatches=48)
+    traced = run_simulation("megatron-gpt-1.7b", "dgx-a100", schedule="1f1b", trace=True, **kwargs)
+    assert traced.trace is not None
+    assert not any("steady-state extension" in n for n in traced.result.notes)
+    gpipe = simulate("megatron-gpt-1.7b", "dgx-a100", schedule="gpipe", **kwargs)
+    assert not any("steady-state extension" in n for n in gpipe.notes)
