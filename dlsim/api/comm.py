@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from dlsim import units
+from dlsim.api.limits import check_ranks_limit
 from dlsim.api.models import as_cluster
 from dlsim.cost.collectives import ALGORITHMS, bus_factor, collective_time, lower_bound, make_costs
 from dlsim.cost.collectives.core import check_collective, check_ranks, effective_params, get_algorithm, make_options
@@ -56,7 +57,7 @@ def network(ranks: int, *, cluster: Cluster | str | Path | None = None, latency:
     """A `Network` from a profile (the tier `ranks` ranks cross, γ = 1/reduce_bandwidth) or from link numbers.
 
     `burst` (a size) and `peak_bandwidth` make the command-line link a token-bucket port (`dlsim.cost.p2p`)."""
-    ranks = check_ranks(ranks)
+    ranks = check_ranks_limit(check_ranks(ranks))
     given = [x is not None for x in (latency, bandwidth, overhead, gap, burst, peak_bandwidth)]
     if cluster is not None and any(given):
         raise SpecError("give a cluster profile or link parameters (--latency/--bandwidth), not both", field="cluster")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from dlsim.api.limits import check_plan_batch
 from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
 from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry
 from dlsim.errors import SpecError
@@ -63,7 +64,7 @@ def microbatch_table(model: Model | str | Path | None = None, cluster: Cluster |
                      layers: Sequence[str] | None = None,
                      overrides: Mapping[str, Any] | None = None) -> tuple[BenchTable, tuple[str, ...]]:
     """The benchmark table a plan uses (see the module docstring) and notes on where its numbers come from."""
-    check_batch(batch)
+    check_plan_batch(check_batch(batch), "all" if "all" in policies else "powerOfTwo")
     if model is None:
         if bench_table is None:
             raise SpecError("give a MODEL with --cluster, or --bench-table FILE.csv")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from dlsim.api.limits import check_batch_limit
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import activation_bytes
 from dlsim.cost.pricing import PASSES
@@ -31,7 +32,7 @@ def as_cluster(cluster: Cluster | str | Path) -> Cluster:
 def check_batch(batch: int) -> int:
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}", field="batch")
-    return batch
+    return check_batch_limit(batch)
 
 
 def check_dtype(dtype: str | None, model: Model) -> str:
