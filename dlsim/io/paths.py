@@ -7,19 +7,25 @@ from pathlib import Path
 
 from dlsim.errors import SpecError
 
-_ROOT = Path(__file__).resolve().parents[2]
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def data_root() -> Path:
+    """Where the built-in zoo and profiles are: ``dlsim/_data`` in an installed wheel, else the checkout."""
+    packaged = _PACKAGE / "_data"
+    return packaged if (packaged / "models").is_dir() else _PACKAGE.parent
 
 
 def model_dirs() -> list[Path]:
     """Directories searched for zoo models: $DLSIM_MODELS (colon-separated), then the built-in zoo."""
     extra = [Path(p) for p in os.environ.get("DLSIM_MODELS", "").split(os.pathsep) if p]
-    return extra + [_ROOT / "models"]
+    return extra + [data_root() / "models"]
 
 
 def profile_dirs() -> list[Path]:
     """Directories searched for hardware profiles: $DLSIM_PROFILES, then the built-in ones."""
     extra = [Path(p) for p in os.environ.get("DLSIM_PROFILES", "").split(os.pathsep) if p]
-    return extra + [_ROOT / "hardware_profiles"]
+    return extra + [data_root() / "hardware_profiles"]
 
 
 def list_models() -> list[Path]:
