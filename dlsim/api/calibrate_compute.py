@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from dlsim.api.models import as_model, check_batch
-from dlsim.calibrate.compute_fit import GemmFit, MemoryFit, fit_gemm, fit_memory
+from dlsim.calibrate.compute_fit import GemmFit, MemoryFit, efficiency_curve, fit_gemm, fit_memory
 from dlsim.calibrate.compute_plan import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, GemmTask, Task, gemm_grid, memory_sweep,
                                           model_tasks, optimizer_sweep)
 from dlsim.calibrate.compute_passes import run_passes
@@ -29,7 +29,7 @@ from dlsim.io.files import write_atomic
 from dlsim.io.kernel_tables import read_table
 from dlsim.io.profile_write import add_tables, write_new_profile
 from dlsim.io.yamlfile import read_yaml
-from dlsim.units import GBYTE_PER_S, GFLOPS, GIB, TFLOPS, US
+from dlsim.units import GBYTE_PER_S, GFLOPS, GIB, MIB, TFLOPS, US
 
 TABLES = {"gemm": "gemm.csv", "conv": "conv.csv", "memory": "memory.csv"}
 WARM_TABLES = {"gemm_warm": "gemm-warm.csv", "conv_warm": "conv-warm.csv", "memory_warm": "memory-warm.csv"}
@@ -123,8 +123,41 @@ def _fits(out: Path, dtypes: Iterable[str], device_rows: dict[str, float],
             fits[d] = fit
     memory = read_table("memory", out / TABLES["memory"])
     bw = device_rows.get("stream_bandwidth_bytes_per_s")
-    mem = fit_memory([r for r in memory if r.dtype == "fp32" and r.pass_name != "step"], bw, launch) if bw else None
-    return fits, mem
+    streaming = [r for r in memory if r.dtype == "fp32" and r.pass_name != "step"]
+    mem = fit_memory(streaming, bw, launch) if bw else None
+    curves: dict[str, Any] = {"matrix": {}}
+    for d, fit in fits.items():
+        points = [(2.0 * r.m * r.n * r.k, r.time_s) for r in grid if r.dtype == d and r.count == 1]
+        curve = efficiency_curve(points, fit.peak_flops, launch)
+        if curve is not None:
+            curves["matrix"][d] = curve
+    if bw:
+        curves["memory"] = efficiency_curve([(r.bytes, r.time_s) for r in streaming], bw, launch)
+    return fits, mem, curves
+
+
+def _curve_yaml(curve: tuple[tuple[float, ...], tuple[float, ...]], unit: float, key: str, indent: str,
+                source: str) -> str:
+    sizes = ", ".join(_num(x / unit) for x in curve[0])
+    values = ", ".join(f"{v:.4f}" for v in curve[1])
+    return (f"{indent}{key}: [{sizes}]   # measured: median size per log-size bin\n"
+            f"{indent}value: [{values}]   # measured: median attained fraction of the peak per bin\n"
+            f"{indent}source: \"{source}\"\n")
+
+
+def _efficiency_yaml(curves: Mapping[str, Any], date: str) -> str:
+    """The profile's `efficiency:` block from `_fits`'s curves (empty when none could be made)."""
+    lines = ""
+    for d, curve in curves.get("matrix", {}).items():
+        lines += f"      {d}:\n" + _curve_yaml(curve, GFLOPS, "gflop", "        ",
+                                               f"dlsim calibrate compute {date}: gemm.csv grid, {d}")
+    if lines:
+        lines = "    matrix:\n" + lines
+    if curves.get("memory"):
+        lines += "    memory:\n" + _curve_yaml(curves["memory"], MIB, "mib", "      ",
+                                               f"dlsim calibrate compute {date}: memory.csv")
+    return "  efficiency:   # attained fraction of the peaks by kernel size (dlsim.calibrate.compute_fit)\n" + lines \
+        if lines else ""
 
 
 def _device_rows(out: Path) -> dict[str, float]:
@@ -141,7 +174,7 @@ def _num(x: float) -> str:
 
 
 def _profile_text(name: str, host: dict, fits: dict[str, GemmFit], mem: MemoryFit | None, dev: dict[str, float],
-                  date: str, tables: Mapping[str, str] = TABLES) -> str:
+                  date: str, tables: Mapping[str, str] = TABLES, curves: Mapping[str, Any] | None = None) -> str:
     """A new profile.yaml whose every number is measured here or fitted to what was measured."""
     ref = fits.get("fp32") or next(iter(fits.values()))
     peak = ", ".join(f"{d}: {_num(f.peak_flops / TFLOPS)}" for d, f in fits.items())
@@ -170,7 +203,7 @@ device:
   half_efficiency_gflop: {_num(ref.half_flops / GFLOPS)}
   # fitted to the memory-bound kernels of memory.csv{f' (median error {mem.median_abs_rel_error:.1%})' if mem else ''}
   memory_efficiency: {_num(mem.efficiency if mem else 1.0)}
-intra_node:
+{_efficiency_yaml(curves or {}, date)}intra_node:
   # one device: no link is used. `dlsim calibrate comm` measures real links.
   name: none
   latency_us: 0
@@ -228,7 +261,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             summary.seconds += w.seconds
             tasks = tasks + warm_tasks
     dev = _device_rows(out)
-    fits, mem = _fits(out, dtypes, dev, DEFAULT_CONV_ALGORITHM[device])
+    fits, mem, curves = _fits(out, dtypes, dev, DEFAULT_CONV_ALGORITHM[device])
     host = host_description(device, threads_used)
     meta_path = out / "meta.yaml"
     meta = (read_yaml(meta_path) or {}) if meta_path.exists() else {}
@@ -257,7 +290,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     if profile.exists():
         changes = add_tables(profile, tables)
     elif fits:
-        write_new_profile(profile, _profile_text(out.name, host, fits, mem, dev, started, tables))
+        write_new_profile(profile, _profile_text(out.name, host, fits, mem, dev, started, tables, curves))
         changes = ["profile.yaml: written"]
     else:
         changes = ["profile.yaml: not written (too few GEMM or convolution rows to fit the roofline; run with the grid)"]

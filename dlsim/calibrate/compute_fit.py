@@ -13,10 +13,15 @@ then 1), e_max = 1/(π·a) and W_half = (b − t_launch)/a.
 Memory-bound kernels are priced ``t = Q/(B·e_mem) + t_launch``: `fit_memory` fits ``t = c·Q + d`` the
 same way over the memory table and returns e_mem = 1/(B·c) (at most 1) for the measured stream
 bandwidth B.
+
+`efficiency_curve` turns the same measurements into the profile's efficiency curves
+(`dlsim.spec.efficiency`): each kernel's attained fraction of the peak, W/((t − t_launch)·π) or
+Q/((t − t_launch)·B), medians over log-spaced size bins.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -84,3 +89,25 @@ def fit_memory(rows: Iterable[MemoryRow], bandwidth: float, launch_s: float) -> 
     efficiency = min(1.0, 1.0 / (bandwidth * c)) if c > 0 else 1.0
     err = [abs(q / (bandwidth * efficiency) + launch_s - t) / t for q, t in pts]
     return MemoryFit(efficiency, len(pts), _median(err))
+
+
+def efficiency_curve(points: Iterable[tuple[float, float]], peak: float, launch_s: float,
+                     bins: int = 8) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """(sizes, efficiencies) from (size, seconds) measurements of kernels whose peak rate is `peak`
+    (FLOP/s or bytes/s): per log-spaced size bin the median size and the median attained fraction
+    (t − t_launch)·peak ≤ size, kept in (0, 1]; None with fewer than two bins filled."""
+    pts = sorted((w, min(1.0, w / (max(t - launch_s, t * 1e-3) * peak))) for w, t in points if w > 0 and t > 0)
+    if len(pts) < 2:
+        return None
+    low, high = math.log(pts[0][0]), math.log(pts[-1][0])
+    width = (high - low) / bins or 1.0
+    grouped: dict[int, list[tuple[float, float]]] = {}
+    for w, e in pts:
+        grouped.setdefault(min(int((math.log(w) - low) / width), bins - 1), []).append((w, e))
+    sizes, values = [], []
+    for k in sorted(grouped):
+        sizes.append(_median([w for w, _ in grouped[k]]))
+        values.append(max(_median([e for _, e in grouped[k]]), 1e-6))
+    if len(sizes) < 2 or any(b <= a for a, b in zip(sizes, sizes[1:])):
+        return None
+    return tuple(sizes), tuple(values)

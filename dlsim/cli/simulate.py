@@ -13,11 +13,11 @@ from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
-from dlsim.spec.strategy import COMPRESSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
+from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
 
 _INTS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "virtual_stages", "staleness",
-         "ps_shards", "fetch_every", "push_every", "iterations", "zero")
+         "ps_shards", "fetch_every", "push_every", "iterations", "zero", "recompute_layers")
 
 
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
@@ -28,6 +28,11 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
+    for key in ("sequence_parallel", "tp_async_backward"):
+        if opts.get(key) is not None:
+            fields[key] = opts[key]
+    if opts.get("fused_kernels") is not None:
+        fields["fused_kernels"] = tuple(k.strip() for k in opts["fused_kernels"].split(",") if k.strip())
     if opts.get("bucket_size") is not None:
         fields["bucket_size"] = parse_size(opts["bucket_size"])
     if opts.get("stage_partition"):
@@ -73,6 +78,12 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
 @click.option("--bucket-size", help="Gradient bucket size, e.g. 25MiB.")
 @click.option("--overlap/--no-overlap", default=None, help="Overlap gradient reduction with backpropagation.")
 @click.option("--recompute", type=click.Choice(RECOMPUTE), help="Activation recomputation.")
+@click.option("--recompute-layers", type=int, help="Full recomputation: a checkpoint every N transformer layers (default 1).")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+              help="Sequence parallelism (Korthikanti 2022): norms and dropouts split over the tp ranks.")
+@click.option("--tp-async-backward/--no-tp-async-backward", default=None,
+              help="Run the tensor-parallel input-gradient collectives beside the weight-gradient kernels (Megatron-LM).")
+@click.option("--fused-kernels", help=f"Fused kernels of the software stack, comma-separated ({', '.join(FUSIONS)}).")
 @click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage.")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression.")
 @click.option("--compression-bits", type=int, help="QSGD bits per element.")

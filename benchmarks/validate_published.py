@@ -1,0 +1,216 @@
+"""dlsim against published GPU training runs (issue 13): predicted vs measured iteration time, and
+activation memory against the published formulas.
+
+Runs: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+(arXiv 2205.05198), Table 5: Megatron-LM GPT 22B, 175B, 530B and 1T on Selene (DGX A100 80 GB),
+each with full recomputation and with sequence parallelism + selective recomputation; settings
+per the paper's Table 3 (sequence 2048, vocabulary 51200, fp16, dp 1).
+
+Inputs: the built-in `dgx-a100` profile, whose numbers all come from published microbenchmarks of
+that device (its `sources:`); the models are the zoo's `megatron-gpt` family with the paper's
+layers, hidden size and heads. The software stack is Megatron-LM's as of 2022 (NVIDIA/Megatron-LM,
+megatron/model/transformer.py, fused_softmax.py, mpu/layers.py, arguments.py): fused
+scale-mask-softmax, bias-dropout-add fusion, Q/K/V as strided views of the projection output, the
+asynchronous tensor-parallel all-reduce of input gradients beside the weight-gradient GEMMs
+(`--async-tensor-model-parallel-allreduce`, on by default). The published times are never an
+input: they are only compared with.
+
+Memory: dlsim's activation bytes per transformer layer against Korthikanti et al.'s Table 2
+(16-bit activations, 1-byte dropout masks): tensor parallel sbh(10 + 24/t + 5as/(ht)), + sequence
+parallel sbh(34 + 5as/h)/t, selective sbh(10 + 24/t) or 34sbh/t with sequence parallelism, full
+recomputation 2sbh (the layer's input); and every run must fit in the 80 GB (no published run is
+called out of memory).
+
+Calculon (Isaev et al. SC'23) on the same runs: `--calculon PATH` runs a Calculon checkout
+(benchmarks/calculon_runs.py); otherwise the results recorded in
+reports/validation-published-gpu-calculon.json are shown.
+
+Usage: python benchmarks/validate_published.py [--report] [--calculon PATH]
+Prints JSON; --report also writes reports/validation-published-gpu.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from dlsim.api.models import as_cluster, as_model
+from dlsim.api.simulate import simulate
+from dlsim.plan.layertable import build_layer_table
+from dlsim.plan.recompute import full_recompute_memory, selective_recompute_memory
+from dlsim.units import GIB
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "reports" / "validation-published-gpu"
+CALCULON_RECORD = ROOT / "reports" / "validation-published-gpu-calculon.json"
+
+MEGATRON_2022 = {"fused_kernels": ("scale_mask_softmax", "strided_attention", "bias_dropout_add"),
+                 "tp_async_backward": True, "optimizer": "adam", "dtype": "fp16"}
+"""Megatron-LM's software stack in 2022 (see the module docstring)."""
+
+SOURCE = "Korthikanti et al. 2022 (arXiv 2205.05198) Table 5; settings Table 3"
+MODELS = [  # name, layers, hidden, heads, tp, pp, micro-batch, global batch, interleave v, full (s), seq+sel (s)
+    ("22B", 48, 6144, 64, 8, 1, 4, 4, 1, 1.42, 1.10),
+    ("175B", 96, 12288, 96, 8, 8, 1, 64, 3, 18.13, 13.75),
+    ("530B", 105, 20480, 128, 8, 35, 1, 280, 3, 49.05, 37.83),
+    ("1T", 128, 25600, 160, 8, 64, 1, 512, 1, 94.42, 71.49),
+]
+SEQ, VOCAB = 2048, 51200
+BASE_MODEL = "megatron-gpt-1t"
+"""The zoo's Megatron GPT (sequence 2048, vocabulary 51200, fp16); layers, hidden and heads set per run."""
+
+
+def published_runs() -> list[dict]:
+    """The eight runs: configuration, published time and where it was published."""
+    runs = []
+    for name, layers, hidden, heads, tp, pp, mbs, gb, v, full_s, sel_s in MODELS:
+        for mode, seconds in (("full", full_s), ("seq+sel", sel_s)):
+            runs.append({
+                "run": f"{name} {mode}", "source": SOURCE, "published_s": seconds,
+                "model": {"layers": layers, "hidden": hidden, "heads": heads},
+                "strategy": {"tp": tp, "pp": pp, "dp": 1, "microbatch_size": mbs, "global_batch": gb,
+                             "schedule": "interleaved" if v > 1 else "1f1b", "virtual_stages": v,
+                             "recompute": "full" if mode == "full" else "selective",
+                             "sequence_parallel": mode != "full", **MEGATRON_2022},
+                "nodes": max(1, tp * pp // 8),
+            })
+    return runs
+
+
+def paper_layer_activation_bytes(run: dict) -> float:
+    """Korthikanti et al. 2022, Table 2: activation bytes per transformer layer per GPU."""
+    m, s = run["model"], run["strategy"]
+    sbh = SEQ * s["microbatch_size"] * m["hidden"]
+    t, a, h = s["tp"], m["heads"], m["hidden"]
+    if s["recompute"] == "full":
+        return 2 * sbh / (t if s["sequence_parallel"] else 1)
+    attention = 0 if s["recompute"] == "selective" else 5 * a * SEQ / h
+    if s["sequence_parallel"]:
+        return sbh * (34 + attention) / t
+    return sbh * (10 + 24 / t + attention / t)
+
+
+def dlsim_layer_activation_bytes(run: dict) -> float:
+    """What dlsim keeps per transformer layer (the block instance h.1) for the same run."""
+    m, s = run["model"], run["strategy"]
+    model = as_model(BASE_MODEL, m)
+    device = as_cluster("dgx-a100").device
+    entries = build_layer_table(model, device, "fp16", batch=s["microbatch_size"], tp=s["tp"],
+                                sequence_parallel=s["sequence_parallel"], fused=frozenset(s["fused_kernels"]))
+    block = [e for e in entries if e.name.startswith("h.1.")]
+    before = next(e for e in entries if e.name.startswith("h.0.") and e.index == block[0].index - 1)
+    if s["recompute"] == "full":
+        return full_recompute_memory(model, block, 1, before.out_bytes)[0]
+    if s["recompute"] == "selective":
+        return selective_recompute_memory(block)[0]
+    return sum(e.saved_bytes for e in block)
+
+
+def run_one(run: dict) -> dict:
+    start = time.perf_counter()
+    r = simulate(BASE_MODEL, "dgx-a100", overrides=run["model"], nodes=run["nodes"], **run["strategy"])
+    wall = time.perf_counter() - start
+    first = [d for d in r.devices if d.stage == 0][0]
+    paper_layer, ours_layer = paper_layer_activation_bytes(run), dlsim_layer_activation_bytes(run)
+    return {
+        "run": run["run"], "source": run["source"], "strategy": run["strategy"], "model": run["model"],
+        "published_s": run["published_s"], "predicted_s": r.iteration_time_s,
+        "error": r.iteration_time_s / run["published_s"] - 1,
+        "breakdown_s": r.breakdown.to_dict(), "mfu_predicted": r.to_dict()["model_flops_utilisation"],
+        "activation_per_layer_paper_bytes": paper_layer, "activation_per_layer_dlsim_bytes": ours_layer,
+        "activation_per_layer_error": ours_layer / paper_layer - 1,
+        "stage0_activation_peak_bytes": first.memory.get("activations", 0.0),
+        "peak_memory_bytes": r.peak_memory_bytes, "capacity_bytes": first.capacity_bytes,
+        "fits": r.feasible, "measured_share": r.measured_share, "simulate_wall_s": wall,
+    }
+
+
+def calculon_results(path: str | None) -> tuple[list[dict], str]:
+    """Calculon's predictions: run from a checkout when given, else the recorded ones."""
+    if path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from calculon_runs import run_calculon
+        return run_calculon(path), f"run now from {path}"
+    if CALCULON_RECORD.exists():
+        data = json.loads(CALCULON_RECORD.read_text())
+        return data["runs"], f"recorded in {CALCULON_RECORD.relative_to(ROOT)} (Calculon {data.get('commit', '?')})"
+    return [], "not run (no --calculon checkout, no recorded results)"
+
+
+def summary(rows: list[dict]) -> dict:
+    errors = [abs(r["error"]) for r in rows]
+    return {"runs": len(rows), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+            "mean_abs_error": statistics.fmean(errors), "called_out_of_memory": sum(not r["fits"] for r in rows),
+            "max_activation_layer_error": max(abs(r["activation_per_layer_error"]) for r in rows)}
+
+
+def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict) -> str:
+    by_run = {c["run"]: c for c in calc}
+    lines = [
+        "# dlsim against published GPU training runs",
+        "",
+        "Generated by `python benchmarks/validate_published.py --report`. Error = (predicted − published) / "
+        "published. Published times: Korthikanti et al. 2022, Table 5 (Megatron-LM on Selene, DGX A100 80 GB; "
+        "sequence 2048, vocabulary 51200, fp16, dp 1). They are never an input.",
+        "",
+        "Where every input comes from: the `dgx-a100` profile (`hardware_profiles/dgx-a100/profile.yaml`, "
+        "each number with its source): GEMM efficiency by size from NVIDIA's cuBLAS A100 curve (\"CUDA 11 "
+        "Features Revealed\", Fig. 6), memory-bandwidth efficiency and launch overhead from gpu-benches "
+        "(te42kyfo), NVLink and InfiniBand bus bandwidths from NVIDIA's nccl-tests figures (GTC 2024 S62129), "
+        "the compute slowdown under overlapped communication from Lee et al. 2025 (arXiv:2507.03114); "
+        "datasheet peaks. The software stack is Megatron-LM's 2022 one (fused scale-mask-softmax, "
+        "bias-dropout-add, strided Q/K/V views, asynchronous tensor-parallel backward all-reduce).",
+        "",
+        f"Calculon: {calc_note}.",
+        "",
+        "| run | tp | pp | v | mbs | global batch | published (s) | dlsim (s) | error | Calculon error | "
+        "compute / recompute / exposed comm / bubble (s) | act./layer dlsim vs paper | peak memory (GiB) | fits |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        s, b = r["strategy"], r["breakdown_s"]
+        c = by_run.get(r["run"])
+        cerr = f"{100 * (c['time_s'] / r['published_s'] - 1):+.1f}%" if c else "—"
+        lines.append(
+            f"| {r['run']} | {s['tp']} | {s['pp']} | {s['virtual_stages']} | {s['microbatch_size']} | "
+            f"{s['global_batch']} | {r['published_s']:.2f} | {r['predicted_s']:.2f} | {100 * r['error']:+.1f}% | "
+            f"{cerr} | {b['compute']:.2f} / {b['recompute']:.2f} / {b['exposed_comm']:.2f} / {b['bubble']:.2f} | "
+            f"{r['activation_per_layer_dlsim_bytes'] / 2**20:.0f} vs {r['activation_per_layer_paper_bytes'] / 2**20:.0f} MiB "
+            f"({100 * r['activation_per_layer_error']:+.1f}%) | {r['peak_memory_bytes'] / GIB:.1f} of "
+            f"{r['capacity_bytes'] / GIB:.0f} | {'yes' if r['fits'] else 'NO'} |")
+    lines += ["", f"dlsim: median |error| {100 * stats['median_abs_error']:.1f}%, mean {100 * stats['mean_abs_error']:.1f}%, "
+              f"worst {100 * stats['max_abs_error']:.1f}%; runs called out of memory: {stats['called_out_of_memory']} "
+              f"of {stats['runs']}; activation memory per layer within {100 * stats['max_activation_layer_error']:.1f}% "
+              "of the paper's formulas."]
+    if calc:
+        cerrs = [abs(by_run[r["run"]]["time_s"] / r["published_s"] - 1) for r in rows if r["run"] in by_run]
+        lines.append(f"Calculon: median |error| {100 * statistics.median(cerrs):.1f}%, mean "
+                     f"{100 * statistics.fmean(cerrs):.1f}%, worst {100 * max(cerrs):.1f}%.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--report", action="store_true", help="write reports/validation-published-gpu.md/.json")
+    parser.add_argument("--calculon", metavar="PATH", help="a Calculon checkout to run on the same runs")
+    args = parser.parse_args()
+    rows = [run_one(run) for run in published_runs()]
+    try:
+        calc, calc_note = calculon_results(args.calculon)
+    except ImportError as exc:
+        calc, calc_note = [], f"not run ({exc})"
+    stats = summary(rows)
+    record = {"benchmark": "validate_published", "summary": stats, "runs": rows, "calculon": calc,
+              "calculon_note": calc_note}
+    print(json.dumps(record, indent=2))
+    if args.report:
+        REPORT.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+        REPORT.with_suffix(".md").write_text(markdown(rows, calc, calc_note, stats))
+
+
+if __name__ == "__main__":
+    main()
