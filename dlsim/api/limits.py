@@ -17,6 +17,8 @@ MAX_MICROBATCHES = 8192           # micro-batches per iteration and replica
 MAX_PIPELINE_TASKS = 2**17        # num_microbatches x pp x virtual_stages (tasks of one replica's schedule)
 MAX_PS_STEPS = 8192               # iterations x dp workers of parameter-server / async / SSP runs
 MAX_FULL_DEVICES = 4096           # devices simulated one by one (--full)
+MAX_DEVICES = 2**24               # dp x tp x pp
+MIN_BUCKET, MAX_BUCKET = 1.0, 2.0**50   # gradient bucket sizes, bytes
 
 
 def _refuse(field: str, what: str, value: int, limit: int, hint: str = "") -> None:
@@ -45,6 +47,12 @@ def check_plan_batch(batch: int, policy: str) -> int:
 
 def check_strategy_limits(s: Strategy, *, full: bool = False) -> Strategy:
     """Refuse strategies whose simulation would take minutes or gigabytes."""
+    if s.dp * s.tp * s.pp > MAX_DEVICES:
+        _refuse("dp", "devices dp x tp x pp", s.dp * s.tp * s.pp, MAX_DEVICES)
+    for name in ("bucket_size", "first_bucket_size"):
+        value = getattr(s, name, None)
+        if isinstance(value, (int, float)) and not MIN_BUCKET <= value <= MAX_BUCKET:
+            raise SpecError(f"{value:g} bytes is outside [1 B, 1 PiB]", field=name)
     check_batch_limit(s.microbatch_size, "microbatch_size")
     check_batch_limit(s.dp * s.microbatch_size * s.num_microbatches, "global_batch")
     if s.num_microbatches > MAX_MICROBATCHES:

@@ -179,6 +179,12 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
             raise SpecError(str(exc), path=path, field=f"params.{key}") from None
     blocks = expect_mapping(raw.get("blocks", {}) or {}, path, "blocks")
     blocks = {str(k): v for k, v in blocks.items()}
+    published = expect_mapping(raw.get("published", {}) or {}, path, "published")
+    for key, value in published.items():  # published reference numbers: plain finite non-negative numbers
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_ELEMENTS * 1e6 \
+                or not math.isfinite(value):
+            raise SpecError(f"must be a finite non-negative number, got {excerpt(value)}", path=path,
+                            field=f"published.{excerpt(key, 40) if not isinstance(key, str) else key[:40]}")
     inp = expect_mapping(raw.get("input"), path, "input") if "input" in raw else None
     if inp is None:
         raise SpecError("missing required field", path=path, field="input")
