@@ -31,8 +31,11 @@ def test_dgx_a100_curves_are_loaded_with_their_sources():
     d = as_cluster("dgx-a100").device
     assert set(d.efficiency.matrix) >= {"fp16", "bf16", "tf32"}
     assert all(c.source for c in d.efficiency.matrix.values()) and d.efficiency.memory.source
-    # at a stated point the curve gives the published value: 4096^3 GEMM = 258 of 312 TFLOPS
-    assert compute_efficiency(2 * 4096**3, d, "fp16") == pytest.approx(258 / 312, abs=0.002)
+    # at a stated point the curve gives the published value: 4096^3 GEMM = 258 of 312 TFLOPS, on
+    # random data 258/290 of that (He 2024: the same 8192^3 GEMM at 258 on randn, 290 in the curve)
+    assert compute_efficiency(2 * 4096**3, d, "fp16") == pytest.approx(258 / 312 * 258 / 290, abs=0.002)
+    assert memory_efficiency(1e8, d, "layernorm.backward_data") == pytest.approx(0.397)
+    assert d.efficiency.kernels["layernorm.forward"][1]
     assert memory_efficiency(266e6, d) == pytest.approx(0.845, abs=0.001)
     assert d.overlap_slowdown == pytest.approx(0.189)
 

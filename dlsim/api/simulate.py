@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from dlsim.api.limits import check_strategy_limits
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.cost.layers import layer_cost
-from dlsim.cost.memory import optimizer_step_traffic
+from dlsim.cost.memory import mixed_precision_step_traffic, optimizer_step_traffic
 from dlsim.cost.roofline import roofline_time
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.strategy_yaml import load_strategy
@@ -149,6 +149,8 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
 
     def optimizer_time(params: float) -> Estimate:
         nbytes, flops = optimizer_step_traffic(int(params), s.optimizer)
+        extra_bytes, extra_flops = mixed_precision_step_traffic(int(params), dtype)
+        nbytes, flops = nbytes + extra_bytes, flops + extra_flops
         return roofline_time(flops, nbytes, device, "fp32", matrix=False, kernels=step_kernels)
 
     def elementwise_time(flops: float, nbytes: float) -> Estimate:

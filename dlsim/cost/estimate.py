@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsim.cost.layers import layer_cost
-from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, optimizer_step_traffic, state_bytes_per_param,
+from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, mixed_precision_step_traffic, optimizer_step_traffic, state_bytes_per_param,
                                training_working_set)
 from dlsim.cost.pricing import KernelTimes, price_layer
 from dlsim.cost.roofline import roofline_time
@@ -47,8 +47,11 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     step = tables.optimizer_step(optimizer, model.params, tensors) if tables is not None else None
     if step is None:
         step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
+    extra_bytes, extra_flops = mixed_precision_step_traffic(model.params, dtype)
+    if extra_bytes:
+        step = step + roofline_time(extra_flops, extra_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
     per = state_bytes_per_param(dtype, optimizer)
     memory = MemoryBreakdown(weights=model.params * per.weights, gradients=model.params * per.gradients,
                              optimizer=model.params * per.optimizer, activations=sum(kept.values()))
     return EstimateResult(model.name, cluster.name, device.name, batch, dtype, optimizer, tuple(timings), step, memory,
-                          device.memory_bytes, sum(t.flops for t in timings), model.params, notes)
+                          device.memory_bytes - device.memory_reserved, sum(t.flops for t in timings), model.params, notes)

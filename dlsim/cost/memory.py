@@ -47,6 +47,18 @@ def optimizer_step_traffic(params: int, optimizer: str) -> tuple[float, float]:
     return params * per_bytes * 4.0, params * float(per_flops)
 
 
+def mixed_precision_step_traffic(params: int, dtype: str) -> tuple[float, float]:
+    """(bytes, FLOPs) a 16-bit training step adds around the fp32 optimizer step over `params`
+    parameters (Micikevicius et al. 2018; Megatron-LM's Float16OptimizerWithFloat16Params.step):
+    unscale the fp32 gradients and check them for inf/NaN (read and write 4 bytes), their norm for
+    clipping (read 4), copy the updated fp32 master weights into the 16-bit weights (read 4, write
+    2) and zero the fp32 gradient buffer (write 4): 20 + b bytes per parameter. Nothing for fp32."""
+    b = DTYPE_BYTES[dtype]
+    if b >= 4:
+        return 0.0, 0.0
+    return params * (20.0 + b), params * 3.0
+
+
 def activation_bytes(model: Model, costs: dict[str, LayerCost], batch: int, dtype: str) -> dict[str, float]:
     """Bytes each layer keeps alive until its backward pass, for `batch` samples.
 

@@ -45,8 +45,10 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
             if all(p is not None for p in parts):
                 found = sum(parts[1:], parts[0])  # type: ignore[arg-type]
                 rest = cost.flops - cost.matmul_flops
-                inner = [tables.memory_bound(op, name, part, dtype) for op, name, part in cost.parts]
-                if cost.parts and all(e is not None for e in inner):  # the memory-bound kernels between GEMMs
+                if cost.parts:  # the memory-bound kernels between GEMMs, measured or by the roofline
+                    inner = [tables.memory_bound(op, name, part, dtype) or
+                             roofline_time(part.flops, part.bytes, device, dtype, matrix=False, kernels=part.kernels,
+                                           kernel=f"{op}.{name}") for op, name, part in cost.parts]
                     found = sum(inner, found)  # type: ignore[arg-type]
                     found = Estimate(found.seconds, found.source, f"{len(parts)} GEMMs + {len(inner)} memory-bound "
                                                                   f"kernels, least exact: {found.note}")
@@ -59,7 +61,8 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
             return found
     if cost.gemms:
         return _roofline_gemm_pass(cost, device, dtype)
-    return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=False, kernels=cost.kernels)
+    return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=False, kernels=cost.kernels,
+                         kernel=f"{op_type}.{pass_name}")
 
 
 def gemm_bytes(g: Gemm, element_bytes: int) -> float:
@@ -83,9 +86,9 @@ def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str) -> Estimate:
             nbytes = gemm_bytes(g, element)
         estimate = estimate + roofline_time(g.flops, nbytes, device, dtype, matrix=True)
     if cost.parts:
-        for _, _, part in cost.parts:
+        for op, name, part in cost.parts:
             estimate = estimate + roofline_time(part.flops, part.bytes, device, dtype, matrix=False,
-                                                kernels=part.kernels)
+                                                kernels=part.kernels, kernel=f"{op}.{name}")
         return estimate
     extra_kernels = max(cost.kernels - len(cost.gemms), 0)
     rest = cost.flops - gemm_flops

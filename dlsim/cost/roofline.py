@@ -10,10 +10,10 @@ with the kernel's size:
 * from the device's efficiency curves (`dlsim.spec.efficiency`) when its profile states them:
   published microbenchmarks of that device (achievable matmul FLOPS by GEMM size, stream
   bandwidth by transfer size) or `dlsim calibrate compute`, interpolated in log(size);
-* otherwise from one saturating curve e_c(w) = e_max · w / (w + w_half) (the shape of Paleo's
-  "platform percent of peak" and Habitat's wave scaling) and a flat memory efficiency e_m. On a
-  device with a measured memory curve but no vector curve, element-wise work runs at e_max: its
-  size dependence is the memory curve's and the launch overhead's.
+* otherwise from one saturating curve e_c(w) = e_max · w / (w + w_half) for GEMM-class work (the
+  shape of Paleo's "platform percent of peak" and Habitat's wave scaling) and a flat memory
+  efficiency e_m; element-wise work without a vector curve runs at e_max, its size dependence
+  being the memory side's and the launch overhead's.
 """
 
 from __future__ import annotations
@@ -29,15 +29,18 @@ def compute_efficiency(flops: float, device: Device, dtype: str | None = None, m
         curve = device.efficiency.matrix.get("bf16" if dtype == "fp16" else "fp16")
     if curve is not None:
         return curve.at(max(flops, 1.0))[0]
-    if flops <= 0 or (not matrix and device.efficiency.memory is not None):
-        # a profile that measures memory traffic by size prices an element-wise kernel's size
-        # dependence there (and in the launch overhead); its vector work runs at the flat efficiency
+    if flops <= 0 or not matrix:
+        # element-wise work: its size dependence is the memory side's and the launch overhead's
         return device.compute_efficiency
     return device.compute_efficiency * flops / (flops + device.half_efficiency_flops)
 
 
-def memory_efficiency(nbytes: float, device: Device) -> float:
-    """e_m(q): fraction of the memory bandwidth a kernel moving `nbytes` bytes attains."""
+def memory_efficiency(nbytes: float, device: Device, kernel: str | None = None) -> float:
+    """e_m(q): fraction of the memory bandwidth a kernel moving `nbytes` bytes attains; a kernel
+    measured on its own (`DeviceEfficiency.kernels`, "<op>.<pass>") attains its measured fraction."""
+    measured = device.efficiency.kernels.get(kernel) if kernel else None
+    if measured is not None:
+        return measured[0]
     curve = device.efficiency.memory
     if curve is not None:
         return curve.at(max(nbytes, 1.0))[0]
@@ -65,12 +68,13 @@ def _label(device: Device, matrix: bool) -> str:
 
 
 def roofline_time(flops: float, nbytes: float, device: Device, dtype: str, *, matrix: bool,
-                  kernels: int = 1) -> Estimate:
-    """Roofline time of `kernels` kernels doing `flops` FLOPs and moving `nbytes` bytes in total."""
+                  kernels: int = 1, kernel: str | None = None) -> Estimate:
+    """Roofline time of `kernels` kernels doing `flops` FLOPs and moving `nbytes` bytes in total;
+    `kernel` ("<op>.<pass>") names a memory-bound kernel whose own efficiency the profile may state."""
     k = max(kernels, 1)
     compute = flops / (peak(device, dtype, matrix) * compute_efficiency(flops / k, device, dtype, matrix)) \
         if flops else 0.0
-    memory = nbytes / (device.memory_bandwidth * memory_efficiency(nbytes / k, device)) if nbytes else 0.0
+    memory = nbytes / (device.memory_bandwidth * memory_efficiency(nbytes / k, device, kernel)) if nbytes else 0.0
     bound = "compute" if compute >= memory else "memory"
     return Estimate(max(compute, memory) + kernels * device.launch_overhead, Source.MODEL,
                     f"{_label(device, matrix)} ({bound}-bound)")

@@ -79,7 +79,7 @@ def _curve(data: Any, path: Path, field: str, size_key: str) -> EfficiencyCurve:
 def _efficiency(data: Any, path: Path) -> DeviceEfficiency:
     field = "device.efficiency"
     data = expect_mapping(data, path, field)
-    check_keys(data, {"matrix", "vector", "memory"}, path, field)
+    check_keys(data, {"matrix", "vector", "memory", "kernels"}, path, field)
     matrix = {}
     for dtype, curve in expect_mapping(data.get("matrix", {}) or {}, path, f"{field}.matrix").items():
         if dtype not in units.DTYPE_BYTES:
@@ -88,7 +88,20 @@ def _efficiency(data: Any, path: Path) -> DeviceEfficiency:
         matrix[dtype] = _curve(curve, path, f"{field}.matrix.{dtype}", "gflop")
     vector = _curve(data["vector"], path, f"{field}.vector", "gflop") if data.get("vector") else None
     memory = _curve(data["memory"], path, f"{field}.memory", "mib") if data.get("memory") else None
-    return DeviceEfficiency(MappingProxyType(matrix), vector, memory)
+    kernels = {}
+    for op, passes in expect_mapping(data.get("kernels", {}) or {}, path, f"{field}.kernels").items():
+        where = f"{field}.kernels.{op}"
+        passes = expect_mapping(passes, path, where)
+        check_keys(passes, {"forward", "backward_data", "backward_weight", "source"}, path, where)
+        if not isinstance(passes.get("source"), str) or not passes["source"].strip():
+            raise SpecError("every kernel efficiency needs its source", path=path, field=f"{where}.source")
+        for name, value in passes.items():
+            if name != "source":
+                if _number(passes, name, path, where) > 1:
+                    raise SpecError("efficiencies are fractions and must be at most 1", path=path,
+                                    field=f"{where}.{name}")
+                kernels[f"{op}.{name}"] = (float(value), passes["source"])
+    return DeviceEfficiency(MappingProxyType(matrix), vector, memory, MappingProxyType(kernels))
 
 
 def _device(data: Any, path: Path) -> Device:

@@ -228,7 +228,9 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
 
     Korthikanti et al. 2022 ("Reducing activation recomputation in large transformer models", §4.2):
     keep the projections' inputs, drop the L×L attention probabilities and their dropout mask, and
-    recompute QKᵀ, softmax, dropout and the product with V. The freed bytes are those
+    recompute QKᵀ, softmax, dropout and the product with V: the core's batched GEMMs and every
+    memory-bound kernel between them (`PassCost.parts`: scaling, mask, softmax, dropout, layout
+    copies), each priced as its own kernel. The freed bytes are those
     `dlsim.cost.layers` charges the attention for them: the softmax output, and with attention
     dropout its output and one-byte mask (5·a·s²·b bytes per layer in 16-bit, the paper's Eq. 2
     term). `cost` is the per-device (sharded) cost.
@@ -242,4 +244,5 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
     b = DTYPE_BYTES[dtype]
     freed = scores * (b + (b + MASK_BYTES if layer.attrs["dropout"] else 0))
     return PassCost(flops, flops / 2, cost.forward.depth, cost.forward.bytes_read * share,
-                    cost.forward.bytes_written * share, core, "gemm", kernels=len(core) + 1), freed
+                    cost.forward.bytes_written * share, core, "gemm", kernels=len(core) + 1,
+                    parts=cost.forward.parts), freed

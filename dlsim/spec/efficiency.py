@@ -42,8 +42,12 @@ class EfficiencyCurve:
 class DeviceEfficiency:
     """Efficiency curves of one device: `matrix` per data type (by FLOPs of one GEMM), `vector`
     (by FLOPs of one element-wise kernel) and `memory` (by bytes one kernel moves); any may be
-    missing, and then the device's single-number parameters apply."""
+    missing, and then the device's single-number parameters apply. `kernels` maps a memory-bound
+    kernel, ``"<op>.<pass>"`` (e.g. ``"layernorm.backward_data"``), to the fraction of the memory
+    bandwidth it attains for the bytes dlsim counts for it, and its source: kernels slower than
+    streaming (reductions, two-phase backward passes) measured on their own."""
 
     matrix: Mapping[str, EfficiencyCurve] = field(default_factory=lambda: MappingProxyType({}))
     vector: EfficiencyCurve | None = None
     memory: EfficiencyCurve | None = None
+    kernels: Mapping[str, tuple[float, str]] = field(default_factory=lambda: MappingProxyType({}))
