@@ -43,6 +43,8 @@ def _full(monkeypatch, *args, **kwargs):
         return simulate(*args, **kwargs)
 
 
+MEGATRON_2022 = dict(fused_kernels=("scale_mask_softmax", "strided_attention", "bias_dropout_add"),
+                     tp_async_backward=True)
 CASES = [
     dict(pp=4, tp=2, dp=2, num_microbatches=48, recompute="full"),
     dict(pp=4, tp=1, dp=4, num_microbatches=60, recompute="none"),
@@ -50,6 +52,15 @@ CASES = [
     dict(pp=6, tp=2, dp=1, num_microbatches=60, recompute="selective"),
     dict(pp=4, tp=2, dp=2, num_microbatches=48, zero=1),
     dict(pp=4, tp=2, dp=2, num_microbatches=48, overlap=False),
+    # Megatron-LM 2022's stack (benchmarks/validate_published.py): asynchronous tensor-parallel backward
+    # communication beside the kernels, sequence parallelism, stated fused kernels (the extension passed
+    # its check on these yet was 0.05% off; they now run in full, dlsim.sim.steady.reduced_microbatches)
+    dict(pp=4, tp=2, dp=1, num_microbatches=60, recompute="selective", sequence_parallel=True, **MEGATRON_2022),
+    dict(pp=4, tp=4, dp=1, num_microbatches=64, recompute="full", sequence_parallel=True, **MEGATRON_2022),
+    dict(pp=6, tp=2, dp=1, num_microbatches=90, recompute="selective", sequence_parallel=True, **MEGATRON_2022),
+    # period of 2 micro-batches (overlapped collectives and stage-to-stage sends share the NVLink ports)
+    dict(pp=6, tp=2, dp=1, num_microbatches=90, recompute="full", **MEGATRON_2022),
+    dict(pp=4, tp=2, dp=1, num_microbatches=60, recompute="selective", sequence_parallel=True),
 ]
 KW = dict(overrides={"layers": 12}, nodes=8, microbatch_size=1, schedule="1f1b")
 
@@ -72,7 +83,7 @@ def test_extension_equals_full_simulation(monkeypatch, case):
 
 def test_extension_applies_to_uniform_pipelines():
     applied = [_extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **case)) for case in CASES]
-    assert sum(applied) >= 3, applied
+    assert sum(applied) >= 4, applied
 
 
 def test_megatron_1t_extension_equals_full_simulation(monkeypatch):

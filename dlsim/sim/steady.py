@@ -46,6 +46,11 @@ def reduced_microbatches(x: IterationInputs) -> int | None:
     s = x.strategy
     if s.schedule != "1f1b" or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
         return None
+    if s.tp_async_backward and s.tp > 1:
+        # collectives beside the backward kernels on the communication stream: the periodicity check
+        # passes there, yet the extension was found 0.05-0.07% off the full simulation
+        # (tests/test_sim_steady.py); run in full until the check captures what it misses
+        return None
     m1 = s.pp + s.pp // 4 + MARGIN
     # worth it (a failed check costs the reduced run) where it simulates at most a third of the micro-batches
     return m1 if s.num_microbatches >= 3 * m1 else None
