@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from dlsim.cost.layers import LayerCost, fuse_dropout_add, layer_cost
+from dlsim.cost.layers import LayerCost, PassCost, fuse_dropout_add, layer_cost
 from dlsim.cost.memory import activation_bytes
 from dlsim.cost.pricing import KernelTimes, price_layer, price_pass
 from dlsim.results import Estimate, Source
@@ -32,7 +32,10 @@ class LayerEntry:
     forward / backward (∇x + ∇w, of which `backward_weight` is ∇w) with provenance; `params` held by the device; `saved_bytes` kept
     from the forward until the backward; `out_bytes` of its output on this device; `tp` its
     tensor-parallel role and collectives; `core` / `core_bytes` the attention core that selective
-    recomputation re-runs and the bytes that saves; `workspace` bytes of scratch memory.
+    recomputation re-runs and the bytes that saves; `workspace` bytes of scratch memory; `windows`
+    the seconds of the input projection's ∇x and ∇w GEMMs (the last GEMM of each backward pass: a
+    linear layer's whole GEMM, an attention's Q/K/V projection), beside which an asynchronous
+    tensor-parallel collective runs (`dlsim.plan.templates.backward_steps`).
     """
 
     index: int
@@ -51,6 +54,7 @@ class LayerEntry:
     core_bytes: float = 0.0
     workspace: float = 0.0
     backward_weight: Estimate = ZERO
+    windows: tuple[float, float] = (0.0, 0.0)
 
     @property
     def backward_data(self) -> Estimate:
@@ -110,26 +114,37 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
             if layer.type == "attention" and "flash_attention" not in fused:
                 core_pass, core_bytes = attention_core(layer, cost, b, dtype, t if role.compute_sharded else 1)
                 core = price_pass(core_pass, layer.type, "forward", device, dtype, tables)
-            priced[key] = (cost, timing, core, core_bytes)
-        cost, timing, core, core_bytes = priced[key]
+            windows = (_projection_window(cost.backward_data, device, dtype, tables),
+                       _projection_window(cost.backward_weight, device, dtype, tables))
+            priced[key] = (cost, timing, core, core_bytes, windows)
+        cost, timing, core, core_bytes, windows = priced[key]
         costs[layer.name] = cost
-        entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes))
+        entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes, windows))
     saved = _saved_bytes(model, costs, batches, dtype)
     b_el = DTYPE_BYTES[dtype]
     out = []
-    for i, (layer, b, t, role, cost, timing, core, core_bytes) in enumerate(entries_raw):
+    for i, (layer, b, t, role, cost, timing, core, core_bytes, windows) in enumerate(entries_raw):
         own, extra = saved[layer.name]
         shard = t if role.out_sharded else 1
         fwd, bwd, wgrad = timing.forward, timing.backward_data + timing.backward_weight, timing.backward_weight
         workspace = 0.0
         if overrides and layer.name in overrides:
             fwd, bwd, workspace = overrides[layer.name]
-            wgrad = ZERO
+            wgrad, windows = ZERO, (0.0, 0.0)
         params = layer.params // t if role.params_sharded else layer.params
         out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
                               layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
-                              wgrad))
+                              wgrad, windows))
     return tuple(out)
+
+
+def _projection_window(cost: PassCost, device: Device, dtype: str, tables: KernelTimes | None) -> float:
+    """Seconds of a backward pass's last GEMM (its input projection's), 0 without GEMMs."""
+    if not cost.gemms or cost.kind != "gemm":
+        return 0.0
+    g = cost.gemms[-1]
+    return price_pass(PassCost(flops=g.flops, work=g.flops / 2, gemms=(g,), kind="gemm"), "linear", "backward",
+                      device, dtype, tables).seconds
 
 
 def _dropout_add_pairs(model: Model) -> dict[str, str]:

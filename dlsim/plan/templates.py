@@ -129,7 +129,8 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
     """Backward pass of a chunk, layers in reverse. `ready_at` maps a layer index to the buckets its
     backward completes; the pass is split there (and where the parameter unit changes). With
     `overlap` (asynchronous tensor-parallel backward communication) a collective flagged "dgrad"
-    runs beside the layer's ∇x kernels and one flagged "wgrad" beside its ∇w kernels."""
+    runs beside the ∇x GEMM of the layer's input projection and one flagged "wgrad" beside its ∇w
+    GEMM (`LayerEntry.windows`); the rest of the layer's backward runs before them."""
     acc = _Acc(COMPUTE)
     for e in reversed(entries):
         if unit_of is not None:
@@ -138,12 +139,13 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
         for c in e.tp.before_bwd:
             if c not in beside.values():
                 acc.collective(c, _group(e, tp, c))
-        if beside:
-            for kind, part in (("dgrad", e.backward_data), ("wgrad", e.backward_weight)):
-                if kind in beside:
-                    acc.overlap(e.name, part.seconds, part.source, beside[kind], _group(e, tp, beside[kind]))
-                else:
-                    acc.add(e.name, part.seconds, part.source)
+        if beside:  # the rest of the backward first, then the projection's ∇x and ∇w GEMMs beside collectives
+            windows = [(kind, min(w, part.seconds)) for kind, w, part in
+                       (("dgrad", e.windows[0], e.backward_data), ("wgrad", e.windows[1], e.backward_weight))
+                       if kind in beside]
+            acc.add(e.name, e.backward.seconds - sum(w for _, w in windows), e.backward.source)
+            for kind, w in windows:
+                acc.overlap(e.name, w, e.backward.source, beside[kind], _group(e, tp, beside[kind]))
         else:
             acc.add(e.name, e.backward.seconds, e.backward.source)
         if ready_at and e.index in ready_at:
