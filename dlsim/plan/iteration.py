@@ -286,6 +286,7 @@ class _Builder:
     def _fuse(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple:
         parts = []
         ports: set[int] = set()
+        rigid: list[int] = []  # kernels of overlap steps: their slowdown is priced in the next part
         for st in steps:
             if st.kind != "collective":
                 parts.append((st.category, st.duration, st.measured))
@@ -298,18 +299,19 @@ class _Builder:
             est = self.price(c.op, c.nbytes, ranks, tier, per_node)
             measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
             if st.kind == "overlap":  # the part of the collective and its slowdown not hidden by the kernels
+                rigid.append(len(parts) - 1)
                 parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, self.x.overlap_slowdown)), 0.0))
             else:
                 parts.append((COMM, est.seconds, measured))
             ports.update(pp)
-        return tuple(parts) or ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports))
+        return tuple(parts) or ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports)), tuple(rigid)
 
     def _emit_fused(self, fused: tuple, pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
-        parts, ports = fused
+        parts, ports, rigid = fused
         name = f"{label[0]} chunk{label[1]} mb{label[2]}"
         device = self.dev[pos]
         return self.g.add(name, device, self.cstream[device], 0.0, COMPUTE if label[0] != "R" else RECOMPUTE,
-                          list(deps), ports=ports, label=label, parts=parts)
+                          list(deps), ports=ports, label=label, parts=parts, rigid=rigid)
 
     def emit(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int],
              hooks: StepHooks | None = None) -> tuple[int, int]:
@@ -358,14 +360,16 @@ class _Builder:
         extra = overlap_cost(st.duration, comm, self.x.overlap_slowdown)[0]
         parts = ((st.category, st.duration, st.measured), (COMM, extra, 0.0)) if extra > 0 else ()
         name = f"{label[0]} {st.name} mb{label[2]}"
+        # the kernels' slowdown beside this collective is priced here: the engine must not slow them again
         kernels = self.g.add(name, device, self.cstream[device], st.duration, st.category, list(deps), label=label,
-                             parts=parts)
+                             parts=parts, rigid=(0,) if comm > 0 else ())
         tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), self.mstream[device],
                               list(deps), label)
         return kernels, [tid]
 
     def build(self) -> TaskGraph:
         s = self.s
+        self.g.overlap_slowdown = self.x.overlap_slowdown
         self.fwd_first: dict[tuple, int] = {}
         self.fwd_last: dict[tuple, int] = {}
         self.bwd_first: dict[tuple, int] = {}

@@ -8,6 +8,13 @@ are ready, as TensorFlow's executor does) and it holds the link ports it needs (
 contention). Tasks of one collective on several simulated devices form a group: the collective
 starts when every member is ready, runs as a priced duration or as its expanded point-to-point
 schedule, and ends for all members together. Memory deltas are applied at a task's start and end.
+
+Overlap slowdown: while communication of a device is in flight (its communication stream, the
+point-to-point transfers it sends or receives), the compute and recompute kernels on its compute
+stream progress at rate 1/(1 + σ), σ = `TaskGraph.overlap_slowdown` (`dlsim.cost.overlap`); the
+time lost counts as exposed communication. Segments listed in a task's `rigid` already include
+that slowdown (tensor-parallel collectives beside the kernels priced by `overlap_cost`) and keep
+their duration.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ class Task:
     members of one collective. `mem_start` / `mem_end` are (kind, bytes) deltas on `device`.
     `measured` is the share of its duration priced from measured (or interpolated) tables;
     `label` = (phase, chunk, micro-batch, ...) for event-order inspection; `cross_stage` marks
-    transfers between pipeline stages; `parts` splits a fused task into its pieces."""
+    transfers between pipeline stages; `parts` splits a fused task into its pieces; `rigid` are the
+    indices (into `segments()`) of compute pieces whose duration already includes the overlap
+    slowdown, which the engine does not slow again."""
 
     tid: int
     name: str
@@ -54,6 +63,7 @@ class Task:
     label: tuple = ()
     cross_stage: bool = False
     parts: tuple[tuple[str, float, float], ...] = ()
+    rigid: tuple[int, ...] = ()
 
     def segments(self) -> tuple[tuple[str, float, float], ...]:
         """(category, seconds, measured seconds) of the pieces this task runs back to back: a fused
@@ -136,6 +146,7 @@ class TaskGraph:
     ports: list[Port] = field(default_factory=list)
     groups: list[Group] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    overlap_slowdown: float = 0.0  # σ of the devices: compute slowdown beside communication
 
     def add_stream(self, name: str, device: int, kind: str) -> int:
         self.streams.append(Stream(name, device, kind))
@@ -150,9 +161,9 @@ class TaskGraph:
             source: Source = Source.MODEL, ports: tuple[int, ...] = (), group: int = -1,
             mem_start: tuple[tuple[str, float], ...] = (), mem_end: tuple[tuple[str, float], ...] = (),
             label: tuple = (), cross_stage: bool = False,
-            parts: tuple[tuple[str, float, float], ...] = ()) -> int:
+            parts: tuple[tuple[str, float, float], ...] = (), rigid: tuple[int, ...] = ()) -> int:
         """Append a task (to its stream's order when it has one); returns its id. A fused task gives
-        its `parts` (category, seconds, measured seconds); its duration is their sum."""
+        its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`: see `Task`."""
         tid = len(self.tasks)
         if parts:
             duration = sum(p[1] for p in parts)
@@ -160,7 +171,7 @@ class TaskGraph:
         else:
             measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
-                               mem_start, mem_end, label, cross_stage, parts))
+                               mem_start, mem_end, label, cross_stage, parts, rigid))
         if stream >= 0:
             self.orders[stream].append(tid)
         return tid

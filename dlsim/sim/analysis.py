@@ -5,7 +5,9 @@ running compute, recompute or a blocking collective (exposed communication), or 
 moment while any communication involving the device is in flight (its communication stream, its
 link ports) is exposed communication; other idle time is the pipeline bubble when there is more
 than one stage, and idle otherwise (waiting for other replicas, stragglers). The five parts add up
-to T for every device.
+to T for every device. Time a compute kernel lost to communication beside it (the overlap
+slowdown, `dlsim.sim.engine`) is exposed communication: the kernel counts its nominal seconds as
+compute, the rest of its run as communication it waited for.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE, TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.sim.engine import Timeline
+
+STRETCH = "stretch"  # a slowed kernel's lost time inside `window_times` (exposed communication)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ def _overlap(gap: tuple[float, float], union: list[tuple[float, float]], start: 
 def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool) -> list[DeviceTime]:
     """Breakdown of every simulated device (see the module docstring)."""
     T = tl.makespan
+    stretched = tl.stretched
     comm: list[list[tuple[float, float]]] = [[] for _ in graph.devices]
     for pid, busy in enumerate(tl.port_busy):
         dev = graph.ports[pid].device
@@ -79,7 +84,16 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool) -> list[Device
             if s > cursor:
                 gaps.append((cursor, s))
             task = graph.tasks[tid]
-            if task.parts:
+            ends = stretched.get(tid) if stretched else None
+            if ends is not None:  # slowed by communication beside it: the time lost is exposed communication
+                at = s
+                for n, (category, seconds, _) in enumerate(task.segments()):
+                    parts[category] += seconds
+                    if category == COMM:
+                        union.append((at, ends[n]))
+                    at = ends[n]
+                parts[COMM] += (e - s) - task.duration
+            elif task.parts:
                 at = s
                 for category, seconds, _ in task.parts:
                     parts[category] += seconds
@@ -186,9 +200,12 @@ def window_times(graph: TaskGraph, tl: Timeline, lo: float, hi: float) -> list[d
             if s > cursor:
                 gaps.append((cursor, min(s, hi)))
             task = graph.tasks[tid]
-            for category, a, b in _segments(task, s, e):
+            for category, a, b in _segments(task, s, e, tl.stretched.get(tid)):
                 a, b = _clip(a, b, lo, hi)
                 if b > a:
+                    if category == STRETCH:
+                        parts[COMM] += b - a
+                        continue
                     parts[category] += b - a
                     if category == COMM:
                         union.append((a, b))
@@ -207,7 +224,19 @@ def window_times(graph: TaskGraph, tl: Timeline, lo: float, hi: float) -> list[d
     return out
 
 
-def _segments(task, s: float, e: float):
+def _segments(task, s: float, e: float, ends: tuple[float, ...] | None = None):
+    """(category, start, end) of a task's pieces; a slowed task's piece is its nominal seconds
+    followed by the time it lost (`STRETCH`, counted as exposed communication)."""
+    if ends is not None:
+        at = s
+        for n, (category, seconds, _) in enumerate(task.segments()):
+            if ends[n] - at > seconds:
+                yield category, at, at + seconds
+                yield STRETCH, at + seconds, ends[n]
+            else:
+                yield category, at, ends[n]
+            at = ends[n]
+        return
     if not task.parts:
         yield task.category, s, e
         return
@@ -215,3 +244,17 @@ def _segments(task, s: float, e: float):
     for category, seconds, _ in task.parts:
         yield category, at, at + seconds
         at += seconds
+
+
+def task_seconds(task, tl: Timeline) -> list[tuple[str, float]]:
+    """(category, seconds) of a task's run: its parts' nominal seconds (or its whole run), and for a
+    task slowed by communication beside it the time lost, as communication."""
+    tid = task.tid
+    ends = tl.stretched.get(tid)
+    if ends is not None:
+        out = [(category, seconds) for category, seconds, _ in task.segments()]
+        out.append((COMM, (tl.end[tid] - tl.start[tid]) - task.duration))
+        return out
+    if task.parts:
+        return [(category, seconds) for category, seconds, _ in task.parts]
+    return [(task.category, tl.end[tid] - tl.start[tid])]

@@ -7,6 +7,16 @@ start when all members are ready and run either their priced duration or their p
 messages. Memory is tracked per device and kind as tasks start and end. Ties break in SimPy's
 (time, priority, insertion) order, and the graph is built deterministically, so the same graph
 gives the same timeline, bit for bit.
+
+Overlap slowdown (σ = `TaskGraph.overlap_slowdown` > 0; `dlsim.cost.overlap`): while one or more
+communication tasks of a device are in flight (tasks of its communication stream, point-to-point
+transfers it sends or receives, collective groups it belongs to), the compute and recompute
+kernels of its compute stream progress at rate 1/(1 + σ). The engine tracks each running compute
+task's progress exactly: at every start or end of a device's communication that changes whether
+any is in flight, it books the progress made so far (segment by segment for a fused task, whose
+communication parts and `rigid` parts run at full rate) and re-schedules the task's end. A task
+that ran slowed has the actual end of each of its segments in `Timeline.stretched`. With σ = 0
+none of this runs: the timeline is the one without the model, bit for bit.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from dlsim.plan.taskgraph import MEMORY_KINDS, TaskGraph
+from dlsim.plan.taskgraph import COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
 
 
 @dataclass
@@ -24,7 +34,9 @@ class Timeline:
 
     `memory_peak[d]` is the largest dynamic (activations, gathered parameters, workspace, buffers)
     total of device d, `memory_peak_time[d]` when it was first reached and `memory_at_peak[d]` its
-    split by kind; `events` counts the SimPy events processed.
+    split by kind; `events` counts the SimPy events processed. `stretched[tid]` holds the actual end
+    time of each segment (`Task.segments()`) of a task slowed by overlapping communication; a task
+    not in it ran its segments back to back at their nominal durations.
     """
 
     start: list[float]
@@ -36,6 +48,21 @@ class Timeline:
     memory_at_peak: list[dict[str, float]]
     message_times: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
     events: int = 0
+    stretched: dict[int, tuple[float, ...]] = field(default_factory=dict)
+
+
+class _Slowed:
+    """A compute task running under the overlap model: its segments (nominal seconds, slowable),
+    the segment it is in and the nominal seconds of it done by time `at`, whether it is slowed now."""
+
+    __slots__ = ("segs", "idx", "done_in", "at", "slow", "version", "ends", "event", "stretched")
+
+    def __init__(self, segs: tuple[tuple[float, bool], ...], now: float, slow: bool, event: simpy.Event):
+        self.segs, self.idx, self.done_in, self.at = segs, 0, 0.0, now
+        self.slow = self.stretched = slow
+        self.version = 0
+        self.ends: list[float] = []
+        self.event = event
 
 
 class _Run:
@@ -65,6 +92,110 @@ class _Run:
         self.peak = [0.0] * nd
         self.peak_time = [0.0] * nd
         self.at_peak = [dict.fromkeys(MEMORY_KINDS, 0.0) for _ in range(nd)]
+        self.stretched: dict[int, tuple[float, ...]] = {}
+        self.sigma = graph.overlap_slowdown
+        if self.sigma > 0:
+            self._overlap_setup()
+        else:
+            self.comm_devices = self.slow_segs = None
+
+    # -- overlap slowdown ------------------------------------------------------------------------
+    def _overlap_setup(self) -> None:
+        """Per task: the devices whose compute its run slows (communication off the compute stream)
+        and, for compute-stream kernels, their (nominal seconds, slowable) segments."""
+        g = self.g
+        kinds = [st.kind for st in g.streams]
+        self.comm_devices: list[tuple[int, ...] | None] = [None] * len(g.tasks)
+        self.slow_segs: list[tuple[tuple[float, bool], ...] | None] = [None] * len(g.tasks)
+        slowable = (COMPUTE, RECOMPUTE)
+        for t in g.tasks:
+            on_compute = t.stream >= 0 and kinds[t.stream] == "compute"
+            if not on_compute:
+                if t.category not in slowable:
+                    devs = {t.device} | {g.ports[p].device for p in t.ports}
+                    self.comm_devices[t.tid] = tuple(sorted(d for d in devs if d >= 0))
+            elif t.group < 0 and t.duration > 0:
+                segs = tuple((seconds, category in slowable and n not in t.rigid)
+                             for n, (category, seconds, _) in enumerate(t.segments()))
+                if any(slow and seconds > 0 for seconds, slow in segs):
+                    self.slow_segs[t.tid] = segs
+        self.group_devices = []
+        for gr in g.groups:
+            devs = {g.tasks[m].device for m in gr.members} | {g.ports[p].device for p in gr.ports}
+            for msg in gr.messages:
+                devs.update(g.ports[p].device for p in msg.ports)
+            self.group_devices.append(tuple(sorted(d for d in devs if d >= 0)))
+        self.in_flight = [0] * len(g.devices)
+        self.running: list[_Slowed | None] = [None] * len(g.devices)
+
+    def _comm(self, devices: tuple[int, ...], delta: int) -> None:
+        """Communication starts (+1) or ends (−1) on `devices`: re-time their running compute task
+        when whether any communication is in flight changes."""
+        for d in devices:
+            before = self.in_flight[d]
+            self.in_flight[d] = after = before + delta
+            if (before > 0) != (after > 0):
+                run = self.running[d]
+                if run is not None and not run.event.triggered:
+                    self._advance(run)
+                    run.slow = after > 0
+                    run.stretched = run.stretched or run.slow
+                    run.version += 1
+                    self._plan(run)
+
+    def _advance(self, run: _Slowed) -> None:
+        """Book the progress made from `run.at` to now at the current rate."""
+        now = self.env.now
+        dt = now - run.at
+        at = run.at
+        factor = 1.0 + self.sigma
+        segs = run.segs
+        while run.idx < len(segs):
+            seconds, slowable = segs[run.idx]
+            f = factor if run.slow and slowable else 1.0
+            need = (seconds - run.done_in) * f
+            if need > dt:
+                run.done_in += dt / f
+                break
+            dt -= need
+            at += need
+            run.ends.append(at)
+            run.idx += 1
+            run.done_in = 0.0
+        run.at = now
+
+    def _plan(self, run: _Slowed) -> None:
+        """Schedule the end of `run` as if the current rate held to its end."""
+        factor = 1.0 + self.sigma
+        delay = 0.0
+        for n in range(run.idx, len(run.segs)):
+            seconds, slowable = run.segs[n]
+            if n == run.idx:
+                seconds -= run.done_in
+            delay += seconds * factor if run.slow and slowable else seconds
+        version = run.version
+        self.env.timeout(max(0.0, delay)).callbacks.append(lambda _e: self._fire(run, version))
+
+    def _fire(self, run: _Slowed, version: int) -> None:
+        if version != run.version:
+            return  # re-timed since
+        self._advance(run)
+        now = self.env.now
+        while len(run.ends) < len(run.segs):
+            run.ends.append(now)
+        run.ends[-1] = now
+        run.idx = len(run.segs)
+        run.event.succeed()
+
+    def _run_slowed(self, tid: int, device: int):
+        """Run compute task `tid` under the overlap model (see the module docstring)."""
+        run = _Slowed(self.slow_segs[tid], self.env.now, self.in_flight[device] > 0, self.env.event())
+        self.running[device] = run
+        self._plan(run)
+        yield run.event
+        self.running[device] = None
+        if run.stretched:
+            self.stretched[tid] = tuple(run.ends)
 
     def _contended_ports(self) -> dict[int, simpy.Resource]:
         """Ports that two or more independent users can want at once (others need no resource)."""
@@ -130,6 +261,7 @@ class _Run:
         per stream instead of one per task)."""
         tasks, end, start, env = self.g.tasks, self.end, self.start, self.env
         resources, acquire, waiters = self.resources, self.acquire, self.waiters
+        slow_segs, comm_devices = self.slow_segs, self.comm_devices
         for tid in order:
             t = tasks[tid]
             for d in t.deps:
@@ -151,7 +283,16 @@ class _Run:
             if t.mem_start:
                 self._memory(t.device, t.mem_start)
             if t.duration > 0:
-                yield env.timeout(t.duration)
+                if slow_segs is None:
+                    yield env.timeout(t.duration)
+                elif slow_segs[tid] is not None:
+                    yield from self._run_slowed(tid, t.device)
+                elif comm_devices[tid]:
+                    self._comm(comm_devices[tid], 1)
+                    yield env.timeout(t.duration)
+                    self._comm(comm_devices[tid], -1)
+                else:
+                    yield env.timeout(t.duration)
             for res, req in held:
                 res.release(req)
             if t.ports:
@@ -168,8 +309,13 @@ class _Run:
         held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
         now = self.start[tid] = self.env.now
         self._memory(t.device, t.mem_start)
+        devices = self.comm_devices[tid] if self.comm_devices is not None and t.duration > 0 else None
+        if devices:
+            self._comm(devices, 1)
         if t.duration > 0:
             yield self.env.timeout(t.duration)
+        if devices:
+            self._comm(devices, -1)
         if held:
             self._release(held)
         if t.ports:
@@ -182,6 +328,14 @@ class _Run:
         if not t.parts:
             for p in t.ports:
                 self.port_busy[p].append((start, self.env.now, t.tid))
+            return
+        ends = self.stretched.get(t.tid)
+        if ends is not None:  # slowed: the communication parts where they actually ran
+            for n, (category, seconds, _) in enumerate(t.parts):
+                if category == "comm" and seconds > 0:
+                    at = ends[n - 1] if n else start
+                    for p in t.ports:
+                        self.port_busy[p].append((at, at + seconds, t.tid))
             return
         offsets = self.comm_offsets.get(id(t.parts))
         if offsets is None:
@@ -216,18 +370,27 @@ class _Run:
     def _run_group(self, gid: int, done: simpy.Event):
         gr = self.g.groups[gid]
         members = [self.g.tasks[m] for m in gr.members]
+        devices = self.group_devices[gid] if self.comm_devices is not None else None
         if gr.messages:
             self.group_start[gid] = self.env.now
             for t in members:
                 self._memory(t.device, t.mem_start)
+            if devices:
+                self._comm(devices, 1)
             yield from self._messages(gid, gr.messages)
+            if devices:
+                self._comm(devices, -1)
         else:
             held = (yield from self._acquire(gr.ports)) if gr.ports else ()
             now = self.group_start[gid] = self.env.now
             for t in members:
                 self._memory(t.device, t.mem_start)
             if gr.duration > 0:
+                if devices:
+                    self._comm(devices, 1)
                 yield self.env.timeout(gr.duration)
+                if devices:
+                    self._comm(devices, -1)
             if held:
                 self._release(held)
             for p in gr.ports:
@@ -304,4 +467,4 @@ def execute(graph: TaskGraph) -> Timeline:
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")
     end = [float(e) for e in run.end]  # type: ignore[arg-type]
     return Timeline(run.start, end, max(end, default=0.0), run.port_busy, run.peak, run.peak_time,
-                    run.at_peak, run.message_times, steps)
+                    run.at_peak, run.message_times, steps, run.stretched)

@@ -8,7 +8,7 @@ from typing import Any
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.results_sim import DeviceRecord, SimResult
-from dlsim.sim.analysis import critical_path, device_times, measured_share
+from dlsim.sim.analysis import critical_path, device_times, measured_share, task_seconds
 from dlsim.sim.engine import Timeline, execute
 from dlsim.units import format_bytes
 
@@ -49,9 +49,8 @@ def _critical(graph: TaskGraph, tl: Timeline) -> dict[str, Any]:
     waiting = 0.0
     previous_end = 0.0
     for tid in path:
-        t = graph.tasks[tid]
-        for category, seconds, _ in t.segments():
-            by_kind[category] = by_kind.get(category, 0.0) + (seconds if t.parts else tl.end[tid] - tl.start[tid])
+        for category, seconds in task_seconds(graph.tasks[tid], tl):
+            by_kind[category] = by_kind.get(category, 0.0) + seconds
         waiting += max(0.0, tl.start[tid] - previous_end)
         previous_end = tl.end[tid]
     tasks = [{"task": graph.tasks[tid].name, "device": graph.devices[graph.tasks[tid].device].name,

@@ -31,7 +31,7 @@ from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.results_sim import DeviceRecord, SimResult
-from dlsim.sim.analysis import critical_path, device_times, window_times
+from dlsim.sim.analysis import critical_path, device_times, task_seconds, window_times
 from dlsim.sim.engine import Timeline, execute
 from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
 
@@ -194,10 +194,9 @@ def _critical(graph: TaskGraph, tl: Timeline, per: _Periodic, mb_of: list, lo: f
         return None
 
     def seconds(tid: int) -> dict[str, float]:
-        t = graph.tasks[tid]
         out: dict[str, float] = {}
-        for category, sec, _ in t.segments():
-            out[category] = out.get(category, 0.0) + (sec if t.parts else end[tid] - start[tid])
+        for category, sec in task_seconds(graph.tasks[tid], tl):
+            out[category] = out.get(category, 0.0) + sec
         return out
 
     by_kind: dict[str, float] = {}

@@ -39,10 +39,12 @@ def chrome_trace(graph: TaskGraph, tl: Timeline, title: str = "") -> dict[str, A
                                "ts": tl.start[tid] / US, "dur": (tl.end[tid] - tl.start[tid]) / US, "args": args})
                 continue
             at = tl.start[tid]
+            ends = tl.stretched.get(tid)  # slowed by communication beside it: the parts as they ran
             for n, (category, seconds, _) in enumerate(t.parts):
+                dur = ends[n] - at if ends is not None else seconds
                 events.append({"ph": "X", "name": f"{t.name} [{category} {n}]", "cat": category, "pid": dev,
-                               "tid": sid, "ts": at / US, "dur": seconds / US, "args": args})
-                at += seconds
+                               "tid": sid, "ts": at / US, "dur": dur / US, "args": args})
+                at = ends[n] if ends is not None else at + seconds
     for pid, busy in enumerate(tl.port_busy):
         for a, b, tid in busy:
             events.append({"ph": "X", "name": graph.tasks[tid].name, "cat": "link", "pid": links_pid, "tid": pid,
