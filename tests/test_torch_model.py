@@ -51,6 +51,12 @@ input: {tokens: 12}
 layers:
   - {name: embed, type: embedding, vocab: 50, dim: 16, positions: 12, token_types: 2}
   - {name: attn, type: attention, heads: 4, kv_heads: 2, causal: true}
+  - {name: rope, type: attention, heads: 4, kv_heads: 1, causal: true, bias: false, rotary: true}
+  - {name: rms, type: rmsnorm}
+  - {name: up, type: linear, out_features: 64, bias: false}
+  - {name: swiglu, type: swiglu}
+  - {name: up2, type: linear, out_features: 32}
+  - {name: geglu, type: geglu}
   - {name: lstm, type: lstm, hidden: 8, layers: 2, bidirectional: true}
   - {name: gru, type: gru, hidden: 16}
   - {name: rnn, type: rnn, hidden: 16, bias: false}

@@ -48,6 +48,12 @@ PUBLISHED_PARAMS = {
     "megatron-gpt-310.1b": (310_100_000_000, 100_000_000, "Narayanan et al. SC'21 Table 1: 310.1B"),
     "megatron-gpt-529.6b": (529_600_000_000, 100_000_000, "Narayanan et al. SC'21 Table 1: 529.6B"),
     "megatron-gpt-1t": (1_008_000_000_000, 100_000_000, "Narayanan et al. SC'21 Table 1: 1008.0B"),
+    "llama2-7b": (6_740_000_000, 10_000_000, "meta-llama/Llama-2-7b-hf model card: 6.74B"),
+    "llama2-13b": (13_000_000_000, 100_000_000, "meta-llama/Llama-2-13b-hf model card: 13.0B"),
+    "llama2-70b": (69_000_000_000, 1_000_000_000, "meta-llama/Llama-2-70b-hf model card: 69B"),
+    "llama3-8b": (8_030_000_000, 10_000_000, "meta-llama/Meta-Llama-3-8B model card: 8.03B"),
+    "llama3-70b": (70_600_000_000, 100_000_000, "meta-llama/Meta-Llama-3-70B model card: 70.6B"),
+    "llama3-405b": (405_000_000_000, 1_000_000_000, "Dubey et al. 2024 (The Llama 3 Herd of Models) Table 3: 405B"),
 }
 
 ZOO = sorted(p.stem for p in list_models())
@@ -88,6 +94,19 @@ def test_exact_counts_of_released_implementations():
     assert load_model("gpt2-xl").params == 1_557_611_200
     for name in ("alexnet", "vgg16", "resnet18", "resnet50", "densenet121"):
         assert load_model(name).params == PUBLISHED_PARAMS[name][0]
+
+
+def _llama_closed_form(l, h, heads, kv_heads, ffn, vocab):
+    """Untied token table and output layer 2·V·h; per block Q and output projections 2h², K and V
+    2h·(kv_heads·h/heads), SwiGLU 3·h·ffn, two RMSNorms 2h; final RMSNorm h."""
+    return 2 * vocab * h + l * (2 * h * h + 2 * h * (kv_heads * h // heads) + 3 * h * ffn + 2 * h) + h
+
+
+@pytest.mark.parametrize("name", [n for n in ZOO if n.startswith("llama")])
+def test_llama_counts_follow_the_closed_form(name):
+    p = load_model(name).params_used
+    assert load_model(name).params == _llama_closed_form(p["layers"], p["hidden"], p["heads"], p["kv_heads"],
+                                                         p["ffn_hidden"], p["vocab"])
 
 
 def _gpt_closed_form(l, h, vocab, positions):

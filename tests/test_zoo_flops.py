@@ -24,7 +24,7 @@ def matmul_flops(model, batch):
 
 
 def reduced(name):
-    return {"layers": 2} if name.startswith(("gpt3", "megatron")) else None
+    return {"layers": 2} if name.startswith(("gpt3", "megatron", "llama")) else None
 
 
 @pytest.mark.parametrize("name", ZOO)

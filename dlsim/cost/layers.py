@@ -180,6 +180,33 @@ def _norm(layer: Layer, n: int, b: int) -> LayerCost:
     return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=2 * 4 * (elems // reduced or 1))
 
 
+def _rmsnorm(layer: Layer, n: int, b: int) -> LayerCost:
+    """RMS norm over the last dimension (Zhang & Sennrich 2019): mean of squares, rsqrt, normalise and
+    scale ≈ 4 FLOP/element forward, ≈ 8 backward; read and write counted as for layer norm (x read
+    twice forward; x and ∇y twice backward); depth ⌈log2 D⌉; keeps x and one fp32 scale per row."""
+    elems, d = n * layer.in_elements, layer.in_shapes[0][-1]
+    depth = clog2(d)
+    fwd = PassCost(4 * elems, 4 * elems, depth, 2 * elems * b, elems * b)
+    bwd = PassCost(8 * elems, 8 * elems, depth, 4 * elems * b, elems * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=4 * (elems // d or 1))
+
+
+# FLOP per output element, forward / backward: silu(a)·b = a·σ(a)·b (σ ≈ 4, two products);
+# gelu(a)·b with gelu's tanh approximation (14) and one product; backward about 1.5x
+_GLU_FLOPS = {"swiglu": (6, 10), "geglu": (15, 22)}
+
+
+def _glu(layer: Layer, n: int, b: int) -> LayerCost:
+    """Gated linear unit over the two halves a, b of the last dimension (Shazeer 2020, "GLU variants
+    improve transformer"): reads 2F, writes F; the backward reads a, b and ∇y and writes ∇a, ∇b.
+    Keeps its input (both halves)."""
+    out = n * layer.out_elements
+    f, bw = _GLU_FLOPS[layer.type]
+    fwd = PassCost(f * out, f * out, 1, 2 * out * b, out * b)
+    bwd = PassCost(bw * out, bw * out, 1, 3 * out * b, 2 * out * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
+
+
 def _lrn(layer: Layer, n: int, b: int) -> LayerCost:
     """Local response normalisation across `size` channels: per element a windowed sum of squares
     (2·size FLOP), then scale and power (≈ 4 FLOP); depth ⌈log2 size⌉. Backward ≈ twice the forward."""
@@ -323,6 +350,9 @@ def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()
     fwd = gemm_pass(fwd_g, 5 * scores + bias, rows * d * b + w_bytes + act + 2 * score_traffic, act + 2 * score_traffic)
     bwd_x = gemm_pass(bx_g, 4 * scores, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
     fwd_parts, bwd_parts = _attention_parts(scores, rows * d, b, bool(a["dropout"]), bool(a.get("causal")), fused)
+    if a.get("rotary"):  # rotary embeddings on Q and K (Su et al. 2021): x·cos + rotate(x)·sin, 3 FLOP/element
+        rope = ("rope", "forward", _elementwise(rows * (d + kv), b, 3))
+        fwd_parts, bwd_parts = (rope,) + fwd_parts, bwd_parts + (rope,)
     fwd, bwd_x = replace(fwd, parts=fwd_parts), replace(bwd_x, parts=bwd_parts)
     bwd_w = gemm_pass(bw_g, bias, 2 * act, w_bytes)
     if flash:
@@ -382,7 +412,7 @@ def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:
 _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
     "conv2d": _conv2d, "linear": _linear, "maxpool": _pool, "avgpool": _pool,
     "global_avgpool": _global_pool, "global_maxpool": _global_pool,
-    "batchnorm": _norm, "layernorm": _norm, "lrn": _lrn,
+    "batchnorm": _norm, "layernorm": _norm, "rmsnorm": _rmsnorm, "lrn": _lrn, "swiglu": _glu, "geglu": _glu,
     "relu": _activation, "gelu": _activation, "tanh": _activation, "sigmoid": _activation,
     "softmax": _softmax, "dropout": _dropout, "add": _add, "concat": _concat,
     "flatten": _view, "reshape": _view, "embedding": _embedding,

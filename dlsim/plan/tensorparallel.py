@@ -25,7 +25,9 @@ from dlsim.spec.model import INPUT, Layer, Model
 from dlsim.units import DTYPE_BYTES
 
 _KEEPS_SHARDING = {"relu", "gelu", "tanh", "sigmoid", "dropout", "maxpool", "avgpool", "lrn", "batchnorm",
-                   "global_avgpool", "global_maxpool", "flatten"}
+                   "global_avgpool", "global_maxpool", "flatten", "swiglu", "geglu"}
+"""Element-wise or per-channel operators; a gated unit's gate and value halves are split alike (Megatron-LM
+shards the fused gate/up projection so that every rank holds matching halves)."""
 _SPLITTABLE = {"linear", "conv2d"}
 LOSS_REDUCTIONS = 3
 """Megatron parallel cross-entropy: all-reduces of max logit, sum of exp, target logit (one fp32 per row)."""
@@ -109,7 +111,7 @@ def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer,
     return result
 
 
-_PER_TOKEN = _KEEPS_SHARDING | {"layernorm", "add", "concat"}
+_PER_TOKEN = _KEEPS_SHARDING | {"layernorm", "rmsnorm", "add", "concat"}
 
 
 def _classify_sequence_parallel(layer: Layer, ins: list[bool], seq_ins: list[bool], grad_needed: list[bool],
@@ -245,4 +247,4 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
     freed = scores * (b + (b + MASK_BYTES if layer.attrs["dropout"] else 0))
     return PassCost(flops, flops / 2, cost.forward.depth, cost.forward.bytes_read * share,
                     cost.forward.bytes_written * share, core, "gemm", kernels=len(core) + 1,
-                    parts=cost.forward.parts), freed
+                    parts=tuple(p for p in cost.forward.parts if p[0] != "rope")), freed

@@ -201,6 +201,13 @@ def _attention(a: dict, ins: list[Shape]) -> Shape:
     return x
 
 
+def _glu(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    if len(x) == 0 or x[-1] % 2:
+        raise _Fail(f"needs an even last dimension (gate and value halves), got shape {list(x)}")
+    return x[:-1] + (x[-1] // 2,)
+
+
 def _loss(a: dict, ins: list[Shape]) -> Shape:
     x = _single(ins)
     _expect_rank(x, (1, 2), "classes or L, vocab")
@@ -227,6 +234,10 @@ def _linear_params(a: dict, ins: list[Shape], out: Shape) -> int:
 def _norm_params(a: dict, ins: list[Shape], out: Shape) -> int:
     channels = ins[0][0] if a.get("_channel_first") else ins[0][-1]
     return 2 * channels if a["affine"] else 0
+
+
+def _rmsnorm_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    return ins[0][-1] if a["affine"] else 0
 
 
 def _bn_params(a: dict, ins: list[Shape], out: Shape) -> int:
@@ -287,12 +298,16 @@ OPS: dict[str, OpType] = {op.name: op for op in [
     OpType("global_maxpool", {}, _global_pool, doc="max over H and W, output (C,)"),
     OpType("batchnorm", {"affine": True, "eps": 1e-5}, _batchnorm, _bn_params, "batch normalisation"),
     OpType("layernorm", {"affine": True, "eps": 1e-5}, _same, _norm_params, "layer normalisation over the last dimension"),
+    OpType("rmsnorm", {"affine": True, "eps": 1e-5}, _same, _rmsnorm_params,
+           "RMS normalisation over the last dimension (Zhang & Sennrich 2019), scale only"),
     OpType("lrn", {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 2.0}, _lrn, doc="local response normalisation across channels"),
     OpType("relu", {}, _same, doc="max(0, x)"),
     OpType("gelu", {}, _same, doc="Gaussian error linear unit"),
     OpType("tanh", {}, _same, doc="hyperbolic tangent"),
     OpType("sigmoid", {}, _same, doc="logistic function"),
     OpType("softmax", {}, _same, doc="softmax over the last dimension"),
+    OpType("swiglu", {}, _glu, doc="silu(a) * b of the two halves of the last dimension (Shazeer 2020)"),
+    OpType("geglu", {}, _glu, doc="gelu(a) * b of the two halves of the last dimension (Shazeer 2020)"),
     OpType("dropout", {"p": 0.5}, _same, doc="dropout with keep-mask"),
     OpType("add", {}, _add, doc="element-wise sum of two or more tensors (residual)"),
     OpType("concat", {"axis": 0}, _concat, doc="concatenation along a per-sample axis (0 = channels)"),
@@ -306,8 +321,10 @@ OPS: dict[str, OpType] = {op.name: op for op in [
            _recurrent, _recurrent_params("gru"), "GRU over the sequence"),
     OpType("rnn", {"hidden": REQUIRED, "layers": 1, "bias": True, "bidirectional": False},
            _recurrent, _recurrent_params("rnn"), "Elman RNN (tanh) over the sequence"),
-    OpType("attention", {"heads": REQUIRED, "kv_heads": None, "causal": False, "bias": True, "dropout": 0.0},
-           _attention, _attention_params, "multi-head self-attention with Q/K/V and output projections"),
+    OpType("attention", {"heads": REQUIRED, "kv_heads": None, "causal": False, "bias": True, "dropout": 0.0,
+                         "rotary": False},
+           _attention, _attention_params, "multi-head (grouped-query with kv_heads) self-attention with Q/K/V and "
+                                          "output projections; rotary: rotary position embeddings on Q and K"),
     OpType("cross_entropy", {}, _loss, doc="softmax cross-entropy loss against integer labels"),
 ]}
 

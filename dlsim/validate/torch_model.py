@@ -118,10 +118,11 @@ def _classes() -> SimpleNamespace:
     class Attention(nn.Module):
         """Multi-head (grouped-query when kv_heads < heads) self-attention, dlsim's `attention` operator."""
 
-        def __init__(self, dim: int, heads: int, kv_heads: int, causal: bool, bias: bool, dropout: float, fused: bool):
+        def __init__(self, dim: int, heads: int, kv_heads: int, causal: bool, bias: bool, dropout: float, fused: bool,
+                     rotary: bool = False):
             super().__init__()
             self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
-            self.causal, self.p, self.fused = causal, dropout, fused
+            self.causal, self.p, self.fused, self.rotary = causal, dropout, fused, rotary
             self.qkv = nn.Linear(dim, dim + 2 * kv_heads * self.head_dim, bias=bias)
             self.out = nn.Linear(dim, dim, bias=bias)
 
@@ -132,6 +133,8 @@ def _classes() -> SimpleNamespace:
             q = q.reshape(n, steps, self.heads, self.head_dim).transpose(1, 2)
             k = k.reshape(n, steps, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.reshape(n, steps, self.kv_heads, self.head_dim).transpose(1, 2)
+            if self.rotary:  # rotary position embeddings (Su et al. 2021), rotate-half form
+                q, k = self._rope(q), self._rope(k)
             if self.kv_heads != self.heads:
                 k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
                 v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
@@ -145,6 +148,25 @@ def _classes() -> SimpleNamespace:
                     scores = scores.masked_fill(future, float("-inf"))
                 ctx = torch.matmul(F.dropout(torch.softmax(scores, dim=-1), p, self.training), v)
             return self.out(ctx.transpose(1, 2).reshape(n, steps, dim))
+
+        def _rope(self, x: Any) -> Any:
+            steps, half = x.shape[-2], self.head_dim // 2
+            inv = 10000.0 ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
+            angle = torch.arange(steps, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
+            cos, sin = torch.cat([angle.cos()] * 2, -1).to(x.dtype), torch.cat([angle.sin()] * 2, -1).to(x.dtype)
+            x1, x2 = x[..., :half], x[..., half:]
+            return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    class GatedUnit(nn.Module):
+        """silu(a)·b (SwiGLU) or gelu(a)·b (GeGLU) of the two halves of the last dimension."""
+
+        def __init__(self, kind: str):
+            super().__init__()
+            self.act = F.silu if kind == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
+
+        def forward(self, x: Any) -> Any:
+            a, b = x.chunk(2, dim=-1)
+            return self.act(a) * b
 
     class CrossEntropy(nn.Module):
         def forward(self, logits: Any, target: Any) -> Any:
@@ -180,7 +202,8 @@ def _classes() -> SimpleNamespace:
             return out
 
     return SimpleNamespace(Add=Add, Concat=Concat, Reshape=Reshape, GlobalPool=GlobalPool, Embedding=Embedding,
-                           Recurrent=Recurrent, Attention=Attention, CrossEntropy=CrossEntropy, Net=Net)
+                           Recurrent=Recurrent, Attention=Attention, GatedUnit=GatedUnit, CrossEntropy=CrossEntropy,
+                           Net=Net)
 
 
 def _fail(layer: Layer, reason: str) -> SpecError:
@@ -222,6 +245,10 @@ def _layer_module(layer: Layer, attention: str) -> Any:
         return cls(x[0], eps=a["eps"], affine=a["affine"])
     if t == "layernorm":
         return nn.LayerNorm(x[-1], eps=a["eps"], elementwise_affine=a["affine"])
+    if t == "rmsnorm":
+        return nn.RMSNorm(x[-1], eps=a["eps"], elementwise_affine=a["affine"])
+    if t in ("swiglu", "geglu"):
+        return c.GatedUnit(t)
     if t == "lrn":
         return nn.LocalResponseNorm(a["size"], alpha=a["alpha"], beta=a["beta"], k=a["k"])
     simple = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "add": c.Add, "flatten": lambda: nn.Flatten(1),
@@ -243,7 +270,7 @@ def _layer_module(layer: Layer, attention: str) -> Any:
         if attention not in ("math", "sdpa"):
             raise SpecError(f"attention must be 'math' or 'sdpa', got {attention!r}", field="attention")
         return c.Attention(x[-1], a["heads"], a["kv_heads"] or a["heads"], a["causal"], a["bias"], a["dropout"],
-                           fused=attention == "sdpa")
+                           fused=attention == "sdpa", rotary=bool(a["rotary"]))
     raise _fail(layer, f"no PyTorch operator for layer type {t!r}")
 
 
