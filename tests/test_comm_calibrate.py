@@ -162,7 +162,8 @@ def test_import_nccl_tests_writes_rows_once(tmp_path):
     again = import_nccl_tests(tmp_path / "prof", [src])
     assert again["rows_added"] == 0 and again["rows_already_there"] == 8
     lines = (tmp_path / "prof" / "comm_collectives.csv").read_text().splitlines()
-    assert len(lines) == 9 and "nccl-tests,nccl-tests,allreduce,default,float,2,1048576" in lines[-2]
+    # the sample's two ranks run on one host: the rows say so, and price only one-node groups
+    assert len(lines) == 9 and "nccl-tests,1 node,allreduce,default,float,2,1048576" in lines[-2]
 
 
 def test_plans_and_launches():
@@ -293,3 +294,15 @@ def test_local_mpi_quick_calibration(tmp_path):
     assert ",allreduce,ring," in rows
     again = calibrate_comm(tmp_path / "p", backend="mpi", ranks=2, quick=True, algorithms=("ring",), quiet=True)
     assert again["profile"] == [] and np.isclose(again["fits"]["hockney"]["beta"], rec["fits"]["hockney"]["beta"])
+
+
+def test_measured_rows_price_only_groups_laid_out_as_measured():
+    """Eight ranks measured inside one node do not price eight ranks spread over eight nodes."""
+    from dlsim.cost.collectives.measured import CollectiveRow, MeasuredCollectives
+    row = lambda hosts, t: CollectiveRow("allreduce", "default", 8, 1e6, t, "nccl-tests", hosts)  # noqa: E731
+    table = MeasuredCollectives([row("1 node", 1e-4), row("8 nodes", 5e-4)])
+    assert table.lookup("allreduce", 8, 1e6, nodes=1).seconds == 1e-4
+    assert table.lookup("allreduce", 8, 1e6, nodes=8).seconds == 5e-4
+    assert table.lookup("allreduce", 8, 1e6, nodes=2) is None
+    unknown = MeasuredCollectives([row("my-cluster", 2e-4)])
+    assert unknown.lookup("allreduce", 8, 1e6, nodes=2).seconds == 2e-4

@@ -41,6 +41,12 @@ class NcclTable:
     devices: tuple[str, ...] = field(default_factory=tuple)
     collective: str | None = None
 
+    @property
+    def nodes(self) -> int | None:
+        """Distinct hosts of the ``Rank N Pid P on HOST device D`` lines, None when they do not say."""
+        hosts = {m.group(1) for d in self.devices if (m := re.search(r"\bon\s+(\S+)\s+device\b", d))}
+        return len(hosts) or None
+
 
 def collective_from_name(name: str) -> str | None:
     """``all_reduce_perf`` (or a file named after it) -> ``allreduce``."""
@@ -100,8 +106,13 @@ def import_rows(table: NcclTable, source: str, hosts: str = "nccl-tests", collec
     """Rows for `comm_measure.COLLECTIVE_TABLE` (one per size and variant), source ``nccl-tests:FILE``.
 
     nccl-tests reports one time per size (the average over its iterations); it is written as the
-    median, min and max of the row, with `reps` = the iteration count.
+    median, min and max of the row, with `reps` = the iteration count. With the default `hosts`
+    label and the output's device lines naming their hosts, `hosts` records how many nodes the
+    ranks spanned (``"2 nodes"``), so that the table prices only groups laid out the same way
+    (`dlsim.cost.collectives.measured`).
     """
+    if hosts == "nccl-tests" and table.nodes:
+        hosts = f"{table.nodes} node" + ("s" if table.nodes > 1 else "")
     name = collective or table.collective
     if name is None:
         raise TableLookupError(f"{source}: cannot tell which collective this is; name the file after the test "

@@ -84,10 +84,11 @@ class ClusterPricer:
         if self.measured is None or nbytes <= 0 or len(ranks) < 2:
             return model
         table_algo = "default" if self.algorithm == "auto" else self.algorithm
-        hit = self.measured.lookup(name, len(ranks), float(nbytes), table_algo)
+        nodes = len({self.layout.node(r) for r in ranks})
+        hit = self.measured.lookup(name, len(ranks), float(nbytes), table_algo, nodes)
         if hit is not None:
             return hit
-        why = self.measured.describe_range(name, len(ranks), table_algo)
+        why = self.measured.describe_range(name, len(ranks), table_algo, nodes)
         return Estimate(model.seconds, model.source, f"{model.note}; {why}")
 
     def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:

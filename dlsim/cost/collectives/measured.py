@@ -15,6 +15,11 @@ the library's own choice, when the strategy leaves the algorithm to auto):
 * another rank count, or n outside [s_min, s_max] → None: the caller prices the model and says so
   in its note (`dlsim.plan.commcost.ClusterPricer`); a measured curve is never stretched silently.
 
+A row measured on a known number of nodes (its `hosts` label reads ``"N nodes"``, as imported
+nccl-tests tables say from their ``Rank ... on HOST`` lines) prices only groups spanning that many
+nodes: eight ranks inside one DGX are not eight ranks on eight nodes. Rows without a node count
+price any group of their rank count.
+
 Where one table holds several sources for the same points, nccl-tests rows come first, then NCCL,
 then the others (MPI, gloo), and out-of-place rows before in-place ones.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -46,34 +52,51 @@ class CollectiveRow:
     variant: str = ""
     source: str = ""
 
+    @property
+    def nodes(self) -> int | None:
+        """Nodes the measured ranks spanned, when the `hosts` label says (``"2 nodes"``)."""
+        m = _NODES.match(self.hosts)
+        return int(m.group(1)) if m else None
+
+
+_NODES = re.compile(r"^(\d+) nodes?$")
+
 
 class MeasuredCollectives:
     """Lookup over measured collective rows (module doc)."""
 
     def __init__(self, rows: Iterable[CollectiveRow], name: str = "comm_collectives.csv"):
         self.name = name
-        best: dict[tuple[str, str, int, float], tuple[tuple[int, int], CollectiveRow]] = {}
+        best: dict[tuple[str, str, int, int | None, float], tuple[tuple[int, int], CollectiveRow]] = {}
         for r in rows:
             if not (r.seconds > 0 and math.isfinite(r.seconds) and r.size_bytes > 0):
                 continue
-            key = (r.collective, r.algorithm, r.ranks, float(r.size_bytes))
+            key = (r.collective, r.algorithm, r.ranks, r.nodes, float(r.size_bytes))
             rank = (_BACKEND_ORDER.get(r.backend, 2), _VARIANT_ORDER.get(r.variant, 1))
             if key not in best or rank < best[key][0]:
                 best[key] = (rank, r)
-        curves: dict[tuple[str, str, int], list[CollectiveRow]] = {}
-        for (c, a, p, _), (_, r) in best.items():
-            curves.setdefault((c, a, p), []).append(r)
+        curves: dict[tuple[str, str, int, int | None], list[CollectiveRow]] = {}
+        for (c, a, p, n, _), (_, r) in best.items():
+            curves.setdefault((c, a, p, n), []).append(r)
         self.curves = {k: sorted(v, key=lambda r: r.size_bytes) for k, v in curves.items()}
+
+    def _curve(self, collective: str, algorithm: str, ranks: int, nodes: int | None) -> list[CollectiveRow]:
+        """The rows measured on `nodes` nodes, else those whose node count is not known."""
+        return self.curves.get((collective, algorithm, ranks, nodes)) or \
+            self.curves.get((collective, algorithm, ranks, None), [])
 
     def __bool__(self) -> bool:
         return bool(self.curves)
 
-    def sizes(self, collective: str, ranks: int, algorithm: str = "default") -> tuple[float, ...]:
-        return tuple(r.size_bytes for r in self.curves.get((collective, algorithm, ranks), ()))
+    def sizes(self, collective: str, ranks: int, algorithm: str = "default",
+              nodes: int | None = None) -> tuple[float, ...]:
+        return tuple(r.size_bytes for r in self._curve(collective, algorithm, ranks, nodes))
 
-    def lookup(self, collective: str, ranks: int, nbytes: float, algorithm: str = "default") -> Estimate | None:
-        """The measured or interpolated time, or None outside the table (module doc)."""
-        curve = self.curves.get((collective, algorithm, ranks))
+    def lookup(self, collective: str, ranks: int, nbytes: float, algorithm: str = "default",
+               nodes: int | None = None) -> Estimate | None:
+        """The measured or interpolated time, or None outside the table (module doc); `nodes`: how
+        many nodes the group spans."""
+        curve = self._curve(collective, algorithm, ranks, nodes)
         if not curve or nbytes <= 0:
             return None
         sizes = [r.size_bytes for r in curve]
@@ -92,11 +115,11 @@ class MeasuredCollectives:
     def _src(self, r: CollectiveRow) -> str:
         return f"{self.name}, {r.source or r.backend}"
 
-    def describe_range(self, collective: str, ranks: int, algorithm: str = "default") -> str:
+    def describe_range(self, collective: str, ranks: int, algorithm: str = "default", nodes: int | None = None) -> str:
         """Why a lookup missed, for the model's note."""
-        sizes = self.sizes(collective, ranks, algorithm)
+        sizes = self.sizes(collective, ranks, algorithm, nodes)
         if not sizes:
-            have = sorted({p for (c, a, p) in self.curves if c == collective and a == algorithm})
+            have = sorted({p for (c, a, p, _) in self.curves if c == collective and a == algorithm})
             return (f"no measured {collective} on {ranks} ranks in {self.name}"
                     + (f" (measured: {', '.join(map(str, have))} ranks)" if have else ""))
         return f"outside the measured sizes {sizes[0]:.0f}-{sizes[-1]:.0f} B of {collective} on {ranks} ranks"
