@@ -78,22 +78,25 @@ def test_fused_task_slows_only_its_compute_parts_and_rigid_parts_keep_their_dura
 
 
 def test_rate_changes_follow_every_start_and_end_of_communication():
-    """Two collectives one after another with a gap, and a point-to-point receive: the kernel is slowed
-    exactly while one of them is in flight (hand-computed)."""
+    """Collectives back to back, then one after a gap, and a point-to-point transfer into the device:
+    the kernel is slowed exactly while a collective is in flight (hand-computed); the pipeline
+    transfer does not slow it (dlsim.sim.engine)."""
     g, cs, ms = _graph(SIGMA)
     g.devices.append(SimDevice("d1", 1, 1, 1, 1e12, ()))
     cs1 = g.add_stream("compute1", 1, "compute")
     link = g.add_stream("d1->d0", 1, "link")
     out1, in0 = g.add_port("d1 out", 1, "ib", "out"), g.add_port("d0 in", 0, "ib", "in")
     k = g.add("kernel", 0, cs, 3.0, COMPUTE, [])
-    a = g.add("ar1", 0, ms, 0.5, COMM, [])
-    gap = g.add("wait", 1, cs1, 1.0, COMPUTE, [])  # device 1 computes alone (nothing in flight there... yet)
-    g.add("send", 1, link, 0.25, COMM, [gap], ports=(out1, in0))  # [1.0, 1.25] on both devices
+    a = g.add("ar1", 0, ms, 0.5, COMM, [])  # [0, 0.5]
     g.add("ar2", 0, ms, 0.5, COMM, [a])  # [0.5, 1.0]
+    pre = g.add("pre", 1, cs1, 1.5, COMPUTE, [])  # device 1 computes alone: nothing in flight there
+    pre2 = g.add("pre2", 1, cs1, 0.5, COMPUTE, [pre])
+    g.add("ar3", 0, ms, 0.25, COMM, [pre])  # [1.5, 1.75]
+    g.add("send", 1, link, 0.25, COMM, [pre2], ports=(out1, in0))  # [2.0, 2.25]: not slowing
     tl = execute(g)
-    slowed = 1.25  # [0, 1.25] under communication
+    slowed = 1.25  # [0, 1.0] and [1.5, 1.75] under a collective
     assert tl.end[k] == pytest.approx(3.0 + slowed * SIGMA / (1 + SIGMA), rel=1e-14)
-    assert tl.end[gap] == 1.0
+    assert (tl.end[pre], tl.end[pre2]) == (1.5, 2.0)
     _adds_up(g, tl)
 
 

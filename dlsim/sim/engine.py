@@ -9,9 +9,14 @@ messages. Memory is tracked per device and kind as tasks start and end. Ties bre
 gives the same timeline, bit for bit.
 
 Overlap slowdown (σ = `TaskGraph.overlap_slowdown` > 0; `dlsim.cost.overlap`): while one or more
-communication tasks of a device are in flight (tasks of its communication stream, point-to-point
-transfers it sends or receives, collective groups it belongs to), the compute and recompute
-kernels of its compute stream progress at rate 1/(1 + σ). The engine tracks each running compute
+collectives of a device are in flight beside its compute stream (tasks of its communication
+stream: gradient buckets, ZeRO gathers, tied-embedding reductions; collective groups it belongs
+to), the compute and recompute kernels of its compute stream progress at rate 1/(1 + σ).
+Point-to-point pipeline transfers do not slow compute: σ was measured for collectives (Lee et al.
+2025), a send/receive pair drives one peer over few channels, and Megatron-LM's 1F1B waits for
+its transfers between compute steps (schedules.py, `p2p_communication`) rather than running them
+beside kernels; with them counted, a pipeline's timeline only tends to a periodic one (slopes
+1/(1 + σ)), so no deep pipeline could be extended exactly (`dlsim.sim.steady`). The engine tracks each running compute
 task's progress exactly: at every start or end of a device's communication that changes whether
 any is in flight, it books the progress made so far (segment by segment for a fused task, whose
 communication parts and `rigid` parts run at full rate) and re-schedules the task's end. A task
@@ -53,16 +58,16 @@ class Timeline:
 
 class _Slowed:
     """A compute task running under the overlap model: its segments (nominal seconds, slowable),
-    the segment it is in and the nominal seconds of it done by time `at`, whether it is slowed now."""
+    the segment it is in and the nominal seconds of it done by time `at`, whether it is slowed now,
+    and the timeout its stream process waits on."""
 
-    __slots__ = ("segs", "idx", "done_in", "at", "slow", "version", "ends", "event", "stretched")
+    __slots__ = ("segs", "idx", "done_in", "at", "slow", "ends", "event", "stretched")
 
-    def __init__(self, segs: tuple[tuple[float, bool], ...], now: float, slow: bool, event: simpy.Event):
+    def __init__(self, segs: tuple[tuple[float, bool], ...], now: float, slow: bool):
         self.segs, self.idx, self.done_in, self.at = segs, 0, 0.0, now
         self.slow = self.stretched = slow
-        self.version = 0
         self.ends: list[float] = []
-        self.event = event
+        self.event: simpy.Event | None = None
 
 
 class _Run:
@@ -101,24 +106,31 @@ class _Run:
 
     # -- overlap slowdown ------------------------------------------------------------------------
     def _overlap_setup(self) -> None:
-        """Per task: the devices whose compute its run slows (communication off the compute stream)
+        """Per task: the devices whose compute its run slows (collectives on a communication stream)
         and, for compute-stream kernels, their (nominal seconds, slowable) segments."""
         g = self.g
         kinds = [st.kind for st in g.streams]
         self.comm_devices: list[tuple[int, ...] | None] = [None] * len(g.tasks)
         self.slow_segs: list[tuple[tuple[float, bool], ...] | None] = [None] * len(g.tasks)
         slowable = (COMPUTE, RECOMPUTE)
+        fused: dict[tuple[int, tuple[int, ...]], tuple | None] = {}  # parts are shared by a pass's tasks
         for t in g.tasks:
-            on_compute = t.stream >= 0 and kinds[t.stream] == "compute"
-            if not on_compute:
+            kind = kinds[t.stream] if t.stream >= 0 else "link"
+            if kind == "comm":
                 if t.category not in slowable:
                     devs = {t.device} | {g.ports[p].device for p in t.ports}
                     self.comm_devices[t.tid] = tuple(sorted(d for d in devs if d >= 0))
-            elif t.group < 0 and t.duration > 0:
-                segs = tuple((seconds, category in slowable and n not in t.rigid)
-                             for n, (category, seconds, _) in enumerate(t.segments()))
-                if any(slow and seconds > 0 for seconds, slow in segs):
-                    self.slow_segs[t.tid] = segs
+            elif kind == "compute" and t.group < 0 and t.duration > 0:
+                if not t.parts:
+                    if t.category in slowable and not t.rigid:
+                        self.slow_segs[t.tid] = ((t.duration, True),)
+                    continue
+                key = (id(t.parts), t.rigid)
+                if key not in fused:
+                    segs = tuple((seconds, category in slowable and n not in t.rigid)
+                                 for n, (category, seconds, _) in enumerate(t.parts))
+                    fused[key] = segs if any(slow and seconds > 0 for seconds, slow in segs) else None
+                self.slow_segs[t.tid] = fused[key]
         self.group_devices = []
         for gr in g.groups:
             devs = {g.tasks[m].device for m in gr.members} | {g.ports[p].device for p in gr.ports}
@@ -136,12 +148,13 @@ class _Run:
             self.in_flight[d] = after = before + delta
             if (before > 0) != (after > 0):
                 run = self.running[d]
-                if run is not None and not run.event.triggered:
+                if run is not None and run.event.callbacks:  # still running (its timeout not processed)
                     self._advance(run)
                     run.slow = after > 0
-                    run.stretched = run.stretched or run.slow
-                    run.version += 1
-                    self._plan(run)
+                    run.stretched = True
+                    # the stream process waits on a new timeout: move its wake-up there
+                    old, run.event = run.event, self.env.timeout(self._remaining(run))
+                    run.event.callbacks, old.callbacks = old.callbacks, []
 
     def _advance(self, run: _Slowed) -> None:
         """Book the progress made from `run.at` to now at the current rate."""
@@ -164,8 +177,8 @@ class _Run:
             run.done_in = 0.0
         run.at = now
 
-    def _plan(self, run: _Slowed) -> None:
-        """Schedule the end of `run` as if the current rate held to its end."""
+    def _remaining(self, run: _Slowed) -> float:
+        """Seconds to the end of `run` if the current rate held to its end."""
         factor = 1.0 + self.sigma
         delay = 0.0
         for n in range(run.idx, len(run.segs)):
@@ -173,28 +186,22 @@ class _Run:
             if n == run.idx:
                 seconds -= run.done_in
             delay += seconds * factor if run.slow and slowable else seconds
-        version = run.version
-        self.env.timeout(max(0.0, delay)).callbacks.append(lambda _e: self._fire(run, version))
+        return max(0.0, delay)
 
-    def _fire(self, run: _Slowed, version: int) -> None:
-        if version != run.version:
-            return  # re-timed since
-        self._advance(run)
-        now = self.env.now
-        while len(run.ends) < len(run.segs):
-            run.ends.append(now)
-        run.ends[-1] = now
-        run.idx = len(run.segs)
-        run.event.succeed()
-
-    def _run_slowed(self, tid: int, device: int):
-        """Run compute task `tid` under the overlap model (see the module docstring)."""
-        run = _Slowed(self.slow_segs[tid], self.env.now, self.in_flight[device] > 0, self.env.event())
+    def _run_slowed(self, tid: int, device: int, duration: float):
+        """Run compute task `tid` under the overlap model (see the module docstring): unslowed, one
+        timeout of its duration, as without the model; re-timed at each change of rate."""
+        run = _Slowed(self.slow_segs[tid], self.env.now, self.in_flight[device] > 0)
+        run.event = self.env.timeout(self._remaining(run) if run.slow else duration)
         self.running[device] = run
-        self._plan(run)
         yield run.event
         self.running[device] = None
         if run.stretched:
+            self._advance(run)
+            now = self.env.now
+            while len(run.ends) < len(run.segs):
+                run.ends.append(now)
+            run.ends[-1] = now
             self.stretched[tid] = tuple(run.ends)
 
     def _contended_ports(self) -> dict[int, simpy.Resource]:
@@ -286,7 +293,7 @@ class _Run:
                 if slow_segs is None:
                     yield env.timeout(t.duration)
                 elif slow_segs[tid] is not None:
-                    yield from self._run_slowed(tid, t.device)
+                    yield from self._run_slowed(tid, t.device, t.duration)
                 elif comm_devices[tid]:
                     self._comm(comm_devices[tid], 1)
                     yield env.timeout(t.duration)
