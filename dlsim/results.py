@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, Mapping
 
 SCHEMA_VERSION = 1
 
@@ -132,6 +132,7 @@ class EstimateResult:
     flops: float
     params: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    assumed: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def iteration_time_s(self) -> float:
@@ -152,7 +153,7 @@ class EstimateResult:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "estimate",
             "model": self.model, "cluster": self.cluster, "device": self.device,
-            "batch": self.batch, "dtype": self.dtype, "optimizer": self.optimizer,
+            "batch": self.batch, "dtype": self.dtype, "optimizer": self.optimizer, "assumed": dict(self.assumed),
             "iteration_time_s": total,
             "throughput_samples_per_s": self.batch / total if total > 0 else 0.0,
             "forward_time_s": sum(layer.forward.seconds for layer in self.layers),

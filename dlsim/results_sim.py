@@ -57,6 +57,7 @@ class SimResult:
     feasible: bool = True
     infeasible_reason: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    assumed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -72,6 +73,7 @@ class SimResult:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "simulation",
             "model": self.model, "cluster": self.cluster, "device": self.device, "strategy": self.strategy,
+            "dtype": self.strategy.get("dtype"), "assumed": dict(self.assumed),
             "feasible": self.feasible, "infeasible_reason": self.infeasible_reason,
             "iteration_time_s": t, "throughput_samples_per_s": self.throughput_samples_per_s,
             "global_batch": self.global_batch,
@@ -108,10 +110,18 @@ class AsyncResult:
     staleness_histogram: dict[int, int]
     iteration_compute_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    worker_finish_s: tuple[float, ...] = ()
+    assumed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def throughput_samples_per_s(self) -> float:
-        return self.updates * self.samples_per_update / self.simulated_time_s if self.simulated_time_s > 0 else 0.0
+        """Per worker clock: each worker's samples over its own finishing time, summed (all workers
+        finishing together: updates x samples per update / simulated time)."""
+        per_iteration = self.samples_per_update  # samples of one iteration x push_every, per update
+        if self.worker_finish_s and len(self.worker_finish_s) == len(self.worker_iterations):
+            pushes = [self.updates / max(len(self.worker_iterations), 1)] * len(self.worker_iterations)
+            return sum(u * per_iteration / f for u, f in zip(pushes, self.worker_finish_s) if f > 0)
+        return self.updates * per_iteration / self.simulated_time_s if self.simulated_time_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         total = sum(self.staleness_histogram.values())
@@ -119,6 +129,7 @@ class AsyncResult:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "async_simulation",
             "model": self.model, "cluster": self.cluster, "strategy": self.strategy, "sync": self.sync,
+            "dtype": self.strategy.get("dtype"), "assumed": dict(self.assumed),
             "workers": self.workers, "simulated_time_s": self.simulated_time_s, "updates": self.updates,
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "updates_per_s": self.updates / self.simulated_time_s if self.simulated_time_s > 0 else 0.0,
@@ -126,7 +137,8 @@ class AsyncResult:
             "iteration_compute_s": self.iteration_compute_s,
             "staleness_histogram": {str(k): v for k, v in sorted(self.staleness_histogram.items())},
             "staleness_mean": mean, "staleness_max": max(self.staleness_histogram, default=0),
-            "workers_detail": [{"worker": i, "iterations": n, "compute_s": c, "wait_s": w, "comm_s": m}
+            "workers_detail": [{"worker": i, "iterations": n, "compute_s": c, "wait_s": w, "comm_s": m,
+                                "finish_s": self.worker_finish_s[i] if i < len(self.worker_finish_s) else None}
                                for i, (n, c, w, m) in enumerate(zip(self.worker_iterations, self.worker_compute_s,
                                                                      self.worker_wait_s, self.worker_comm_s))],
             "notes": list(self.notes),

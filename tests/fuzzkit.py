@@ -27,13 +27,19 @@ BAD_NUMBERS = ["-1", "0", "-0.5", "1e29", "1e308", "1e-308", "100000000000000000
 ODD_NUMBERS = ["1", "2", "3", "7", "64", "1000", "4096", "0.5", "1.5"]
 UNITS = ["B", "b", "kB", "KB", "MB", "Mb", "GB", "Gb", "MiB", "GiB", "mb", "gb", "mib", "", "XB", "MB/s", "us",
          "GB/s", "Gb/s", "Gbps", "GBps", "GiB/s", "gbps", "ms", "MS", "s"]
+INVALID_STRATEGY_VALUES = (".nan", ".inf", "-.inf", "nan", "[1, 2]", "{a: 1}", "-1", "1e29",
+                           "10000000000000000000000000000000000000000000000000", "1" * 5000)
 AMOUNTS = ["1", "10", "0", "-1", "1e29", "1e400", "nan", "0.5", "1e-308", "100", "abc", ""]
 
 
 def _numbers(text: str) -> list[re.Match]:
     """Numbers that are YAML values (not inside a comment)."""
     found = re.finditer(r"(?<=: )-?\d+(\.\d+)?(e-?\d+)?(?=\s|,|\]|\}|$)", text)
-    return [m for m in found if "#" not in text[text.rfind("\n", 0, m.start()) + 1: m.start()]]
+
+    def value(m: re.Match) -> bool:
+        before = text[text.rfind("\n", 0, m.start()) + 1: m.start()]
+        return "#" not in before and before.count('"') % 2 == 0 and before.count("'") % 2 == 0  # not inside a string
+    return [m for m in found if value(m)]
 
 
 def _mutate_yaml(rng: random.Random, text: str) -> tuple[str | bytes, bool]:
@@ -145,15 +151,17 @@ def make_case(rng: random.Random, folder: Path) -> tuple[list[str], bool]:
         for key in rng.sample(sorted(keys), rng.randrange(1, 5)):
             if rng.random() < 0.35:
                 value = rng.choice(BAD_NUMBERS)
-                invalid = invalid or value in (".nan", ".inf", "-.inf", "nan", "[1, 2]", "{a: 1}", "-1", "1e29",
-                                               "10000000000000000000000000000000000000000000000000", "1" * 5000)
+                invalid = invalid or value in INVALID_STRATEGY_VALUES
             else:
                 value = rng.choice(keys[key])
             lines.append(f"{key}: {value}")
         text = "\n".join(lines) + "\n"
         if rng.random() < 0.2:
-            text, bad = _mutate_yaml(rng, text)
-            invalid = invalid or bad
+            mutated, bad = _mutate_yaml(rng, text)
+            bad_lines = [line for line in lines if any(line.endswith(": " + v) for v in INVALID_STRATEGY_VALUES)]
+            # a mutation may cut the bad line away (truncate, garbage): then only the mutation's own verdict holds
+            invalid = bad or (invalid and isinstance(mutated, str) and all(line in mutated for line in bad_lines))
+            text = mutated
         f = _write(folder / "s.yaml", text)
         return ["simulate", "lenet5", "-c", "dgx-h100", "--strategy", str(f), "--json"], invalid
     if which == "bench":

@@ -32,6 +32,8 @@ def test_wheel_installs_with_zoo_and_profiles(tmp_path):
                             str(ROOT), "-w", str(wheels)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-2000:]
     wheel = next(wheels.glob("dlsim-*.whl"))
+    import zipfile
+    assert "dlsim/py.typed" in zipfile.ZipFile(wheel).namelist()  # typed package (PEP 561)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"

@@ -25,6 +25,7 @@ from dlsim.errors import DlsimError, SpecError
 from dlsim.spec.cluster import Cluster, LinkTier
 
 SCHEMA_VERSION = 1
+UNTYPED = "any (priced by bytes)"   # a collective's time depends on its bytes, not on its element type
 _PARAM_KEYS = ("segments", "shards", "fanout", "rounds", "seed", "inter_algorithm", "max_segments")
 
 
@@ -99,6 +100,27 @@ def _params(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+_USED_BY = {"shards": ("parameter-server", "sharded"), "fanout": ("random-peers",), "rounds": ("random-peers",),
+            "seed": ("random-peers",), "inter_algorithm": ("hierarchical",), "segments": ("chain", "double-binary-tree"),
+            "max_segments": ("chain", "double-binary-tree")}
+
+
+def check_params_used(collective: str, names: Sequence[str], params: dict[str, Any], model: str = "auto",
+                      link: LinkTier | None = None) -> None:
+    """Refuse an algorithm parameter none of the algorithms `names` runs with (it would be ignored)."""
+    for key, value in params.items():
+        users = _USED_BY.get(key, ())
+        if value is not None and users and not set(users) & set(names):
+            table = ALGORITHMS.get(collective, {})
+            can = [a for a in users if a in table]
+            hint = f" (--algorithm {' or '.join(can)})" if can else ""
+            which = names[0] if len(names) == 1 else f"{len(names)} candidate algorithms"
+            raise SpecError(f"is used by {', '.join(users)} only, not by the {which} of {collective}{hint}", field=key)
+    if model == "hockney" and link is not None and (link.overhead or link.gap):
+        raise SpecError("the Hockney (alpha-beta) model has no overhead o or gap g; use --model loggp or logp",
+                        field="model")
+
+
 def algorithm_names(collective: str, algorithm: str | Sequence[str]) -> list[str]:
     """`all`, `auto` (the candidates auto chooses among) or names, checked against the collective."""
     table = check_collective(collective)
@@ -130,6 +152,7 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     check_collective(collective)
     options = make_options(ranks_per_node=net.ranks_per_node, **params)
     names = algorithm_names(collective, algorithm)
+    check_params_used(collective, names, params, model, net.link if net.source == "command line" else None)
     common = dict(gamma=net.gamma, ranks_per_node=net.ranks_per_node, intra=net.intra, model=model, **params)
     results, skipped = [], []
     for name in names:
@@ -155,7 +178,7 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     best = min(results, key=lambda r: r["time_s"])["algorithm"] if results else None
     if algorithm == "auto":
         results = [r for r in results if r["algorithm"] == best]
-    return {"schema_version": SCHEMA_VERSION, "kind": "comm", "collective": collective, "size_bytes": n,
+    return {"schema_version": SCHEMA_VERSION, "kind": "comm", "collective": collective, "dtype": UNTYPED, "size_bytes": n,
             "ranks": ranks, "algorithm_requested": algorithm, "network": net.describe(model),
             "bus_factor": float(bus_factor(collective, ranks)), "lower_bound_s": bound, "best": best,
             "results": results, "skipped": skipped}
@@ -216,6 +239,7 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
     params = _params(kwargs)
     sizes = parse_sweep(sweep) if isinstance(sweep, str) else [units.parse_size(s) for s in sweep]
     names = algorithm_names(collective, algorithm)
+    check_params_used(collective, names, params, model, net.link if net.source == "command line" else None)
     grid = comm_grid(collective, sizes, [ranks], names, net, model=model, **params)
     names = [a for a in names if not np.all(np.isnan(grid[a]))]
     if not names:
@@ -241,7 +265,8 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
                           ranks_per_node=net.ranks_per_node, intra=net.intra,
                           **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
     busbw = {a: bandwidths(collective, sizes, ranks, times[a])[1].tolist() for a in names}
-    return {"schema_version": SCHEMA_VERSION, "kind": "comm-sweep", "collective": collective, "ranks": ranks,
+    return {"schema_version": SCHEMA_VERSION, "kind": "comm-sweep", "collective": collective, "dtype": UNTYPED,
+            "ranks": ranks,
             "network": net.describe(model), "algorithms": names, "sizes_bytes": list(sizes),
             "times_s": {a: times[a].tolist() for a in names}, "busbw_bytes_per_s": busbw,
             "lower_bound_s": bounds.tolist(), "best": best, "best_time_s": best_t.tolist(),

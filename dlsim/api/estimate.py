@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -14,15 +15,27 @@ from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 
 
-def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: int = 32, *,
-             dtype: str | None = None, optimizer: str = "adam", measured: bool = True,
+DEFAULT_BATCH = 32
+DEFAULT_OPTIMIZER = "adam"
+
+
+def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: int | None = None, *,
+             dtype: str | None = None, optimizer: str | None = None, measured: bool = True,
              overrides: Mapping[str, Any] | None = None) -> EstimateResult:
     """Predict one training iteration of `model` on one device of `cluster`.
 
     Kernel times come from the profile's measured tables where it has them (`measured=True`)
-    and from the roofline model otherwise; every layer's estimate says which.
+    and from the roofline model otherwise; every layer's estimate says which. Defaults filled in
+    (batch 32, the model's dtype, optimizer adam) are listed in the record's ``assumed``.
     """
     model, cluster = as_model(model, overrides), as_cluster(cluster)
+    assumed: dict[str, Any] = {}
+    if batch is None:
+        batch = assumed["batch"] = DEFAULT_BATCH
+    if dtype is None:
+        assumed["dtype"] = model.dtype
+    if optimizer is None:
+        optimizer = assumed["optimizer"] = DEFAULT_OPTIMIZER
     batch, dtype = check_batch(batch), check_dtype(dtype, model)
     if optimizer not in OPTIMIZERS:
         raise SpecError(f"unknown optimizer {optimizer!r} (use {', '.join(OPTIMIZERS)})", field="optimizer")
@@ -30,5 +43,6 @@ def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: in
     if measured and cluster.tables:
         from dlsim.io.kernel_tables import load_kernel_times
         tables, notes = load_kernel_times(cluster)
-    return estimate_iteration(model, cluster, batch, dtype=dtype, optimizer=optimizer, tables=tables,
-                              notes=tuple(notes))
+    result = estimate_iteration(model, cluster, batch, dtype=dtype, optimizer=optimizer, tables=tables,
+                                notes=tuple(notes))
+    return replace(result, assumed=assumed)

@@ -31,6 +31,14 @@ def check_batch_limit(batch: int, field: str = "batch", limit: int = MAX_BATCH) 
     return batch
 
 
+def check_nodes_limit(nodes: int, devices_per_node: int) -> int:
+    """A cluster resized to `nodes` nodes holds at most MAX_DEVICES devices."""
+    if nodes * max(devices_per_node, 1) > MAX_DEVICES:
+        _refuse("nodes", f"devices nodes x devices_per_node ({nodes} x {devices_per_node})",
+                nodes * devices_per_node, MAX_DEVICES)
+    return nodes
+
+
 def check_ranks_limit(ranks: object) -> object:
     if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks > MAX_RANKS:
         _refuse("ranks", "ranks", ranks, MAX_RANKS)
@@ -60,6 +68,8 @@ def check_strategy_limits(s: Strategy, *, full: bool = False) -> Strategy:
     tasks = s.num_microbatches * s.pp * s.virtual_stages
     if tasks > MAX_PIPELINE_TASKS:
         _refuse("num_microbatches", "num_microbatches x pp x virtual_stages", tasks, MAX_PIPELINE_TASKS)
+    if s.sync == "ssp" and s.staleness > MAX_PS_STEPS:
+        _refuse("staleness", "staleness", s.staleness, MAX_PS_STEPS, "use sync async for an unbounded staleness")
     if s.sync != "allreduce" and s.iterations * s.dp > MAX_PS_STEPS:
         _refuse("iterations", f"iterations x dp ({s.iterations} x {s.dp})", s.iterations * s.dp, MAX_PS_STEPS)
     if full and s.dp * s.tp * s.pp > MAX_FULL_DEVICES:

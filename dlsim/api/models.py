@@ -75,6 +75,7 @@ def describe_model(model: Model | str | Path, batch: int = 1, dtype: str | None 
                    overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Per-layer shapes, parameters, FLOPs, work W and depth D per pass, activation bytes; totals."""
     model = as_model(model, overrides)
+    assumed = {"dtype": model.dtype} if dtype is None else {}
     batch, dtype = check_batch(batch), check_dtype(dtype, model)
     costs = {layer.name: layer_cost(layer, batch, dtype) for layer in model.layers}
     kept = activation_bytes(model, costs, batch, dtype)
@@ -89,6 +90,7 @@ def describe_model(model: Model | str | Path, batch: int = 1, dtype: str | None 
                        "passes": passes, "activation_bytes": kept[layer.name]})
     return {
         "schema_version": 1, "kind": "model", "model": model.name, "source": model.source, "dtype": dtype,
+        "assumed": assumed,
         "batch": batch, "input_shape": [batch, *model.input_shape], "params": model.params,
         "forward_flops": sum(layer["forward_flops"] for layer in layers),
         "training_flops": sum(c.flops for c in costs.values()),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-from dlsim.api.limits import check_strategy_limits
+from dlsim.api.limits import check_nodes_limit, check_strategy_limits
+from dlsim.api.modes import ALLREDUCE_ONLY, PS_ONLY, check_mode_fields
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import mixed_precision_step_traffic, optimizer_step_traffic
@@ -39,13 +40,57 @@ class Simulation:
     trace: dict[str, Any] | None = None
 
 
-def as_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any]) -> Strategy:
-    """A `Strategy` from a Strategy (fields replace its values), a YAML path, or fields alone."""
+def as_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any],
+                given: Iterable[str] = ()) -> Strategy:
+    """A `Strategy` from a Strategy (fields replace its values), a YAML path, or fields alone.
+
+    Fields the strategy's mode would ignore are refused (`dlsim.api.modes`): those in `fields`,
+    those a strategy file sets, those named in `given` (e.g. ``jitter_cv``, ``compression.density``).
+    """
+    return _resolve_strategy(strategy, fields, given)[0]
+
+
+def _resolve_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any],
+                      given: Iterable[str] = ()) -> tuple[Strategy, set[str] | None]:
+    """(`as_strategy`, the names of the fields the caller set; None for a whole Strategy object)."""
+    names = set(fields) | set(given)
     if isinstance(strategy, Strategy):
-        return validate_strategy(replace(strategy, **fields)) if fields else strategy
+        s = validate_strategy(replace(strategy, **fields)) if fields else strategy
+        return check_mode_fields(s, names), None
     if strategy is not None:
-        return load_strategy(strategy, dict(fields))
-    return make_strategy(**fields)
+        s = load_strategy(strategy, dict(fields), names)
+    else:
+        s = make_strategy(**fields)
+    return check_mode_fields(s, names), names
+
+
+_RECORD_NAMES = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
+
+
+def assumed_fields(s: Strategy, given: set[str] | None, dtype: str) -> dict[str, Any]:
+    """The strategy values dlsim filled in because the caller did not give them (record names),
+    the dtype when it is the model's. A whole `Strategy` object counts as given (but its dtype)."""
+    out: dict[str, Any] = {}
+    if s.dtype is None:
+        out["dtype"] = dtype
+    if given is None:
+        return out
+    record = s.to_dict()
+    derived = {"global_batch"} | ({"microbatch_size", "num_microbatches"} if "global_batch" in given else set())
+    # defaults of another mode are not assumptions of this run
+    derived |= set(PS_ONLY) | {"staleness"} if s.sync == "allreduce" else set(ALLREDUCE_ONLY) | {"compression"}
+    if s.sync != "ssp":
+        derived.add("staleness")
+    for name in Strategy.__dataclass_fields__:
+        key = _RECORD_NAMES.get(name, name)
+        if name in given or name in derived or name == "dtype" or key not in record:
+            continue
+        if name in ("compression", "variability") and (
+                any(g.startswith("compression.") for g in given) if name == "compression"
+                else given & {"jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed"}):
+            continue
+        out[key] = record[key]
+    return out
 
 
 def _check_fits(model: Model, cluster: Cluster, s: Strategy, entries: tuple[LayerEntry, ...]) -> None:
@@ -99,7 +144,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
                    expand_collectives: bool = False, microbatch_plan: str | None = None,
                    workspace_limit: str | float = "64MiB", trace: bool = False,
                    overrides: Mapping[str, Any] | None = None, pricer: CommPricer | None = None,
-                   nodes: int | None = None, **fields: Any) -> Simulation:
+                   nodes: int | None = None, given: Iterable[str] = (), **fields: Any) -> Simulation:
     """Simulate `model` on `cluster` under `strategy` (a Strategy, a YAML file, or strategy fields).
 
     `symmetry` simulates one data-parallel replica and one tensor-parallel rank per stage (their
@@ -107,15 +152,25 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     `expand_collectives` executes collectives as their point-to-point schedules on the link ports
     (only where all their ranks are simulated). `microbatch_plan` (wr | wd) prices convolutions
     with the μ-cuDNN planner under `workspace_limit`. `nodes` resizes the cluster (same nodes, more
-    or fewer of them).
+    or fewer of them). `given` names nested strategy fields set by the caller (see `as_strategy`).
+    Options the run would ignore are refused: `trace` with parameter-server training,
+    `expand_collectives` under the symmetry reduction, `workspace_limit` without a plan.
     """
     model, cluster = as_model(model, overrides), as_cluster(cluster)
     if nodes is not None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise SpecError(f"must be a positive integer, got {nodes!r}", field="nodes")
-        cluster = replace(cluster, nodes=nodes)
-    s = check_strategy_limits(as_strategy(strategy, fields), full=not symmetry)
+        cluster = replace(cluster, nodes=check_nodes_limit(nodes, cluster.devices_per_node))
+    s, names = _resolve_strategy(strategy, fields, given)
+    s = check_strategy_limits(s, full=not symmetry)
+    if trace and s.sync != "allreduce":
+        raise SpecError(f"a trace records one synchronous iteration; sync {s.sync} runs many iterations "
+                        "without one (drop --trace or use sync allreduce)", field="trace")
+    if expand_collectives and symmetry:
+        raise SpecError("collectives run as point-to-point schedules only where all their ranks are simulated: "
+                        "needs --full (symmetry=False)", field="expand_collectives")
     dtype = check_dtype(s.dtype, model)
+    assumed = assumed_fields(s, names, dtype)
     device = cluster.device
     tables, notes = None, []
     if measured and cluster.tables:
@@ -140,9 +195,6 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
     layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node)
     pricer = pricer or _default_pricer(cluster, layout, s.collective, measured)
-    if expand_collectives and symmetry:
-        notes.append("collectives run as point-to-point schedules only where all their ranks are simulated "
-                     "(symmetry reduction is on: they are priced by closed form)")
     explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"
     explicit_tp = not symmetry
     step_kernels = max(1, sum(1 for e in entries if e.params) // (32 * s.pp))
@@ -170,7 +222,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     if s.sync == "allreduce" and not s.variability.active and not trace:
         steady = simulate_steady(x, info)
     if steady is not None:
-        return Simulation(steady)
+        return Simulation(_stated(steady, dtype, assumed))
     graph = build_iteration(x)
     group_of = {i: ([d.rank + t for t in range(s.tp)] if not explicit_tp else [d.rank])
                 for i, d in enumerate(graph.devices)}
@@ -181,8 +233,14 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         params = sum(layer.params for layer in model.layers)
         ps = PSInputs(model.name, cluster.name, s, result.iteration_time_s, params * DTYPE_BYTES[dtype],
                       optimizer_time(params / s.ps_shards), pricer, layout, tuple(notes))
-        return Simulation(simulate_ps(ps))
-    return Simulation(result, chrome_trace(graph, tl, f"{model.name} on {cluster.name}") if trace else None)
+        return Simulation(_stated(simulate_ps(ps), dtype, assumed))
+    return Simulation(_stated(result, dtype, assumed),
+                      chrome_trace(graph, tl, f"{model.name} on {cluster.name}") if trace else None)
+
+
+def _stated(result: SimResult | AsyncResult, dtype: str, assumed: dict[str, Any]) -> SimResult | AsyncResult:
+    """The record names the dtype it ran in (never null) and the defaults it assumed."""
+    return replace(result, strategy={**result.strategy, "dtype": dtype}, assumed=assumed)
 
 
 def simulate(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,

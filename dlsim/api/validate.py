@@ -374,6 +374,7 @@ def validate_ddp(model: Model | str | Path, compute_profile: str | Path, batch: 
     measured = pick(samples)
     phases = {k: pick(s[i] for s in train["samples_s"]) for i, k in enumerate(("forward", "backward", "optimizer"))}
     return {"schema_version": SCHEMA_VERSION, "kind": "validate-ddp", "model": model.name, "batch_per_rank": batch,
+            "dtype": model.dtype, "assumed": {"dtype": model.dtype},
             "ranks": 2, "rate": rate, "optimizer": optimizer, "optimizer_impl": train["optimizer_impl"],
             "threads_per_rank": train["threads"], "parameters": train["parameters"], "bucket_mib": bucket_mib,
             "statistic": statistic, "profile": str(target), "emulated_cluster": emulated,

@@ -17,20 +17,56 @@ import click
 from dlsim.errors import DlsimError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Top-level commands: (module that registers it, one-line help). A command's module (and what it
+# imports: numpy, scipy, the simulator) is imported only when that command runs or shows its own
+# help, so that `dlsim --help` starts in a few tens of milliseconds. tests/test_cli_startup.py holds
+# this table to the commands the modules register.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("calibrate", "Measure real kernels (compute), collectives (comm) or convolution micro-batches."),
+    "comm": ("comm", "Price a collective: time, algorithm, bus bandwidth, lower bound; sweeps and crossovers."),
+    "estimate": ("estimate", "Predict one training iteration of MODEL on one device of a profile."),
+    "import": ("import_cmd", "Import a network from another framework (PyTorch)."),
+    "model": ("zoo", "Inspect a network description (model show)."),
+    "models": ("zoo", "List the built-in model zoo."),
+    "plan": ("plan", "Plan how to run a network (micro-batches for convolutions, μ-cuDNN)."),
+    "profiles": ("zoo", "List the built-in hardware profiles."),
+    "simulate": ("simulate", "Simulate one training iteration of MODEL on a cluster under a strategy."),
+    "validate": ("validate", "Compare predictions with real runs (model, kernels, ddp)."),
+}
+
+
+class _LazyGroup(click.Group):
+    """A group whose commands are imported when used (see `COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            __import__(f"dlsim.cli.{COMMANDS[cmd_name][0]}")
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1] if name in COMMANDS else self.commands[name].get_short_help_str())
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="dlsim")
 def main() -> None:
-    """Predict and optimise the runtime of parallel deep-learning training."""
+    """Predict and optimise the runtime of parallel deep-learning training.
+
+    Run `dlsim COMMAND --help` for a command's options. Exit codes: 0 done, 1 bad input or an
+    infeasible strategy (one line on stderr), 2 a usage error.
+    """
 
 
 def _register() -> None:
-    from dlsim.cli import zoo, estimate  # noqa: F401  (modules add commands to `main`)
-    for optional in ("comm", "plan", "simulate", "calibrate", "validate", "import_cmd"):
-        try:
-            __import__(f"dlsim.cli.{optional}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"dlsim.cli.{optional}":
-                raise
+    """Import every command module (each adds its commands to `main`)."""
+    for module in sorted({m for m, _ in COMMANDS.values()}):
+        __import__(f"dlsim.cli.{module}")
 
 
 MAX_ERROR_CHARS = 300
@@ -47,7 +83,6 @@ def _fail(message: str) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted)."""
-    _register()
     try:
         main.main(args=argv, prog_name="dlsim", standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -76,6 +76,7 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
         if len(collectives) > 1:
             raise click.UsageError("--import-nccl-tests takes one --collective (the one the files measured)")
         rec = import_nccl_tests(out, nccl_files, collective=collectives[0] if collectives else None)
+        rec["dtype"] = "as in the nccl-tests files (sizes in bytes)"
         if json_out is not None:
             emit_json(rec, json_out)
             if not wants_summary(json_out):
@@ -91,6 +92,7 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
                          budget_s=budget, max_reps=max_reps, emulated=emulated, rate=rate, burst=burst, queue=queue,
                          tcp_congestion=tcp_congestion, quiet=quiet, command="dlsim " + " ".join(sys.argv[1:]),
                          idle_gap_s=idle_gap_s, idle_wait=idle_wait)
+    rec["dtype"] = "bytes (messages are untyped; reductions on float32)"
     if json_out is not None:
         emit_json(rec, json_out)
         if not wants_summary(json_out):

@@ -10,7 +10,7 @@ import click
 from dlsim.api.calibrate_compute import calibrate_compute
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json, wants_summary
+from dlsim.cli.output import emit_json, state_dtype, wants_summary
 from dlsim.units import format_time
 
 
@@ -69,6 +69,7 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
                             algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache,
                             statistic=statistic, warm=warm, passes=passes,
                             command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(quiet))
+    state_dtype(rec, dtypes, list(dtypes or ("fp32",)))
     if json_out is not None:
         emit_json(rec, json_out)
         if not wants_summary(json_out):

@@ -90,11 +90,11 @@ def sweep_text(rec: dict[str, Any]) -> str:
 @click.option("--model", default="auto", show_default=True, type=click.Choice(["auto", *(m for m in MODELS if m != "table")]),
               help="Point-to-point model (auto: LogGP when o or g is set, else Hockney).")
 @click.option("--ranks-per-node", type=int, help="Ranks per node (hierarchical allreduce).")
-@click.option("--inter-algorithm", default="ring", show_default=True, help="Inter-node allreduce of 'hierarchical'.")
+@click.option("--inter-algorithm", help="Inter-node allreduce of 'hierarchical' [default: ring].")
 @click.option("--segments", type=int, help="Pipeline segments of chain / double-binary-tree (default: best).")
-@click.option("--shards", type=int, default=1, show_default=True, help="Parameter-server shards.")
-@click.option("--fanout", type=int, default=3, show_default=True, help="Gossip peers per round.")
-@click.option("--rounds", type=int, default=1, show_default=True, help="Gossip rounds.")
+@click.option("--shards", type=int, help="Parameter-server shards (push, pull, allreduce parameter-server) [default: 1].")
+@click.option("--fanout", type=int, help="Gossip peers per round [default: 3].")
+@click.option("--rounds", type=int, help="Gossip rounds [default: 1].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the sweep into FILE.png.")
 @json_option
 def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, plot_path: str | None,

@@ -7,7 +7,7 @@ import click
 from dlsim.api.estimate import estimate
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json, json_safe, wants_summary
+from dlsim.cli.output import add_assumed, emit_json, json_safe, wants_summary
 from dlsim.errors import InfeasibleError
 from dlsim.units import format_bytes
 from dlsim.report.text import estimate_table
@@ -16,14 +16,15 @@ from dlsim.report.text import estimate_table
 @main.command("estimate")
 @click.argument("model")
 @click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
-@click.option("--batch", type=int, default=32, show_default=True, help="Samples per iteration.")
+@click.option("--batch", type=int, default=None, help="Samples per iteration [default: 32].")
 @click.option("--dtype", default=None, help="fp32, tf32, fp16, bf16 (default: the model's).")
-@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
+@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default=None,
+              help="Optimizer (state memory, step) [default: adam].")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price everything with the roofline model.")
 @click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
 @set_option
 @json_option
-def estimate_cmd(model: str, cluster: str, batch: int, dtype: str | None, optimizer: str, model_only: bool,
+def estimate_cmd(model: str, cluster: str, batch: int | None, dtype: str | None, optimizer: str | None, model_only: bool,
                  show_all: bool, overrides: tuple[str, ...], json_out: str | None) -> None:
     """Predict one training iteration of MODEL on one device of a cluster profile.
 
@@ -33,7 +34,7 @@ def estimate_cmd(model: str, cluster: str, batch: int, dtype: str | None, optimi
     """
     result = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer, measured=not model_only,
                       overrides=parse_overrides(overrides))
-    rec = result.to_dict()
+    rec = add_assumed(result.to_dict())
     if json_out is not None:
         emit_json(rec, json_out)
     if wants_summary(json_out):

@@ -99,9 +99,45 @@ def wants_summary(destination: str | None) -> bool:
     return destination != "-"
 
 
+# Options that only shape the output, not what was run: never listed as assumed.
+_OUTPUT_OPTIONS = {"json_out", "force", "overrides", "plot_path", "trace_out", "show_all", "pareto", "out"}
+
+
+def add_assumed(record: Any) -> Any:
+    """Name in ``record["assumed"]`` every option of the running command left at its default.
+
+    The command's own assumptions (the API's: a dtype taken from the model, strategy fields not
+    given) are already in ``record["assumed"]`` and win; the options click filled in are added
+    beside them. A record without a ``dtype`` says ``"any"`` only where the caller put it; a
+    ``"dtype": null`` is never written (it is the model's dtype, resolved by the API).
+    """
+    if not isinstance(record, dict):
+        return record
+    ctx = click.get_current_context(silent=True)
+    filled: dict[str, Any] = {}
+    if ctx is not None:
+        for name, value in ctx.params.items():
+            if name in _OUTPUT_OPTIONS or value is None or value == ():
+                continue
+            source = ctx.get_parameter_source(name)
+            if source in (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP):
+                filled[name] = list(value) if isinstance(value, tuple) else value
+    record["assumed"] = {**filled, **(record.get("assumed") or {})}
+    return record
+
+
+def state_dtype(record: dict, given: Any, resolved: Any) -> dict:
+    """Set ``record["dtype"]`` to what ran; list it under ``assumed`` when the user did not give it."""
+    record["dtype"] = resolved
+    if given is None or given == ():
+        record.setdefault("assumed", {})["dtype"] = resolved
+    return record
+
+
 def emit_json(record: Any, destination: str | None) -> None:
-    """Print `record` as JSON (destination ``-`` or None) or write it to a file (see the module rules)."""
-    text = json.dumps(json_safe(record), indent=2, allow_nan=False) + "\n"
+    """Print `record` as JSON (destination ``-`` or None) or write it to a file (see the module rules).
+    Dict records get their ``assumed`` block (`add_assumed`)."""
+    text = json.dumps(json_safe(add_assumed(record)), indent=2, allow_nan=False) + "\n"
     if destination in (None, "-"):
         click.echo(text, nl=False)
     else:

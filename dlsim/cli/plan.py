@@ -10,9 +10,10 @@ from typing import Any
 import click
 
 from dlsim.api.microbatch import microbatch_sweep, microbatch_table, plan_from_table
+from dlsim.api.models import as_model, check_dtype
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
+from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, state_dtype, wants_summary
 from dlsim.errors import SpecError
 from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.policies import POLICIES
@@ -118,6 +119,10 @@ def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | No
     result = plan_from_table(tab, batch, limit, mode, policy, solver=solver, time_limit_s=seconds, gap_rel=gap,
                              pareto=pareto, notes=notes)
     rec = result.to_dict()
+    if model is not None:
+        state_dtype(rec, dtype, check_dtype(dtype, as_model(model, parse_overrides(overrides))))
+    else:
+        rec["dtype"] = "as measured (--bench-table times)"
     if plot_path:
         from dlsim.report.microbatch_plots import plot_sweep
         label = model or (bench_table or "")

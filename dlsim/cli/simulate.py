@@ -10,7 +10,7 @@ import click
 from dlsim.api.simulate import run_simulation
 from dlsim.cli import main
 from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
 from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
@@ -40,17 +40,21 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields["stage_partition"] = tuple(int(x) for x in opts["stage_partition"].split(","))
         except ValueError:
             raise SpecError(f"--stage-partition needs comma-separated layer counts, got {opts['stage_partition']!r}")
-    if opts.get("compression") is not None:
-        comp = {"kind": opts["compression"]}
-        for key in ("bits", "density"):
-            if opts.get(f"compression_{key}") is not None:
-                comp[key] = opts[f"compression_{key}"]
-        fields["compression"] = Compression(**comp)
+    comp = {key: opts[f"compression_{key}"] for key in ("bits", "density") if opts.get(f"compression_{key}") is not None}
+    if opts.get("compression") is not None or comp:
+        fields["compression"] = Compression(kind=opts.get("compression") or "none", **comp)
     var = {k: opts[k] for k in ("jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed")
            if opts.get(k) is not None}
     if var:
         fields["variability"] = Variability(**var)
     return fields
+
+
+def _nested_given(opts: dict[str, Any]) -> set[str]:
+    """Nested strategy fields given as flags (`dlsim.api.modes` refuses those their mode ignores)."""
+    names = {f"compression.{k}" for k in ("bits", "density") if opts.get(f"compression_{k}") is not None}
+    return names | {k for k in ("jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed")
+                    if opts.get(k) is not None}
 
 
 @main.command("simulate")
@@ -69,13 +73,13 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
 @click.option("--virtual-stages", type=int, help="Model chunks per device (interleaved schedule).")
 @click.option("--stage-partition", help="Layers per chunk, comma-separated (default: balanced).")
 @click.option("--sync", type=click.Choice(SYNCS), help="Gradient synchronisation.")
-@click.option("--staleness", type=int, help="SSP staleness bound s.")
-@click.option("--ps-shards", type=int, help="Parameter-server shards.")
-@click.option("--fetch-every", type=int, help="Pull parameters every n steps (Downpour).")
-@click.option("--push-every", type=int, help="Push gradients every n steps (Downpour).")
-@click.option("--iterations", type=int, help="Iterations per worker (parameter-server modes).")
+@click.option("--staleness", type=int, help="SSP staleness bound s (--sync ssp).")
+@click.option("--ps-shards", type=int, help="Parameter-server shards (--sync ps|async|ssp).")
+@click.option("--fetch-every", type=int, help="Pull parameters every n steps (Downpour; --sync ps|async|ssp).")
+@click.option("--push-every", type=int, help="Push gradients every n steps (Downpour; --sync ps|async|ssp).")
+@click.option("--iterations", type=int, help="Iterations per worker (--sync ps|async|ssp; default 20).")
 @click.option("--collective", help="Collective algorithm (ring, recursive-doubling, ..., auto).")
-@click.option("--bucket-size", help="Gradient bucket size, e.g. 25MiB.")
+@click.option("--bucket-size", help="Gradient bucket size, e.g. 25MiB (--sync allreduce; default 25MiB).")
 @click.option("--overlap/--no-overlap", default=None, help="Overlap gradient reduction with backpropagation.")
 @click.option("--recompute", type=click.Choice(RECOMPUTE), help="Activation recomputation.")
 @click.option("--recompute-layers", type=int, help="Full recomputation: a checkpoint every N transformer layers (default 1).")
@@ -85,28 +89,28 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
               help="Run the tensor-parallel input-gradient collectives beside the weight-gradient kernels (Megatron-LM).")
 @click.option("--fused-kernels", help=f"Fused kernels of the software stack, comma-separated ({', '.join(FUSIONS)}).")
 @click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage.")
-@click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression.")
-@click.option("--compression-bits", type=int, help="QSGD bits per element.")
-@click.option("--compression-density", type=float, help="Top-k fraction kept.")
+@click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression (--sync allreduce).")
+@click.option("--compression-bits", type=int, help="QSGD bits per element (--compression qsgd; default 4).")
+@click.option("--compression-density", type=float, help="Top-k fraction kept (--compression topk; default 0.01).")
 @click.option("--jitter", type=click.Choice(JITTERS), help="Run-time jitter distribution.")
-@click.option("--jitter-cv", type=float, help="Jitter coefficient of variation.")
+@click.option("--jitter-cv", type=float, help="Jitter coefficient of variation (with --jitter).")
 @click.option("--straggler-fraction", type=float, help="Fraction of devices that are stragglers.")
-@click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor.")
-@click.option("--seed", type=int, help="Seed of the variability draws.")
+@click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor (with --straggler-fraction).")
+@click.option("--seed", type=int, help="Seed of the variability draws (jitter, stragglers).")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
 @click.option("--dtype", help="fp32, tf32, fp16, bf16 (default: the model's).")
 @click.option("--microbatch-plan", type=click.Choice(["wr", "wd"]), help="Price convolutions with a μ-cuDNN plan.")
-@click.option("--workspace-limit", default="64MiB", show_default=True, help="Workspace limit of --microbatch-plan.")
+@click.option("--workspace-limit", default=None, help="Workspace limit of --microbatch-plan [default: 64MiB].")
 @click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")
 @click.option("--expand-collectives", is_flag=True, help="Run collectives as point-to-point schedules (with --full).")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="Print the result record as JSON (or write it to FILE).")
-@click.option("--trace", "trace_out", type=click.Path(dir_okay=False), help="Write a Chrome trace (Perfetto).")
+@click.option("--trace", "trace_out", type=click.Path(dir_okay=False), help="Write a Chrome trace (Perfetto) of the iteration (--sync allreduce).")
 @force_option
 @set_option
 def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None, trace_out: str | None,
-                 microbatch_plan: str | None, workspace_limit: str, full: bool, expand_collectives: bool,
+                 microbatch_plan: str | None, workspace_limit: str | None, full: bool, expand_collectives: bool,
                  model_only: bool, overrides: tuple[str, ...], **opts: Any) -> None:
     """Simulate one training iteration of MODEL on a cluster profile under a parallel strategy.
 
@@ -117,11 +121,13 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
     for path, option in ((trace_out, "--trace"), (json_out if json_out != "-" else None, "--json")):
         if path is not None:
             prepare_output(path, option)  # refuse before simulating, not after
+    if workspace_limit is not None and microbatch_plan is None:
+        raise SpecError("--workspace-limit applies to --microbatch-plan only", field="workspace_limit")
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
-                         workspace_limit=workspace_limit, trace=trace_out is not None, nodes=nodes,
-                         overrides=parse_overrides(overrides), **_strategy_fields(opts))
-    rec = sim.result.to_dict()
+                         workspace_limit=workspace_limit or "64MiB", trace=trace_out is not None, nodes=nodes,
+                         overrides=parse_overrides(overrides), given=_nested_given(opts), **_strategy_fields(opts))
+    rec = add_assumed(sim.result.to_dict())
     if trace_out is not None and sim.trace is not None:
         emit_text(trace_out, json.dumps(sim.trace, allow_nan=False) + "\n", "--trace")
     if json_out is not None:

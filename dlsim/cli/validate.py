@@ -14,7 +14,7 @@ import click
 from dlsim.api.validate import validate_kernels, validate_model
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, prepare_output, wants_summary
+from dlsim.cli.output import check_plot_path, emit_json, emit_plot, prepare_output, state_dtype, wants_summary
 from dlsim.report.text import table
 from dlsim.units import format_bytes, format_time
 
@@ -92,6 +92,7 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
     rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
                          warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
                          statistic=statistic)
+    state_dtype(rec, dtype, rec["dtype"])
     if plot:
         from dlsim.report.validation_plots import plot_model_validation
         emit_plot(plot, lambda tmp: plot_model_validation(rec, tmp))

@@ -7,7 +7,7 @@ import click
 from dlsim.api.models import describe_model, profiles as list_profile_records, zoo
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json, json_safe, wants_summary
+from dlsim.cli.output import add_assumed, emit_json, json_safe, wants_summary
 from dlsim.report.text import model_table, models_table, profiles_table
 
 
@@ -51,7 +51,7 @@ def show_cmd(model: str, batch: int, dtype: str | None, overrides: tuple[str, ..
 
     MODEL is a zoo name (see `dlsim models`) or a path to a YAML description.
     """
-    rec = describe_model(model, batch, dtype, parse_overrides(overrides))
+    rec = add_assumed(describe_model(model, batch, dtype, parse_overrides(overrides)))
     if json_out is not None:
         emit_json(rec, json_out)
     if wants_summary(json_out):

@@ -99,10 +99,28 @@ def strategy_fields(data: dict, path: Path | str = "<strategy>") -> dict[str, An
     return out
 
 
-def load_strategy(path: str | Path, overrides: dict[str, Any] | None = None) -> Strategy:
-    """A validated `Strategy` from a YAML file; `overrides` (already in SI) replace its fields."""
+def given_keys(data: Any) -> set[str]:
+    """The strategy fields a strategy mapping sets: top-level names (sizes by their field name),
+    ``compression.<key>`` for a compression mapping's keys, a variability mapping's keys."""
+    if not isinstance(data, dict):
+        return set()
+    out = {_SIZES[k][0] if k in _SIZES else k for k in data if k not in ("compression", "variability", "description")}
+    if isinstance(data.get("compression"), dict):
+        out |= {f"compression.{k}" for k in data["compression"] if k != "kind"}
+    if isinstance(data.get("variability"), dict):
+        out |= set(data["variability"])
+    return out - {"global_batch"}
+
+
+def load_strategy(path: str | Path, overrides: dict[str, Any] | None = None,
+                  given: set[str] | None = None) -> Strategy:
+    """A validated `Strategy` from a YAML file; `overrides` (already in SI) replace its fields.
+    `given`, when passed, receives the names of the fields the file sets (`given_keys`)."""
     path = Path(path)
-    fields = strategy_fields(read_yaml(path) or {}, path)
+    data = read_yaml(path) or {}
+    fields = strategy_fields(data, path)
+    if given is not None:
+        given |= given_keys(data)
     fields.update(overrides or {})
     try:
         return make_strategy(**fields)

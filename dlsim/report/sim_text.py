@@ -29,6 +29,33 @@ def _strategy_line(s: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+# Defaults worth a line in the summary when the user did not give them (the record lists them all).
+_HEADLINE_DEFAULTS = {"recompute": None, "zero": None, "fused_kernels": None, "overlap": "dp",
+                      "collective": "dp", "schedule": "pp", "sequence_parallel": "tp"}
+
+
+def precision_line(rec: dict[str, Any]) -> str:
+    """``precision fp32 (the model's default; --dtype to change), optimizer adam``: what ran, said in words."""
+    s, assumed = rec.get("strategy", {}), rec.get("assumed") or {}
+    dtype = rec.get("dtype") or s.get("dtype")
+    why = " (the model's dtype; --dtype to change)" if "dtype" in assumed else ""
+    return f"precision {dtype}{why}, optimizer {s.get('optimizer')}"
+
+
+def assumed_line(rec: dict[str, Any]) -> str | None:
+    """The headline defaults the run assumed, or None (`--json` lists every one under ``assumed``)."""
+    assumed = rec.get("assumed") or {}
+    s = rec.get("strategy", {})
+    shown = []
+    for key, needs in _HEADLINE_DEFAULTS.items():
+        if key not in assumed or (needs and s.get(needs, 1) == 1):
+            continue
+        value = assumed[key]
+        value = "none" if value == [] else value
+        shown.append(f"{key.replace('_', ' ')} {value}")
+    return ("defaults assumed: " + ", ".join(shown) + " (the JSON record lists all)") if shown else None
+
+
 def simulation_summary(rec: dict[str, Any]) -> str:
     """Summary of a `simulation` or `async_simulation` record."""
     if rec.get("kind") == "async_simulation":
@@ -36,7 +63,11 @@ def simulation_summary(rec: dict[str, Any]) -> str:
     t = rec["iteration_time_s"]
     lines = [f"{rec['model']} on {rec['cluster']} ({rec['device']})",
              f"strategy: {_strategy_line(rec['strategy'])}",
-             f"iteration time   {format_time(t)}",
+             precision_line(rec)]
+    extra = assumed_line(rec)
+    if extra:
+        lines.append(extra)
+    lines += [f"iteration time   {format_time(t)}",
              f"throughput       {rec['throughput_samples_per_s']:.4g} samples/s",
              f"utilisation      {rec['utilisation']:.1%} of device time computing, "
              f"model FLOPs utilisation {rec['model_flops_utilisation']:.1%}",
@@ -79,6 +110,7 @@ def async_summary(rec: dict[str, Any]) -> str:
     """Summary of an `async_simulation` record."""
     lines = [f"{rec['model']} on {rec['cluster']}: parameter server, sync {rec['sync']}, {rec['workers']} workers, "
              f"{rec['strategy']['ps_shards']} shards",
+             precision_line(rec),
              f"simulated time   {format_time(rec['simulated_time_s'])} for {rec['strategy']['iterations']} "
              f"iterations per worker (compute alone {format_time(rec['iteration_compute_s'])} each)",
              f"throughput       {rec['throughput_samples_per_s']:.4g} samples/s, {rec['updates_per_s']:.4g} updates/s",

@@ -50,12 +50,21 @@ def model_table(rec: dict) -> str:
                      format_bytes(layer["activation_bytes"])])
     body = table(["layer", "type", "output", "params", "fwd FLOPs", "W/D y", "W/D dx", "W/D dw", "activations"],
                  rows, [False, False, False, True, True, True, True, True, True])
-    head = (f"{rec['model']}  batch {rec['batch']}  {rec['dtype']}  input {_shape(rec['input_shape'])}\n")
+    head = (f"{rec['model']}  batch {rec['batch']}  {rec['dtype']}  input {_shape(rec['input_shape'])}"
+            f"{_assumed_note(rec)}\n")
     foot = (f"\ntotal: {format_count(rec['params'])} parameters ({rec['params']:,}), "
             f"forward {format_count(rec['forward_flops'])}FLOP, training step {format_count(rec['training_flops'])}FLOP, "
             f"work W {format_count(rec['work'])}, forward depth D {rec['forward_depth']}, "
             f"activations {format_bytes(rec['activation_bytes'])}")
     return head + body + foot
+
+
+def _assumed_note(rec: dict) -> str:
+    """`` (assumed: batch 32, dtype fp32 (the model's), optimizer adam)`` for the defaults a run filled in."""
+    assumed = rec.get("assumed") or {}
+    parts = [f"{k} {assumed[k]}" + (" (the model's)" if k == "dtype" else "") for k in ("batch", "dtype", "optimizer")
+             if k in assumed]
+    return f"  [defaults: {', '.join(parts)}]" if parts else ""
 
 
 def estimate_table(rec: dict, top: int | None = None) -> str:
@@ -77,7 +86,8 @@ def estimate_table(rec: dict, top: int | None = None) -> str:
     shares = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by.items() if v > 0)
     fits = "fits" if rec["fits_in_memory"] else "DOES NOT FIT"
     lines = [
-        f"{rec['model']} on one {rec['device']} ({rec['cluster']}), batch {rec['batch']}, {rec['dtype']}, {rec['optimizer']}",
+        f"{rec['model']} on one {rec['device']} ({rec['cluster']}), batch {rec['batch']}, {rec['dtype']}, {rec['optimizer']}"
+        + _assumed_note(rec),
         "",
         body if not top else body + f"\n({len(layers) - len(shown)} more layers; --all shows every layer)",
         "",

@@ -11,7 +11,11 @@ shard queue up). A shard applies pushed gradients one at a time (`update_time` e
 pull after the updates already queued. Clocks (Ho et al., NIPS 2013): worker i may start iteration
 c only if c − min_j c_j ≤ s; BSP is s = 0 with each worker's push applied before its clock ticks,
 ASP is s = ∞. The staleness of an applied gradient is the number of updates other workers applied
-to the shard between this worker's pull and this update.
+to the shard between this worker's pull and this update (Dean et al. 2012; Zhang et al., IJCAI
+2016); under BSP a round's pushes are one aggregated update (synchronous SGD), so staleness counts
+rounds instead: 0, or the iterations since the last pull when `fetch_every` > 1. Throughput is per
+worker clock: each worker's samples over its own finishing time, summed (a fast worker does not
+wait for a straggler under ASP, so its rate is its own).
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ def simulate_ps(x: PSInputs) -> AsyncResult:
     clock = [0] * W
     version = [0] * S
     read = [[0] * S for _ in range(W)]
+    pulled_at = [0] * W
+    finish = [0.0] * W
     staleness: dict[int, int] = {}
     compute_s, wait_s, comm_s = [0.0] * W, [0.0] * W, [0.0] * W
     state = {"gate": env.event(), "updates": 0}
@@ -78,12 +84,12 @@ def simulate_ps(x: PSInputs) -> AsyncResult:
                 yield b
                 yield env.timeout(seconds)
 
-    def push(w: int, j: int, sent: simpy.Event):
+    def push(w: int, j: int, sent: simpy.Event, it: int):
         yield from transfer(w_out[w], s_in[j], msg[w][j])
         sent.succeed()
         with s_cpu[j].request() as req:
             yield req
-            stale = version[j] - read[w][j]
+            stale = it - pulled_at[w] if bound == 0 else version[j] - read[w][j]
             staleness[stale] = staleness.get(stale, 0) + 1
             yield env.timeout(x.update_time.seconds)
             version[j] += 1
@@ -101,6 +107,7 @@ def simulate_ps(x: PSInputs) -> AsyncResult:
                 yield state["gate"]
             wait_s[w] += env.now - start
             if it % s.fetch_every == 0:
+                pulled_at[w] = it
                 start = env.now
                 yield simpy.AllOf(env, [env.process(pull(w, j)) for j in range(S)])
                 comm_s[w] += env.now - start
@@ -110,7 +117,7 @@ def simulate_ps(x: PSInputs) -> AsyncResult:
             if (it + 1) % s.push_every == 0 or it == n - 1:
                 start = env.now
                 sent = [env.event() for _ in range(S)]
-                pushes = [env.process(push(w, j, sent[j])) for j in range(S)]
+                pushes = [env.process(push(w, j, sent[j], it)) for j in range(S)]
                 # BSP: the clock ticks once the update is applied; otherwise once the NIC has sent it
                 yield simpy.AllOf(env, pushes if bound == 0 else sent)
                 comm_s[w] += env.now - start
@@ -118,6 +125,7 @@ def simulate_ps(x: PSInputs) -> AsyncResult:
             clock[w] += 1
             gate, state["gate"] = state["gate"], env.event()
             gate.succeed()
+        finish[w] = env.now
 
     procs = [env.process(worker(w)) for w in range(W)]
     env.run(simpy.AllOf(env, procs))
@@ -125,4 +133,4 @@ def simulate_ps(x: PSInputs) -> AsyncResult:
     env.run()  # let updates still in flight land (their staleness counts)
     return AsyncResult(x.model, x.cluster, s.to_dict(), s.sync, W, s.microbatch_size * s.num_microbatches * s.push_every,
                        finished, state["updates"], tuple([n] * W), tuple(compute_s), tuple(wait_s), tuple(comm_s),
-                       staleness, x.iteration_compute, x.notes)
+                       staleness, x.iteration_compute, x.notes, tuple(finish))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
 from dlsim.spec.ops import OPS, REQUIRED, Shape, infer
 from dlsim.units import DTYPE_BYTES
 
@@ -65,6 +65,21 @@ class Model:
         raise KeyError(name)
 
 
+_PROBABILITIES = {("dropout", "p"), ("attention", "dropout")}
+
+
+def _check_attr(kind: str, key: str, value: Any, default: Any, source: Any, where: str) -> None:
+    """A flag is true or false, a real-valued attribute a finite number, a dropout probability in [0, 1)."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise SpecError(f"must be true or false, got {excerpt(value)}", path=source, field=f"{where}.{key}")
+    elif isinstance(default, float) or (kind, key) in _PROBABILITIES:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SpecError(f"must be a number, got {excerpt(value)}", path=source, field=f"{where}.{key}")
+        if (kind, key) in _PROBABILITIES and not 0 <= value < 1:
+            raise SpecError(f"a dropout probability must be in [0, 1), got {value!r}", path=source, field=f"{where}.{key}")
+
+
 def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: str,
                 entries: list[dict], *, source: str = "", params_used: Mapping | None = None) -> Model:
     """Validate layer entries and infer shapes through the DAG.
@@ -106,6 +121,7 @@ def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: s
                 if default is REQUIRED:
                     raise SpecError(f"missing required field for {kind}", path=source, field=f"{where}.{key}")
                 attrs[key] = default
+            _check_attr(kind, key, attrs[key], default, source, where)
         inputs = entry.get("inputs") or [previous]
         if isinstance(inputs, str):
             inputs = [inputs]
