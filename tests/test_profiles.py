@@ -13,7 +13,8 @@ from dlsim.io.paths import list_profiles, resolve_profile
 from dlsim.io.profile_yaml import load_profile
 from dlsim.spec.cluster import TOPOLOGIES
 
-BUILT_IN = ["aws-p3", "cpu-cluster", "dgx-a100", "dgx-h100", "dgx1-p100", "dgx1-v100", "gpu-2013", "piz-daint"]
+BUILT_IN = ["aws-p3", "cpu-cluster", "dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x",
+            "dgx1-p100", "dgx1-v100", "gpu-2013", "piz-daint"]
 NO_MATRIX_UNITS = ["dgx1-p100", "piz-daint", "gpu-2013", "cpu-cluster"]
 
 
