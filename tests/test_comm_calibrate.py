@@ -306,3 +306,18 @@ def test_measured_rows_price_only_groups_laid_out_as_measured():
     assert table.lookup("allreduce", 8, 1e6, nodes=2) is None
     unknown = MeasuredCollectives([row("my-cluster", 2e-4)])
     assert unknown.lookup("allreduce", 8, 1e6, nodes=2).seconds == 2e-4
+
+
+def test_reduce_scatter_and_allgather_from_measured_allreduce():
+    """Without rows of their own, a reduce-scatter or all-gather of a buffer costs half the measured
+    all-reduce of that buffer; rows of their own take precedence."""
+    from dlsim.cost.collectives.measured import CollectiveRow, MeasuredCollectives
+    from dlsim.results import Source
+    rows = [CollectiveRow("allreduce", "default", 8, s, t, "nccl-tests", "1 node") for s, t in ((1e6, 1e-4), (4e6, 3e-4))]
+    table = MeasuredCollectives(rows)
+    rs = table.lookup("reduce-scatter", 8, 1e6, nodes=1)
+    assert rs.seconds == pytest.approx(0.5e-4) and rs.source == Source.INTERPOLATED and "half" in rs.note
+    assert table.lookup("allgather", 8, 2e6, nodes=1).seconds == pytest.approx(table.lookup("allreduce", 8, 2e6, nodes=1).seconds / 2)
+    assert table.lookup("allgather", 8, 8e6, nodes=1) is None  # outside the measured sizes
+    own = MeasuredCollectives(rows + [CollectiveRow("allgather", "default", 8, 1e6, 7e-5, "nccl-tests", "1 node")])
+    assert own.lookup("allgather", 8, 1e6, nodes=1).seconds == 7e-5

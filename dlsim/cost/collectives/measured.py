@@ -15,6 +15,11 @@ the library's own choice, when the strategy leaves the algorithm to auto):
 * another rank count, or n outside [s_min, s_max] → None: the caller prices the model and says so
   in its note (`dlsim.plan.commcost.ClusterPricer`); a measured curve is never stretched silently.
 
+A reduce-scatter or all-gather without rows of its own is priced from measured all-reduce rows of
+the same buffer size and layout: half their time, since an all-reduce is a reduce-scatter followed
+by an all-gather of the same buffer (Rabenseifner 2004; NCCL's ring all-reduce runs the two phases
+back to back), each moving (p−1)/p of the buffer through every rank; **interpolated**, with a note.
+
 A row measured on a known number of nodes (its `hosts` label reads ``"N nodes"``, as imported
 nccl-tests tables say from their ``Rank ... on HOST`` lines) prices only groups spanning that many
 nodes: eight ranks inside one DGX are not eight ranks on eight nodes. Rows without a node count
@@ -60,6 +65,7 @@ class CollectiveRow:
 
 
 _NODES = re.compile(r"^(\d+) nodes?$")
+_HALF_ALLREDUCE = ("reduce-scatter", "allgather")
 
 
 class MeasuredCollectives:
@@ -90,12 +96,25 @@ class MeasuredCollectives:
 
     def sizes(self, collective: str, ranks: int, algorithm: str = "default",
               nodes: int | None = None) -> tuple[float, ...]:
-        return tuple(r.size_bytes for r in self._curve(collective, algorithm, ranks, nodes))
+        curve = self._curve(collective, algorithm, ranks, nodes)
+        if not curve and collective in _HALF_ALLREDUCE:
+            curve = self._curve("allreduce", algorithm, ranks, nodes)
+        return tuple(r.size_bytes for r in curve)
 
     def lookup(self, collective: str, ranks: int, nbytes: float, algorithm: str = "default",
                nodes: int | None = None) -> Estimate | None:
         """The measured or interpolated time, or None outside the table (module doc); `nodes`: how
         many nodes the group spans."""
+        if not self._curve(collective, algorithm, ranks, nodes) and collective in _HALF_ALLREDUCE:
+            whole = self._lookup("allreduce", ranks, nbytes, algorithm, nodes)
+            if whole is None:
+                return None
+            return Estimate(whole.seconds / 2, Source.INTERPOLATED,
+                            f"{collective} = half the all-reduce of the same buffer; {whole.note}")
+        return self._lookup(collective, ranks, nbytes, algorithm, nodes)
+
+    def _lookup(self, collective: str, ranks: int, nbytes: float, algorithm: str,
+                nodes: int | None) -> Estimate | None:
         curve = self._curve(collective, algorithm, ranks, nodes)
         if not curve or nbytes <= 0:
             return None
