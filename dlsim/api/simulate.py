@@ -26,6 +26,7 @@ from dlsim.sim.ps import PSInputs, simulate_ps
 from dlsim.sim.run import RunInfo, simulate_graph
 from dlsim.sim.steady import simulate_steady
 from dlsim.sim.trace import chrome_trace
+from dlsim.sim.tracefilter import kept_devices, make_filter
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
@@ -144,7 +145,10 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
                    expand_collectives: bool = False, microbatch_plan: str | None = None,
                    workspace_limit: str | float = "64MiB", trace: bool = False,
                    overrides: Mapping[str, Any] | None = None, pricer: CommPricer | None = None,
-                   nodes: int | None = None, given: Iterable[str] = (), **fields: Any) -> Simulation:
+                   nodes: int | None = None, given: Iterable[str] = (),
+                   trace_ranks: str | Iterable[int] | None = None,
+                   trace_window: str | tuple[float | str, float | str] | None = None,
+                   **fields: Any) -> Simulation:
     """Simulate `model` on `cluster` under `strategy` (a Strategy, a YAML file, or strategy fields).
 
     `symmetry` simulates one data-parallel replica and one tensor-parallel rank per stage (their
@@ -153,6 +157,8 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     (only where all their ranks are simulated). `microbatch_plan` (wr | wd) prices convolutions
     with the μ-cuDNN planner under `workspace_limit`. `nodes` resizes the cluster (same nodes, more
     or fewer of them). `given` names nested strategy fields set by the caller (see `as_strategy`).
+    `trace_ranks` (``"0-7,64"`` or a list of ranks) and `trace_window` (``"1s:1.5s"`` or (start,
+    end) in seconds) keep only part of the trace (`dlsim.sim.tracefilter`).
     Options the run would ignore are refused: `trace` with parameter-server training,
     `expand_collectives` under the symmetry reduction, `workspace_limit` without a plan.
     """
@@ -163,6 +169,10 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         cluster = replace(cluster, nodes=check_nodes_limit(nodes, cluster.devices_per_node))
     s, names = _resolve_strategy(strategy, fields, given)
     s = check_strategy_limits(s, full=not symmetry)
+    keep = make_filter(trace_ranks, trace_window)
+    if keep is not None and not trace:
+        raise SpecError("trace ranks and window filter a trace: ask for one (--trace FILE)",
+                        field="trace_ranks" if trace_ranks is not None else "trace_window")
     if trace and s.sync != "allreduce":
         raise SpecError(f"a trace records one synchronous iteration; sync {s.sync} runs many iterations "
                         "without one (drop --trace or use sync allreduce)", field="trace")
@@ -234,8 +244,13 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         ps = PSInputs(model.name, cluster.name, s, result.iteration_time_s, params * DTYPE_BYTES[dtype],
                       optimizer_time(params / s.ps_shards), pricer, layout, tuple(notes))
         return Simulation(_stated(simulate_ps(ps), dtype, assumed))
-    return Simulation(_stated(result, dtype, assumed),
-                      chrome_trace(graph, tl, f"{model.name} on {cluster.name}") if trace else None)
+    if not trace:
+        return Simulation(_stated(result, dtype, assumed))
+    devices = None if keep is None else kept_devices(graph, layout, keep, explicit_dp, explicit_tp)
+    events = chrome_trace(graph, tl, f"{model.name} on {cluster.name}", devices, None if keep is None else keep.window)
+    if keep is not None:
+        events["otherData"]["filter"] = keep.to_dict()
+    return Simulation(_stated(result, dtype, assumed), events)
 
 
 def _stated(result: SimResult | AsyncResult, dtype: str, assumed: dict[str, Any]) -> SimResult | AsyncResult:

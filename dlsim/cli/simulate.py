@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from typing import Any
 
@@ -106,10 +107,16 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="Print the result record as JSON (or write it to FILE).")
-@click.option("--trace", "trace_out", type=click.Path(dir_okay=False), help="Write a Chrome trace (Perfetto) of the iteration (--sync allreduce).")
+@click.option("--trace", "trace_out", type=click.Path(dir_okay=False),
+              help="Write a Chrome trace (Perfetto) of the iteration (--sync allreduce); gzip-compressed when FILE ends in .gz.")
+@click.option("--trace-ranks", metavar="RANKS",
+              help="Trace only these ranks' devices, streams and links, e.g. 0-7,64 (with --trace).")
+@click.option("--trace-window", metavar="START:END",
+              help="Trace only spans within this slice of simulated time, e.g. 1s:1.5s or 0:500ms (with --trace).")
 @force_option
 @set_option
-def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None, trace_out: str | None,
+def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None,
+                 trace_out: str | None, trace_ranks: str | None, trace_window: str | None,
                  microbatch_plan: str | None, workspace_limit: str | None, full: bool, expand_collectives: bool,
                  model_only: bool, overrides: tuple[str, ...], **opts: Any) -> None:
     """Simulate one training iteration of MODEL on a cluster profile under a parallel strategy.
@@ -126,10 +133,14 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
                          workspace_limit=workspace_limit or "64MiB", trace=trace_out is not None, nodes=nodes,
-                         overrides=parse_overrides(overrides), given=_nested_given(opts), **_strategy_fields(opts))
+                         trace_ranks=trace_ranks, trace_window=trace_window, overrides=parse_overrides(overrides),
+                         given=_nested_given(opts), **_strategy_fields(opts))
     rec = add_assumed(sim.result.to_dict())
     if trace_out is not None and sim.trace is not None:
-        emit_text(trace_out, json.dumps(sim.trace, allow_nan=False) + "\n", "--trace")
+        text = json.dumps(sim.trace, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+        if trace_out.endswith(".gz"):
+            text = gzip.compress(text, compresslevel=6, mtime=0)  # mtime 0: same run, same bytes
+        emit_text(trace_out, text, "--trace")
     if json_out is not None:
         emit_json(rec, json_out)
     if wants_summary(json_out):
