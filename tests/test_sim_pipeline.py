@@ -104,3 +104,30 @@ def test_point_to_point_time_in_fill_and_drain(p, m):
     ideal = closed_form_iteration("gpipe", p, m, 1, 1.0, 2.0) + 2 * (p - 1) * c
     assert run_uniform("gpipe", p, m, pricer=RingPricer(c, 0.0))[1].makespan == ideal
     assert run_uniform("1f1b", p, m, pricer=RingPricer(c, 0.0))[1].makespan >= ideal
+
+
+def test_blocking_exchanges_hold_the_sender():
+    """Megatron-LM's p2p_communication waits for every exchange: with p2p_overlap off, stage 0's second
+    forward starts only when the first forward's send (c) is done; with it on, right after the first."""
+    from simkit import RingPricer
+    c, t_f = 0.25, 1.0
+    for overlap, start in ((True, t_f), (False, t_f + c)):
+        graph, tl, _ = run_uniform("gpipe", 2, 2, pricer=RingPricer(c, 0.0), out_bytes=1.0, p2p_overlap=overlap)
+        second = next(i for i, t in enumerate(graph.tasks) if t.label[:3] == ("F", 0, 1))
+        assert tl.start[second] == start
+
+
+def test_scatter_gather_sends_slices_and_gathers_them():
+    """Narayanan et al. SC'21 §4.1: a replicated boundary of n bytes crosses as n/tp per rank, then an
+    all-gather of n over the receiver's tp group; the next stage's forward waits for the gather."""
+    from simkit import RingPricer
+    alpha, beta, n, tp = 0.01, 1.0, 8.0, 2
+    pricer = RingPricer(alpha, beta)
+    graph, tl, _ = run_uniform("gpipe", 2, 1, pricer=pricer, out_bytes=n, tp=tp, p2p_scatter_gather=True)
+    sends = [t for t in graph.tasks if t.name.startswith("send")]
+    gathers = [t for t in graph.tasks if t.name.startswith("allgather")]
+    assert sends and all(t.duration == pytest.approx(alpha + n / tp * beta) for t in sends)
+    assert len(gathers) == len(sends)
+    assert all(t.duration == pricer.collective("allgather", n, [0, 1]).seconds for t in gathers)
+    plain = run_uniform("gpipe", 2, 1, pricer=pricer, out_bytes=n, tp=tp)[0]
+    assert not any(t.name.startswith("allgather") for t in plain.tasks)

@@ -29,7 +29,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
-    for key in ("sequence_parallel", "tp_async_backward"):
+    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("fused_kernels") is not None:
@@ -88,6 +88,10 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Sequence parallelism (Korthikanti 2022): norms and dropouts split over the tp ranks.")
 @click.option("--tp-async-backward/--no-tp-async-backward", default=None,
               help="Run the tensor-parallel input-gradient collectives beside the weight-gradient kernels (Megatron-LM).")
+@click.option("--p2p-overlap/--no-p2p-overlap", default=None,
+              help="Pipeline sends travel while the stage computes (default) or block it (Megatron-LM's default).")
+@click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,
+              help="Send a replicated stage boundary as 1/tp slices, all-gathered at the receiver (Megatron-LM).")
 @click.option("--fused-kernels", help=f"Fused kernels of the software stack, comma-separated ({', '.join(FUSIONS)}).")
 @click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage.")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression (--sync allreduce).")

@@ -15,6 +15,8 @@ Example:
     recompute: selective          # none | full | selective (full: + recompute_layers: 1)
     sequence_parallel: true       # Korthikanti et al. 2022 (needs tp >= 2)
     tp_async_backward: true       # TP input-gradient collectives beside the weight-gradient GEMMs (Megatron-LM)
+    p2p_overlap: false            # pipeline exchanges block the sender (Megatron-LM's default)
+    p2p_scatter_gather: true      # replicated boundaries sent as 1/tp slices, all-gathered at the receiver
     fused_kernels: [scale_mask_softmax, bias_dropout_add]   # dlsim.spec.strategy.FUSIONS
     zero: 1
     optimizer: adam
@@ -39,7 +41,7 @@ from dlsim.units import KIB, MIB
 _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
-          "tp_async_backward"}
+          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}

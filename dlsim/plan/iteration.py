@@ -430,9 +430,16 @@ class _Builder:
 
     def _p2p(self) -> None:
         """Activations forward and gradients backward between consecutive chunks, per channel in the
-        sender's program order."""
+        sender's program order. Without `Strategy.p2p_overlap` every exchange blocks the sender too:
+        its next kernel waits for the send to finish (Megatron-LM's p2p_communication: batched
+        isend/irecv, wait, device synchronise)."""
         s = self.s
         channels: dict[tuple[int, int], int] = {}
+        self.after: dict[int, int] = {}  # a compute task -> the next task of its stream (blocking sends)
+        if not s.p2p_overlap:
+            for stream in self.cstream:
+                order = self.g.orders[stream]
+                self.after.update(zip(order, order[1:]))
         for stage in range(self.p):
             ops = stage_ops(s.schedule, self.p, self.m, self.v, stage)
             for d in self.dps:
@@ -449,6 +456,13 @@ class _Builder:
                             self._send(channels, (d, t, stage), (d, t, (k - 1) % self.p), self.boundary[k - 1],
                                        src, dst, ("SB", k, i))
 
+    def _scatter_gather(self) -> bool:
+        """Whether stage boundaries travel as 1/tp slices re-gathered over the receiver's tensor-parallel
+        group (Megatron-LM's scatter_gather_tensors_in_pipeline, on where the boundary tensor is
+        replicated across the tp ranks, i.e. without sequence parallelism)."""
+        s = self.s
+        return s.p2p_scatter_gather and s.tp > 1 and not s.sequence_parallel
+
     def _send(self, channels, a, b, nbytes, src_task, dst_task, label) -> None:
         lay = self.x.layout
         da, db = self.dev[a], self.dev[b]
@@ -456,6 +470,8 @@ class _Builder:
         ch = channels.get((da, db))
         if ch is None:
             ch = channels[(da, db)] = self.g.add_stream(f"rank{ra}->rank{rb} p2p", da, "link")
+        gather = self._scatter_gather() and nbytes > 0
+        full, nbytes = nbytes, nbytes / self.s.tp if gather else nbytes
         priced = self.p2p_cache.get((nbytes, ra, rb))
         if priced is None:
             priced = self.p2p_cache[(nbytes, ra, rb)] = (self.x.pricer.p2p(nbytes, ra, rb), self.x.pricer.tier([ra, rb]))
@@ -463,6 +479,14 @@ class _Builder:
         tid = self.g.add(f"send {label[0][1]} chunk{label[1]} mb{label[2]}", da, ch, est.seconds, COMM, [src_task],
                          source=est.source, ports=(self.port(da, tier, "out"), self.port(db, tier, "in")),
                          label=label, cross_stage=True)
+        if src_task in self.after:  # a blocking exchange: the sender goes on once its send is done
+            self.g.tasks[self.after[src_task]].deps.append(tid)
+        if gather:  # the slices re-gathered over the receiver's tp group before its kernels use them
+            stream = channels.get((da, db, "gather"))  # per channel, in the sender's order like the sends
+            if stream is None:
+                stream = channels[(da, db, "gather")] = self.g.add_stream(f"rank{ra}->rank{rb} gathers", db, "comm")
+            tid = self.collective(f"allgather {label[0][1]} chunk{label[1]} mb{label[2]}", "allgather", full, "tp", b,
+                                  ("sg",) + label, stream, [tid], label)
         self.g.tasks[dst_task].deps.append(tid)
 
 

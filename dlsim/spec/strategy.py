@@ -107,7 +107,11 @@ class Strategy:
     (Korthikanti et al. 2022). `tp_async_backward` runs the input-gradient all-reduce (or
     reduce-scatter) of column-parallel layers beside their weight-gradient kernels and sequence
     parallelism's input re-gather beside their input-gradient kernels (Megatron-LM's
-    `--async-tensor-model-parallel-allreduce`, on by default there). `fused_kernels` names the fused kernels the software stack runs
+    `--async-tensor-model-parallel-allreduce`, on by default there). `p2p_overlap` lets a pipeline
+    stage go on computing while its sends travel; off, every exchange blocks the sender until its
+    send is done (Megatron-LM's default: `--overlap-p2p-communication` off). `p2p_scatter_gather`
+    sends a replicated stage boundary as 1/tp slices, one per tensor-parallel rank, and all-gathers
+    them at the receiver (Narayanan et al. SC'21 §4.1). `fused_kernels` names the fused kernels the software stack runs
     (`dlsim.cost.layers.FUSIONS`); none is assumed.
     """
 
@@ -138,6 +142,8 @@ class Strategy:
     dtype: str | None = None
     sequence_parallel: bool = False
     tp_async_backward: bool = False
+    p2p_overlap: bool = True
+    p2p_scatter_gather: bool = False
     fused_kernels: tuple[str, ...] = ()
     recompute_layers: int = 1
 
@@ -174,6 +180,7 @@ class Strategy:
             "layer_groups": [{"first": g.first, "last": g.last, "parallel": g.parallel} for g in self.layer_groups],
             "optimizer": self.optimizer, "dtype": self.dtype,
             "sequence_parallel": self.sequence_parallel, "tp_async_backward": self.tp_async_backward,
+            "p2p_overlap": self.p2p_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
             "fused_kernels": list(self.fused_kernels),
             "recompute_layers": self.recompute_layers,
         }
@@ -314,8 +321,9 @@ def validate_strategy(s: Strategy) -> Strategy:
                         "model-parallel groups are split over the dp devices", field="layer_groups")
     if not isinstance(s.sequence_parallel, bool):
         raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
-    if not isinstance(s.tp_async_backward, bool):
-        raise SpecError(f"must be true or false, got {s.tp_async_backward!r}", field="tp_async_backward")
+    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather"):
+        if not isinstance(getattr(s, name), bool):
+            raise SpecError(f"must be true or false, got {getattr(s, name)!r}", field=name)
     if s.sequence_parallel and s.tp < 2:
         raise SpecError("sequence parallelism splits tensor-parallel regions and needs tp >= 2", field="sequence_parallel")
     if not isinstance(s.fused_kernels, tuple) or any(k not in FUSIONS for k in s.fused_kernels):
