@@ -21,6 +21,9 @@ parallel sbh(34 + 5as/h)/t, selective sbh(10 + 24/t) or 34sbh/t with sequence pa
 recomputation 2sbh (the layer's input); and every run must fit in the 80 GB (no published run is
 called out of memory).
 
+Also GPT-3 175B on 128 to 2,048 DGX H100 GPUs (BF16) as NVIDIA's dgxc-benchmarking v24.11.1 published
+it, with the NeMo recipe's configuration (`h100_runs`).
+
 Calculon (Isaev et al. SC'23) on the same runs: `--calculon PATH` runs a Calculon checkout
 (benchmarks/calculon_runs.py); otherwise the results recorded in
 reports/validation-published-gpu-calculon.json are shown.
@@ -87,6 +90,27 @@ def published_runs() -> list[dict]:
     return runs
 
 
+H100_SOURCE = ("NVIDIA dgxc-benchmarking v24.11.1 (commit 35a9aec): nemo_megatron/README_175b.md (BF16 step time) "
+               "and gpt3_175b_hydra.yaml (configuration)")
+NEMO_2024 = {"fused_kernels": ("flash_attention", "bias_dropout_add"), "tp_async_backward": True,
+             "p2p_overlap": True, "zero": 1, "sequence_parallel": True, "optimizer": "adam", "dtype": "bf16"}
+"""NeMo 24.11's GPT-3 recipe (gpt3_175b_hydra.yaml): flash attention, bias-dropout-add fusion, sequence
+parallelism, overlapped pipeline exchanges, the distributed optimizer (ZeRO-1); its Transformer Engine
+userbuffer overlap of tensor-parallel communication with the GEMMs (ub_tp_comm_overlap) is not modelled."""
+H100_STEPS = [(128, 8.91), (256, 8.95), (512, 9.09), (1024, 9.01), (2048, 9.02)]
+"""GPUs and published seconds per step: GPT-3 175B, TP 4, PP 8, VP 12, micro-batch 1, global batch 2 x GPUs."""
+
+
+def h100_runs() -> list[dict]:
+    """GPT-3 175B on DGX H100 (BF16), five sizes: 96 layers, hidden 12288, 96 heads, FFN 4h, sequence
+    2048, GPT-2 vocabulary padded to a multiple of 128 x TP (50688), dropout 0.1, no recomputation."""
+    return [{"run": f"GPT-3 175B {n} H100", "source": H100_SOURCE, "published_s": seconds, "cluster": "dgx-h100",
+             "base": "gpt3-175b", "model": {"vocab": 50688}, "formula": False, "nodes": n // 8,
+             "strategy": {"tp": 4, "pp": 8, "dp": n // 32, "microbatch_size": 1, "global_batch": 2 * n,
+                          "schedule": "interleaved", "virtual_stages": 12, "recompute": "none", **NEMO_2024}}
+            for n, seconds in H100_STEPS]
+
+
 def paper_layer_activation_bytes(run: dict) -> float:
     """Korthikanti et al. 2022, Table 2: activation bytes per transformer layer per GPU."""
     m, s = run["model"], run["strategy"]
@@ -116,19 +140,24 @@ def dlsim_layer_activation_bytes(run: dict) -> float:
     return sum(e.saved_bytes for e in block)
 
 
-def run_one(run: dict, cluster="dgx-a100") -> dict:
+def run_one(run: dict, cluster=None) -> dict:
     start = time.perf_counter()
-    r = simulate(BASE_MODEL, cluster, overrides=run["model"], nodes=run["nodes"], **run["strategy"])
+    r = simulate(run.get("base", BASE_MODEL), cluster or run.get("cluster", "dgx-a100"), overrides=run["model"],
+                 nodes=run["nodes"], **run["strategy"])
     wall = time.perf_counter() - start
     first = [d for d in r.devices if d.stage == 0][0]
-    paper_layer, ours_layer = paper_layer_activation_bytes(run), dlsim_layer_activation_bytes(run)
+    if run.get("formula", True):
+        paper_layer, ours_layer = paper_layer_activation_bytes(run), dlsim_layer_activation_bytes(run)
+    else:
+        paper_layer = ours_layer = float("nan")
     return {
         "run": run["run"], "source": run["source"], "strategy": run["strategy"], "model": run["model"],
         "published_s": run["published_s"], "predicted_s": r.iteration_time_s,
         "error": r.iteration_time_s / run["published_s"] - 1,
         "breakdown_s": r.breakdown.to_dict(), "mfu_predicted": r.to_dict()["model_flops_utilisation"],
-        "activation_per_layer_paper_bytes": paper_layer, "activation_per_layer_dlsim_bytes": ours_layer,
-        "activation_per_layer_error": ours_layer / paper_layer - 1,
+        "activation_per_layer_paper_bytes": paper_layer if run.get("formula", True) else None,
+        "activation_per_layer_dlsim_bytes": ours_layer if run.get("formula", True) else None,
+        "activation_per_layer_error": ours_layer / paper_layer - 1 if run.get("formula", True) else None,
         "stage0_activation_peak_bytes": first.memory.get("activations", 0.0),
         "peak_memory_bytes": r.peak_memory_bytes, "capacity_bytes": first.capacity_bytes,
         "fits": r.feasible, "measured_share": r.measured_share, "simulate_wall_s": wall,
@@ -185,10 +214,12 @@ def summary(rows: list[dict]) -> dict:
     errors = [abs(r["error"]) for r in rows]
     return {"runs": len(rows), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
             "mean_abs_error": statistics.fmean(errors), "called_out_of_memory": sum(not r["fits"] for r in rows),
-            "max_activation_layer_error": max(abs(r["activation_per_layer_error"]) for r in rows)}
+            "max_activation_layer_error": max((abs(r["activation_per_layer_error"]) for r in rows
+                                               if r["activation_per_layer_error"] is not None), default=None)}
 
 
-def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, sens: list[dict]) -> str:
+def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, sens: list[dict],
+             h100: list[dict] = ()) -> str:
     by_run = {c["run"]: c for c in calc}
     lines = [
         "# dlsim against published GPU training runs",
@@ -236,6 +267,23 @@ def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, se
         cerrs = [abs(by_run[r["run"]]["time_s"] / r["published_s"] - 1) for r in rows if r["run"] in by_run]
         lines.append(f"Calculon: median |error| {100 * statistics.median(cerrs):.1f}%, mean "
                      f"{100 * statistics.fmean(cerrs):.1f}%, worst {100 * max(cerrs):.1f}%.")
+    if h100:
+        hs = summary(list(h100))
+        lines += ["", "## GPT-3 175B on DGX H100 (BF16)", "",
+                  f"Published: {H100_SOURCE}. dlsim on `dgx-h100` with NeMo's recipe (flash attention, sequence "
+                  "parallelism, distributed optimizer, overlapped pipeline exchanges, TP 4, PP 8, VP 12, micro-batch 1, "
+                  "global batch 2 x GPUs); Transformer Engine's userbuffer overlap of tensor-parallel communication "
+                  "with the GEMMs is not modelled, and `dgx-h100` has no measured NCCL table.", "",
+                  "| GPUs | dp | published (s) | dlsim (s) | error | compute / exposed comm / bubble (s) | peak memory (GiB) | fits |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in h100:
+            b = r["breakdown_s"]
+            lines.append(f"| {r['strategy']['dp'] * 32} | {r['strategy']['dp']} | {r['published_s']:.2f} | "
+                         f"{r['predicted_s']:.2f} | {100 * r['error']:+.1f}% | {b['compute']:.2f} / "
+                         f"{b['exposed_comm']:.2f} / {b['bubble']:.2f} | {r['peak_memory_bytes'] / GIB:.1f} | "
+                         f"{'yes' if r['fits'] else 'NO'} |")
+        lines += ["", f"H100 set: median |error| {100 * hs['median_abs_error']:.1f}%, worst "
+                  f"{100 * hs['max_abs_error']:.1f}%, called out of memory {hs['called_out_of_memory']} of {hs['runs']}."]
     if sens:
         lines += ["", "## Sensitivity to the inputs", "",
                   "The same runs with one input moved across the spread of its published measurements "
@@ -270,17 +318,19 @@ def main() -> None:
                         help="also rerun with inputs moved across their published spread (5 x 8 runs)")
     args = parser.parse_args()
     rows = [run_one(run) for run in published_runs()]
+    h100 = [run_one(run) for run in h100_runs()]
     try:
         calc, calc_note = calculon_results(args.calculon)
     except ImportError as exc:
         calc, calc_note = [], f"not run ({exc})"
     stats = summary(rows)
-    record = {"benchmark": "validate_published", "summary": stats, "runs": rows, "calculon": calc,
+    record = {"benchmark": "validate_published", "summary": stats, "runs": rows,
+              "h100_summary": summary(h100), "h100_runs": h100, "calculon": calc,
               "calculon_note": calc_note, "sensitivity": sensitivity() if args.sensitivity else []}
     print(json.dumps(record, indent=2))
     if args.report:
         REPORT.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-        REPORT.with_suffix(".md").write_text(markdown(rows, calc, calc_note, stats, record["sensitivity"]))
+        REPORT.with_suffix(".md").write_text(markdown(rows, calc, calc_note, stats, record["sensitivity"], h100))
 
 
 if __name__ == "__main__":
