@@ -273,7 +273,8 @@ def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, se
                   f"Published: {H100_SOURCE}. dlsim on `dgx-h100` with NeMo's recipe (flash attention, sequence "
                   "parallelism, distributed optimizer, overlapped pipeline exchanges, TP 4, PP 8, VP 12, micro-batch 1, "
                   "global batch 2 x GPUs); Transformer Engine's userbuffer overlap of tensor-parallel communication "
-                  "with the GEMMs is not modelled, and `dgx-h100` has no measured NCCL table.", "",
+                  "with the GEMMs is not modelled (it would make the prediction faster still), and `dgx-h100` "
+                  "has no measured NCCL table.", "",
                   "| GPUs | dp | published (s) | dlsim (s) | error | compute / exposed comm / bubble (s) | peak memory (GiB) | fits |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in h100:
@@ -298,15 +299,18 @@ def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, se
 KNOWN_GAPS = [
     "## What is still missing",
     "",
-    "- Every prediction is still too fast, the sequence-parallel + selective runs more (−8 to −12%) than the "
-    "full-recomputation runs (−5 to −7%). Before this model (dlsim 787e804, same runs) the errors were −3 to "
-    "−20% (median 10.3%, worst 19.7%) and 4 of the 8 runs were called out of memory.",
-    "- NCCL bus bandwidth is taken at its large-message plateau (232 GB/s on NVLink): no published busbw-by-size "
-    "table of an 8-GPU A100 node was found. Sequence parallelism issues twice as many collectives of half the "
-    "size, where NCCL is further from its plateau; a measured table (`dlsim calibrate comm --import-nccl-tests`) "
-    "would price them as measured.",
+    "- Every Table 5 prediction is still too fast: the sequence-parallel + selective runs by 7-10%, the "
+    "full-recomputation runs by 2-5%. Before this model (dlsim 787e804, same runs) the errors were -3 to -20% "
+    "(median 10.3%, worst 19.7%) and 4 of the 8 runs were called out of memory.",
+    "- The published A100 GEMM measurements disagree by about 10% at the sizes these runs use (see the "
+    "sensitivity table): the prediction moves with them as much as the remaining error.",
+    "- The measured NCCL table covers all-reduce inside one DGX A100 only; reduce-scatter and all-gather are "
+    "priced as half the all-reduce of the same buffer, and collectives across nodes by the topology model.",
     "- Megatron-LM's apex layer norm, dropout and fused softmax kernels have no published A100 bandwidths; the "
     "layer norm uses PyTorch's, the others stream bandwidth.",
+    "- On DGX H100 (GPT-3 175B, NeMo 24.11) the predictions are 17-19% too fast: the H100 inputs have no "
+    "random-data GEMM derating, no measured stream bandwidth and no measured NCCL table; Transformer Engine's "
+    "userbuffer overlap, which is not modelled, would make the prediction faster still.",
 ]
 
 
