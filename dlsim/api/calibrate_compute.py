@@ -239,6 +239,8 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None,
                         statistic=statistic)
+    from dlsim.calibrate.health import LoadWatch, quantisation_warning
+    watch = LoadWatch(threads=threads_used or 1).start()
     summary: RunSummary = run_passes(tasks, out, backend, timer, passes, statistic=statistic, progress=progress)
     warm_models: dict[str, float] = {}
     if warm != "none" and models and flush_cache:
@@ -259,7 +261,9 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             summary.skipped += w.skipped
             summary.failed += w.failed
             summary.seconds += w.seconds
+            summary.times += w.times
             tasks = tasks + warm_tasks
+    warnings = [w for w in (quantisation_warning(summary.times), watch.warning()) if w]
     dev = _device_rows(out)
     fits, mem, curves = _fits(out, dtypes, dev, DEFAULT_CONV_ALGORITHM[device])
     host = host_description(device, threads_used)
@@ -271,7 +275,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         "flush_cache": flush_cache, "statistic": statistic, "passes": passes, "tasks": len(tasks),
         "warm": warm, "warm_models_working_set_bytes": warm_models,
         "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
-        "seconds": round(summary.seconds, 1)}]
+        "seconds": round(summary.seconds, 1), **({"warnings": warnings} if warnings else {})}]
     meta = {"device": host, "defaults": {"conv_algorithm": DEFAULT_CONV_ALGORITHM[device]},
             "conv_algorithms": list(CONV_ALGORITHMS[device]),
             "measured": {k: v for k, v in dev.items()},
@@ -297,4 +301,4 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     return {"kind": "calibrate-compute", "out": str(out), "device": host["device"], "tasks": len(tasks),
             "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
             "dropped_partial_lines": summary.dropped_partial, "seconds": summary.seconds, "profile": changes,
-            "fitted": meta["fitted"], "measured_device": meta["measured"]}
+            "fitted": meta["fitted"], "measured_device": meta["measured"], "warnings": warnings}

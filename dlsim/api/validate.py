@@ -211,7 +211,8 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
     held = heldout_gemms(gemm_table, dtype, gemms, seed)
     near = nearest_measured(gemm_table, held, dtype, anchors) if anchors else [[] for _ in held]
     anchor_shapes = sorted({a for shapes in near for a in shapes}, key=lambda a: (a.m, a.n, a.k))
-    times = _timed_in_passes([gemm_fn(g, dtype, dev) for g in held + anchor_shapes], timer, passes, statistic, seed)
+    times = _timed_in_passes([gemm_fn(g, dtype, dev) for g in held + anchor_shapes], timer, passes, statistic, seed,
+                             progress, "GEMMs")
     gemm_times = times[:len(held)]
     drift_of = {a: t / tables.gemm(a, dtype).seconds for a, t in zip(anchor_shapes, times[len(held):])}
     for g, t, shapes in zip(held, gemm_times, near):
@@ -233,7 +234,7 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
         held_convs = heldout_convs([r for r in rows if r.dtype == dtype], algo, convs, seed)
         with conv_algorithm(algo or DEFAULT_CONV_ALGORITHM[device]):
             fns = [conv_fn(shape, n, pass_name, dtype, dev)[0] for pass_name, shape, n, _ in held_convs]
-            conv_times = _timed_in_passes(fns, timer, passes, statistic, seed)
+            conv_times = _timed_in_passes(fns, timer, passes, statistic, seed, progress, "convolutions")
         for (pass_name, shape, n, kind), t in zip(held_convs, conv_times):
             cost = layer_cost(conv_layer(shape), n, dtype)
             est = price_pass(getattr(cost, pass_name), "conv2d", pass_name, cluster.device, dtype, tables, cost.conv)
@@ -257,7 +258,8 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
                      "algorithm": algo, "rows": conv_rows}}
 
 
-def _timed_in_passes(fns: list[Callable[[], Any]], timer: Any, passes: int, statistic: str, seed: int) -> list[float]:
+def _timed_in_passes(fns: list[Callable[[], Any]], timer: Any, passes: int, statistic: str, seed: int,
+                     progress: Callable[[str], None] | None = None, what: str = "kernels") -> list[float]:
     """Seconds per kernel: `timer` once per pass, kernels shuffled per pass, then min or median over passes."""
     samples: list[list[float]] = [[] for _ in fns]
     order = list(range(len(fns)))
@@ -267,6 +269,9 @@ def _timed_in_passes(fns: list[Callable[[], Any]], timer: Any, passes: int, stat
             rng.shuffle(order)
         for i in order:
             samples[i].append(timer.time(fns[i]).seconds)
+            if progress:
+                done = sum(len(s) for s in samples)
+                progress(f"[{done}/{len(fns) * passes}] timing {what}")
     pick = min if statistic == "min" else statistics.median
     return [pick(s) for s in samples]
 

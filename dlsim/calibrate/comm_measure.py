@@ -26,10 +26,9 @@ from __future__ import annotations
 import math
 import socket
 import statistics
-import sys
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from dlsim.calibrate.comm_plan import CommPlan
 from dlsim.calibrate.compute_store import TableFile
@@ -151,6 +150,7 @@ class Measurer:
                               collective_key) if t.rank == 0 else None
         self.done = 0
         self.started = now()
+        self.bar: Any = None  # dlsim.progress.Progress on rank 0, drawn only on a terminal
         self.prtt1: dict[int, float] = self._earlier_prtt1(out / P2P_TABLE) if t.rank == 0 else {}
 
     def _earlier_prtt1(self, path: Path) -> dict[int, float]:
@@ -178,6 +178,8 @@ class Measurer:
         self.total = len(todo)
         for task in todo:
             self._run_task(task)
+        if self.bar is not None:
+            self.bar.close()
 
     def _row(self, kind: str, size: int, messages: int, delay: float, values: list[float]) -> dict[str, str]:
         return {"backend": self.backend, "hosts": self.plan.hosts, "kind": kind, "ranks": str(self.t.size),
@@ -193,8 +195,11 @@ class Measurer:
     def _progress(self, label: str, values: list[float]) -> None:
         self.done += 1
         if self.t.rank == 0 and not self.quiet:
-            print(f"[{self.done}/{self.total} {now() - self.started:7.1f} s] {self.backend} {label}: "
-                  f"median {statistics.median(values) * 1e6:.1f} us over {len(values)}", file=sys.stderr, flush=True)
+            if self.bar is None:
+                from dlsim.progress import Progress
+                self.bar = Progress(self.total)
+            self.bar.update(self.done, self.total, f"{self.backend} {label}: median "
+                            f"{statistics.median(values) * 1e6:.1f} us over {len(values)}")
 
     def _reps(self, one: float) -> int:
         p = self.plan

@@ -65,6 +65,7 @@ def run_passes(tasks: Sequence[Task], out_dir: Path | str, backend: Backend, tim
         summary.failed += [f"pass {p}: {f}" for f in s.failed]
         summary.dropped_partial += s.dropped_partial
         summary.seconds += s.seconds
+        summary.times += s.times
     added, present = combine_passes(out_dir, passes, suffix=suffix, statistic=statistic)
     summary.measured, summary.skipped = added, present
     return summary

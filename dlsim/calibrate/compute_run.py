@@ -80,6 +80,7 @@ class RunSummary:
     failed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     dropped_partial: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # seconds of each kernel measured in this run
 
 
 def table_file(name: str, suffix: str = "") -> str:
@@ -197,6 +198,7 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
             continue
         table.append(rec)
         summary.measured += 1
+        summary.times.append(float(rec["time_s"]))
         if progress:
             progress(i, total, label(task), format_time(float(rec["time_s"])))
     summary.seconds = time.perf_counter() - start

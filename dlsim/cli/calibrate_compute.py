@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 
 import click
 
@@ -11,17 +10,24 @@ from dlsim.api.calibrate_compute import calibrate_compute
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option, parse_overrides, set_option
 from dlsim.cli.output import emit_json, state_dtype, wants_summary
+from dlsim.progress import Progress
 from dlsim.units import format_time
 
 
-def _progress(quiet: bool):
-    start = time.perf_counter()
+def _progress(bar: Progress | None):
+    """Per-kernel progress on the bar; failures as lines of their own (also off a terminal)."""
     def report(i: int, total: int, label: str, status: str) -> None:
-        if quiet:
+        if bar is None:
             return
-        elapsed = time.perf_counter() - start
-        click.echo(f"[{i}/{total} {format_time(elapsed)}] {label}: {status}", err=True)
+        if status.startswith("failed"):
+            bar.line(f"[{i}/{total}] {label}: {status}")
+        bar.update(i, total, f"{label}: {status}")
     return report
+
+
+def print_warnings(warnings: list[str]) -> None:
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
 
 
 @calibrate.command("compute")
@@ -46,7 +52,7 @@ def _progress(quiet: bool):
 @click.option("--passes", type=int, default=1, show_default=True,
               help="Time every kernel once per pass, in a fresh random order each pass, and keep the statistic over "
                    "the passes (time-correlated noise of a shared machine then cannot shift a region of a table).")
-@click.option("--quiet", "-q", is_flag=True, help="No per-kernel progress lines.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (it is drawn only on a terminal anyway).")
 @set_option
 @json_option
 def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[int, ...], dtypes: tuple[str, ...],
@@ -64,11 +70,13 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
     if passes < 1:
         raise click.BadParameter("must be at least 1", param_hint="--passes")
-    rec = calibrate_compute(out, device=device, models=models, batches=batches or (1,),
-                            overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
-                            algorithms=algorithms or None, threads=threads, repeats=repeats, flush_cache=flush_cache,
-                            statistic=statistic, warm=warm, passes=passes,
-                            command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(quiet))
+    with Progress(enabled=False if quiet else None) as bar:
+        rec = calibrate_compute(out, device=device, models=models, batches=batches or (1,),
+                                overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
+                                algorithms=algorithms or None, threads=threads, repeats=repeats,
+                                flush_cache=flush_cache, statistic=statistic, warm=warm, passes=passes,
+                                command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(None if quiet else bar))
+    print_warnings(rec["warnings"])
     state_dtype(rec, dtypes, list(dtypes or ("fp32",)))
     if json_out is not None:
         emit_json(rec, json_out)

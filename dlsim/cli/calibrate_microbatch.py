@@ -31,13 +31,20 @@ def microbatch_calibrate_cmd(model: str, batch: int, out: str, policy: str, laye
                              no_prune: bool, overrides: tuple[str, ...]) -> None:
     """Measure direct, im2col, FFT and Winograd convolutions (NumPy, fp32) on this CPU for MODEL's convolutions.
 
-    Writes the table `dlsim plan microbatch MODEL --bench-table OUT` plans with; progress on stderr.
+    Writes the table `dlsim plan microbatch MODEL --bench-table OUT` plans with; a progress bar on a terminal.
     """
     def split(text: str | None) -> list[str] | None:
         return [s.strip() for s in text.split(",") if s.strip()] if text else None
-    table = calibrate_microbatch(model, batch, out, policy=policy, layers=split(layers), passes=split(passes) or PASSES,
-                                 methods=split(algorithms) or METHODS, max_workspace=max_workspace, repeats=repeats,
-                                 threads=threads, prune=not no_prune, overrides=parse_overrides(overrides),
-                                 progress=lambda msg: click.echo(msg, err=True))
+    from dlsim.calibrate.health import LoadWatch, quantisation_warning
+    from dlsim.cli.calibrate_compute import print_warnings
+    from dlsim.progress import Progress
+    watch = LoadWatch(threads=threads or 1).start()
+    with Progress() as bar:
+        table = calibrate_microbatch(model, batch, out, policy=policy, layers=split(layers),
+                                     passes=split(passes) or PASSES, methods=split(algorithms) or METHODS,
+                                     max_workspace=max_workspace, repeats=repeats, threads=threads,
+                                     prune=not no_prune, overrides=parse_overrides(overrides), progress=lambda msg: bar.message(msg, keep_uncounted=True))
     rows = sum(len(k.rows) for k in table.kernels)
+    times = [r.time_s for k in table.kernels for r in k.rows]
+    print_warnings([w for w in (quantisation_warning(times), watch.warning()) if w])
     click.echo(f"{out}: {rows} rows for {len(table.layers())} layers")

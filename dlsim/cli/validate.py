@@ -124,9 +124,11 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
                 statistic: str, repeats: int, passes: int, anchors: int, plot: str | None,
                 json_out: str | None) -> None:
     """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
-    rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed, threads=threads,
-                           statistic=statistic, repeats=repeats, passes=passes, anchors=anchors,
-                           progress=lambda line: click.echo(line, err=True))
+    from dlsim.progress import Progress
+    with Progress() as bar:
+        rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed,
+                               threads=threads, statistic=statistic, repeats=repeats, passes=passes, anchors=anchors,
+                               progress=bar.message)
     if plot:
         from dlsim.report.validation_plots import plot_kernel_validation
         emit_plot(plot, lambda tmp: plot_kernel_validation(rec, tmp))
