@@ -101,3 +101,88 @@ def test_trace_and_other_schedules_run_in_full():
     assert not any("steady-state extension" in n for n in traced.result.notes)
     gpipe = simulate("megatron-gpt-1.7b", "dgx-a100", schedule="gpipe", **kwargs)
     assert not any("steady-state extension" in n for n in gpipe.notes)
+
+
+def _inputs(monkeypatch, **case):
+    """The IterationInputs `simulate` builds for `case` (megatron-gpt-1.7b, 12 layers, dgx-a100)."""
+    seen = []
+    with monkeypatch.context() as m:
+        m.setattr(api, "simulate_steady", lambda x, info: seen.append(x))
+        run_simulation("megatron-gpt-1.7b", "dgx-a100", **KW, **case)
+    return seen[0]
+
+
+def _by_key(graph):
+    """Task id by (stream, label, how many tasks of that label came before it on the stream)."""
+    out, seen = {}, {}
+    for t in graph.tasks:
+        n = seen.get((t.stream, t.label), 0)
+        seen[(t.stream, t.label)] = n + 1
+        out[(t.stream, t.label, n)] = t.tid
+    return out
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[3], dict(pp=4, tp=2, dp=2, num_microbatches=48, zero=3)],
+                         ids=["full-recompute", "dp4", "pp6", "zero3"])
+def test_reduced_run_is_the_longer_run_before_divergence(monkeypatch, case):
+    """Every task of the m1-micro-batch run that ends before `divergence` starts and ends exactly when
+    its counterpart does in a run of more micro-batches (and one starting before it starts then): the
+    periodicity check, held below that time, looks at the full run's own timeline."""
+    from dataclasses import replace
+
+    from dlsim.plan.iteration import build_iteration
+    from dlsim.sim.engine import execute
+    from dlsim.sim.steady import divergence
+
+    x = _inputs(monkeypatch, **case)
+    p = x.strategy.pp
+    runs = []
+    for m in (p + 6, p + 11):
+        graph = build_iteration(replace(x, strategy=replace(x.strategy, num_microbatches=m)))
+        runs.append((graph, execute(graph)))
+    (g1, t1), (g2, t2) = runs
+    limit = divergence(g1, t1, p, p + 6)
+    assert 0.5 * t1.makespan < limit < t1.makespan
+    other = _by_key(g2)
+    checked = 0
+    for key, tid in _by_key(g1).items():
+        if t1.start[tid] < limit:
+            twin = other[key]
+            assert t1.start[tid] == t2.start[twin], key
+            if t1.end[tid] < limit:
+                assert t1.end[tid] == t2.end[twin], key
+                checked += 1
+    assert checked > len(g1.tasks) // 2
+
+
+def test_counts_tried_smallest_first(monkeypatch):
+    """pp + 6 micro-batches first; the larger count only where no cut passed before the divergence."""
+    import dlsim.sim.steady as steady
+
+    tried = []
+    real = steady.build_iteration
+    monkeypatch.setattr(steady, "build_iteration", lambda x: (tried.append(x.strategy.num_microbatches), real(x))[1])
+    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **CASES[0]))
+    assert tried == [10]
+    tried.clear()
+    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **CASES[1]))  # transient longer: second count
+    assert tried == [10, 15]
+
+
+def test_no_cut_past_the_divergence(monkeypatch):
+    """A window reaching past `divergence` is never accepted, however periodic it looks."""
+    from dataclasses import replace
+
+    from dlsim.plan.iteration import build_iteration
+    from dlsim.sim.engine import execute
+    from dlsim.sim.steady import divergence, extend
+
+    seen = []
+    with monkeypatch.context() as m:
+        m.setattr(api, "simulate_steady", lambda x, info: seen.append((x, info)))
+        run_simulation("megatron-gpt-1.7b", "dgx-a100", **KW, **CASES[0])
+    x, info = seen[0]
+    graph = build_iteration(replace(x, strategy=replace(x.strategy, num_microbatches=10)))
+    tl = execute(graph)
+    assert extend(graph, tl, info, 38, 4, divergence(graph, tl, 4, 10)) is not None
+    assert extend(graph, tl, info, 38, 4, 0.0) is None

@@ -119,7 +119,7 @@ class _Builder:
         for k, es in enumerate(self.chunk_entries):
             if s.recompute == "full":
                 incoming = self.boundary[k - 1] if k > 0 else 0.0
-                self.act.append(full_recompute_memory(self.x.model, es, s.recompute_layers, incoming))
+                self.act.append(full_recompute_memory(self.x.model, es, s.recompute_layers, incoming, inside))
             elif s.recompute == "selective" and self.recomp[k]:
                 self.act.append(selective_recompute_memory(es))
             else:
@@ -374,8 +374,9 @@ class _Builder:
         self.fwd_last: dict[tuple, int] = {}
         self.bwd_first: dict[tuple, int] = {}
         self.bwd_last: dict[tuple, int] = {}
+        self.ops = [stage_ops(s.schedule, self.p, self.m, self.v, stage) for stage in range(self.p)]
         for stage in range(self.p):
-            ops = stage_ops(s.schedule, self.p, self.m, self.v, stage)
+            ops = self.ops[stage]
             last_b = {}
             for n, op in enumerate(ops):
                 if op.kind == BACKWARD:
@@ -441,7 +442,7 @@ class _Builder:
                 order = self.g.orders[stream]
                 self.after.update(zip(order, order[1:]))
         for stage in range(self.p):
-            ops = stage_ops(s.schedule, self.p, self.m, self.v, stage)
+            ops = self.ops[stage]
             for d in self.dps:
                 for t in self.tps:
                     for op in ops:

@@ -39,11 +39,13 @@ def recompute_layers(model: Model) -> dict[str, str | None]:
 
 
 def full_recompute_memory(model: Model, entries: Sequence[LayerEntry], every: int,
-                          incoming: float) -> tuple[float, float, float]:
+                          incoming: float, instance: dict[str, str | None] | None = None) -> tuple[float, float, float]:
     """(kept, forward_extra, recompute_extra) of a chunk under full recomputation, a checkpoint
     every `every` transformer layers (see the module docstring). `incoming` is the bytes that
-    arrive from the previous pipeline chunk (kept once when a group reads them)."""
-    instance = recompute_layers(model)
+    arrive from the previous pipeline chunk (kept once when a group reads them); `instance` is
+    `recompute_layers(model)` when the caller has it (one per model, not per chunk)."""
+    if instance is None:
+        instance = recompute_layers(model)
     order: list[str] = []
     for e in entries:
         inst = instance[e.name]

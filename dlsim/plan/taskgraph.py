@@ -147,6 +147,7 @@ class TaskGraph:
     groups: list[Group] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     overlap_slowdown: float = 0.0  # σ of the devices: compute slowdown beside communication
+    _parts_totals: dict = field(default_factory=dict, repr=False, compare=False)  # `add`'s cache
 
     def add_stream(self, name: str, device: int, kind: str) -> int:
         self.streams.append(Stream(name, device, kind))
@@ -166,8 +167,13 @@ class TaskGraph:
         its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`: see `Task`."""
         tid = len(self.tasks)
         if parts:
-            duration = sum(p[1] for p in parts)
-            measured = sum(p[2] for p in parts) / duration if duration > 0 else 0.0
+            # a pass's parts are one tuple shared by its tasks of every micro-batch: summed once
+            totals = self._parts_totals.get(id(parts))
+            if totals is None or totals[0] is not parts:
+                duration = sum(p[1] for p in parts)
+                totals = self._parts_totals[id(parts)] = (
+                    parts, duration, sum(p[2] for p in parts) / duration if duration > 0 else 0.0)
+            duration, measured = totals[1], totals[2]
         else:
             measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,

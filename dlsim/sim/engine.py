@@ -1,8 +1,10 @@
 """The discrete-event engine: executes a prepared `TaskGraph` with SimPy (the only simpy import).
 
 Streams are SimPy processes that run their tasks in issue order; a task waits for its
-dependencies, then for the link ports it needs (`simpy.Resource`s of capacity 1, requested in one
-global order so that no two transfers can deadlock), then runs for its duration. Collective groups
+dependencies, then for the link ports it needs (ports of capacity 1, requested in one global order
+so that no two transfers can deadlock; `_Port` behaves as a `simpy.Resource` of capacity 1, event
+for event; a port only one task stream or one transfer ever uses needs none), then runs for its
+duration. Collective groups
 start when all members are ready and run either their priced duration or their point-to-point
 messages. Memory is tracked per device and kind as tasks start and end. Ties break in SimPy's
 (time, priority, insertion) order, and the graph is built deterministically, so the same graph
@@ -26,6 +28,7 @@ none of this runs: the timeline is the one without the model, bit for bit.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import simpy
@@ -56,6 +59,48 @@ class Timeline:
     stretched: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
 
+class _Port:
+    """A link port one task holds at a time: `simpy.Resource(env, capacity=1)`'s request and release,
+    event for event (the same events scheduled in the same order: a request is an event, succeeded at
+    once when the port is free and nobody waits; a release is an event succeeded at once, whose
+    processing grants the port to the oldest waiter), without the generic put/get queue machinery."""
+
+    __slots__ = ("env", "busy", "queue")
+
+    def __init__(self, env: simpy.Environment):
+        self.env, self.busy, self.queue = env, False, deque()
+
+    def request(self) -> simpy.Event:
+        ev = simpy.Event(self.env)
+        if self.busy:
+            self.queue.append(ev)
+        elif self.queue:  # freed, its release not processed yet: the oldest waiter takes it
+            self.queue.append(ev)
+            self._grant()
+        else:
+            self.busy = True
+            ev._ok, ev._value = True, None
+            self.env.schedule(ev)
+        return ev
+
+    def _grant(self) -> None:
+        self.busy = True
+        ev = self.queue.popleft()
+        ev._ok, ev._value = True, None
+        self.env.schedule(ev)
+
+    def release(self, request: simpy.Event) -> None:
+        self.busy = False
+        ev = simpy.Event(self.env)
+        ev._ok, ev._value = True, None
+        ev.callbacks.append(self._released)
+        self.env.schedule(ev)
+
+    def _released(self, _event: simpy.Event) -> None:
+        if not self.busy and self.queue:
+            self._grant()
+
+
 class _Slowed:
     """A compute task running under the overlap model: its segments (nominal seconds, slowable),
     the segment it is in and the nominal seconds of it done by time `at`, whether it is slowed now,
@@ -71,6 +116,9 @@ class _Slowed:
 
 
 class _Run:
+    port_type = _Port  # tests/test_sim_ports.py runs the same graphs with simpy.Resource
+    all_ports = False  # tests: a resource for every port, contended or not
+
     def __init__(self, graph: TaskGraph):
         self.g = graph
         self.env = simpy.Environment()
@@ -204,7 +252,7 @@ class _Run:
             run.ends[-1] = now
             self.stretched[tid] = tuple(run.ends)
 
-    def _contended_ports(self) -> dict[int, simpy.Resource]:
+    def _contended_ports(self) -> dict[int, _Port]:
         """Ports that two or more independent users can want at once (others need no resource)."""
         users: dict[int, set] = {}
         for t in self.g.tasks:
@@ -218,7 +266,7 @@ class _Run:
             for i, msg in enumerate(gr.messages):
                 for p in msg.ports:
                     users.setdefault(p, set()).add(("m", gid, i))
-        return {p: simpy.Resource(self.env, capacity=1) for p in sorted(users) if len(users[p]) > 1}
+        return {p: self.port_type(self.env) for p in sorted(users) if len(users[p]) > 1 or self.all_ports}
 
     # -- helpers -----------------------------------------------------------------------------
     def _wait(self, tid: int) -> simpy.Event:

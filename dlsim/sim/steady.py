@@ -9,9 +9,12 @@ the m'-micro-batch timeline cut at a time τ inside the periodic part, with Δ =
 length λ inserted there: everything before τ unchanged, everything after τ later by Δ·λ and its
 micro-batch index higher by Δ.
 
-`simulate_steady` simulates m' = pp + pp // 4 + MARGIN micro-batches (when m ≥ 3m') event by event, checks that periodicity
-on a window of three periods around τ (every task touching it is a micro-batch task whose next
-counterpart is exactly λ later, within 1e-9 of the makespan), and extends the record: makespan
+`simulate_steady` simulates m' micro-batches event by event, first m' = pp + FIRST_MARGIN, then, where
+no cut passes there, pp + pp // 4 + MARGIN (each when m ≥ 3m'), checks that periodicity on a window of
+three periods around τ (every task touching it is a micro-batch task whose next counterpart is
+exactly λ later, within 1e-9 of the makespan, and ends before `divergence`: up to then the m'-run is
+the m-run event for event, so the window checked is the m-run's own and any m' finds the same cut
+and period), and extends the record: makespan
 +Δ·λ; per-device breakdowns and communication +Δ·(their value inside one period); memory peaks
 as simulated (1F1B holds at most pp − stage micro-batches whatever m is); the critical path with
 its periodic segment repeated Δ times (its last tasks renamed and shifted); tasks and the measured
@@ -28,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from dlsim.plan.iteration import IterationInputs, build_iteration
+from dlsim.plan.pipeline import stage_ops
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.results_sim import DeviceRecord, SimResult
@@ -35,35 +39,87 @@ from dlsim.sim.analysis import critical_path, device_times, task_seconds, window
 from dlsim.sim.engine import Timeline, execute
 from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
 
+FIRST_MARGIN = 6  # the first try: micro-batches simulated beyond pp (cuts at pp and pp + 1)
 MARGIN = 10  # extra micro-batches simulated beyond pp + pp // 4 (the last stage lags the first by about
 # pp·t_f/(t_f + t_b) micro-batches; the warm-up's transient dies out over a few more)
 MB_LABELS = frozenset({"F", "R", "B", "SF", "SB", "G", "C", "AG"})  # labels (kind, chunk, micro-batch, ...)
 TOLERANCE = 1e-9  # periodicity checked to this fraction of the makespan
 
 
-def reduced_microbatches(x: IterationInputs) -> int | None:
-    """Micro-batches to simulate for the extension, or None where it does not apply."""
+def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
+    """Micro-batch counts to try for the extension, smallest first; () where it does not apply.
+
+    The first, pp + FIRST_MARGIN, leaves room for cuts at micro-batch pp and pp + 1 (a 1F1B pipeline's
+    first stage leaves its warm-up at micro-batch pp − 1); where no cut passes there, the larger count
+    pp + pp // 4 + MARGIN follows. A count is tried where it is at most a third of the micro-batches
+    (a failed check costs its reduced run)."""
     s = x.strategy
     if s.schedule != "1f1b" or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
-        return None
+        return ()
     if s.tp_async_backward and s.tp > 1:
         # collectives beside the backward kernels on the communication stream: the periodicity check
         # passes there, yet the extension was found 0.05-0.07% off the full simulation
         # (tests/test_sim_steady.py); run in full until the check captures what it misses
-        return None
-    m1 = s.pp + s.pp // 4 + MARGIN
-    # worth it (a failed check costs the reduced run) where it simulates at most a third of the micro-batches
-    return m1 if s.num_microbatches >= 3 * m1 else None
+        return ()
+    counts = sorted({s.pp + FIRST_MARGIN, s.pp + s.pp // 4 + MARGIN})
+    return tuple(m1 for m1 in counts if s.num_microbatches >= 3 * m1)
 
 
 def simulate_steady(x: IterationInputs, info: RunInfo) -> SimResult | None:
     """The record of the full iteration from a reduced simulation, or None (see the module docstring)."""
-    m1 = reduced_microbatches(x)
-    if m1 is None:
+    for m1 in reduced_microbatches(x):
+        graph = build_iteration(replace(x, strategy=replace(x.strategy, num_microbatches=m1)))
+        tl = execute(graph)
+        out = extend(graph, tl, info, x.strategy.num_microbatches - m1, x.strategy.pp,
+                     divergence(graph, tl, x.strategy.pp, m1))
+        if out is not None:
+            return out
+    return None
+
+
+def divergence(graph: TaskGraph, tl: Timeline, p: int, m1: int) -> float:
+    """A time up to which the m1-micro-batch run is the run of any more micro-batches, event for event.
+
+    Stage r's 1F1B order with m1 micro-batches shares a prefix of ops with every longer one (up to the
+    end of its steady part; a longer run issues another forward where this one cools down). A task of
+    the first op past that prefix depends on that op's own tasks or, for a ZeRO-3 gather
+    (`dlsim.plan.syncplan`), on the first task of the op before it; so nothing differs between the
+    runs before the end of the first task of the last shared op, on every stage. The graph is built in
+    the same order whatever the micro-batch count, so events up to then (port requests and memory
+    changes included) are the same and happen in the same order."""
+    limit = tl.makespan
+    first_of: dict[tuple, int] = {}
+    for sid, st in enumerate(graph.streams):
+        if st.kind != "compute":
+            continue
+        r = graph.devices[st.device].stage
+        ops, longer = stage_ops("1f1b", p, m1, 1, r), stage_ops("1f1b", p, m1 + 1, 1, r)
+        n = next((i for i, (a, b) in enumerate(zip(ops, longer)) if a != b), len(ops))
+        if n == 0:
+            return 0.0
+        last = ops[n - 1]
+        key = (last.kind, r, last.microbatch)
+        first_of.clear()
+        for tid in graph.orders[sid]:
+            op = _op_of(graph.tasks[tid].label)
+            if op is not None:
+                first_of.setdefault(op, tid)
+        if key not in first_of:
+            return 0.0
+        limit = min(limit, tl.end[first_of[key]])
+    return limit
+
+
+def _op_of(label: tuple) -> tuple | None:
+    """(F | B, chunk, micro-batch) of the op a compute-stream task belongs to (recomputation and
+    compression of its buckets belong to a backward); None for the end-of-iteration tasks."""
+    if len(label) < 3:
         return None
-    graph = build_iteration(replace(x, strategy=replace(x.strategy, num_microbatches=m1)))
-    tl = execute(graph)
-    return extend(graph, tl, info, x.strategy.num_microbatches - m1, x.strategy.pp)
+    if label[0] == "F":
+        return ("F", label[1], label[2])
+    if label[0] in ("R", "B", "C"):
+        return ("B", label[1], label[2])
+    return None
 
 
 def _microbatch(label: tuple) -> int | None:
@@ -90,8 +146,10 @@ class _Periodic:
             self.index.setdefault(key, {})[mb] = t.tid
 
 
-def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int) -> SimResult | None:
-    """Extend the simulated reduced iteration by `delta` periods; None when it is not periodic."""
+def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
+           limit: float = float("inf")) -> SimResult | None:
+    """Extend the simulated reduced iteration by `delta` periods; None when it is not periodic before
+    `limit` (the time up to which the reduced run is the full one, `divergence`)."""
     tasks, start, end = graph.tasks, tl.start, tl.end
     per = _Periodic(graph)
     mb_of = [_microbatch(t.label) for t in tasks]
@@ -105,7 +163,7 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int) ->
     starts = [start[t] for t in by_start]
     longest = max((end[t] - start[t] for t in by_start), default=0.0)
     for c in range(p, max(forwards) - 3):
-        found = _period(tl, per, mb_of, forwards, c, (by_start, starts, longest))
+        found = _period(tl, per, mb_of, forwards, c, (by_start, starts, longest), limit)
         if found is not None:
             break
     else:
@@ -132,9 +190,11 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int) ->
 
 
 def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int], c: int,
-            sorted_starts: tuple[list[int], list[float], float]) -> tuple[float, float, float] | None:
+            sorted_starts: tuple[list[int], list[float], float],
+            limit: float = float("inf")) -> tuple[float, float, float] | None:
     """(τ, λ, tolerance) with the cut at the first stage's forward of micro-batch c, when every task
-    touching [τ − λ, τ + 2λ] is a micro-batch task whose next counterpart is exactly λ later."""
+    touching [τ − λ, τ + 2λ] is a micro-batch task whose next counterpart is exactly λ later and
+    ends before `limit`."""
     start, end = tl.start, tl.end
     if c not in forwards or c + 1 not in forwards:
         return None
@@ -144,6 +204,8 @@ def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int],
     if not lam > tol:
         return None
     lo, hi = tau - lam, tau + 2 * lam
+    if not hi < limit:
+        return None
     by_start, starts, longest = sorted_starts
     for tid in by_start[bisect_left(starts, lo - longest):bisect_right(starts, hi)]:
         if end[tid] < lo:
@@ -152,6 +214,8 @@ def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int],
             return None
         nxt = per.index[per.keys[tid]].get(mb_of[tid] + 1)
         if nxt is None or abs(start[nxt] - start[tid] - lam) > tol or abs(end[nxt] - end[tid] - lam) > tol:
+            return None
+        if not end[nxt] < limit:
             return None
     return tau, lam, tol
 
