@@ -226,7 +226,7 @@ def _rel(path: str) -> str:
 
 
 def burst_section(args: argparse.Namespace) -> list[str]:
-    """Why this tbf burst: the 2-host probe of benchmarks/comm_burst_probe.py, if its record is there."""
+    """Why this tbf burst: the 2-host probe of benchmarks/probes/comm_burst_probe.py, if its record is there."""
     path = Path(args.reports) / PROBE
     if not path.exists():
         return []
@@ -238,7 +238,7 @@ def burst_section(args: argparse.Namespace) -> list[str]:
            "there, Linux `sch_tbf.c`), which a per-message α-β model cannot describe. The burst must hold one "
            "packet (MTU 1500 + 14 B header) and, for the full rate, cover the timer slack; with high-resolution "
            "timers (this kernel: CONFIG_HIGH_RES_TIMERS=y, HZ=250) a few KB suffice. Probe (`python "
-           f"benchmarks/comm_burst_probe.py`, 2 hosts at {recs[0]['rate'] if recs else args.rate}, reno, each row a "
+           f"benchmarks/probes/comm_burst_probe.py`, 2 hosts at {recs[0]['rate'] if recs else args.rate}, reno, each row a "
            "fresh cluster; record in reports/" + PROBE + "): TCP stream rate (3 runs of 20 MB; the full rate "
            "for the payload is 1448/1514 = 0.956 of the line rate) and the one-way time of a message sent after "
            "20 ms idle (RTT − 1-byte RTT, median of 15) as a multiple of size / line rate (1.0 = a real link; "

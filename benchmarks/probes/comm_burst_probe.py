@@ -1,6 +1,6 @@
 """Which tbf burst lets an emulated link behave like a real one? A 2-host check per burst.
 
-    flock -x /tmp/dlsim-measure.lock python benchmarks/comm_burst_probe.py --bursts 2kb,3kb,4kb,8kb,16kb
+    flock -x /tmp/dlsim-measure.lock python benchmarks/probes/comm_burst_probe.py --bursts 2kb,3kb,4kb,8kb,16kb
 
 A real NIC serialises every byte at line rate; tc tbf lets up to `burst` bytes pass at memory speed
 after an idle period (Linux sch_tbf.c: tokens accrue at `rate` up to `burst`; a packet leaves when

@@ -22,7 +22,7 @@ Every rank also reports its CPU time / wall time over the phase (how much of a c
 machine's load shows up as spread, not as an effect. Output: one JSON line per (launch, mode, size)
 in `--out` (default reports/comm-cpu-probe/probe-pingpong-exchange.jsonl; reading: reports/comm-cpu-probe.md) and a summary on stdout.
 
-    flock -x /tmp/dlsim-measure.lock python benchmarks/comm_cpu_probe.py --rounds 3
+    flock -x /tmp/dlsim-measure.lock python benchmarks/probes/comm_cpu_probe.py --rounds 3
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from emulated_probe import add_cluster_options, emulated_cluster, mpirun_script  # noqa: E402
 

@@ -20,7 +20,7 @@ sequences. Rounds repeat the whole set minutes apart, so their spread is the mac
 pattern's. Output: one JSON line per launch in `--out` and a JSON summary on stdout
 (µs per call; reading: reports/comm-validation-notes.md, section "Session 5").
 
-    flock -x /tmp/dlsim-measure.lock python benchmarks/comm_step_probe.py --rounds 3
+    flock -x /tmp/dlsim-measure.lock python benchmarks/probes/comm_step_probe.py --rounds 3
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from emulated_probe import add_cluster_options, emulated_cluster, mpirun_script, one_line_errors  # noqa: E402
 

@@ -17,7 +17,7 @@ were each one of those halves. Methods (what runs, outside the timing, before ea
 Prints one JSON object (per method: repeatability overall and by FLOP range, and the median time
 relative to `flush`). Reading: reports/validation-cpu.md, section "Session 5".
 
-    flock -x /tmp/dlsim-measure.lock python benchmarks/gemm_noise_probe.py --seed 6 --gemms 80 --passes 6
+    flock -x /tmp/dlsim-measure.lock python benchmarks/probes/gemm_noise_probe.py --seed 6 --gemms 80 --passes 6
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from emulated_probe import one_line_errors  # noqa: E402
 

@@ -1,6 +1,6 @@
 """How repeatable is a GEMM time on this machine, and where does MKL switch kernels? Prints JSON.
 
-    python benchmarks/gemm_stability_probe.py [--state-seconds 20] [--sweep-dim 1024] [--out FILE]
+    python benchmarks/probes/gemm_stability_probe.py [--state-seconds 20] [--sweep-dim 1024] [--out FILE]
 
 Two probes, both with PyTorch's default thread count (one per core), the way calibration times:
 

@@ -47,7 +47,7 @@ def cause_section(out: Path, attempts: list[dict]) -> list[str]:
         kc = [s["calib"] / s["cold"] - 1 for s in sums.values()]
         faults = max(max(r["minor_faults_per_round"].values()) for r in diag["variants"].values())
         lines += [
-            f"1. **Warm vs cold caches: not the cause.** `benchmarks/microbatch_cpu_diagnose.py` "
+            f"1. **Warm vs cold caches: not the cause.** `benchmarks/probes/microbatch_cpu_diagnose.py` "
             f"(`diagnose-1.json`, {diag['rounds']} interleaved rounds, plans {', '.join(diag['variants'])}) timed "
             "every step of each plan alone right after rewriting a buffer of twice the 32 MiB last-level cache "
             f"(cold) and again at once (warm): Σ cold / Σ warm − 1 = {_pct(cw)}. The calibration already flushed "

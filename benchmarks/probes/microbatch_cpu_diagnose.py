@@ -17,7 +17,7 @@ in_plan/cold (what the previous kernel leaves behind vs a flush), cold/warm (how
 costs), calib/cold (memory placement: exact-size fresh arena vs the plan's arena), table/calib (drift
 since calibration, or selection bias of the planner).
 
-    python benchmarks/microbatch_cpu_diagnose.py --table reports/microbatch-cpu-runs/table-2.csv \
+    python benchmarks/probes/microbatch_cpu_diagnose.py --table reports/microbatch-cpu-runs/table-2.csv \
         --plans wr:32MiB,wr:128MiB,wd:256MiB --rounds 7 --out reports/microbatch-cpu-runs/diagnose.json
 """
 

@@ -25,7 +25,7 @@ minutes; see the report):
 
 ``--stage all`` runs check (if not done), calibrate, measure and report for ``--attempt N``.
 Prints a JSON summary. Usage:
-    python benchmarks/microbatch_cpu_proof.py [--stage all] [--attempt 1] [--batch 16]
+    python benchmarks/probes/microbatch_cpu_proof.py [--stage all] [--attempt 1] [--batch 16]
         [--limits 8MiB,32MiB,128MiB] [--wd-limits 64MiB,128MiB,256MiB] [--rounds 7]
 """
 
@@ -226,7 +226,7 @@ def _largest(limits: dict[str, list[float]]) -> float:
 
 
 def _command(args) -> str:
-    return (f"python benchmarks/microbatch_cpu_proof.py --stage all --attempt N --batch {args.batch} "
+    return (f"python benchmarks/probes/microbatch_cpu_proof.py --stage all --attempt N --batch {args.batch} "
             f"--limits {args.limits} --wd-limits {args.wd_limits} --rounds {args.rounds} --repeats {args.repeats} "
             f"--threads {args.threads} --out {args.out}")
 
