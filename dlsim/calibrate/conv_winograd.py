@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dlsim.calibrate.conv_numpy import gather, out_range
+from dlsim.calibrate.conv_index import gather, out_range
 from dlsim.calibrate.conv_workspace import Workspace
 from dlsim.cost.conv_methods import WINOGRAD_M, ConvGeometry, winograd_alpha, workspace_buffers
 

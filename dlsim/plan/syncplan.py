@@ -15,21 +15,52 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, Sequence
 
 from dlsim.plan.compression import plan_sync
+from dlsim.plan.dataparallel import Bucket
+from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.taskgraph import BUFFERS, COMPUTE, TRANSIENT_PARAMS
 from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch
+from dlsim.plan.taskgraph import TaskGraph
+from dlsim.results import Estimate
+from dlsim.spec.strategy import Strategy
 from dlsim.units import DTYPE_BYTES
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dlsim.plan.iteration import _Builder
+
+class GraphBuilder(Protocol):
+    """What the synchronisation emitters need of the iteration builder (`dlsim.plan.iteration`):
+    its inputs, graph, devices and streams, buckets, and its pricing and collective helpers. A
+    protocol, so that this module does not import the builder (no import cycle)."""
+
+    x: Any                                   # dlsim.plan.iteration.IterationInputs
+    s: Strategy
+    g: TaskGraph
+    p: int
+    v: int
+    m: int
+    dev: dict[tuple[int, int, int], int]
+    cstream: list[int]
+    mstream: list[int]
+    chunk_entries: list[Sequence[LayerEntry]]
+    buckets: list[list[Bucket]]
+    pending: dict[tuple, list[int]]
+
+    def dp_synced(self, e: LayerEntry) -> bool: ...
+
+    def price(self, op: str, nbytes: float, ranks: list[int], tier: str | None = None,
+              per_node: int | None = None) -> Estimate: ...
+
+    def port(self, device: int, tier: str, direction: str) -> int: ...
+
+    def collective(self, name: str, op: str, nbytes: float, kind: str, pos: tuple[int, int, int], key: tuple,
+                   stream: int, deps: list[int], label: tuple) -> int: ...
 
 
 class SyncEmitter:
     """Creates the per-device synchronisation emitters of one iteration graph."""
 
-    def __init__(self, builder: "_Builder"):
+    def __init__(self, builder: GraphBuilder):
         self.b = builder
         x = builder.x
         chunk_of = {}
