@@ -67,9 +67,16 @@ class SimResult:
     def peak_memory_bytes(self) -> float:
         return max((d.peak_memory_bytes for d in self.devices), default=0.0)
 
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: the model's training FLOPs per iteration over what every device's
+        peak could do in the iteration time (PaLM, Chowdhery et al. 2022, App. B); 0 when undefined."""
+        t = self.iteration_time_s
+        return self.flops_per_iteration / (t * self.total_devices * self.peak_flops) if t > 0 and self.peak_flops else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         t = self.iteration_time_s
-        mfu = self.flops_per_iteration / (t * self.total_devices * self.peak_flops) if t > 0 and self.peak_flops else 0.0
+        mfu = self.mfu
         return {
             "schema_version": SCHEMA_VERSION, "kind": "simulation",
             "model": self.model, "cluster": self.cluster, "device": self.device, "strategy": self.strategy,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -137,17 +137,104 @@ def algorithm_names(collective: str, algorithm: str | Sequence[str]) -> list[str
     return list(algorithm)
 
 
+@dataclass(frozen=True)
+class AlgorithmTime:
+    """One algorithm's price for one collective call (a row of `CommResult.results`)."""
+
+    algorithm: str
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    source: str
+    note: str
+    params: dict[str, Any]
+    lower_bound_ratio: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "time_s": self.time_s, "algbw_bytes_per_s": self.algbw_bytes_per_s,
+                "busbw_bytes_per_s": self.busbw_bytes_per_s, "source": self.source, "note": self.note,
+                "params": dict(self.params), "lower_bound_ratio": self.lower_bound_ratio}
+
+
+@dataclass(frozen=True)
+class CommResult:
+    """`comm()`: one collective call priced per algorithm, its bus factor and lower bound."""
+
+    collective: str
+    size_bytes: float
+    ranks: int
+    algorithm_requested: str
+    network: dict[str, Any]
+    bus_factor: float
+    lower_bound_s: float
+    best: str | None
+    results: tuple[AlgorithmTime, ...]
+    skipped: tuple[dict[str, str], ...] = ()
+    dtype: str = UNTYPED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "kind": "comm", "collective": self.collective, "dtype": self.dtype,
+                "size_bytes": self.size_bytes, "ranks": self.ranks, "algorithm_requested": self.algorithm_requested,
+                "network": self.network, "bus_factor": self.bus_factor, "lower_bound_s": self.lower_bound_s,
+                "best": self.best, "results": [r.to_dict() for r in self.results],
+                "skipped": [dict(s) for s in self.skipped]}
+
+
+@dataclass(frozen=True)
+class CommSweep:
+    """`comm_sweep()`: times over sizes per algorithm, the best per size and the crossover sizes."""
+
+    collective: str
+    ranks: int
+    network: dict[str, Any]
+    algorithms: tuple[str, ...]
+    sizes_bytes: tuple[float, ...]
+    times_s: dict[str, list[float]]
+    busbw_bytes_per_s: dict[str, list[float]]
+    lower_bound_s: tuple[float, ...]
+    best: tuple[str, ...]
+    best_time_s: tuple[float, ...]
+    crossovers: tuple[dict[str, Any], ...]
+    pairwise_crossovers: tuple[dict[str, Any], ...]
+    dtype: str = UNTYPED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "kind": "comm-sweep", "collective": self.collective,
+                "dtype": self.dtype, "ranks": self.ranks, "network": self.network,
+                "algorithms": list(self.algorithms), "sizes_bytes": list(self.sizes_bytes),
+                "times_s": {a: list(t) for a, t in self.times_s.items()},
+                "busbw_bytes_per_s": {a: list(b) for a, b in self.busbw_bytes_per_s.items()},
+                "lower_bound_s": list(self.lower_bound_s), "best": list(self.best),
+                "best_time_s": list(self.best_time_s), "crossovers": [dict(c) for c in self.crossovers],
+                "pairwise_crossovers": [dict(c) for c in self.pairwise_crossovers]}
+
+
+def _split_keywords(net: dict[str, Any], params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Network keywords (given ones) and algorithm parameters (given ones, checked)."""
+    return {k: v for k, v in net.items() if v is not None}, _params(params)
+
+
 def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "auto", model: str = "auto",
-         **kwargs: Any) -> dict[str, Any]:
+         cluster: Cluster | str | Path | None = None, latency: str | float | None = None,
+         bandwidth: str | float | None = None, overhead: str | float | None = None, gap: str | float | None = None,
+         reduce_bandwidth: str | float | None = None, ranks_per_node: int | None = None,
+         burst: str | float | None = None, peak_bandwidth: str | float | None = None,
+         segments: int | None = None, shards: int | None = None, fanout: int | None = None,
+         rounds: int | None = None, seed: int | None = None, inter_algorithm: str | None = None,
+         max_segments: int | None = None) -> CommResult:
     """Time, algbw, busbw (nccl-tests) and the lower bound of one collective call, per algorithm.
 
     `algorithm`: a name, `auto` (the cheapest, as NCCL and MPICH choose) or `all`. Network keywords
-    as `network()`; algorithm keywords: segments, shards, fanout, rounds, seed, inter_algorithm.
+    as `network()`; algorithm keywords: segments, shards, fanout, rounds, seed, inter_algorithm,
+    max_segments. ``.to_dict()`` is the JSON record of ``dlsim comm --json``.
     """
-    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node", "burst",
-                "peak_bandwidth")
-    net = network(ranks, **{k: kwargs.pop(k) for k in net_keys if k in kwargs})
-    params = _params(kwargs)
+    net_kw, params = _split_keywords(
+        dict(cluster=cluster, latency=latency, bandwidth=bandwidth, overhead=overhead, gap=gap,
+             reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node, burst=burst,
+             peak_bandwidth=peak_bandwidth),
+        dict(segments=segments, shards=shards, fanout=fanout, rounds=rounds, seed=seed,
+             inter_algorithm=inter_algorithm, max_segments=max_segments))
+    net = network(ranks, **net_kw)
     n = units.parse_size(size)
     check_collective(collective)
     options = make_options(ranks_per_node=net.ranks_per_node, **params)
@@ -167,21 +254,17 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
             get_algorithm(collective, name, ranks, options)         # raises the one-line error
         est = collective_time(collective, name, n, ranks, net.link, **common)
         alg, bus = bandwidths(collective, n, ranks, est.seconds)
-        results.append({"algorithm": name, "time_s": est.seconds, "algbw_bytes_per_s": float(alg),
-                        "busbw_bytes_per_s": float(bus), "source": est.source.value, "note": est.note,
-                        "params": effective_params(collective, name, n, ranks, net.link, **common)})
+        results.append(AlgorithmTime(name, est.seconds, float(alg), float(bus), est.source.value, est.note,
+                                      effective_params(collective, name, n, ranks, net.link, **common)))
     bound = lower_bound(collective, n, ranks, net.link, gamma=net.gamma, model=model,
                         ranks_per_node=net.ranks_per_node, intra=net.intra,
                         **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
-    for r in results:
-        r["lower_bound_ratio"] = r["time_s"] / bound if bound > 0 else None
-    best = min(results, key=lambda r: r["time_s"])["algorithm"] if results else None
+    results = [replace(r, lower_bound_ratio=r.time_s / bound if bound > 0 else None) for r in results]
+    best = min(results, key=lambda r: r.time_s).algorithm if results else None
     if algorithm == "auto":
-        results = [r for r in results if r["algorithm"] == best]
-    return {"schema_version": SCHEMA_VERSION, "kind": "comm", "collective": collective, "dtype": UNTYPED, "size_bytes": n,
-            "ranks": ranks, "algorithm_requested": algorithm, "network": net.describe(model),
-            "bus_factor": float(bus_factor(collective, ranks)), "lower_bound_s": bound, "best": best,
-            "results": results, "skipped": skipped}
+        results = [r for r in results if r.algorithm == best]
+    return CommResult(collective, n, ranks, algorithm, net.describe(model), float(bus_factor(collective, ranks)),
+                      bound, best, tuple(results), tuple(skipped))
 
 
 def parse_sweep(spec: str) -> list[float]:
@@ -231,12 +314,22 @@ def _crossover(collective: str, a: str, b: str, lo: float, hi: float, ranks: int
 
 
 def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, algorithm: str = "auto",
-               model: str = "auto", **kwargs: Any) -> dict[str, Any]:
-    """Times over sizes for every candidate algorithm, the best per size and the crossover sizes."""
-    net_keys = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node", "burst",
-                "peak_bandwidth")
-    net = network(ranks, **{k: kwargs.pop(k) for k in net_keys if k in kwargs})
-    params = _params(kwargs)
+               model: str = "auto", cluster: Cluster | str | Path | None = None, latency: str | float | None = None,
+               bandwidth: str | float | None = None, overhead: str | float | None = None, gap: str | float | None = None,
+               reduce_bandwidth: str | float | None = None, ranks_per_node: int | None = None,
+               burst: str | float | None = None, peak_bandwidth: str | float | None = None,
+               segments: int | None = None, shards: int | None = None, fanout: int | None = None,
+               rounds: int | None = None, seed: int | None = None, inter_algorithm: str | None = None,
+               max_segments: int | None = None) -> CommSweep:
+    """Times over sizes for every candidate algorithm, the best per size and the crossover sizes
+    (keywords as `comm()`; ``.to_dict()`` is the JSON record of ``dlsim comm --sweep --json``)."""
+    net_kw, params = _split_keywords(
+        dict(cluster=cluster, latency=latency, bandwidth=bandwidth, overhead=overhead, gap=gap,
+             reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node, burst=burst,
+             peak_bandwidth=peak_bandwidth),
+        dict(segments=segments, shards=shards, fanout=fanout, rounds=rounds, seed=seed,
+             inter_algorithm=inter_algorithm, max_segments=max_segments))
+    net = network(ranks, **net_kw)
     sizes = parse_sweep(sweep) if isinstance(sweep, str) else [units.parse_size(s) for s in sweep]
     names = algorithm_names(collective, algorithm)
     check_params_used(collective, names, params, model, net.link if net.source == "command line" else None)
@@ -265,9 +358,7 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
                           ranks_per_node=net.ranks_per_node, intra=net.intra,
                           **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
     busbw = {a: bandwidths(collective, sizes, ranks, times[a])[1].tolist() for a in names}
-    return {"schema_version": SCHEMA_VERSION, "kind": "comm-sweep", "collective": collective, "dtype": UNTYPED,
-            "ranks": ranks,
-            "network": net.describe(model), "algorithms": names, "sizes_bytes": list(sizes),
-            "times_s": {a: times[a].tolist() for a in names}, "busbw_bytes_per_s": busbw,
-            "lower_bound_s": bounds.tolist(), "best": best, "best_time_s": best_t.tolist(),
-            "crossovers": crossovers, "pairwise_crossovers": sorted(pairwise, key=lambda c: c["size_bytes"])}
+    return CommSweep(collective, ranks, net.describe(model), tuple(names), tuple(sizes),
+                     {a: times[a].tolist() for a in names}, busbw, tuple(bounds.tolist()), tuple(best),
+                     tuple(best_t.tolist()), tuple(crossovers),
+                     tuple(sorted(pairwise, key=lambda c: c["size_bytes"])))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Unpack
 
+from dlsim.api.fields import StrategyFields
 from dlsim.api.limits import check_nodes_limit, check_strategy_limits
 from dlsim.api.modes import ALLREDUCE_ONLY, PS_ONLY, check_mode_fields
 from dlsim.api.models import as_cluster, as_model, check_dtype
@@ -148,7 +149,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
                    nodes: int | None = None, given: Iterable[str] = (),
                    trace_ranks: str | Iterable[int] | None = None,
                    trace_window: str | tuple[float | str, float | str] | None = None,
-                   **fields: Any) -> Simulation:
+                   **fields: Unpack[StrategyFields]) -> Simulation:
     """Simulate `model` on `cluster` under `strategy` (a Strategy, a YAML file, or strategy fields).
 
     `symmetry` simulates one data-parallel replica and one tensor-parallel rank per stage (their
@@ -259,7 +260,14 @@ def _stated(result: SimResult | AsyncResult, dtype: str, assumed: dict[str, Any]
 
 
 def simulate(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,
-             **kwargs: Any) -> SimResult | AsyncResult:
-    """The result record of `run_simulation` (same arguments)."""
-    return run_simulation(model, cluster, strategy, **kwargs).result
+             *, measured: bool = True, symmetry: bool = True, expand_collectives: bool = False,
+             microbatch_plan: str | None = None, workspace_limit: str | float = "64MiB",
+             overrides: Mapping[str, Any] | None = None, pricer: CommPricer | None = None, nodes: int | None = None,
+             given: Iterable[str] = (), **fields: Unpack[StrategyFields]) -> SimResult | AsyncResult:
+    """The result record of `run_simulation` (same arguments, without the trace): strategy `fields`
+    as keywords (`dlsim.api.fields.StrategyFields`), e.g. ``simulate("gpt2", "dgx-h100", dp=2)``."""
+    return run_simulation(model, cluster, strategy, measured=measured, symmetry=symmetry,
+                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
+                          workspace_limit=workspace_limit, overrides=overrides, pricer=pricer, nodes=nodes,
+                          given=given, **fields).result
 

@@ -116,14 +116,14 @@ def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, p
     algorithm = kwargs.pop("algorithm")
     model = kwargs.pop("model")
     if sweep is not None:
-        rec = comm_sweep(collective, sweep, ranks, algorithm=algorithm, model=model, **kwargs)
+        rec = comm_sweep(collective, sweep, ranks, algorithm=algorithm, model=model, **kwargs).to_dict()
         if plot_path:
             from dlsim.report.comm_plots import plot_sweep
             json_safe(rec)
             emit_plot(plot_path, lambda tmp: plot_sweep(rec, tmp))
         text = sweep_text(rec)
     else:
-        rec = comm(collective, size, ranks, algorithm=algorithm, model=model, **kwargs)
+        rec = comm(collective, size, ranks, algorithm=algorithm, model=model, **kwargs).to_dict()
         text = comm_text(rec)
     if json_out is not None:
         emit_json(rec, json_out)
