@@ -24,11 +24,13 @@ from dlsim.errors import DlsimError
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("calibrate", "Measure real kernels (compute), collectives (comm) or convolution micro-batches."),
     "comm": ("comm", "Price a collective: time, algorithm, bus bandwidth, lower bound; sweeps and crossovers."),
+    "compare": ("compare", "Compare strategies side by side (time split, memory, throughput); scaling studies."),
     "estimate": ("estimate", "Predict one training iteration of MODEL on one device of a profile."),
     "import": ("import_cmd", "Import a network from another framework (PyTorch)."),
     "model": ("zoo", "Inspect a network description (model show)."),
     "models": ("zoo", "List the built-in model zoo."),
     "plan": ("plan", "Plan how to run a network (micro-batches for convolutions, μ-cuDNN)."),
+    "plot": ("plot", "Redraw saved records (simulation, comparison, comm sweep, trace) as a figure."),
     "profiles": ("zoo", "List the built-in hardware profiles."),
     "simulate": ("simulate", "Simulate one training iteration of MODEL on a cluster under a strategy."),
     "validate": ("validate", "Compare predictions with real runs (model, kernels, ddp)."),

@@ -48,7 +48,8 @@ def _inputs(ctx: click.Context | None) -> list[Path]:
         for name, value in ctx.params.items():
             values = value if isinstance(value, (list, tuple)) else [value]
             for v in values:
-                if not isinstance(v, (str, Path)) or name in ("json_out", "trace_out", "plot_path", "plot", "out"):
+                if not isinstance(v, (str, Path)) or name in ("json_out", "trace_out", "plot_path", "plot", "out",
+                                                                 "gantt_out", "csv_out"):
                     continue
                 p = Path(v)
                 try:
@@ -100,7 +101,8 @@ def wants_summary(destination: str | None) -> bool:
 
 
 # Options that only shape the output, not what was run: never listed as assumed.
-_OUTPUT_OPTIONS = {"json_out", "force", "overrides", "plot_path", "trace_out", "show_all", "pareto", "out"}
+_OUTPUT_OPTIONS = {"json_out", "force", "overrides", "plot_path", "trace_out", "show_all", "pareto", "out",
+                   "gantt_out", "gantt_devices", "csv_out", "jobs"}
 
 
 def add_assumed(record: Any) -> Any:

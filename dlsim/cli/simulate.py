@@ -117,10 +117,15 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Trace only these ranks' devices, streams and links, e.g. 0-7,64 (with --trace).")
 @click.option("--trace-window", metavar="START:END",
               help="Trace only spans within this slice of simulated time, e.g. 1s:1.5s or 0:500ms (with --trace).")
+@click.option("--gantt", "gantt_out", type=click.Path(dir_okay=False),
+              help="Draw the iteration's timeline (device streams and link ports) into FILE.png (--sync allreduce).")
+@click.option("--gantt-devices", type=click.IntRange(1, 4096), default=None,
+              help="Devices drawn in the --gantt chart: the first N simulated devices [default: 8].")
 @force_option
 @set_option
 def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None,
                  trace_out: str | None, trace_ranks: str | None, trace_window: str | None,
+                 gantt_out: str | None, gantt_devices: int | None,
                  microbatch_plan: str | None, workspace_limit: str | None, full: bool, expand_collectives: bool,
                  model_only: bool, overrides: tuple[str, ...], **opts: Any) -> None:
     """Simulate one training iteration of MODEL on a cluster profile under a parallel strategy.
@@ -132,11 +137,17 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
     for path, option in ((trace_out, "--trace"), (json_out if json_out != "-" else None, "--json")):
         if path is not None:
             prepare_output(path, option)  # refuse before simulating, not after
+    if gantt_out is not None:
+        from dlsim.cli.compare import check_figure_path
+        check_figure_path(gantt_out, "--gantt")
+    elif gantt_devices is not None:
+        raise SpecError("--gantt-devices applies to --gantt only", field="gantt_devices")
     if workspace_limit is not None and microbatch_plan is None:
         raise SpecError("--workspace-limit applies to --microbatch-plan only", field="workspace_limit")
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
-                         workspace_limit=workspace_limit or "64MiB", trace=trace_out is not None, nodes=nodes,
+                         workspace_limit=workspace_limit or "64MiB", trace=trace_out is not None or gantt_out is not None,
+                         nodes=nodes,
                          trace_ranks=trace_ranks, trace_window=trace_window, overrides=parse_overrides(overrides),
                          given=_nested_given(opts), **_strategy_fields(opts))
     rec = add_assumed(sim.result.to_dict())
@@ -145,6 +156,11 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
         if trace_out.endswith(".gz"):
             text = gzip.compress(text, compresslevel=6, mtime=0)  # mtime 0: same run, same bytes
         emit_text(trace_out, text, "--trace")
+    if gantt_out is not None and sim.trace is not None:
+        from dlsim.cli.compare import emit_figure
+        from dlsim.report.gantt import DEFAULT_DEVICES, gantt_figure
+        emit_figure(gantt_out, "--gantt", lambda: gantt_figure(sim.trace, gantt_devices or DEFAULT_DEVICES,
+                                                               pipelined=rec["strategy"].get("pp", 1) > 1))
     if json_out is not None:
         emit_json(rec, json_out)
     if wants_summary(json_out):

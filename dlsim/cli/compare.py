@@ -1,0 +1,200 @@
+"""``dlsim compare``: several strategies side by side (table, CSV, JSON, figure); scaling studies.
+
+Exit code: 0 when at least one strategy is feasible (the others are listed with the limit that
+rules them out); 1 only when every strategy cannot be built or does not fit (after the table and
+every output are written). A comparison with some infeasible strategies is still a comparison.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from dlsim.cli import main
+from dlsim.cli.options import parse_overrides, set_option
+from dlsim.cli.output import PLOT_FORMATS, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.errors import InfeasibleError, SpecError
+from dlsim.io.files import OutputError
+
+PARTS = ("compute", "recompute", "exposed_comm", "bubble", "idle")
+CSV_COLUMNS = ("strategy", "gpus", "dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch",
+               "schedule", "feasible", "iteration_time_s", "compute_s", "recompute_s", "exposed_comm_s", "bubble_s",
+               "idle_s", "throughput_samples_per_s", "model_flops_utilisation", "peak_memory_bytes", "capacity_bytes",
+               "speedup", "parallel_efficiency", "reason")
+
+
+def check_figure_path(path: str, option: str) -> Path:
+    """Refuse an unknown figure format before any work is done (and remember the output)."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise OutputError(f"{option} {path}: unknown figure format {suffix or '(none)'!r} "
+                          f"(use a file name ending in .{', .'.join(PLOT_FORMATS[:4])})")
+    return prepare_output(path, option)
+
+
+def emit_figure(path: str, option: str, draw: Callable[[], Any]) -> None:
+    """Draw a figure (`draw()` returns it) and write it atomically to `path` under the output rules."""
+    from dlsim.report.compare_plots import close, save_figure
+    fig = draw()
+    suffix = Path(path).suffix or ".png"
+    fd, tmp = tempfile.mkstemp(prefix=".dlsim-figure.", suffix=suffix)
+    os.close(fd)
+    try:
+        save_figure(fig, tmp)
+        close(fig)
+        emit_text(path, Path(tmp).read_bytes(), option)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _gpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if item in ("...", ""):
+            if item == "...":
+                raise SpecError("--gpus lists every count, e.g. 8,16,32,64 (no '...')", field="gpus")
+            continue
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise SpecError(f"--gpus needs comma-separated GPU counts, got {item!r}", field="gpus") from None
+    return out
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def comparison_table(rec: dict[str, Any]) -> str:
+    """The comparison as text: one row per strategy (and GPU count), then the infeasible ones' reasons."""
+    from dlsim.report.text import table
+    from dlsim.units import format_bytes
+    curves = {(name, p["gpus"]): p for name, pts in (rec.get("scaling_curves") or {}).items() for p in pts}
+    head = ["strategy", "GPUs", "dp x tp x pp", "mbs x m", "iteration", "compute", "recomp", "exp.comm", "bubble",
+            "idle", "samples/s", "MFU", "memory / capacity", "status"]
+    if curves:
+        head[12:12] = ["speedup", "efficiency"]
+    rows = []
+    for e in rec["entries"]:
+        s = e.get("strategy") or {}
+        bd = e.get("breakdown_s") or {}
+        row = [e["name"], e.get("gpus") or "-", f"{s['dp']} x {s['tp']} x {s['pp']}" if s else "-",
+               f"{s['microbatch_size']} x {s['num_microbatches']}" if s else "-",
+               _fmt(e.get("iteration_time_s")), *(_fmt(bd.get(k)) for k in PARTS),
+               _fmt(e.get("throughput_samples_per_s")),
+               f"{100 * e['model_flops_utilisation']:.0f}%" if e.get("model_flops_utilisation") else "-",
+               f"{format_bytes(e['peak_memory_bytes'])} / {format_bytes(e['capacity_bytes'])}"
+               if e.get("peak_memory_bytes") is not None else "-",
+               "ok" if e["feasible"] else ("does not fit" if e.get("limit") == "memory" else "cannot be built")]
+        if curves:
+            p = curves.get((e["name"], e.get("gpus"))) or {}
+            row[12:12] = [_fmt(p.get("speedup"), 3),
+                          f"{100 * p['efficiency']:.0f}%" if p.get("efficiency") is not None else "-"]
+        rows.append(row)
+    right = [False, True, False, False] + [True] * (len(head) - 6) + [True, False]
+    where = f"{rec['model']} on {rec['cluster']} ({rec['device']})"
+    if rec.get("scaling"):
+        where += f", {rec['scaling']} scaling"
+    lines = [f"{where}: {len(rec['entries'])} simulations, {rec['feasible']} feasible; times in seconds",
+             table(head, rows, right)]
+    bad = [e for e in rec["entries"] if not e["feasible"]]
+    if bad:
+        lines.append("")
+        for e in bad:
+            gpus = f" ({e['gpus']} GPUs)" if e.get("gpus") else ""
+            lines.append(f"x {e['name']}{gpus}: {e['reason']}")
+    ok = [e for e in rec["entries"] if e["feasible"]]
+    if ok:
+        best = max(ok, key=lambda e: e["throughput_samples_per_s"])
+        lines.append(f"\nfastest feasible: {best['name']} ({best.get('gpus')} GPUs), "
+                     f"{best['iteration_time_s']:.4g} s per iteration, {best['throughput_samples_per_s']:.4g} samples/s")
+    return "\n".join(lines)
+
+
+def comparison_csv(rec: dict[str, Any]) -> str:
+    curves = {(name, p["gpus"]): p for name, pts in (rec.get("scaling_curves") or {}).items() for p in pts}
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for e in rec["entries"]:
+        s = e.get("strategy") or {}
+        bd = e.get("breakdown_s") or {}
+        p = curves.get((e["name"], e.get("gpus"))) or {}
+        w.writerow([e["name"], e.get("gpus"), *(s.get(k) for k in ("dp", "tp", "pp", "microbatch_size",
+                                                                   "num_microbatches", "global_batch", "schedule")),
+                    e["feasible"], e.get("iteration_time_s"), *(bd.get(k) for k in PARTS),
+                    e.get("throughput_samples_per_s"), e.get("model_flops_utilisation"), e.get("peak_memory_bytes"),
+                    e.get("capacity_bytes"), p.get("speedup"), p.get("efficiency"), e.get("reason", "")])
+    return out.getvalue()
+
+
+def draw_comparison(rec: dict[str, Any]) -> Any:
+    from dlsim.report.compare_plots import comparison_figure, scaling_figure
+    return scaling_figure(rec) if rec.get("scaling") else comparison_figure(rec)
+
+
+@main.command("compare")
+@click.argument("model")
+@click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
+@click.option("--strategy", "strategies", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Strategy YAML file (repeatable); with --grid, one file is the grid's base.")
+@click.option("--grid", help='Grid of strategy fields, e.g. "dp=8,16 tp=1,2,4 pp=1,2" (YAML keys and units).')
+@click.option("--gpus", "gpus_text", metavar="N[,N...]",
+              help="GPU counts: dp = N / (tp x pp) on enough nodes (a grid with dp keeps the combinations using N).")
+@click.option("--scaling", type=click.Choice(["strong", "weak"]),
+              help="Scaling study over --gpus: strong keeps the global batch, weak grows it with the GPUs.")
+@click.option("--global-batch", type=int, help="Samples per iteration for every strategy (micro-batch size kept).")
+@click.option("--nodes", type=int, help="Resize the cluster to this many nodes (default: the profile's, or "
+                                         "enough for each --gpus count).")
+@click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
+@click.option("--jobs", "-j", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Simulate on a process pool of this many workers.")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="Write the table as CSV to FILE.")
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="Print the comparison record as JSON (or write it to FILE; redraw it with dlsim plot).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Draw the comparison (or the scaling study) into FILE.png.")
+@force_option
+@set_option
+def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str | None, gpus_text: str | None,
+                scaling: str | None, global_batch: int | None, nodes: int | None, model_only: bool, jobs: int,
+                csv_out: str | None, json_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
+    """Compare parallel strategies of MODEL on a cluster: time split, memory, throughput.
+
+    Strategies come from --strategy files or a --grid. Each is simulated event by event. A
+    strategy that cannot be built (sizes that do not divide, too few devices) or does not fit in
+    memory is listed with its limit and by how much; the exit code is 1 only when all of them fail.
+    With --scaling strong|weak and --gpus 8,16,...: speedup and parallel efficiency against GPUs.
+    """
+    if plot_path is not None:
+        check_figure_path(plot_path, "--plot")
+    for path, option in ((csv_out, "--csv"), (json_out if json_out != "-" else None, "--json")):
+        if path is not None:
+            prepare_output(path, option)
+    from dlsim.api.compare import compare
+    gpus = _gpus(gpus_text)
+    if scaling and not gpus:
+        raise SpecError("--scaling needs --gpus with at least two counts, e.g. --gpus 8,16,32", field="gpus")
+    rec = compare(model, cluster, strategies, grid=grid, gpus=gpus, scaling=scaling, global_batch=global_batch,
+                  nodes=nodes, measured=not model_only, overrides=parse_overrides(overrides), jobs=jobs)
+    rec = json_safe(rec)
+    if csv_out is not None:
+        emit_text(csv_out, comparison_csv(rec), "--csv")
+    if json_out is not None:
+        emit_json(rec, json_out)
+    if plot_path is not None:
+        emit_figure(plot_path, "--plot", lambda: draw_comparison(rec))
+    if wants_summary(json_out):
+        click.echo(comparison_table(rec))
+    if rec["entries"] and not rec["feasible"]:
+        raise InfeasibleError(f"none of the {len(rec['entries'])} strategies is feasible; first: "
+                              f"{rec['entries'][0]['name']}: {rec['entries'][0]['reason']}")
