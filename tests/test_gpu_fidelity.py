@@ -195,3 +195,16 @@ def test_calibrated_efficiency_curve_from_measurements():
     assert efficiency_curve(points[:1], peak, launch) is None
     assert all(0 < v <= 1 for v in efficiency_curve([(1e9, 1e-3), (1e10, 1e-9)], peak, 0.0)[1])
     assert math.isfinite(sum(efficiency_curve(points, peak, launch)[0]))
+
+
+def test_calibrated_curves_are_written_so_that_they_load(tmp_path):
+    """A busy machine can measure tiny fractions and near-equal sizes: the profile text stays loadable
+    (positive values, strictly increasing sizes)."""
+    from dlsim.api.calibrate_compute import _efficiency_yaml
+    curves = {"matrix": {"fp32": ((1e3, 1.0000001e3, 5e9), (3e-7, 0.5, 0.9))}, "memory": ((1e5, 1e8), (1e-9, 0.8))}
+    text = ("device:\n  name: d\n  peak_tflops: {fp32: 1}\n  memory_gib: 1\n  memory_bandwidth_gbytes_per_s: 1\n"
+            + _efficiency_yaml(curves, "today") + "intra_node:\n  latency_us: 0\n  bandwidth_gbytes_per_s: 1\n")
+    (tmp_path / "profile.yaml").write_text(text)
+    eff = load_profile(tmp_path).device.efficiency
+    assert eff.matrix["fp32"].sizes == (1e3, 5e9) and eff.matrix["fp32"].values[0] == pytest.approx(3e-7)
+    assert eff.memory.values[0] > 0

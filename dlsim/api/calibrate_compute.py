@@ -138,8 +138,10 @@ def _fits(out: Path, dtypes: Iterable[str], device_rows: dict[str, float],
 
 def _curve_yaml(curve: tuple[tuple[float, ...], tuple[float, ...]], unit: float, key: str, indent: str,
                 source: str) -> str:
-    sizes = ", ".join(_num(x / unit) for x in curve[0])
-    values = ", ".join(f"{v:.4f}" for v in curve[1])
+    points: dict[str, str] = {}  # as written: 6 significant digits, sizes kept strictly increasing
+    for x, v in zip(*curve):
+        points.setdefault(_num(x / unit, 6), _num(v, 6))
+    sizes, values = ", ".join(points), ", ".join(points.values())
     return (f"{indent}{key}: [{sizes}]   # measured: median size per log-size bin\n"
             f"{indent}value: [{values}]   # measured: median attained fraction of the peak per bin\n"
             f"{indent}source: \"{source}\"\n")
@@ -166,9 +168,9 @@ def _device_rows(out: Path) -> dict[str, float]:
         return {r["quantity"]: float(r["value"]) for r in csv.DictReader(handle)}
 
 
-def _num(x: float) -> str:
+def _num(x: float, digits: int = 4) -> str:
     """A float as YAML reads it back as a float (YAML 1.1 wants a dot in 1.0e-09)."""
-    text = f"{x:.4g}"
+    text = f"{x:.{digits}g}"
     mantissa, e, exponent = text.partition("e")
     return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
 
