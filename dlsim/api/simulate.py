@@ -11,8 +11,6 @@ from dlsim.api.limits import check_nodes_limit, check_strategy_limits
 from dlsim.api.modes import ALLREDUCE_ONLY, PS_ONLY, check_mode_fields
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.cost.layers import layer_cost
-from dlsim.cost.memory import mixed_precision_step_traffic, optimizer_step_traffic
-from dlsim.cost.roofline import roofline_time
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.strategy_yaml import load_strategy
 from dlsim.plan.comm import CommPricer, Layout
@@ -20,6 +18,7 @@ from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table
 from dlsim.plan.partition import partition
+from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
 from dlsim.plan.variability import apply_variability
 from dlsim.results import Estimate
 from dlsim.results_sim import AsyncResult, SimResult
@@ -208,16 +207,8 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     pricer = pricer or _default_pricer(cluster, layout, s.collective, measured)
     explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"
     explicit_tp = not symmetry
-    step_kernels = max(1, sum(1 for e in entries if e.params) // (32 * s.pp))
-
-    def optimizer_time(params: float) -> Estimate:
-        nbytes, flops = optimizer_step_traffic(int(params), s.optimizer)
-        extra_bytes, extra_flops = mixed_precision_step_traffic(int(params), dtype)
-        nbytes, flops = nbytes + extra_bytes, flops + extra_flops
-        return roofline_time(flops, nbytes, device, "fp32", matrix=False, kernels=step_kernels)
-
-    def elementwise_time(flops: float, nbytes: float) -> Estimate:
-        return roofline_time(flops, nbytes, device, dtype, matrix=False)
+    optimizer_time = optimizer_timer(device, dtype, s.optimizer, step_kernels(entries, s.pp))
+    elementwise_time = elementwise_timer(device, dtype)
 
     x = IterationInputs(model, entries, tuple(ranges), s, layout, pricer, dtype, device.name,
                         device.memory_bytes - device.memory_reserved,

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("import_cmd", "Import a network from another framework (PyTorch)."),
     "model": ("zoo", "Inspect a network description (model show)."),
     "models": ("zoo", "List the built-in model zoo."),
+    "optimize": ("optimize", "Search strategies for MODEL on N GPUs: ranked, simulated, explained, Pareto front."),
     "plan": ("plan", "Plan how to run a network (micro-batches for convolutions, μ-cuDNN)."),
     "plot": ("plot", "Redraw saved records (simulation, comparison, comm sweep, trace) as a figure."),
     "profiles": ("zoo", "List the built-in hardware profiles."),

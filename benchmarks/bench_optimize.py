@@ -1,0 +1,52 @@
+"""Speed of `dlsim optimize` (issue 14 acceptance: GPT-3 175B on 1,024 A100s, global batch 1,536, under
+10 s on the 2-core development machine) and a small space's evaluator-vs-simulation error.
+
+Prints JSON: per case the wall time of the in-process `optimize()` call split into search +
+analytic evaluation and simulation, the candidate counts (buildable, dropped by reason, evaluated,
+simulated), the winner and its simulated time, and the evaluator's error on the simulated ones.
+Usage: python benchmarks/bench_optimize.py [--top 5] [--max-simulations 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from dlsim.api.optimize import optimize
+
+CASES = [
+    {"name": "gpt3-175b 1024 A100 batch 1536", "model": "gpt3-175b", "cluster": "dgx-a100", "nodes": 128,
+     "gpus": 1024, "global_batch": 1536, "limit_s": 10.0, "overrides": None},
+    {"name": "small GPT 8 A100 batch 32", "model": "gpt3-175b", "cluster": "dgx-a100", "nodes": 1, "gpus": 8,
+     "global_batch": 32, "limit_s": None,
+     "overrides": {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "positions": 1024}},
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--max-simulations", type=int, default=24)
+    args = ap.parse_args()
+    out = []
+    for case in CASES:
+        t0 = time.perf_counter()
+        r = optimize(case["model"], case["cluster"], nodes=case["nodes"], gpus=case["gpus"],
+                     global_batch=case["global_batch"], top=args.top, max_simulations=args.max_simulations,
+                     overrides=case["overrides"])
+        wall = time.perf_counter() - t0
+        errors = [c.estimate.iteration_time_s / c.result.iteration_time_s - 1 for c in r.ranked]
+        out.append({"case": case["name"], "wall_s": round(wall, 3), "limit_s": case["limit_s"],
+                    "within_limit": None if case["limit_s"] is None else wall <= case["limit_s"],
+                    "seconds": {k: round(v, 3) for k, v in r.seconds.items()},
+                    "enumerated": r.enumerated, "dropped": r.dropped, "evaluated": r.evaluated,
+                    "simulated": len(r.ranked), "best": r.to_dict()["best"]["label"],
+                    "best_time_s": r.best.result.iteration_time_s,
+                    "evaluator_error_on_simulated": {"max_abs": max(abs(e) for e in errors),
+                                                     "mean": sum(errors) / len(errors)}})
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

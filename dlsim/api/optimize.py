@@ -1,0 +1,342 @@
+"""`optimize()`: which strategy, and why. The search space (`dlsim.plan.search`) is weighed by the
+analytic evaluator (`dlsim.plan.evaluate`); the best candidates are simulated event by event
+(`dlsim.api.simulate`) and the ranking is the simulation's.
+
+Which candidates are simulated: the `top` best by the evaluator, every candidate the evaluator puts
+within its tolerance of the best (the evaluator is held within `EVALUATOR_TOLERANCE` of the
+simulation on its validated space, so a candidate further off cannot be the simulated optimum),
+and candidates outside that space (`Evaluation.approximate`) within the wider `APPROXIMATE_TOLERANCE`;
+at most `max_simulations` in all.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from dlsim.api.limits import check_nodes_limit
+from dlsim.api.models import as_cluster, as_model, check_dtype
+from dlsim.api.simulate import _default_pricer, run_simulation
+from dlsim.errors import InfeasibleError, SpecError
+from dlsim.plan.evaluate import Evaluation, Evaluator
+from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, SearchSpace, search
+from dlsim.results import SCHEMA_VERSION
+from dlsim.results_sim import SimResult
+from dlsim.spec.cluster import Cluster
+from dlsim.spec.model import Model
+from dlsim.spec.strategy import DEFAULT_BUCKET_BYTES, Strategy
+from dlsim.units import format_bytes
+
+OBJECTIVES = ("time", "memory")
+EVALUATOR_TOLERANCE = 0.03
+APPROXIMATE_TOLERANCE = 0.12
+
+
+def _band(tol: float) -> float:
+    """A candidate whose estimate exceeds the best estimate by more than this factor cannot be the
+    simulated optimum when both estimates are within `tol` of their simulations."""
+    return (1 + tol) / (1 - tol)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One simulated candidate: its strategy, the evaluator's estimate and the simulation."""
+
+    strategy: Strategy
+    estimate: Evaluation
+    result: SimResult
+
+    @property
+    def time_s(self) -> float:
+        return self.result.iteration_time_s
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.result.peak_memory_bytes
+
+    def key(self, objective: str) -> tuple:
+        if objective == "memory":
+            return (not self.result.feasible, self.memory_bytes, self.time_s)
+        return (not self.result.feasible, self.time_s, self.memory_bytes)
+
+    def row(self, rank: int) -> dict[str, Any]:
+        r, e = self.result, self.estimate
+        b = r.breakdown.to_dict()
+        mem = max(r.devices, key=lambda d: d.peak_memory_bytes) if r.devices else None
+        return {"rank": rank, "strategy": strategy_fields(self.strategy), "label": label(self.strategy),
+                "feasible": r.feasible, "infeasible_reason": r.infeasible_reason,
+                "iteration_time_s": r.iteration_time_s, "throughput_samples_per_s": r.throughput_samples_per_s,
+                "breakdown_s": b, "peak_memory_bytes": r.peak_memory_bytes,
+                "memory_bytes": dict(mem.memory) if mem else {},
+                "capacity_bytes": mem.capacity_bytes if mem else 0.0,
+                "estimate": {"iteration_time_s": e.iteration_time_s, "peak_memory_bytes": e.peak_memory_bytes,
+                             "error": e.iteration_time_s / r.iteration_time_s - 1 if r.iteration_time_s else None,
+                             "approximate": list(e.approximate)}}
+
+
+def strategy_fields(s: Strategy) -> dict[str, Any]:
+    """The searched fields of a strategy."""
+    d = s.to_dict()
+    return {k: d[k] for k in SEARCHED}
+
+
+def label(s: Strategy) -> str:
+    """A short name: dp2 tp4 pp2 mbs1x8 1f1b sp sel z1."""
+    parts = [f"dp{s.dp}", f"tp{s.tp}", f"pp{s.pp}", f"mbs{s.microbatch_size}x{s.num_microbatches}",
+             s.schedule + (f"/v{s.virtual_stages}" if s.virtual_stages > 1 else "")]
+    if s.sequence_parallel:
+        parts.append("sp")
+    if s.recompute != "none":
+        parts.append({"selective": "rc-sel", "full": "rc-full"}[s.recompute])
+    if s.zero:
+        parts.append(f"zero{s.zero}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """The ranked simulated candidates, the Pareto front (time vs memory per device) over every
+    evaluated candidate, the winner's "why", the search's counts, and the assumptions."""
+
+    model: str
+    cluster: str
+    gpus: int
+    global_batch: int
+    objective: str
+    dtype: str
+    ranked: tuple[Candidate, ...]
+    pareto: tuple[dict[str, Any], ...]
+    space: dict[str, Any]
+    enumerated: int
+    evaluated: int
+    dropped: dict[str, int]
+    capacity_bytes: float
+    memory_limit_bytes: float
+    assumed: dict[str, Any]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Candidate:
+        return self.ranked[0]
+
+    def why(self) -> dict[str, Any]:
+        """The winner's bottleneck, exposed-communication and bubble shares, memory headroom, and
+        what the runner-up trades."""
+        w = self.best.result
+        t = w.iteration_time_s
+        b = w.breakdown.to_dict()
+        parts = {k: v for k, v in b.items() if k != "total"}
+        bottleneck = max(parts, key=parts.get)
+        out: dict[str, Any] = {
+            "winner": label(self.best.strategy), "bottleneck": bottleneck,
+            "bottleneck_share": parts[bottleneck] / t if t else 0.0,
+            "exposed_comm_share": b.get("exposed_comm", 0.0) / t if t else 0.0,
+            "bubble_share": b.get("bubble", 0.0) / t if t else 0.0,
+            "memory_headroom_bytes": self.capacity_bytes - w.peak_memory_bytes,
+            "memory_headroom_share": 1 - w.peak_memory_bytes / self.capacity_bytes if self.capacity_bytes else 0.0,
+        }
+        if len(self.ranked) > 1:
+            ru = self.ranked[1]
+            diff = {k: [v, strategy_fields(ru.strategy)[k]] for k, v in strategy_fields(self.best.strategy).items()
+                    if strategy_fields(ru.strategy)[k] != v}
+            dt = ru.time_s / t - 1 if t else 0.0
+            dm = ru.memory_bytes - w.peak_memory_bytes
+            out["runner_up"] = {"label": label(ru.strategy), "differs": diff, "time_delta": dt,
+                                "memory_delta_bytes": dm,
+                                "trade": f"{label(ru.strategy)}: {abs(dt):.1%} {'slower' if dt >= 0 else 'faster'}, "
+                                         f"{format_bytes(abs(dm))} {'more' if dm >= 0 else 'less'} memory per device"}
+        return out
+
+    def why_lines(self) -> list[str]:
+        y = self.why()
+        lines = [f"bottleneck: {y['bottleneck']} ({y['bottleneck_share']:.0%} of the iteration); exposed "
+                 f"communication {y['exposed_comm_share']:.1%}, pipeline bubble {y['bubble_share']:.1%}; memory "
+                 f"headroom {format_bytes(y['memory_headroom_bytes'])} ({y['memory_headroom_share']:.0%} of capacity)"]
+        if "runner_up" in y:
+            ru = y["runner_up"]
+            changes = ", ".join(f"{k} {a}->{b}" for k, (a, b) in ru["differs"].items())
+            lines.append(f"runner-up {ru['trade']} ({changes})")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "kind": "optimize", "model": self.model, "cluster": self.cluster,
+                "gpus": self.gpus, "global_batch": self.global_batch, "objective": self.objective,
+                "dtype": self.dtype, "assumed": dict(self.assumed), "space": self.space,
+                "candidates": {"enumerated": self.enumerated, "dropped": dict(self.dropped),
+                               "evaluated": self.evaluated, "simulated": len(self.ranked)},
+                "capacity_bytes": self.capacity_bytes, "memory_limit_bytes": self.memory_limit_bytes,
+                "best": self.best.row(1), "why": self.why(),
+                "ranked": [c.row(i + 1) for i, c in enumerate(self.ranked)],
+                "pareto": list(self.pareto), "seconds": dict(self.seconds)}
+
+
+def pareto_front(points: Sequence[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
+    """(time, memory, payload) points no other point beats on both (ascending time)."""
+    front: list[tuple[float, float, Any]] = []
+    best_mem = math.inf
+    for p in sorted(points, key=lambda x: (x[0], x[1])):
+        if p[1] < best_mem:
+            front.append(p)
+            best_mem = p[1]
+    return front
+
+
+def parse_fix(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``["tp=8", "schedule=1f1b", "sequence_parallel=true"]`` -> fields (ints, booleans, strings)."""
+    if items is None:
+        return {}
+    if isinstance(items, Mapping):
+        return dict(items)
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key or not value.strip():
+            raise SpecError(f"--fix needs FIELD=VALUE, got {item!r}", field="fix")
+        if key not in Strategy.__dataclass_fields__ or key in ("stage_partition", "layer_groups", "variability",
+                                                               "compression"):
+            raise SpecError(f"cannot fix {key!r} (fixable: {', '.join(SEARCHED)}, optimizer, collective, dtype, "
+                            "bucket_size, tp_async_backward, p2p_overlap, fused_kernels, recompute_layers)",
+                            field="fix")
+        v = value.strip()
+        low = v.lower()
+        parsed: Any
+        if low in ("true", "yes", "on"):
+            parsed = True
+        elif low in ("false", "no", "off"):
+            parsed = False
+        else:
+            try:
+                parsed = int(v)
+            except ValueError:
+                parsed = v
+        if key == "fused_kernels":
+            parsed = tuple(x for x in v.split(",") if x)
+        if key in out and out[key] != parsed:
+            raise SpecError(f"--fix {key} given twice ({out[key]} and {parsed})", field="fix")
+        out[key] = parsed
+    return out
+
+
+def _no_feasible(outcome, space: SearchSpace, cluster: Cluster, memory_limit: float, fraction: float) -> InfeasibleError:
+    d = outcome.dropped
+    if outcome.enumerated == 0:
+        reasons = ", ".join(f"{k}: {v}" for k, v in d.most_common(3)) or "nothing to enumerate"
+        return InfeasibleError(f"no candidate strategy for {space.gpus} GPUs and global batch {space.global_batch} "
+                               f"can be built ({reasons})")
+    need, limit, s = outcome.closest_oom
+    cap = f"{fraction:.0%} of " if fraction < 1 else ""
+    return InfeasibleError(
+        f"no feasible candidate: all {d[OUT_OF_MEMORY]} buildable candidates run out of memory "
+        f"(limit {cap}{format_bytes(cluster.device.memory_bytes - cluster.device.memory_reserved)} per device); the "
+        f"closest, {label(s)}, needs {format_bytes(need)} (over by {format_bytes(need - limit)}, "
+        f"{need / limit:.0%} of the limit)")
+
+
+def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: int, global_batch: int,
+             objective: str = "time", top: int = 5, max_memory_fraction: float = 1.0,
+             fix: Sequence[str] | Mapping[str, Any] | None = None, nodes: int | None = None,
+             schedules: Sequence[str] = ("1f1b", "interleaved"), max_microbatch_size: int = 8,
+             tp_across_nodes: bool = False, measured: bool = True, max_simulations: int = 24,
+             overrides: Mapping[str, Any] | None = None) -> OptimizeResult:
+    """Search the strategies of `model` on `gpus` devices of `cluster` for `global_batch` samples per
+    iteration (see the module docstring). `objective` time (fastest) or memory (least peak memory
+    per device); `fix` pins strategy fields (``["tp=8"]`` or a mapping); `max_memory_fraction` of
+    the device memory is the limit a candidate must fit. Raises `InfeasibleError` naming the limit
+    when nothing can be built or fits."""
+    t0 = time.perf_counter()
+    model, cluster = as_model(model, overrides), as_cluster(cluster)
+    for name, value in (("gpus", gpus), ("global_batch", global_batch), ("top", top),
+                        ("max_microbatch_size", max_microbatch_size), ("max_simulations", max_simulations)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"must be a positive integer, got {value!r}", field=name)
+    if objective not in OBJECTIVES:
+        raise SpecError(f"unknown objective {objective!r} (use {', '.join(OBJECTIVES)})", field="objective")
+    if isinstance(max_memory_fraction, bool) or not isinstance(max_memory_fraction, (int, float)) \
+            or not (0 < max_memory_fraction <= 1):
+        raise SpecError(f"must be a number in (0, 1], got {max_memory_fraction!r}", field="max_memory_fraction")
+    bad = [s for s in schedules if s not in ("gpipe", "1f1b", "interleaved")]
+    if bad or not schedules:
+        raise SpecError(f"unknown schedule {bad[0] if bad else '(none)'!r} (use gpipe, 1f1b, interleaved)",
+                        field="schedules")
+    per_node = cluster.devices_per_node
+    if nodes is not None:
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise SpecError(f"must be a positive integer, got {nodes!r}", field="nodes")
+        cluster = replace(cluster, nodes=check_nodes_limit(nodes, per_node))
+    elif gpus > cluster.num_devices:
+        cluster = replace(cluster, nodes=check_nodes_limit(-(-gpus // per_node), per_node))
+    if gpus > cluster.num_devices:
+        raise InfeasibleError(f"--gpus {gpus} but {cluster.name} has {cluster.num_devices} devices "
+                              f"({gpus - cluster.num_devices} short)")
+    fixed = parse_fix(fix)
+    dtype = check_dtype(fixed.get("dtype"), model)
+    tables = None
+    if measured and cluster.tables:
+        from dlsim.io.kernel_tables import load_kernel_times
+        tables = load_kernel_times(cluster)[0]
+    evaluator = Evaluator(model, cluster, dtype, lambda lay, algo: _default_pricer(cluster, lay, algo, measured),
+                          tables)
+    space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
+                        max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed)
+    limit = evaluator.capacity * max_memory_fraction
+    outcome = search(evaluator, model, space, limit)
+    t_eval = time.perf_counter() - t0
+    if not outcome.evaluations:
+        raise _no_feasible(outcome, space, cluster, limit, max_memory_fraction)
+    chosen = _to_simulate(outcome.evaluations, objective, top, max_simulations)
+    ranked = []
+    for e in chosen:
+        sim = run_simulation(model, cluster, e.strategy, measured=measured).result
+        ranked.append(Candidate(e.strategy, e, sim))
+    ranked.sort(key=lambda c: c.key(objective))
+    t_sim = time.perf_counter() - t0 - t_eval
+    if not ranked[0].result.feasible:
+        raise InfeasibleError(f"no feasible candidate: the simulation puts every simulated candidate out of memory "
+                              f"(best: {label(ranked[0].strategy)}: {ranked[0].result.infeasible_reason})")
+    sims = {id(c.estimate): c for c in ranked}
+    points = []
+    for e in outcome.evaluations:
+        c = sims.get(id(e))
+        if c is not None:
+            points.append((c.time_s, c.memory_bytes, (e, "simulated")))
+        else:
+            points.append((e.iteration_time_s, e.peak_memory_bytes, (e, "estimated")))
+    pareto = tuple({"label": label(e.strategy), "strategy": strategy_fields(e.strategy), "iteration_time_s": t,
+                    "peak_memory_bytes": m, "source": src} for t, m, (e, src) in pareto_front(points))
+    assumed = {"dtype": dtype, "optimizer": fixed.get("optimizer", "adam"),
+               "collective": fixed.get("collective", "auto"),
+               "bucket_size_bytes": fixed.get("bucket_size", DEFAULT_BUCKET_BYTES),
+               "fused_kernels": list(fixed.get("fused_kernels", ())),
+               "tp_async_backward": fixed.get("tp_async_backward", False),
+               "p2p_overlap": fixed.get("p2p_overlap", True), "gradient_overlap": True,
+               "tensor_parallel": "across nodes allowed" if tp_across_nodes else "within a node",
+               "measured_tables": bool(measured and cluster.tables), "stage_partition": "balanced",
+               "ranks": "Megatron-LM order (tp, dp, pp)"}
+    return OptimizeResult(model.name, cluster.name, gpus, global_batch, objective, dtype, tuple(ranked), pareto,
+                          space.to_dict(), outcome.enumerated, len(outcome.evaluations),
+                          dict(outcome.dropped.most_common()), evaluator.capacity, limit, assumed,
+                          {"search_and_evaluate": t_eval, "simulate": t_sim,
+                           "total": time.perf_counter() - t0})
+
+
+def _to_simulate(evals: list[Evaluation], objective: str, top: int, cap: int) -> list[Evaluation]:
+    """The candidates to simulate (see the module docstring), best estimate first."""
+    def value(e: Evaluation) -> float:
+        return e.peak_memory_bytes if objective == "memory" else e.iteration_time_s
+
+    order = sorted(evals, key=lambda e: (value(e), e.iteration_time_s if objective == "memory" else e.peak_memory_bytes))
+    best = value(order[0])
+    chosen = order[:top]
+    seen = {id(e) for e in chosen}
+    for e in order[top:]:
+        if len(chosen) >= max(cap, top):
+            break
+        tol = APPROXIMATE_TOLERANCE if e.approximate else EVALUATOR_TOLERANCE
+        if value(e) <= best * _band(tol) and id(e) not in seen:
+            chosen.append(e)
+            seen.add(id(e))
+    return chosen

@@ -1,0 +1,710 @@
+"""The strategy search's analytic evaluator: iteration time and memory per device of a strategy
+without running the event simulation, from the pieces the simulator builds its task graph from.
+
+Nothing here re-states a cost formula: layers are priced by `build_layer_table`, stages cut by
+`partition`, passes are the step lists of `dlsim.plan.templates` (tensor-parallel collectives
+priced by the same `CommPricer`, asynchronous ones through `dlsim.cost.overlap.overlap_cost`),
+activation memory comes from `dlsim.plan.recompute`, model states from `dlsim.plan.zero`, buckets
+from `dlsim.plan.dataparallel`, their collectives from `dlsim.plan.compression.plan_sync`, the
+schedule's in-flight micro-batches from `dlsim.plan.pipeline.peak_inflight`, the optimizer step
+from `dlsim.plan.steptime`. What the evaluator adds is how these compose in time:
+
+* Per micro-batch, stage r runs forward F_r and backward B_r (recomputation included), the sum
+  of its chunks' step lists.
+* Pipeline (Narayanan et al. SC'21 §2.2, reference/algorithms.md §4.1, generalised to unequal
+  stages and point-to-point transfers c_k): 1F1B ends its last backward on stage 0 at
+  Σ_r (F_r + B_r) + 2·Σ_k c_k + (m − 1)·max_r (F_r + B_r); GPipe at Σ F + (m − 1)·max F +
+  Σ B + (m − 1)·max B + 2·Σ c; interleaved (v chunks) at m·max + (Σ − max)/v + 2·Σ c / v
+  (each uniform case is `closed_form_iteration`). Stage r's last backward ends earlier by the
+  backward path from r to stage 0.
+* Data-parallel gradient buckets are reduced on the communication stream as the last backward
+  pass makes them ready (ZeRO-2/3: every backward pass); the pass is walked step by step with the
+  bucket queue beside it, compute slowed by the device's overlap slowdown σ while a collective is
+  in flight, a tensor-parallel collective on the same link tier waiting for the bucket that holds
+  the ports; what the queue has left when the pass ends is exposed. ZeRO-3's parameter gathers are
+  walked the same way (each unit prefetched one unit ahead).
+* Then the tied-embedding all-reduce between the first and last stage, the optimizer step and
+  ZeRO-1/2's all-gather of the updated parameters. The iteration ends when the slowest stage
+  does.
+
+Where the evaluator matches the simulation (tests/test_optimize.py holds it within 3% on small
+GPT spaces): dp × tp × pp with tensor parallelism inside a node, 1F1B / GPipe / interleaved,
+recomputation none / selective / full, sequence parallelism, ZeRO 0-3, non-blocking pipeline
+transfers. Outside that space (`Evaluation.approximate`, observed up to ~12% off): ZeRO-3, ZeRO-2
+reductions longer than the backward pass, ZeRO-1 with pp > 1, interleaved with m = pp, pipeline
+transfers on the tensor-parallel link tier (tp > 1 with stages inside a node). Not modelled: gradient compression's kernels (`supports` says no), layer groups,
+run-time variability, parameter-server training; `supports` refuses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from dlsim.cost.overlap import overlap_cost
+from dlsim.plan.comm import CommPricer, Layout
+from dlsim.plan.compression import plan_sync
+from dlsim.plan.dataparallel import make_buckets
+from dlsim.plan.layertable import LayerEntry, boundary_bytes, build_layer_table
+from dlsim.plan.partition import partition
+from dlsim.plan.pipeline import BACKWARD, FORWARD, peak_inflight, stage_ops
+from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
+from dlsim.plan.steptime import optimizer_timer, step_kernels
+from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
+from dlsim.plan.zero import gathers_updated_params, gradient_collective, model_state_bytes, optimizer_share, \
+    reduces_every_microbatch
+from dlsim.cost.pricing import KernelTimes
+from dlsim.results import Estimate
+from dlsim.spec.cluster import Cluster
+from dlsim.spec.model import Model
+from dlsim.spec.strategy import Strategy
+from dlsim.units import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak bytes of one pipeline stage's devices, by kind."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    transient: float
+    workspace: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.transient + self.workspace
+
+    def to_dict(self) -> dict[str, float]:
+        return {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
+                "activations": self.activations, "gathered_params": self.transient, "workspace": self.workspace}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The analytic estimate of one strategy: iteration time and its split (means over stages, as
+    the simulator's breakdown), peak memory per stage, and whether every stage fits `capacity`."""
+
+    strategy: Strategy
+    iteration_time_s: float
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    memory: tuple[StageMemory, ...]
+    capacity_bytes: float
+    approximate: tuple[str, ...] = field(default_factory=tuple)
+    """Features of `strategy` outside the space where the evaluator is held to the simulation
+    (within 3%); for these the estimate is rougher (observed up to ~12% off) and only the
+    simulation should decide."""
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max(m.total for m in self.memory)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.capacity_bytes
+
+    def breakdown(self) -> dict[str, float]:
+        return {"compute": self.compute_s, "recompute": self.recompute_s, "exposed_comm": self.exposed_comm_s,
+                "bubble": self.bubble_s}
+
+
+def supports(s: Strategy) -> str:
+    """'' when the evaluator models strategy `s`, else why not."""
+    if s.sync != "allreduce":
+        return f"sync {s.sync} (parameter-server training) is not modelled analytically"
+    if s.layer_groups:
+        return "layer groups are not modelled analytically"
+    if s.variability.active:
+        return "run-time variability is not modelled analytically"
+    if s.compression.kind != "none":
+        return "gradient compression is not modelled analytically"
+    if s.p2p_scatter_gather and s.tp > 1 and not s.sequence_parallel:
+        return "scatter-gather pipeline transfers are not modelled analytically"
+    return ""
+
+
+@dataclass
+class _Table:
+    entries: tuple[LayerEntry, ...]
+    costs: list[float]
+    partitions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    sigs: list[int] | None = None
+
+    def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
+        """What a chunk's timing depends on (chunks of identical layers share their timing)."""
+        if self.sigs is None:
+            self.sigs = [hash((e.type, e.forward, e.backward, e.backward_weight, e.params, e.saved_bytes,
+                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, instance[e.name] is not None))
+                         for e in self.entries]
+        return tuple(self.sigs[a:b])
+
+
+class Evaluator:
+    """Analytic iteration time and memory of strategies for one model on one cluster (caches the
+    layer table per (tp, sequence parallel, micro-batch size, fused kernels) and the stage partition
+    per chunk count). `pricer(layout, collective)` gives the simulator's `CommPricer`."""
+
+    def __init__(self, model: Model, cluster: Cluster, dtype: str, pricer: Callable[[Layout, str], CommPricer],
+                 tables: KernelTimes | None = None):
+        self.model, self.cluster, self.dtype = model, cluster, dtype
+        self.device = cluster.device
+        self.capacity = self.device.memory_bytes - self.device.memory_reserved
+        self.sigma = self.device.overlap_slowdown
+        self.tables = tables
+        self._pricer = pricer
+        self._pricers: dict[tuple, CommPricer] = {}
+        self._layer_tables: dict[tuple, _Table] = {}
+        self._prices: dict[tuple, float] = {}
+        self._groups: dict[tuple, tuple[str, int]] = {}
+        self._cache: dict[tuple, object] = {}
+        self.instance = recompute_layers(model)
+        self.gb = DTYPE_BYTES[dtype]
+
+    # -- cached pieces -------------------------------------------------------------------------
+    def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = ()) -> _Table:
+        key = (tp, sp, mbs, fused)
+        t = self._layer_tables.get(key)
+        if t is None:
+            entries = build_layer_table(self.model, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables,
+                                        sequence_parallel=sp, fused=frozenset(fused))
+            t = self._layer_tables[key] = _Table(entries, [e.forward.seconds + e.backward.seconds for e in entries])
+        return t
+
+    def ranges(self, s: Strategy, t: _Table) -> list[tuple[int, int]]:
+        if s.stage_partition is not None:
+            return partition(self.model, t.costs, s.chunks, s.stage_partition)
+        r = t.partitions.get(s.chunks)
+        if r is None:
+            r = t.partitions[s.chunks] = partition(self.model, t.costs, s.chunks)
+        return r
+
+    def pricer(self, s: Strategy) -> CommPricer:
+        key = (s.dp, s.tp, s.pp, s.collective)
+        p = self._pricers.get(key)
+        if p is None:
+            p = self._pricers[key] = self._pricer(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node),
+                                                  s.collective)
+        return p
+
+    def _price(self, pricer: CommPricer, s: Strategy, op: str, nbytes: float, ranks: list[int]) -> float:
+        if len(ranks) < 2:
+            return 0.0
+        gkey = (s.dp, s.tp, s.pp, ranks[0], len(ranks), ranks[-1])
+        group = self._groups.get(gkey)
+        if group is None:
+            lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node)
+            group = self._groups[gkey] = (pricer.tier(ranks), lay.ranks_per_node(ranks))
+        key = (s.collective, op, nbytes, len(ranks)) + group
+        v = self._prices.get(key)
+        if v is None:
+            v = self._prices[key] = pricer.collective(op, nbytes, ranks).seconds
+        return v
+
+    # -- memory --------------------------------------------------------------------------------
+    def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
+        """Peak memory of each stage's devices (as the simulator's memory tracker counts it)."""
+        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels)
+        ranges = self.ranges(s, t)
+        return self._memory(s, t, ranges)
+
+    def _chunk_acts(self, s: Strategy, t: _Table, ranges) -> list[tuple[float, float, float]]:
+        key = ("acts", id(t), tuple(ranges), s.recompute, s.recompute_layers)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._chunk_acts_uncached(s, t, ranges)
+        return got  # type: ignore[return-value]
+
+    def tied(self, t: _Table, ranges, pp: int) -> dict[int, int]:
+        key = ("tied", id(t), tuple(ranges), pp)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = _tied_params(self.model, t.entries, ranges, pp)
+        return got  # type: ignore[return-value]
+
+    def _chunk_acts_uncached(self, s: Strategy, t: _Table, ranges) -> list[tuple[float, float, float]]:
+        bounds = boundary_bytes(self.model, t.entries, ranges) if s.recompute == "full" else []
+        out = []
+        for k, (a, b) in enumerate(ranges):
+            es = t.entries[a:b]
+            if s.recompute == "full":
+                out.append(full_recompute_memory(self.model, es, s.recompute_layers,
+                                                 bounds[k - 1] if k > 0 else 0.0, self.instance))
+            elif s.recompute == "selective" and any(e.core.seconds > 0 for e in es):
+                out.append(selective_recompute_memory(es))
+            else:
+                out.append((sum(e.saved_bytes for e in es), 0.0, 0.0))
+        return out
+
+    def _memory(self, s: Strategy, t: _Table, ranges) -> tuple[StageMemory, ...]:
+        acts = self._chunk_acts(s, t, ranges)
+        chunk_entries = [t.entries[a:b] for a, b in ranges]
+        tied = self.tied(t, ranges, s.pp)
+        out = []
+        for r in range(s.pp):
+            chunks = [c * s.pp + r for c in range(s.virtual_stages)]
+            params = sum(e.params for k in chunks for e in chunk_entries[k])
+            states = model_state_bytes(params, self.dtype, s.optimizer, s.zero, s.dp)
+            local = model_state_bytes(tied.get(r, 0), self.dtype, s.optimizer, 0, 1)
+            workspace = max((e.workspace for k in chunks for e in chunk_entries[k]), default=0.0)
+            if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
+                n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
+                k = chunks[0]
+                activations = n * acts[k][0] + max(acts[k][1], acts[k][2])
+            elif s.num_microbatches * s.virtual_stages <= WALK_MEMORY_OPS:
+                activations = _activation_peak(stage_ops(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r),
+                                               [acts[k] for k in chunks])
+            else:  # the schedule's in-flight count (`peak_inflight`) of the largest chunk
+                n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
+                activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
+            transient = 0.0
+            if s.zero == 3 and s.dp > 1:  # the unit being used and the one prefetched, (dp-1)/dp of each
+                units = sorted((b.nbytes for k in chunks for b in self._buckets(s, chunk_entries[k])), reverse=True)
+                transient = sum(units[:2]) * (s.dp - 1) / s.dp
+            out.append(StageMemory(states["weights"] + local["weights"], states["gradients"] + local["gradients"],
+                                   states["optimizer"] + local["optimizer"], activations, transient, workspace))
+        return tuple(out)
+
+    def _buckets(self, s: Strategy, es: Sequence[LayerEntry]):
+        if not (s.dp > 1 or s.zero):
+            return []
+        return make_buckets([(e.index, e.params * self.gb) for e in es if e.params > 0], s.bucket_size,
+                            s.first_bucket_size)
+
+    # -- time ----------------------------------------------------------------------------------
+    def evaluate(self, s: Strategy, memory: tuple[StageMemory, ...] | None = None) -> Evaluation:
+        """Iteration time and memory of `s` (see the module docstring)."""
+        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels)
+        ranges = self.ranges(s, t)
+        memory = memory or self._memory(s, t, ranges)
+        return _Timing(self, s, t, ranges, memory).run()
+
+
+WALK_OPS = 1024
+"""Pipelines with at most this many (stage, chunk, micro-batch) passes are timed by walking the
+schedules' op orders (`pipeline_walk`); longer ones (many balanced stages) by the closed forms."""
+WALK_MEMORY_OPS = 256
+"""Interleaved schedules with at most this many chunk-micro-batches per stage have their activation
+peak walked op by op; longer ones use `peak_inflight` with the largest chunk."""
+
+
+def _activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
+    """Peak activation bytes of one stage running `ops` (local chunk c keeps acts[c] = (kept, forward
+    extra, recompute extra) per micro-batch), counted as the simulator's memory tracker does: kept +
+    forward extra when a forward starts, the extra freed when it ends; the recompute extra when a
+    backward starts, kept + that extra freed when it ends."""
+    now = peak = 0.0
+    for op in ops:
+        kept, fwd_extra, re_extra = acts[op.chunk]
+        if op.kind == FORWARD:
+            now += kept + fwd_extra
+            peak = max(peak, now)
+            now -= fwd_extra
+        else:
+            now += re_extra
+            peak = max(peak, now)
+            now -= kept + re_extra
+    return peak
+
+
+def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float],
+                  c: Sequence[float]) -> list[list[float]]:
+    """When each stage's last backward pass of each local chunk ends: the stages' op orders
+    (`stage_ops`) run with forward / backward times f[k], b[k] per micro-batch of global chunk k and
+    transfers c[k] across boundary k → k+1, each op starting when its stage is free and its input
+    has arrived (no contention: the simulator's timeline for these tasks). Returns ends[r][local chunk]."""
+    K = p * v
+    ops = [stage_ops(schedule, p, m, v, r) for r in range(p)]
+    pos = [0] * p
+    free = [0.0] * p
+    fend: dict[tuple[int, int], float] = {}
+    bend: dict[tuple[int, int], float] = {}
+    last = [[0.0] * v for _ in range(p)]
+    remaining = sum(len(o) for o in ops)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            order, i = ops[r], pos[r]
+            t = free[r]
+            while i < len(order):
+                op = order[i]
+                k = op.chunk * p + r
+                if op.kind == FORWARD:
+                    if k > 0:
+                        dep = fend.get((k - 1, op.microbatch))
+                        if dep is None:
+                            break
+                        t = max(t, dep + c[k - 1])
+                    t += f[k]
+                    fend[(k, op.microbatch)] = t
+                else:
+                    if k < K - 1:
+                        dep = bend.get((k + 1, op.microbatch))
+                        if dep is None:
+                            break
+                        t = max(t, dep + c[k])
+                    t += b[k]
+                    bend[(k, op.microbatch)] = t
+                    last[r][op.chunk] = t
+                i += 1
+            if i != pos[r]:
+                remaining -= i - pos[r]
+                pos[r], free[r] = i, t
+                progressed = True
+        if not progressed:  # pragma: no cover  (the schedules are deadlock-free)
+            raise RuntimeError(f"pipeline schedule {schedule} deadlocked")
+    return last
+
+
+def _tied_params(model: Model, entries: Sequence[LayerEntry], ranges, pp: int) -> dict[int, int]:
+    """Per stage, parameters of weights tied to a layer on another stage (Megatron's copy of the
+    word embedding on the last stage)."""
+    stage_of = {}
+    for k, (a, b) in enumerate(ranges):
+        for i in range(a, b):
+            stage_of[entries[i].name] = k % pp
+    out: dict[int, int] = {}
+    by_name = {e.name: e for e in entries}
+    for e in entries:
+        tied = model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
+        if tied and stage_of[tied] != stage_of[e.name]:
+            out[stage_of[e.name]] = out.get(stage_of[e.name], 0) + by_name[tied].params
+    return out
+
+
+class _Timing:
+    """One strategy's timing (see the module docstring)."""
+
+    def __init__(self, ev: Evaluator, s: Strategy, t: _Table, ranges, memory):
+        self.ev, self.s, self.t, self.ranges, self.mem = ev, s, t, ranges, memory
+        self.pricer = ev.pricer(s)
+        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node)
+        self.sigma = ev.sigma
+        self.chunk_entries = [t.entries[a:b] for a, b in ranges]
+
+    def price(self, op: str, nbytes: float, ranks: list[int]) -> float:
+        return self.ev._price(self.pricer, self.s, op, nbytes, ranks)
+
+    def steps_time(self, steps: list[Step], stage: int) -> tuple[float, float, float]:
+        """(seconds, compute seconds, communication seconds) of a step list run alone."""
+        total = comp = comm = 0.0
+        ranks = self.lay.tp_group(0, stage)
+        for st in steps:
+            if st.kind == "compute":
+                total += st.duration
+                comp += st.duration
+            elif st.kind == "collective":
+                c = self.price(st.collective.op, st.collective.nbytes, ranks)
+                total += c
+                comm += c
+            else:  # overlap: kernels beside an asynchronous collective
+                c = self.price(st.collective.op, st.collective.nbytes, ranks)
+                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                total += st.duration + extra + exposed
+                comp += st.duration
+                comm += extra + exposed
+        return total, comp, comm
+
+    def _walk(self, steps: list[Step], stage: int, launches: dict[int, list[float]], gathers: list[float] | None,
+              queue_start: float = 0.0) -> tuple[float, float, float]:
+        """Run a step list beside the communication stream: `launches` maps a step position to the
+        collective durations it enqueues when it ends; `gathers` (ZeRO-3) the all-gather of each
+        parameter unit, which the unit's first step waits for (prefetched one unit ahead).
+        `queue_start` is communication already queued at the start. Returns (pass seconds, time
+        the queue empties after the pass start, seconds compute was slowed)."""
+        sigma = self.sigma
+        tp_ranks = self.lay.tp_group(0, stage)
+        dp_ranks = self.lay.dp_group(0, stage)
+        same_tier = self.s.dp > 1 and self.s.tp > 1 and self.pricer.tier(tp_ranks) == self.pricer.tier(dp_ranks)
+        now = 0.0
+        busy = queue_start  # the communication stream is busy until `busy`
+        slowed = 0.0
+        unit = None
+        unit_ready = 0.0
+        prev_unit_start = 0.0
+        for pos, st in enumerate(steps):
+            if gathers is not None and st.unit >= 0 and st.unit != unit:
+                # gather of this unit: enqueued once the previous unit's first step started
+                begin = max(busy, prev_unit_start)
+                busy = begin + gathers[st.unit]
+                unit_ready = busy
+                unit = st.unit
+                now = max(now, unit_ready)
+                prev_unit_start = now
+            if st.kind == "compute":
+                d = st.duration
+                if busy > now and sigma > 0:
+                    window = busy - now
+                    if d * (1 + sigma) <= window:
+                        slowed += d * sigma
+                        now += d * (1 + sigma)
+                    else:
+                        done = window / (1 + sigma)
+                        slowed += window - done
+                        now = busy + (d - done)
+                else:
+                    now += d
+            else:
+                c = self.price(st.collective.op, st.collective.nbytes, tp_ranks)
+                if st.kind == "collective":
+                    if same_tier and busy > now:  # waits for the bucket holding the ports, delays the rest
+                        start = busy
+                        busy = start + c
+                        now = busy
+                    else:
+                        now += c
+                else:
+                    extra, exposed = overlap_cost(st.duration, c, sigma)
+                    now += st.duration + extra + exposed
+            for dur in launches.get(pos, ()):
+                busy = max(busy, now) + dur
+        return now, max(busy, now), slowed
+
+    def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
+        dp_ranks = self.lay.dp_group(0, stage)
+        base = gradient_collective(self.s.zero)
+        out: dict[int, list[float]] = {}
+        for pos, st in enumerate(steps):
+            for j in st.buckets:
+                plan = plan_sync(self.s.compression, buckets[j].nbytes, self.ev.gb, self.s.dp, base)
+                out.setdefault(pos, []).append(sum(self.price(op, n, dp_ranks) for op, n in plan.collectives))
+        return out
+
+    def _chunk(self, k: int) -> tuple:
+        """Per micro-batch times of global chunk k: (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, sync
+        seconds, walked backward (steps, launches, seconds), per-micro-batch reductions outlast the pass).
+        Cached per evaluator by everything it depends on."""
+        s, ev = self.s, self.ev
+        p, tp, r = s.pp, s.tp, k % s.pp
+        tp_ranks, dp_ranks = self.lay.tp_group(0, r), self.lay.dp_group(0, r)
+        groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
+                  self.lay.ranks_per_node(dp_ranks)) if s.dp > 1 or s.tp > 1 else ()
+        a, b = self.ranges[k]
+        key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, groups, s.recompute, s.recompute_layers,
+               s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective)
+        got = ev._cache.get(key)
+        if got is not None:
+            return got  # type: ignore[return-value]
+        overlap = s.tp_async_backward
+        inside = ev.instance
+        dp_sync = s.dp > 1
+        per_mb = reduces_every_microbatch(s.zero) and dp_sync
+        zero3 = s.zero == 3 and dp_sync
+        comm_bound = False
+        es = self.chunk_entries[k]
+        buckets = self._buckets_of(es)
+        fwd = forward_steps(es, tp)
+        ready: dict[int, tuple[int, ...]] = {}
+        for j, bu in enumerate(buckets):
+            ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
+        units = units_of(es, buckets) if zero3 and buckets else None
+        if units is not None:
+            fwd_u = forward_steps(es, tp, unit_of=units)
+            bwd = backward_steps(es, tp, ready, units, overlap=overlap)
+        else:
+            fwd_u = fwd
+            bwd = backward_steps(es, tp, ready, overlap=overlap)
+        if s.recompute == "full":
+            rec = forward_steps([e for e in es if inside[e.name]], tp, "recompute")
+        elif s.recompute == "selective":
+            rec = selective_recompute_steps(es)
+        else:
+            rec = []
+        f_t, f_c, f_m = self.steps_time(fwd, r)
+        r_t, r_c, r_m = self.steps_time(rec, r)
+        b_t, b_c, b_m = self.steps_time(bwd, r)
+        launches = self._bucket_launches(bwd, buckets, r) if dp_sync and buckets else {}
+        chunk_sync = sum(sum(x) for x in launches.values())
+        if zero3:
+            dp_ranks = self.lay.dp_group(0, r)
+            gathers = [self.price("allgather", bu.nbytes, dp_ranks) for bu in buckets]
+            wf, qf, sf = self._walk(fwd_u, r, {}, gathers)
+            wb, qb, sb = self._walk(bwd, r, launches, gathers)
+            left = max(0.0, qb - wb)
+            extra = overlap_cost(wf + r_t, left, self.sigma)[0] + max(0.0, left - (wf + r_t) * (1 + self.sigma))
+            f_m += wf - f_t
+            b_m += wb - b_t + extra
+            f_t, b_t = wf, wb + extra
+        elif per_mb and launches:
+            wb, qb, sb = self._walk(bwd, r, launches, None)
+            left = max(0.0, qb - wb)
+            if left > 0:
+                comm_bound = True
+            extra = wb - b_t + overlap_cost(f_t + r_t, left, self.sigma)[0] \
+                + max(0.0, left - (f_t + r_t) * (1 + self.sigma))
+            b_t += extra
+            b_m += extra
+        out = (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync, (bwd, launches, b_t), comm_bound)
+        ev._cache[key] = out
+        return out
+
+    def run(self) -> Evaluation:
+        s, ev = self.s, self.ev
+        p, v, m = s.pp, s.virtual_stages, s.num_microbatches
+        tp = s.tp
+        overlap = s.tp_async_backward
+        if s.recompute == "full":
+            inside = ev.instance
+        dp_sync = s.dp > 1
+        per_mb = reduces_every_microbatch(s.zero) and dp_sync
+        zero3 = s.zero == 3 and dp_sync
+        K = p * v
+        comm_bound = False
+        f = [0.0] * K  # per global chunk and micro-batch: forward, and recompute + backward seconds
+        bk = [0.0] * K
+        comp = [0.0] * p
+        recomp = [0.0] * p
+        comm = [0.0] * p
+        chunk_sync = [0.0] * K  # data-parallel collectives of a chunk's buckets (one backward pass)
+        walked: list[tuple] = [()] * K  # (backward steps, launches, backward seconds without recompute)
+        for k in range(K):
+            r = k % p
+            f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound = self._chunk(k)
+            comm_bound = comm_bound or bound
+            f[k], bk[k] = f_t, r_t + b_t
+            comp[r] += f_c + b_c
+            recomp[r] += r_c
+            comm[r] += f_m + r_m + b_m
+        # pipeline: when each stage's last backward pass of each local chunk ends
+        c_fwd = self._p2p_times()
+        if p > 1 and p * m * v <= WALK_OPS:
+            last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
+        else:
+            last = self._pipeline_ends(f, bk, c_fwd)
+        stage_end = []
+        sync_exposed = [0.0] * p
+        slowed = [0.0] * p
+        for r in range(p):
+            bwd, launches, b_plain = walked[r]  # local chunk 0 runs the iteration's last backward pass
+            end = last[r][0]
+            pass_start = end - b_plain
+            if dp_sync and not per_mb and launches:
+                if s.overlap:
+                    busy = 0.0  # the other local chunks' buckets, launched when their last pass ended
+                    for t_end, secs in sorted((last[r][c], chunk_sync[c * p + r]) for c in range(1, v)):
+                        busy = max(busy, t_end) + secs
+                    wb, qb, sb = self._walk(bwd, r, launches, None, max(0.0, busy - pass_start))
+                    end = pass_start + wb
+                    wait = max(end, pass_start + qb)
+                    slowed[r] = sb
+                else:
+                    wait = end + sum(chunk_sync[c * p + r] for c in range(v))
+            else:
+                wait = end
+            sync_exposed[r] = wait - last[r][0]
+            stage_end.append(wait)
+        tied = self._tied_sync()
+        if tied is not None:
+            first, lst, secs = tied
+            start = max(stage_end[first], stage_end[lst])
+            for r in (first, lst):
+                sync_exposed[r] += start + secs - stage_end[r]
+                stage_end[r] = start + secs
+        totals = []
+        for r in range(p):
+            chunks = [c * p + r for c in range(v)]
+            params = sum(e.params for k in chunks for e in self.chunk_entries[k])
+            tied_extra = ev.tied(self.t, self.ranges, p).get(r, 0)
+            updated = params * optimizer_share(s.zero, s.dp) + tied_extra
+            opt = optimizer_timer(ev.device, ev.dtype, s.optimizer, step_kernels(self.t.entries, p))(updated).seconds
+            end = stage_end[r] + opt
+            if dp_sync and gathers_updated_params(s.zero):
+                dp_ranks = self.lay.dp_group(0, r)
+                gather = sum(self.price("allgather", sum(e.params for e in self.chunk_entries[k]) * ev.gb, dp_ranks)
+                             for k in chunks)
+                end += gather
+                sync_exposed[r] += gather
+            totals.append((end, opt))
+        T = max(e for e, _ in totals)
+        # breakdown: means over stages, as the simulator reports
+        cmp = sum(m * comp[r] + totals[r][1] for r in range(p)) / p
+        rc = sum(m * recomp[r] for r in range(p)) / p
+        ex = sum(m * comm[r] + sync_exposed[r] for r in range(p)) / p
+        bubble = max(0.0, T - cmp - rc - ex)
+        outside = []
+        if zero3:
+            outside.append("ZeRO-3 parameter gathers beside compute")
+        if comm_bound:
+            outside.append("ZeRO-2 gradient reductions longer than the backward pass")
+        if s.zero == 1 and s.dp > 1 and p > 1:
+            outside.append("ZeRO-1 parameter all-gathers after a pipelined step")
+        if s.schedule == "interleaved" and m == p:
+            outside.append("interleaved schedule with num_microbatches = pp")
+        if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
+            outside.append("pipeline transfers sharing the tensor-parallel link ports")
+        return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
+
+    def _buckets_of(self, es):
+        return self.ev._buckets(self.s, es)
+
+    def _p2p_shares_tp_ports(self) -> bool:
+        """Whether pipeline transfers use the link tier of the tensor-parallel collectives."""
+        lay = self.lay
+        tp_tier = self.pricer.tier(lay.tp_group(0, 0))
+        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == tp_tier for r in range(self.s.pp - 1))
+
+    def _p2p_times(self) -> list[float]:
+        """Seconds of the transfer across each chunk boundary k → k+1."""
+        s = self.s
+        bounds = boundary_bytes(self.ev.model, self.t.entries, self.ranges)
+        out = []
+        for k, nbytes in enumerate(bounds):
+            a = self.lay.rank(0, 0, k % s.pp)
+            b = self.lay.rank(0, 0, (k + 1) % s.pp)
+            out.append(self.pricer.p2p(nbytes, a, b).seconds)
+        return out
+
+    def _pipeline_ends(self, f: list[float], b: list[float], c: list[float]) -> list[list[float]]:
+        """Closed forms (see the module docstring): ends[r][local chunk] of the last backward passes."""
+        s = self.s
+        p, m, v = s.pp, s.num_microbatches, s.virtual_stages
+        F = [sum(f[c * p + r] for c in range(v)) for r in range(p)]
+        B = [sum(b[c * p + r] for c in range(v)) for r in range(p)]
+        if p == 1:
+            return [[m * (F[0] + B[0]) - sum(b[1:c]) if c else m * (F[0] + B[0]) for c in range(v)]]
+        total_c = sum(c)
+        step = [F[r] + B[r] for r in range(p)]
+        if s.schedule == "gpipe":
+            end0 = sum(F) + (m - 1) * max(F) + sum(B) + (m - 1) * max(B) + 2 * total_c
+        elif s.schedule == "interleaved":
+            end0 = m * max(step) + (sum(step) - max(step)) / v + 2 * total_c / v
+        else:
+            end0 = sum(step) + 2 * total_c + (m - 1) * max(step)
+        ends = []
+        back = 0.0
+        for r in range(p):  # stage r's last backward ends before stage 0's by the path back to it
+            if r:
+                back += B[r - 1] / v + (c[r - 1] if v == 1 else total_c / (p * v - 1))
+            # the other local chunks' last passes: p backward passes of chunk 0 (and the later chunks) after them
+            ends.append([end0 - back - (c_ * p * B[r] / v if c_ else 0.0) for c_ in range(v)])
+        return ends
+
+    def _tied_sync(self) -> tuple[int, int, float] | None:
+        """(first stage, last stage, seconds) of the tied-embedding all-reduce, if there is one."""
+        s = self.s
+        if s.pp == 1:
+            return None
+        stage_of = {}
+        for k, (a, b) in enumerate(self.ranges):
+            for i in range(a, b):
+                stage_of[self.t.entries[i].name] = k % s.pp
+        by_name = {e.name: e for e in self.t.entries}
+        for e in self.t.entries:
+            tied = self.ev.model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
+            if tied and stage_of[tied] != stage_of[e.name]:
+                first, last = stage_of[tied], stage_of[e.name]
+                ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]
+                return first, last, self.pricer.collective("allreduce", by_name[tied].params * self.ev.gb,
+                                                           ranks).seconds
+        return None
+
+
+def evaluate_all(evaluator: Evaluator, strategies: Sequence[Strategy]) -> list[Evaluation]:
+    """`evaluator.evaluate` over `strategies` (in order)."""
+    return [evaluator.evaluate(s) for s in strategies]
+
+
+__all__ = ["Evaluation", "Evaluator", "StageMemory", "evaluate_all", "supports", "Estimate"]

@@ -1,0 +1,191 @@
+"""Strategy search space: the candidates `dlsim optimize` weighs, and why the others were dropped.
+
+Candidates for N devices and a fixed global batch B: every dp × tp × pp = N (tp within a node by
+default and dividing the attention heads; pp × virtual_stages at most the model's cut points),
+every micro-batch size dividing B / dp (up to `max_microbatch_size`) with the count that makes B,
+schedule 1F1B (pp > 1 also interleaved with v = 2, 3, 4 where the repeated blocks divide pp·v,
+GPipe only when asked), recomputation none / selective / full, sequence parallelism on and off
+when tp > 1, ZeRO 0-3 when dp > 1. `fixed` pins any of these (or sets any other strategy field for
+every candidate). What cannot be built is dropped while enumerating, what cannot fit is dropped
+by the evaluator's memory (`dlsim.plan.evaluate`, the simulator's memory functions) before any
+timing; every drop is counted under its reason, so that an empty result can say which limit
+ruled everything out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from dlsim.errors import SpecError
+from dlsim.plan.evaluate import Evaluation, Evaluator
+from dlsim.plan.partition import single_tensor_cuts
+from dlsim.plan.recompute import recompute_layers
+from dlsim.spec.model import Model
+from dlsim.spec.strategy import Strategy, make_strategy
+
+SEARCHED = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
+            "sequence_parallel", "zero")
+"""Strategy fields the search varies (any of them can be fixed)."""
+
+OUT_OF_MEMORY = "out of memory"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What to search over (see the module docstring)."""
+
+    gpus: int
+    global_batch: int
+    devices_per_node: int
+    schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    virtual_stages: tuple[int, ...] = (2, 3, 4)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    max_microbatch_size: int = 8
+    tp_across_nodes: bool = False
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "global_batch": self.global_batch, "schedules": list(self.schedules),
+                "virtual_stages": list(self.virtual_stages), "recompute": list(self.recompute),
+                "zero": list(self.zero), "sequence_parallel": list(self.sequence_parallel),
+                "max_microbatch_size": self.max_microbatch_size,
+                "tp_within_node": not self.tp_across_nodes, "fixed": dict(self.fixed)}
+
+
+@dataclass
+class SearchOutcome:
+    """Candidates that fit (evaluated), the drops by reason, the closest miss on memory."""
+
+    evaluations: list[Evaluation]
+    dropped: Counter
+    enumerated: int
+    closest_oom: tuple[float, float, Strategy] | None = None  # (need, limit, strategy)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _heads(model: Model) -> list[int]:
+    out = []
+    for layer in model.layers:
+        if layer.type == "attention":
+            for key in ("heads", "kv_heads"):
+                if layer.attrs.get(key):
+                    out.append(int(layer.attrs[key]))
+    return out
+
+
+def _blocks(model: Model) -> int:
+    """Repeated-block instances (transformer layers), or layers for a model without blocks."""
+    inst = {v for v in recompute_layers(model).values() if v is not None}
+    return len(inst) or len(model.layers)
+
+
+def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[Strategy]:
+    """Every buildable strategy of `space` (drops counted in `dropped` by reason)."""
+    fixed = dict(space.fixed)
+    unknown = set(fixed) - set(Strategy.__dataclass_fields__)
+    if unknown:
+        raise SpecError(f"unknown strategy field {sorted(unknown)[0]!r} in --fix", field="fix")
+    constant = {k: v for k, v in fixed.items() if k not in SEARCHED}
+    N, B = space.gpus, space.global_batch
+    heads = _heads(model)
+    units = len(single_tensor_cuts(model)) + 1
+    blocks = _blocks(model)
+
+    def allowed(name: str, value: Any) -> bool:
+        if name in fixed and fixed[name] != value:
+            dropped[f"--fix {name}={fixed[name]}"] += 1
+            return False
+        return True
+
+    for tp in _divisors(N):
+        if not allowed("tp", tp):
+            continue
+        if tp > space.devices_per_node and not space.tp_across_nodes:
+            dropped[f"tp beyond one node ({space.devices_per_node} devices)"] += 1
+            continue
+        if any(h % tp for h in heads):
+            dropped["tp does not divide the attention heads"] += 1
+            continue
+        for pp in _divisors(N // tp):
+            dp = N // (tp * pp)
+            if not (allowed("pp", pp) and allowed("dp", dp)):
+                continue
+            if pp > units:
+                dropped[f"pp beyond the model's {units} cut points"] += 1
+                continue
+            if B % dp:
+                dropped["global batch not divisible by dp"] += 1
+                continue
+            per = B // dp
+            for mbs in _divisors(per):
+                if mbs > space.max_microbatch_size and "microbatch_size" not in fixed:
+                    continue
+                m = per // mbs
+                if not (allowed("microbatch_size", mbs) and allowed("num_microbatches", m)):
+                    continue
+                yield from _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, units, blocks)
+
+
+def _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, units, blocks) -> Iterator[Strategy]:
+    options: list[tuple[str, int]] = []
+    schedules = space.schedules if "schedule" not in fixed else (fixed["schedule"],)
+    for sched in schedules:
+        if sched == "interleaved":
+            if pp < 2:
+                continue
+            vs = space.virtual_stages if "virtual_stages" not in fixed else (fixed["virtual_stages"],)
+            for v in vs:
+                if v < 2:
+                    continue
+                if m % pp:
+                    dropped["interleaved schedule needs num_microbatches divisible by pp"] += 1
+                elif blocks % (pp * v) or pp * v > units:
+                    dropped["interleaved: pp x virtual_stages does not divide the layers"] += 1
+                else:
+                    options.append((sched, v))
+        elif pp > 1 or sched == "1f1b":
+            if allowed("virtual_stages", 1):
+                options.append((sched, 1))
+    for sched, v in options:
+        for rec in space.recompute:
+            if not allowed("recompute", rec):
+                continue
+            for sp in (space.sequence_parallel if tp > 1 else (False,)):
+                if not allowed("sequence_parallel", sp):
+                    continue
+                for zero in (space.zero if dp > 1 else (0,)):
+                    if not allowed("zero", zero):
+                        continue
+                    try:
+                        yield make_strategy(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, num_microbatches=m,
+                                            schedule=sched, virtual_stages=v, recompute=rec, sequence_parallel=sp,
+                                            zero=zero, **constant)
+                    except SpecError as exc:
+                        dropped[f"invalid: {exc}"] += 1
+
+
+def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit: float) -> SearchOutcome:
+    """Enumerate `space`, drop what does not fit `memory_limit` bytes per device (memory first, no
+    timing for those), evaluate the rest."""
+    dropped: Counter = Counter()
+    out: list[Evaluation] = []
+    closest = None
+    n = 0
+    for s in candidates(model, space, dropped):
+        n += 1
+        mem = evaluator.memory(s)
+        need = max(x.total for x in mem)
+        if need > memory_limit:
+            dropped[OUT_OF_MEMORY] += 1
+            if closest is None or need / memory_limit < closest[0] / closest[1]:
+                closest = (need, memory_limit, s)
+            continue
+        out.append(evaluator.evaluate(s, mem))
+    return SearchOutcome(out, dropped, n, closest)

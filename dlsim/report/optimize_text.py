@@ -1,0 +1,49 @@
+"""Text summary of an `optimize` record (``kind: optimize``), drawn from the record alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlsim.report.text import table
+from dlsim.units import format_bytes
+
+
+def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
+    """The ranked table (simulated), the winner's why, the Pareto front, the search's counts."""
+    c = rec["candidates"]
+    a = rec["assumed"]
+    lines = [f"{rec['model']} on {rec['gpus']} x {rec['cluster']}, global batch {rec['global_batch']}, "
+             f"{rec['dtype']}, objective {rec['objective']}",
+             f"candidates: {c['enumerated']} buildable, {c['evaluated']} fit and evaluated analytically, "
+             f"{c['simulated']} simulated event by event (ranked by the simulation)"]
+    if c["dropped"]:
+        lines.append("dropped: " + "; ".join(f"{k} ({v})" for k, v in c["dropped"].items()))
+    lines.append("")
+    head = ["#", "strategy", "time s", "est. s", "samples/s", "compute", "recomp", "exp.comm", "bubble",
+            "memory", "fits"]
+    body = []
+    for r in rec["ranked"][:rows]:
+        b = r["breakdown_s"]
+        body.append([r["rank"], r["label"], f"{r['iteration_time_s']:.4g}", f"{r['estimate']['iteration_time_s']:.4g}",
+                     f"{r['throughput_samples_per_s']:.4g}", f"{b.get('compute', 0):.3g}", f"{b.get('recompute', 0):.3g}",
+                     f"{b.get('exposed_comm', 0):.3g}", f"{b.get('bubble', 0):.3g}",
+                     format_bytes(r["peak_memory_bytes"]), "yes" if r["feasible"] else "OOM"])
+    lines.append(table(head, body, [True, False] + [True] * 8 + [False]))
+    w = rec["why"]
+    lines.append("")
+    lines.append(f"best: {w['winner']}")
+    lines.append(f"  bottleneck {w['bottleneck']} ({w['bottleneck_share']:.0%} of the iteration); exposed communication "
+                 f"{w['exposed_comm_share']:.1%}; pipeline bubble {w['bubble_share']:.1%}; memory headroom "
+                 f"{format_bytes(w['memory_headroom_bytes'])} ({w['memory_headroom_share']:.0%} of capacity)")
+    if "runner_up" in w:
+        ru = w["runner_up"]
+        changes = ", ".join(f"{k} {x}->{y}" for k, (x, y) in ru["differs"].items())
+        lines.append(f"  runner-up {ru['trade']} ({changes})")
+    lines.append("")
+    lines.append(f"Pareto front, time vs memory per device ({len(rec['pareto'])} points):")
+    for p in rec["pareto"][:12]:
+        lines.append(f"  {p['iteration_time_s']:.4g} s  {format_bytes(p['peak_memory_bytes']):>10}  {p['label']} "
+                     f"({p['source']})")
+    lines.append("")
+    lines.append("assumed: " + ", ".join(f"{k} {v}" for k, v in a.items()))
+    return "\n".join(lines)

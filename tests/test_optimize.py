@@ -1,0 +1,149 @@
+"""`dlsim optimize`: the analytic evaluator against the event simulation on small spaces, the
+exhaustive simulated optimum, the no-feasible verdict, the CLI outputs."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from dlsim.api.models import as_cluster, as_model
+from dlsim.api.optimize import EVALUATOR_TOLERANCE, optimize, pareto_front, parse_fix
+from dlsim.api.simulate import _default_pricer, simulate
+from dlsim.cli import run
+from dlsim.errors import InfeasibleError, SpecError
+from dlsim.io.kernel_tables import load_kernel_times
+from dlsim.plan.evaluate import Evaluator
+from dlsim.plan.search import SearchSpace, candidates
+
+SMALL_GPT = {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "positions": 1024}
+
+# (profile, nodes, global batch, search options): each a space of at most 500 candidates
+SPACES = [
+    ("dgx-a100", 1, 32, {"max_microbatch_size": 2}),
+    ("dgx-h100", 2, 32, {"max_microbatch_size": 2, "fix": {"schedule": "1f1b"}}),
+]
+
+
+def _space(profile, nodes, batch, opts):
+    model = as_model("gpt3-175b", SMALL_GPT)
+    cluster = replace(as_cluster(profile), nodes=nodes)
+    space = SearchSpace(8 * nodes, batch, cluster.devices_per_node, max_microbatch_size=opts["max_microbatch_size"],
+                        fixed=dict(opts.get("fix", {})))
+    strategies = list(candidates(model, space, Counter()))
+    return model, cluster, strategies
+
+
+@pytest.fixture(scope="module", params=SPACES, ids=[f"{p}-{n}n" for p, n, _, _ in SPACES])
+def simulated_space(request):
+    profile, nodes, batch, opts = request.param
+    model, cluster, strategies = _space(profile, nodes, batch, opts)
+    assert 50 <= len(strategies) <= 500
+    tables = load_kernel_times(cluster)[0] if cluster.tables else None
+    ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), tables)
+    rows = [(s, ev.evaluate(s), simulate(model, cluster, s)) for s in strategies]
+    return request.param, model, cluster, rows
+
+
+def test_evaluator_within_tolerance_of_the_simulation(simulated_space):
+    _, _, _, rows = simulated_space
+    validated = [(s, e, r) for s, e, r in rows if not e.approximate]
+    assert len(validated) >= len(rows) // 4
+    worst = max(abs(e.iteration_time_s / r.iteration_time_s - 1) for s, e, r in validated)
+    assert worst <= EVALUATOR_TOLERANCE, worst
+    # outside the validated space the estimate is rougher, still in the right range
+    for s, e, r in rows:
+        assert abs(e.iteration_time_s / r.iteration_time_s - 1) < 0.15, s
+
+
+def test_evaluator_memory_matches_or_exceeds_the_simulation(simulated_space):
+    """Pruning by the evaluator's memory never drops a candidate the simulation says fits (validated space)."""
+    _, _, _, rows = simulated_space
+    for s, e, r in rows:
+        low = 1 - 1e-9 if not e.approximate else 0.97  # ZeRO-3's gathered units: within 3%
+        assert e.peak_memory_bytes >= r.peak_memory_bytes * low, s
+        assert e.peak_memory_bytes <= r.peak_memory_bytes * (1.06 if not e.approximate else 1.10), s
+
+
+def test_optimize_returns_the_exhaustive_simulated_optimum(simulated_space):
+    (profile, nodes, batch, opts), model, cluster, rows = simulated_space
+    feasible = [(r.iteration_time_s, s) for s, e, r in rows if r.feasible]
+    best_time = min(t for t, _ in feasible)
+    result = optimize(model, cluster, gpus=8 * nodes, global_batch=batch, top=3,
+                      max_microbatch_size=opts["max_microbatch_size"], fix=opts.get("fix"))
+    assert result.best.result.iteration_time_s == pytest.approx(best_time, rel=1e-12)
+    assert result.enumerated == len(rows)
+
+
+def test_optimize_memory_objective_and_tight_memory():
+    model = as_model("gpt3-175b", SMALL_GPT)
+    cluster = as_cluster("dgx-a100")
+    full = optimize(model, cluster, gpus=8, global_batch=32, objective="memory", top=3, max_microbatch_size=2)
+    # the least memory per device among the simulated; ranked by memory
+    mems = [c.result.peak_memory_bytes for c in full.ranked]
+    assert mems == sorted(mems)
+    limit = 1.2 * full.best.result.peak_memory_bytes / (cluster.device.memory_bytes - cluster.device.memory_reserved)
+    tight = optimize(model, cluster, gpus=8, global_batch=32, top=3, max_microbatch_size=2,
+                     max_memory_fraction=limit)
+    assert tight.dropped.get("out of memory", 0) > 0
+    assert all(c.estimate.peak_memory_bytes <= tight.memory_limit_bytes for c in tight.ranked)
+
+
+def test_record_states_why_pareto_and_assumptions():
+    r = optimize(as_model("gpt3-175b", SMALL_GPT), "dgx-a100", gpus=8, global_batch=16, top=3, fix=["tp=2"])
+    rec = r.to_dict()
+    assert rec["kind"] == "optimize" and rec["dtype"] == "fp16"
+    assert all(row["strategy"]["tp"] == 2 for row in rec["ranked"])
+    why = rec["why"]
+    assert why["bottleneck"] in ("compute", "recompute", "exposed_comm", "bubble", "idle")
+    assert 0 <= why["exposed_comm_share"] <= 1 and 0 <= why["bubble_share"] <= 1
+    assert why["memory_headroom_bytes"] > 0 and "trade" in why["runner_up"]
+    times = [p["iteration_time_s"] for p in rec["pareto"]]
+    mems = [p["peak_memory_bytes"] for p in rec["pareto"]]
+    assert times == sorted(times) and mems == sorted(mems, reverse=True)
+    for key in ("dtype", "optimizer", "collective", "tensor_parallel", "p2p_overlap"):
+        assert key in rec["assumed"]
+
+
+def test_pareto_front_and_fix_parsing():
+    pts = [(1.0, 5.0, "a"), (2.0, 3.0, "b"), (2.5, 4.0, "c"), (3.0, 1.0, "d")]
+    assert [p[2] for p in pareto_front(pts)] == ["a", "b", "d"]
+    assert parse_fix(["tp=8", "sequence-parallel=true", "schedule=1f1b"]) == {
+        "tp": 8, "sequence_parallel": True, "schedule": "1f1b"}
+    with pytest.raises(SpecError):
+        parse_fix(["tp"])
+    with pytest.raises(SpecError):
+        parse_fix(["nonsense=1"])
+
+
+def test_no_feasible_candidate_names_the_limit():
+    with pytest.raises(InfeasibleError, match="out of memory.*closest"):
+        optimize("gpt3-175b", "dgx-a100", gpus=8, global_batch=16)
+    with pytest.raises(InfeasibleError, match="can be built"):
+        optimize(as_model("gpt3-175b", SMALL_GPT), "dgx-a100", gpus=8, global_batch=16, fix=["tp=3"])
+
+
+def test_cli_no_feasible_exits_1_with_one_line(capsys):
+    assert run(["optimize", "gpt3-175b", "-c", "dgx-a100", "--gpus", "8", "--global-batch", "16"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "out of memory" in err and "over by" in err
+
+
+def test_cli_table_json_csv(tmp_path, capsys):
+    args = ["optimize", "gpt3-175b", "--set", "layers=4", "--set", "hidden=1024", "--set", "heads=16", "--set",
+            "seq_len=1024", "--set", "positions=1024", "-c", "dgx-a100", "--gpus", "8", "--global-batch", "16",
+            "--top", "2", "--max-microbatch-size", "2", "--fix", "pp=1"]
+    out_json, out_csv = tmp_path / "opt.json", tmp_path / "opt.csv"
+    assert run(args + ["--json", str(out_json), "--csv", str(out_csv)]) == 0
+    text = capsys.readouterr().out
+    assert "best:" in text and "Pareto front" in text and "bottleneck" in text
+    rec = json.loads(out_json.read_text())
+    rows = list(csv.DictReader(out_csv.open()))
+    assert len(rows) == len(rec["ranked"]) and rows[0]["label"] == rec["best"]["label"]
+    # never overwrite without --force
+    assert run(args + ["--csv", str(out_csv)]) == 1
+    assert run(args + ["--csv", str(out_csv), "--force"]) == 0
+    assert run(args + ["--objective", "cost"]) == 2
