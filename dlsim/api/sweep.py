@@ -1,0 +1,329 @@
+"""`run_sweep()`: simulate every point of a sweep spec, appending each result as it finishes.
+
+Results go to a JSON-lines file, one record per point keyed by its stable id
+(`dlsim.io.sweep_spec.point_id`). The parent process alone writes: each finished batch of records is
+one ``os.write`` of whole lines followed by ``fsync``, so a sweep killed at any moment (SIGKILL
+included) leaves whole lines and at most one truncated last line. A restart reads the file, drops
+the truncated tail (the file is cut back to its last newline before anything is appended), skips
+the ids already there and simulates the rest: no result is lost, none is written twice.
+
+Backends: a local process pool (`jobs` workers, the default), or Dask distributed
+(`dlsim.api.sweep_dask`, the only module that imports dask) given a scheduler address or a number
+of local workers. Each worker keeps the models and clusters it has loaded, so that a point costs
+one `simulate()` call and nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from dlsim.errors import DlsimError, InfeasibleError, SpecError
+from dlsim.io.files import OutputError
+from dlsim.io.sweep_spec import SweepPoint, SweepSpec
+
+RECORD_KIND = "sweep_point"
+
+
+# ----------------------------------------------------------------------------------------- workers
+_MODELS: dict[str, Any] = {}
+_CLUSTERS: dict[tuple[str, int | None], Any] = {}
+
+
+def _model(name: str) -> Any:
+    if name not in _MODELS:
+        from dlsim.api.models import as_model
+        _MODELS[name] = as_model(name)
+    return _MODELS[name]
+
+
+def _cluster(name: str, nodes: int | None) -> Any:
+    key = (name, nodes)
+    if key not in _CLUSTERS:
+        from dlsim.api.limits import check_nodes_limit
+        from dlsim.api.models import as_cluster
+        base = _CLUSTERS.get((name, None)) or as_cluster(name)
+        _CLUSTERS[(name, None)] = base
+        _CLUSTERS[key] = base if nodes is None else replace(base, nodes=check_nodes_limit(nodes, base.devices_per_node))
+    return _CLUSTERS[key]
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without its numbers and names, to count reasons alike: ``out of memory on rank#``..."""
+    if reason.startswith("out of memory"):
+        return "out of memory"
+    text = reason
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
+    text = re.sub(r"\([^)]*\)", "", text)
+    text = re.sub(r"\d+(\.\d+)?", "#", text)
+    return " ".join(text.split())[:70]
+
+
+def evaluate_point(point: SweepPoint, model_only: bool = False) -> dict[str, Any]:
+    """The record of one point: its simulation's figures, or why it could not run (never raises)."""
+    from dlsim.api.simulate import simulate
+    fields = dict(point.fields)
+    rec: dict[str, Any] = {"id": point.id, "kind": RECORD_KIND, "point": point.to_dict()}
+    try:
+        model = _model(point.model)
+        nodes = None
+        if point.gpus is not None:
+            cluster = _cluster(point.cluster, None)
+            tp, pp = int(fields.get("tp", 1)), int(fields.get("pp", 1))
+            if point.gpus % (tp * pp):
+                raise InfeasibleError(f"tp x pp = {tp} x {pp} = {tp * pp} does not divide {point.gpus} GPUs "
+                                      f"(remainder {point.gpus % (tp * pp)})")
+            fields["dp"] = point.gpus // (tp * pp)
+            nodes = max(1, math.ceil(point.gpus / cluster.devices_per_node))
+        cluster = _cluster(point.cluster, nodes)
+        r = simulate(model, cluster, measured=not model_only, global_batch=point.global_batch, **fields)
+    except InfeasibleError as exc:
+        return {**rec, "status": "infeasible", "reason": str(exc)}
+    except DlsimError as exc:
+        return {**rec, "status": "invalid", "reason": str(exc)}
+    except Exception as exc:  # a bug: recorded, not fatal to the sweep
+        return {**rec, "status": "error", "reason": f"bug: {type(exc).__name__}: {exc}"[:300]}
+    d = r.to_dict()
+    feasible = bool(d.get("feasible", True))
+    out = {**rec, "status": "ok" if feasible else "infeasible", "reason": "" if feasible else d["infeasible_reason"],
+           "dp": r.strategy.get("dp"), "devices": r.strategy.get("dp", 1) * r.strategy.get("tp", 1)
+           * r.strategy.get("pp", 1),
+           "throughput_samples_per_s": r.throughput_samples_per_s}
+    for key in ("iteration_time_s", "peak_memory_bytes", "model_flops_utilisation", "measured_share",
+                "breakdown_s", "simulated_time_s", "updates"):
+        if key in d:
+            out[key] = d[key]
+    return out
+
+
+def evaluate_chunk(points: list[SweepPoint], model_only: bool = False) -> list[dict[str, Any]]:
+    """Records of a batch of points, in order (a worker's task)."""
+    return [evaluate_point(p, model_only) for p in points]
+
+
+# ------------------------------------------------------------------------------------ results file
+def read_results(path: Path | str, repair: bool = False) -> dict[str, dict[str, Any]]:
+    """The records of a results file by id (the first of each id). A line that is not a whole JSON
+    record (the tail of a killed sweep) is skipped; with `repair` a truncated last line is cut off,
+    so that appending starts on a fresh line."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise OutputError(f"cannot read {path} ({exc.strerror or exc})") from None
+    cut = data.rfind(b"\n") + 1
+    if repair and cut < len(data):
+        try:
+            with open(path, "r+b") as f:
+                f.truncate(cut)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise OutputError(f"cannot repair {path} ({exc.strerror or exc})") from None
+    out: dict[str, dict[str, Any]] = {}
+    for line in data[:cut].splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("id"), str) and rec.get("kind") == RECORD_KIND:
+            out.setdefault(rec["id"], rec)
+    return out
+
+
+class ResultsWriter:
+    """Appends whole lines: one write and one fsync per batch."""
+
+    def __init__(self, path: Path | str, sync: bool = True):
+        self.path, self.sync = Path(path), sync
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path} ({exc.strerror or exc})") from None
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        if self.sync:
+            os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# ---------------------------------------------------------------------------------------- the sweep
+@dataclass
+class SweepOutcome:
+    spec: SweepSpec
+    out: Path
+    total: int
+    resumed: int
+    computed: int
+    backend: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _chunks(points: list[SweepPoint], size: int) -> Iterator[list[SweepPoint]]:
+    for i in range(0, len(points), size):
+        yield points[i:i + size]
+
+
+def chunk_size(n: int, workers: int) -> int:
+    """Points per task: enough to amortise a task's overhead, small enough to balance and to lose
+    little on a crash."""
+    return max(1, min(32, n // max(1, workers * 8)))
+
+
+def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool,
+              done: Callable[[list[dict[str, Any]]], None]) -> None:
+    import multiprocessing
+
+    import dlsim.api.simulate  # noqa: F401  (loaded before the workers fork: they start warm)
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    it = iter(chunks)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        pending: set[Future] = set()
+        while True:
+            while len(pending) < 4 * jobs:
+                chunk = next(it, None)
+                if chunk is None:
+                    break
+                pending.add(pool.submit(evaluate_chunk, chunk, model_only))
+            if not pending:
+                return
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                done(f.result())
+
+
+def _run_inline(chunks: Iterable[list[SweepPoint]], model_only: bool,
+                done: Callable[[list[dict[str, Any]]], None]) -> None:
+    for chunk in chunks:
+        done(evaluate_chunk(chunk, model_only))
+
+
+def check_models(spec: SweepSpec) -> None:
+    """Every model and cluster of the spec loads (one line naming the bad one, before any work)."""
+    from dlsim.api.models import as_cluster, as_model
+    for name in spec.models:
+        try:
+            _MODELS[name] = as_model(name)
+        except SpecError as exc:
+            raise SpecError(f"model {name!r}: {exc}", field="models") from None
+    for name in spec.clusters:
+        try:
+            _CLUSTERS[(name, None)] = as_cluster(name)
+        except SpecError as exc:
+            raise SpecError(f"cluster {name!r}: {exc}", field="clusters") from None
+
+
+def run_sweep(spec: SweepSpec, out: Path | str, *, jobs: int | None = None, scheduler: str | None = None,
+              dask_local: int | None = None, progress: Callable[[int, int], None] | None = None,
+              sync: bool = True, chunk: int | None = None) -> SweepOutcome:
+    """Simulate every point of `spec` not already in `out`, appending records as they finish.
+
+    `jobs` local worker processes (default: the CPU count; 1 runs in this process); `scheduler`
+    (``tcp://host:port``) or `dask_local` (N local worker processes on the loopback) use Dask.
+    `progress(done, total)` is called after each batch. Returns the outcome with every record of
+    the spec's points (resumed and new), in the spec's order.
+    """
+    if scheduler and dask_local:
+        raise SpecError("give a scheduler address or a local Dask cluster size, not both", field="scheduler")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise SpecError(f"must be a positive integer, got {jobs!r}", field="jobs")
+    if dask_local is not None and (isinstance(dask_local, bool) or not isinstance(dask_local, int) or dask_local < 1):
+        raise SpecError(f"must be a positive integer, got {dask_local!r}", field="dask_local")
+    check_models(spec)
+    out = Path(out)
+    existing = read_results(out, repair=True)
+    points = list(spec.points())
+    todo = [p for p in points if p.id not in existing]
+    resumed = len(points) - len(todo)
+    records = {p.id: existing[p.id] for p in points if p.id in existing}
+    total = len(points)
+    workers = dask_local or jobs or os.cpu_count() or 1
+    size = chunk or chunk_size(len(todo), workers)
+    writer = ResultsWriter(out, sync=sync)
+    count = [resumed]
+
+    def done(recs: list[dict[str, Any]]) -> None:
+        fresh = [r for r in recs if r["id"] not in records]
+        writer.append(fresh)
+        for r in fresh:
+            records[r["id"]] = r
+        count[0] += len(recs)
+        if progress is not None:
+            progress(count[0], total)
+
+    if progress is not None:
+        progress(resumed, total)
+    try:
+        if scheduler or dask_local:
+            from dlsim.api.sweep_dask import run_dask
+            backend = f"dask {scheduler}" if scheduler else f"dask local ({dask_local} workers)"
+            run_dask(_chunks(todo, size), evaluate_chunk, spec.model_only, done, scheduler=scheduler,
+                     local_workers=dask_local)
+        elif workers == 1 or len(todo) <= size:
+            backend = "in process"
+            _run_inline(_chunks(todo, size), spec.model_only, done)
+        else:
+            backend = f"process pool ({workers} workers)"
+            _run_pool(_chunks(todo, size), workers, spec.model_only, done)
+    finally:
+        writer.close()
+    return SweepOutcome(spec, out, total, resumed, len(todo), backend, [records[p.id] for p in points])
+
+
+# ------------------------------------------------------------------------------------------ summary
+def _label(rec: dict[str, Any], keys: Iterable[str]) -> str:
+    point = rec["point"]
+    parts = [f"dp={rec.get('dp')}"] if rec.get("dp") is not None else []
+    parts += [f"{k}={point[k]}" for k in keys if k in point and k != "dp"]
+    return " ".join(parts)
+
+
+def summarize(spec: SweepSpec, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best point per model x cluster x gpus (highest throughput), counts by status, infeasible
+    counts by reason (numbers and names stripped)."""
+    keys = [k for k, _ in spec.grid]
+    groups: dict[tuple, dict[str, Any]] = {}
+    status = Counter(r["status"] for r in records)
+    reasons = Counter(reason_kind(r["reason"]) for r in records if r["status"] != "ok")
+    for r in records:
+        p = r["point"]
+        g = groups.setdefault((p["model"], p["cluster"], p["gpus"]),
+                              {"model": p["model"], "cluster": p["cluster"], "gpus": p["gpus"], "points": 0,
+                               "feasible": 0, "best": None})
+        g["points"] += 1
+        if r["status"] == "ok":
+            g["feasible"] += 1
+            best = g["best"]
+            if best is None or (r["throughput_samples_per_s"], -r["iteration_time_s"]) > (
+                    best["throughput_samples_per_s"], -best["iteration_time_s"]):
+                g["best"] = r
+    best_rows = []
+    for g in groups.values():
+        b = g.pop("best")
+        g.update({"best_strategy": _label(b, keys) if b else "", "global_batch": b["point"]["global_batch"] if b else None,
+                  "iteration_time_s": b["iteration_time_s"] if b else None,
+                  "throughput_samples_per_s": b["throughput_samples_per_s"] if b else None,
+                  "peak_memory_bytes": b.get("peak_memory_bytes") if b else None,
+                  "best_id": b["id"] if b else None})
+        best_rows.append(g)
+    return {"kind": "sweep_summary", "name": spec.name, "points": len(records), "status": dict(status),
+            "infeasible_by_reason": dict(reasons.most_common()), "best": best_rows}
