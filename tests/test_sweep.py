@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlsim.api.sweep import read_results, reason_kind, run_sweep, summarize
+from dlsim.api.sweep import evaluate_point, read_results, reason_kind, run_sweep, summarize
 from dlsim.cli import run
 from dlsim.errors import SpecError
 from dlsim.io.sweep_spec import load_sweep, parse_sweep
@@ -152,3 +152,11 @@ def test_reason_kind_groups_alike():
 def test_example_sweep_spec_loads():
     s = load_sweep(Path(__file__).resolve().parents[1] / "examples" / "sweeps" / "gpt2-llama3-8b.yaml")
     assert s.size == 288 and s.models == ("gpt2", "llama3-8b")
+
+
+def test_remembered_comm_prices_change_no_result():
+    s = parse_sweep(SMALL)
+    pts = list(s.points())
+    plain = [evaluate_point(p, memo=False) for p in pts]
+    memo = [evaluate_point(p, memo=True) for p in pts] + [evaluate_point(p, memo=True) for p in pts]
+    assert _strip(plain + plain) == _strip(memo)

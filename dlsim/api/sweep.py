@@ -55,6 +55,54 @@ def _cluster(name: str, nodes: int | None) -> Any:
     return _CLUSTERS[key]
 
 
+_PRICERS: dict[tuple, "_MemoPricer"] = {}
+MAX_PRICERS = 512
+
+
+class _MemoPricer:
+    """The simulator's own pricer (`dlsim.api.simulate._default_pricer`) with its prices remembered:
+    collective and point-to-point prices are pure functions of their arguments, and a sweep asks
+    for the same ones again and again (every bucket of every point with the same layout). The
+    simulation itself is unchanged: same prices, same events, same result."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self._coll: dict[tuple, Any] = {}
+        self._p2p: dict[tuple, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def collective(self, op: str, nbytes: float, ranks: Any) -> Any:
+        key = (op, float(nbytes), tuple(ranks))
+        hit = self._coll.get(key)
+        if hit is None:
+            hit = self._coll[key] = self._inner.collective(op, nbytes, ranks)
+        return hit
+
+    def p2p(self, nbytes: float, src: int, dst: int) -> Any:
+        key = (float(nbytes), src, dst)
+        hit = self._p2p.get(key)
+        if hit is None:
+            hit = self._p2p[key] = self._inner.p2p(nbytes, src, dst)
+        return hit
+
+
+def _pricer(cluster_key: tuple[str, int | None], cluster: Any, fields: dict[str, Any], measured: bool) -> Any:
+    """A remembered pricer per cluster, layout, algorithm and measured-or-not (see `_MemoPricer`)."""
+    from dlsim.api.simulate import _default_pricer
+    from dlsim.plan.comm import Layout
+    dp, tp, pp = (int(fields.get(k, 1)) for k in ("dp", "tp", "pp"))
+    algorithm = fields.get("collective", "auto")
+    key = (cluster_key, dp, tp, pp, algorithm, measured)
+    if key not in _PRICERS:
+        if len(_PRICERS) >= MAX_PRICERS:
+            _PRICERS.clear()
+        _PRICERS[key] = _MemoPricer(_default_pricer(cluster, Layout(dp, tp, pp, cluster.devices_per_node),
+                                                    algorithm, measured))
+    return _PRICERS[key]
+
+
 def reason_kind(reason: str) -> str:
     """A reason without its numbers and names, to count reasons alike: ``out of memory on rank#``..."""
     if reason.startswith("out of memory"):
@@ -66,8 +114,9 @@ def reason_kind(reason: str) -> str:
     return " ".join(text.split())[:70]
 
 
-def evaluate_point(point: SweepPoint, model_only: bool = False) -> dict[str, Any]:
-    """The record of one point: its simulation's figures, or why it could not run (never raises)."""
+def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = True) -> dict[str, Any]:
+    """The record of one point: its simulation's figures, or why it could not run (never raises).
+    `memo` reuses the worker's remembered comm prices (`_MemoPricer`; the same simulation)."""
     from dlsim.api.simulate import simulate
     fields = dict(point.fields)
     rec: dict[str, Any] = {"id": point.id, "kind": RECORD_KIND, "point": point.to_dict()}
@@ -83,7 +132,9 @@ def evaluate_point(point: SweepPoint, model_only: bool = False) -> dict[str, Any
             fields["dp"] = point.gpus // (tp * pp)
             nodes = max(1, math.ceil(point.gpus / cluster.devices_per_node))
         cluster = _cluster(point.cluster, nodes)
-        r = simulate(model, cluster, measured=not model_only, global_batch=point.global_batch, **fields)
+        pricer = _pricer((point.cluster, nodes), cluster, fields, not model_only) if memo else None
+        r = simulate(model, cluster, measured=not model_only, pricer=pricer, global_batch=point.global_batch,
+                     **fields)
     except InfeasibleError as exc:
         return {**rec, "status": "infeasible", "reason": str(exc)}
     except DlsimError as exc:

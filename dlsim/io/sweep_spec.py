@@ -41,6 +41,8 @@ _NESTED = {"compression", "variability", "stage_partition", "layer_groups", "fus
 STRATEGY_KEYS = frozenset(set(Strategy.__dataclass_fields__) - _NESTED)
 _TOP_KEYS = {"models", "clusters", "gpus", "global_batch", "grid", "fixed", "model_only", "max_points", "name"}
 _INT_KEYS = {k for k, f in Strategy.__dataclass_fields__.items() if f.type in ("int", int)}
+_POSITIVE_KEYS = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
+                  "fetch_every", "push_every", "iterations", "recompute_layers"}
 _BOOL_KEYS = {k for k, f in Strategy.__dataclass_fields__.items() if f.type in ("bool", bool)}
 _FLOAT_KEYS = {k for k, f in Strategy.__dataclass_fields__.items() if f.type in ("float", float)}
 
@@ -124,6 +126,9 @@ def _positive_ints(value: Any, path: Path, field: str) -> tuple[int, ...]:
 def _check_value(key: str, v: Any, path: Path, field: str) -> Any:
     if key in _INT_KEYS and (isinstance(v, bool) or not isinstance(v, int)):
         raise SpecError(f"must be an integer, got {v!r}"[:120], path=path, field=field)
+    if key in _POSITIVE_KEYS and v < 1 or key in _INT_KEYS and v < 0:
+        raise SpecError(f"must be {'positive' if key in _POSITIVE_KEYS else 'non-negative'}, got {v!r}"[:120],
+                        path=path, field=field)
     if key in _BOOL_KEYS and not isinstance(v, bool):
         raise SpecError(f"must be true or false, got {v!r}"[:120], path=path, field=field)
     if key in _FLOAT_KEYS and (isinstance(v, bool) or not isinstance(v, (int, float, str))):
