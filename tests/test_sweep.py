@@ -33,6 +33,7 @@ def test_spec_points_and_stable_ids():
     assert len({p.id for p in pts}) == len(pts)
     reordered = dict(SMALL, models=["gpt2", "lenet5"], grid={"pp": [2, 1], "microbatch_size": [2, 1], "tp": [3, 2, 1]})
     assert {p.id for p in parse_sweep(reordered).points()} == {p.id for p in pts}
+    assert not {p.id for p in parse_sweep(dict(SMALL, model_only=True)).points()} & {p.id for p in pts}
 
 
 @pytest.mark.parametrize("change, field", [

@@ -16,8 +16,9 @@
     max_points: 100000                 # refuse a larger grid (at most MAX_POINTS)
 
 A point is one (model, cluster, gpus, global_batch, strategy fields) combination; its id is a hash
-of those values alone (`point_id`), so it does not change when the spec's lists are reordered or
-extended and a results file can be resumed against an edited spec.
+of those values alone (`point_id`; and of ``model_only`` when set, whose prices differ), so it does
+not change when the spec's lists are reordered or extended and a results file can be resumed
+against an edited spec.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class SweepSpec:
                                                              self.global_batch):
             for values in itertools.product(*(v for _, v in self.grid)):
                 fields = tuple(sorted({**dict(self.fixed), **dict(zip(keys, values))}.items()))
-                yield SweepPoint(point_id(model, cluster, gpus, batch, fields), model, cluster, gpus, batch, fields)
+                hashed = fields + ((("~model_only", True),) if self.model_only else ())
+                yield SweepPoint(point_id(model, cluster, gpus, batch, hashed), model, cluster, gpus, batch, fields)
 
 
 def point_id(model: str, cluster: str, gpus: int | None, global_batch: int, fields: tuple[tuple[str, Any], ...]) -> str:
