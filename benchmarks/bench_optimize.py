@@ -4,7 +4,7 @@
 Prints JSON: per case the wall time of the in-process `optimize()` call split into search +
 analytic evaluation and simulation, the candidate counts (buildable, dropped by reason, evaluated,
 simulated), the winner and its simulated time, and the evaluator's error on the simulated ones.
-Usage: python benchmarks/bench_optimize.py [--top 5] [--max-simulations 24]
+Usage: python benchmarks/bench_optimize.py [--top 5] [--max-simulations 24] [--jobs N]
 """
 
 from __future__ import annotations
@@ -28,19 +28,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--max-simulations", type=int, default=24)
+    ap.add_argument("--jobs", type=int, default=None, help="simulation processes [default: the cores]")
     args = ap.parse_args()
     out = []
     for case in CASES:
         t0 = time.perf_counter()
         r = optimize(case["model"], case["cluster"], nodes=case["nodes"], gpus=case["gpus"],
                      global_batch=case["global_batch"], top=args.top, max_simulations=args.max_simulations,
+                     jobs=args.jobs,
                      overrides=case["overrides"])
         wall = time.perf_counter() - t0
         errors = [c.estimate.iteration_time_s / c.result.iteration_time_s - 1 for c in r.ranked]
         out.append({"case": case["name"], "wall_s": round(wall, 3), "limit_s": case["limit_s"],
                     "within_limit": None if case["limit_s"] is None else wall <= case["limit_s"],
                     "seconds": {k: round(v, 3) for k, v in r.seconds.items()},
-                    "enumerated": r.enumerated, "dropped": r.dropped, "evaluated": r.evaluated,
+                    "enumerated": r.enumerated, "dropped": r.dropped, "pruned_by_bound": r.pruned,
+                    "evaluated": r.evaluated,
                     "simulated": len(r.ranked), "best": r.to_dict()["best"]["label"],
                     "best_time_s": r.best.result.iteration_time_s,
                     "evaluator_error_on_simulated": {"max_abs": max(abs(e) for e in errors),

@@ -147,3 +147,42 @@ def test_cli_table_json_csv(tmp_path, capsys):
     assert run(args + ["--csv", str(out_csv)]) == 1
     assert run(args + ["--csv", str(out_csv), "--force"]) == 0
     assert run(args + ["--objective", "cost"]) == 2
+
+
+def test_fast_paths_equal_the_slow_ones(simulated_space):
+    """The evaluator's caches, the search's lower-bound pruning and the simulation pool change nothing: a fresh evaluator
+    per candidate gives the same estimates, the bound never exceeds the estimate, and optimize with
+    pruning returns the same ranking and Pareto front as without."""
+    (profile, nodes, batch, opts), model, cluster, rows = simulated_space
+    tables = load_kernel_times(cluster)[0] if cluster.tables else None
+
+    def fresh():
+        return Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), tables)
+
+    shared = fresh()
+    for s, e, _ in rows:
+        assert shared.lower_bound(s) <= e.iteration_time_s
+    for s, e, _ in rows[:: max(1, len(rows) // 12)]:
+        alone = fresh().evaluate(s)
+        assert alone.iteration_time_s == e.iteration_time_s and alone.memory == e.memory
+    kw = dict(gpus=8 * nodes, global_batch=batch, top=3, max_microbatch_size=opts["max_microbatch_size"],
+              fix=opts.get("fix"))
+    fast, slow = optimize(model, cluster, jobs=2, **kw), optimize(model, cluster, prune_bound=False, jobs=1, **kw)
+    assert slow.pruned == 0 and fast.evaluated + fast.pruned == slow.evaluated
+    assert [c.row(1) for c in fast.ranked] == [c.row(1) for c in slow.ranked]
+    assert fast.pareto == slow.pareto
+
+
+def test_cli_plot_writes_a_png(tmp_path):
+    out = tmp_path / "pareto.png"
+    args = ["optimize", "gpt3-175b", "--set", "layers=4", "--set", "hidden=1024", "--set", "heads=16", "--set",
+            "seq_len=1024", "--set", "positions=1024", "-c", "dgx-a100", "--gpus", "8", "--global-batch", "16",
+            "--top", "2", "--max-microbatch-size", "2", "--plot", str(out)]
+    assert run(args) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    from PIL import Image
+    with Image.open(out) as im:
+        im.verify()
+        assert "Pareto" in im.info.get("Description", "") or "memory per device" in im.info.get("Description", "")
+    assert run(args + ["--plot", str(tmp_path / "x.txt")]) != 0

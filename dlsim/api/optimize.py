@@ -12,7 +12,10 @@ at most `max_simulations` in all.
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -22,7 +25,7 @@ from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.api.simulate import _default_pricer, run_simulation
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.plan.evaluate import Evaluation, Evaluator
-from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, SearchSpace, search
+from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, Prune, SearchSpace, search
 from dlsim.results import SCHEMA_VERSION
 from dlsim.results_sim import SimResult
 from dlsim.spec.cluster import Cluster
@@ -31,6 +34,9 @@ from dlsim.spec.strategy import DEFAULT_BUCKET_BYTES, Strategy
 from dlsim.units import format_bytes
 
 OBJECTIVES = ("time", "memory")
+MAX_JOBS = 8
+POOL_MIN_SIMULATIONS = 4
+"""Fewer simulations than this run in the calling process (a pool costs more than it saves)."""
 EVALUATOR_TOLERANCE = 0.03
 APPROXIMATE_TOLERANCE = 0.12
 
@@ -117,6 +123,10 @@ class OptimizeResult:
     memory_limit_bytes: float
     assumed: dict[str, Any]
     seconds: dict[str, float] = field(default_factory=dict)
+    pruned: int = 0
+    points: tuple[tuple[float, float, str], ...] = ()
+    """Every evaluated candidate as (iteration seconds, peak bytes per device, "simulated" or
+    "estimated"), the simulation's numbers where there is one: what the Pareto front is drawn from."""
 
     @property
     def best(self) -> Candidate:
@@ -166,11 +176,15 @@ class OptimizeResult:
                 "gpus": self.gpus, "global_batch": self.global_batch, "objective": self.objective,
                 "dtype": self.dtype, "assumed": dict(self.assumed), "space": self.space,
                 "candidates": {"enumerated": self.enumerated, "dropped": dict(self.dropped),
-                               "evaluated": self.evaluated, "simulated": len(self.ranked)},
+                               "pruned_by_bound": self.pruned, "evaluated": self.evaluated,
+                               "simulated": len(self.ranked)},
                 "capacity_bytes": self.capacity_bytes, "memory_limit_bytes": self.memory_limit_bytes,
                 "best": self.best.row(1), "why": self.why(),
                 "ranked": [c.row(i + 1) for i, c in enumerate(self.ranked)],
-                "pareto": list(self.pareto), "seconds": dict(self.seconds)}
+                "pareto": list(self.pareto),
+                "points": {"iteration_time_s": [p[0] for p in self.points],
+                           "peak_memory_bytes": [p[1] for p in self.points], "source": [p[2] for p in self.points]},
+                "seconds": dict(self.seconds)}
 
 
 def pareto_front(points: Sequence[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
@@ -241,15 +255,21 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
              fix: Sequence[str] | Mapping[str, Any] | None = None, nodes: int | None = None,
              schedules: Sequence[str] = ("1f1b", "interleaved"), max_microbatch_size: int = 8,
              tp_across_nodes: bool = False, measured: bool = True, max_simulations: int = 24,
-             overrides: Mapping[str, Any] | None = None) -> OptimizeResult:
+             overrides: Mapping[str, Any] | None = None, prune_bound: bool = True,
+             jobs: int | None = None) -> OptimizeResult:
     """Search the strategies of `model` on `gpus` devices of `cluster` for `global_batch` samples per
     iteration (see the module docstring). `objective` time (fastest) or memory (least peak memory
     per device); `fix` pins strategy fields (``["tp=8"]`` or a mapping); `max_memory_fraction` of
-    the device memory is the limit a candidate must fit. Raises `InfeasibleError` naming the limit
+    the device memory is the limit a candidate must fit; `prune_bound` skips timing the candidates
+    that the evaluator's lower bound shows can neither be simulated nor sit on the Pareto front
+    (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `jobs` processes
+    run the simulations (default: the machine's cores, at most `MAX_JOBS`; the same result with 1). Raises `InfeasibleError` naming the limit
     when nothing can be built or fits."""
     t0 = time.perf_counter()
     model, cluster = as_model(model, overrides), as_cluster(cluster)
-    for name, value in (("gpus", gpus), ("global_batch", global_batch), ("top", top),
+    if jobs is None:
+        jobs = max(1, min(MAX_JOBS, os.cpu_count() or 1))
+    for name, value in (("gpus", gpus), ("global_batch", global_batch), ("top", top), ("jobs", jobs),
                         ("max_microbatch_size", max_microbatch_size), ("max_simulations", max_simulations)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"must be a positive integer, got {value!r}", field=name)
@@ -283,15 +303,14 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed)
     limit = evaluator.capacity * max_memory_fraction
-    outcome = search(evaluator, model, space, limit)
+    prune = Prune(objective, top, _band(APPROXIMATE_TOLERANCE)) if prune_bound else None
+    outcome = search(evaluator, model, space, limit, prune)
     t_eval = time.perf_counter() - t0
     if not outcome.evaluations:
         raise _no_feasible(outcome, space, cluster, limit, max_memory_fraction)
     chosen = _to_simulate(outcome.evaluations, objective, top, max_simulations)
-    ranked = []
-    for e in chosen:
-        sim = run_simulation(model, cluster, e.strategy, measured=measured).result
-        ranked.append(Candidate(e.strategy, e, sim))
+    ranked = [Candidate(e.strategy, e, sim) for e, sim in zip(chosen, _simulate_all(model, cluster, chosen, measured,
+                                                                                 jobs))]
     ranked.sort(key=lambda c: c.key(objective))
     t_sim = time.perf_counter() - t0 - t_eval
     if not ranked[0].result.feasible:
@@ -320,7 +339,31 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                           space.to_dict(), outcome.enumerated, len(outcome.evaluations),
                           dict(outcome.dropped.most_common()), evaluator.capacity, limit, assumed,
                           {"search_and_evaluate": t_eval, "simulate": t_sim,
-                           "total": time.perf_counter() - t0})
+                           "total": time.perf_counter() - t0}, outcome.pruned,
+                          tuple((t, m, src) for t, m, (_, src) in points))
+
+
+_WORK: list[tuple] = []
+"""The simulations a forked pool runs (inherited by the workers: models and clusters hold read-only
+mappings that do not pickle); only indices and results cross the process boundary."""
+
+
+def _simulate_one(i: int) -> SimResult:
+    model, cluster, strategy, measured = _WORK[i]
+    return run_simulation(model, cluster, strategy, measured=measured).result
+
+
+def _simulate_all(model: Model, cluster: Cluster, chosen: list[Evaluation], measured: bool, jobs: int) -> list[SimResult]:
+    """The simulations of `chosen` (in order), on `jobs` forked processes when there are enough of
+    them to pay for the pool (each simulation is deterministic: the same results either way)."""
+    _WORK[:] = [(model, cluster, e.strategy, measured) for e in chosen]
+    try:
+        if jobs < 2 or len(_WORK) < POOL_MIN_SIMULATIONS or "fork" not in mp.get_all_start_methods():
+            return [_simulate_one(i) for i in range(len(_WORK))]
+        with ProcessPoolExecutor(max_workers=min(jobs, len(_WORK)), mp_context=mp.get_context("fork")) as pool:
+            return list(pool.map(_simulate_one, range(len(_WORK))))
+    finally:
+        _WORK.clear()
 
 
 def _to_simulate(evals: list[Evaluation], objective: str, top: int, cap: int) -> list[Evaluation]:

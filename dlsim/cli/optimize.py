@@ -10,6 +10,7 @@ import click
 
 from dlsim.api.optimize import OBJECTIVES, optimize
 from dlsim.cli import main
+from dlsim.cli.compare import check_figure_path, emit_figure
 from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.report.optimize_text import optimize_summary
@@ -54,16 +55,21 @@ def _csv(rec: dict[str, Any]) -> str:
 @click.option("--tp-across-nodes", is_flag=True, help="Allow tensor parallelism beyond one node.")
 @click.option("--max-simulations", type=click.IntRange(1, 10000), default=24, show_default=True,
               help="At most this many candidates are simulated.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=None,
+              help="Processes running the simulations [default: the machine's cores, at most 8].")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="Print the record as JSON (or write it to FILE).")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False), default=None, help="Write the ranked table as CSV.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the Pareto front of iteration time against memory per device (PNG, PDF or SVG).")
 @force_option
 @set_option
 def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: int | None, objective: str, top: int,
                  max_memory_fraction: float, fix: tuple[str, ...], schedules: str, max_microbatch_size: int,
-                 tp_across_nodes: bool, max_simulations: int, model_only: bool, json_out: str | None,
-                 csv_out: str | None, overrides: tuple[str, ...]) -> None:
+                 tp_across_nodes: bool, max_simulations: int, jobs: int | None, model_only: bool,
+                 json_out: str | None,
+                 csv_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
     """Find the best parallel strategy for MODEL on --gpus devices of a cluster at a fixed global batch.
 
     Enumerates dp x tp x pp, micro-batching, schedule, recomputation, sequence parallelism and ZeRO;
@@ -75,11 +81,13 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
     for path, option in ((json_out if json_out != "-" else None, "--json"), (csv_out, "--csv")):
         if path is not None:
             prepare_output(path, option)
+    if plot_path is not None:
+        check_figure_path(plot_path, "--plot")
     result = optimize(model, cluster, gpus=gpus, global_batch=global_batch, objective=objective, top=top,
                       max_memory_fraction=max_memory_fraction, fix=list(fix), nodes=nodes,
                       schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
                       max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
-                      measured=not model_only, max_simulations=max_simulations,
+                      measured=not model_only, max_simulations=max_simulations, jobs=jobs,
                       overrides=parse_overrides(overrides))
     rec = add_assumed(json_safe(result.to_dict()))
     if wants_summary(json_out):
@@ -88,3 +96,6 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
         emit_json(rec, json_out)
     if csv_out is not None:
         emit_text(csv_out, _csv(rec), "--csv")
+    if plot_path is not None:
+        from dlsim.report.optimize_plot import pareto_figure
+        emit_figure(plot_path, "--plot", lambda: pareto_figure(rec))

@@ -39,6 +39,7 @@ run-time variability, parameter-server training; `supports` refuses them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Sequence
 
 from dlsim.cost.overlap import overlap_cost
@@ -133,6 +134,7 @@ class _Table:
     costs: list[float]
     partitions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     sigs: list[int] | None = None
+    prefix: dict[str, list[float]] = field(default_factory=dict)
 
     def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
         """What a chunk's timing depends on (chunks of identical layers share their timing)."""
@@ -204,6 +206,117 @@ class Evaluator:
             v = self._prices[key] = pricer.collective(op, nbytes, ranks).seconds
         return v
 
+    def _pass_prefix(self, s: Strategy, t: _Table, pricer: CommPricer, ranks: list[int]) -> tuple[list[float], ...]:
+        """Prefix sums over the entries of what each adds to a micro-batch's forward pass, its
+        recomputation and its backward pass, each run alone: its kernels, its tensor-parallel
+        collectives, and kernels beside an asynchronous collective as `overlap_cost` prices them
+        (`_Timing.steps_time` of `forward_steps`, the recomputation's steps and `backward_steps`,
+        summed layer by layer)."""
+        def price(c) -> float:
+            return self._price(pricer, s, c.op, c.nbytes, ranks)
+
+        fw, rc, bw = [0.0], [0.0], [0.0]
+        for e in t.entries:
+            f = e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
+            x = 0.0
+            if s.recompute == "full" and self.instance[e.name]:
+                x = f
+            elif s.recompute == "selective" and e.core.seconds > 0:
+                x = e.core.seconds
+            beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if s.tp_async_backward and c.overlap}
+            y = sum(price(c) for c in e.tp.before_bwd + e.tp.after_bwd if c not in beside.values())
+            if beside:
+                windows = [(kind, min(w, part.seconds)) for kind, w, part in
+                           (("dgrad", e.windows[0], e.backward_data), ("wgrad", e.windows[1], e.backward_weight))
+                           if kind in beside]
+                y += e.backward.seconds - sum(w for _, w in windows)
+                for kind, w in windows:
+                    extra, exposed = overlap_cost(w, price(beside[kind]), self.sigma)
+                    y += w + extra + exposed
+            else:
+                y += e.backward.seconds
+            fw.append(fw[-1] + f)
+            rc.append(rc[-1] + x)
+            bw.append(bw[-1] + y)
+        return fw, rc, bw
+
+    def lower_bound(self, s: Strategy) -> float:
+        """A lower bound of `evaluate(s).iteration_time_s`, O(chunks) from cached prefix sums, for
+        the search's pruning (`dlsim.plan.search`).
+
+        Each chunk's forward f_j and recomputation + backward b_j per micro-batch are at least their
+        steps run alone (`_pass_prefix`: data-parallel buckets and the slowdown beside them only
+        add) and, under ZeRO-3, at least the chunk's parameter gathers (serial on the communication
+        stream, each unit waited for). Stage r runs m·W_r of them (W_r its chunks' sum), cannot
+        start before micro-batch 0's forward went through the chunks before it, and stage 0 cannot
+        finish before the last backward came back through them: T ≥ Σ_{j<r} (f_j + b_j) + m·W_r,
+        which the schedule walk and the 1F1B / GPipe closed forms respect; where the evaluator
+        takes the interleaved closed form, that form itself (m·max W + (Σ W − max W)/v). Then stage
+        0's optimizer step and ZeRO-1/2 parameter all-gather. Point-to-point transfers, the
+        tied-embedding all-reduce and data-parallel reductions are left out."""
+        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels)
+        ranges = self.ranges(s, t)
+        p, v, m = s.pp, s.virtual_stages, s.num_microbatches
+        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node)
+        pricer = self.pricer(s)
+        zero3 = s.zero == 3 and s.dp > 1
+        per_stage = []
+        for r in range(p):
+            ranks = lay.tp_group(0, r)
+            key = ("bound", id(t), s.dp, s.tp, s.pp, s.collective, s.tp_async_backward, s.recompute,
+                   pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
+            got = self._cache.get(key)
+            if got is None:
+                got = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
+            per_stage.append(got)
+        work = [0.0] * p
+        passes = []
+        for k, (a, b) in enumerate(ranges):
+            fw, rc, bw = per_stage[k % p]
+            f, x, y = fw[b] - fw[a], rc[b] - rc[a], bw[b] - bw[a]
+            if zero3:
+                g = self._gathers(s, t, a, b, lay.dp_group(0, k % p))
+                f, y = max(f, g), max(y, g)
+            work[k % p] += f + x + y
+            passes.append(f + x + y)
+        walked = p > 1 and p * m * v <= WALK_OPS
+        if v > 1 and not walked:
+            bound = m * max(work) + (sum(work) - max(work)) / v
+        else:
+            bound = fill = 0.0
+            for r in range(p):
+                bound = max(bound, fill + m * work[r])
+                fill += passes[r]
+        chunks0 = [c * p for c in range(v)]
+        params0 = sum(self._params(t, *ranges[k]) for k in chunks0)
+        updated = params0 * optimizer_share(s.zero, s.dp) + self.tied(t, ranges, p).get(0, 0)
+        bound += optimizer_timer(self.device, self.dtype, s.optimizer, self.step_kernels(t, p))(updated).seconds
+        if s.dp > 1 and gathers_updated_params(s.zero):
+            dp0 = lay.dp_group(0, 0)
+            bound += sum(self._price(pricer, s, "allgather", self._params(t, *ranges[k]) * self.gb, dp0)
+                         for k in chunks0)
+        return bound * (1 - 1e-9)
+
+    def _params(self, t: _Table, a: int, b: int) -> int:
+        pre = t.prefix.get("params")
+        if pre is None:
+            pre = [0]
+            for e in t.entries:
+                pre.append(pre[-1] + e.params)
+            t.prefix["params"] = pre  # type: ignore[assignment]
+        return pre[b] - pre[a]  # type: ignore[return-value]
+
+    def _gathers(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
+        """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b (cached)."""
+        pricer = self.pricer(s)
+        key = ("gathers", id(t), a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, pricer.tier(dp_ranks),
+               len(dp_ranks))
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = sum(self._price(pricer, s, "allgather", bu.nbytes, dp_ranks)
+                                         for bu in self._buckets(s, t.entries[a:b]))
+        return got  # type: ignore[return-value]
+
     # -- memory --------------------------------------------------------------------------------
     def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
         """Peak memory of each stage's devices (as the simulator's memory tracker counts it)."""
@@ -218,6 +331,22 @@ class Evaluator:
             got = self._cache[key] = self._chunk_acts_uncached(s, t, ranges)
         return got  # type: ignore[return-value]
 
+    def boundaries(self, t: _Table, ranges) -> list[float]:
+        """`boundary_bytes` of the table cut at `ranges` (cached)."""
+        key = ("bounds", id(t), tuple(ranges))
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = boundary_bytes(self.model, t.entries, ranges)
+        return got  # type: ignore[return-value]
+
+    def step_kernels(self, t: _Table, pp: int) -> int:
+        """`step_kernels` of the table's entries for `pp` stages (cached)."""
+        key = ("kernels", id(t), pp)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = step_kernels(t.entries, pp)
+        return got  # type: ignore[return-value]
+
     def tied(self, t: _Table, ranges, pp: int) -> dict[int, int]:
         key = ("tied", id(t), tuple(ranges), pp)
         got = self._cache.get(key)
@@ -226,7 +355,7 @@ class Evaluator:
         return got  # type: ignore[return-value]
 
     def _chunk_acts_uncached(self, s: Strategy, t: _Table, ranges) -> list[tuple[float, float, float]]:
-        bounds = boundary_bytes(self.model, t.entries, ranges) if s.recompute == "full" else []
+        bounds = self.boundaries(t, ranges) if s.recompute == "full" else []
         out = []
         for k, (a, b) in enumerate(ranges):
             es = t.entries[a:b]
@@ -243,20 +372,30 @@ class Evaluator:
         acts = self._chunk_acts(s, t, ranges)
         chunk_entries = [t.entries[a:b] for a, b in ranges]
         tied = self.tied(t, ranges, s.pp)
+        skey = ("stages", id(t), tuple(ranges), s.pp, s.virtual_stages)
+        stages = self._cache.get(skey)
+        if stages is None:  # per stage: parameters, workspace
+            stages = self._cache[skey] = [
+                (sum(e.params for k in ch for e in chunk_entries[k]),
+                 max((e.workspace for k in ch for e in chunk_entries[k]), default=0.0))
+                for ch in ([c * s.pp + r for c in range(s.virtual_stages)] for r in range(s.pp))]
         out = []
         for r in range(s.pp):
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
-            params = sum(e.params for k in chunks for e in chunk_entries[k])
+            params, workspace = stages[r]  # type: ignore[index]
             states = model_state_bytes(params, self.dtype, s.optimizer, s.zero, s.dp)
             local = model_state_bytes(tied.get(r, 0), self.dtype, s.optimizer, 0, 1)
-            workspace = max((e.workspace for k in chunks for e in chunk_entries[k]), default=0.0)
             if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
                 k = chunks[0]
                 activations = n * acts[k][0] + max(acts[k][1], acts[k][2])
             elif s.num_microbatches * s.virtual_stages <= WALK_MEMORY_OPS:
-                activations = _activation_peak(stage_ops(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r),
-                                               [acts[k] for k in chunks])
+                akey = ("peak", s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r,
+                        tuple(acts[k] for k in chunks))
+                activations = self._cache.get(akey)  # type: ignore[assignment]
+                if activations is None:
+                    activations = self._cache[akey] = _activation_peak(
+                        _stage_ops(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r), [acts[k] for k in chunks])
             else:  # the schedule's in-flight count (`peak_inflight`) of the largest chunk
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
@@ -291,6 +430,12 @@ WALK_MEMORY_OPS = 256
 peak walked op by op; longer ones use `peak_inflight` with the largest chunk."""
 
 
+@lru_cache(maxsize=4096)
+def _stage_ops(schedule: str, p: int, m: int, v: int, r: int) -> tuple:
+    """`stage_ops`, kept: the search asks for the same schedules again and again."""
+    return tuple(stage_ops(schedule, p, m, v, r))
+
+
 def _activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
     """Peak activation bytes of one stage running `ops` (local chunk c keeps acts[c] = (kept, forward
     extra, recompute extra) per micro-batch), counted as the simulator's memory tracker does: kept +
@@ -317,7 +462,7 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
     transfers c[k] across boundary k → k+1, each op starting when its stage is free and its input
     has arrived (no contention: the simulator's timeline for these tasks). Returns ends[r][local chunk]."""
     K = p * v
-    ops = [stage_ops(schedule, p, m, v, r) for r in range(p)]
+    ops = [_stage_ops(schedule, p, m, v, r) for r in range(p)]
     pos = [0] * p
     free = [0.0] * p
     fend: dict[tuple[int, int], float] = {}
@@ -489,35 +634,53 @@ class _Timing:
         if got is not None:
             return got  # type: ignore[return-value]
         overlap = s.tp_async_backward
-        inside = ev.instance
         dp_sync = s.dp > 1
         per_mb = reduces_every_microbatch(s.zero) and dp_sync
         zero3 = s.zero == 3 and dp_sync
         comm_bound = False
-        es = self.chunk_entries[k]
-        buckets = self._buckets_of(es)
-        fwd = forward_steps(es, tp)
-        ready: dict[int, tuple[int, ...]] = {}
-        for j, bu in enumerate(buckets):
-            ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
-        units = units_of(es, buckets) if zero3 and buckets else None
-        if units is not None:
-            fwd_u = forward_steps(es, tp, unit_of=units)
-            bwd = backward_steps(es, tp, ready, units, overlap=overlap)
+        # the pieces that depend on fewer fields are kept apart, so that candidates differing only in
+        # recomputation, ZeRO stage or data-parallel degree share their step lists and pass times
+        sig, tpg, dpg = key[1], groups[:2], groups[2:]
+        has_buckets = dp_sync or bool(s.zero)
+        pkey = ("passes", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
+                zero3)
+        passes = ev._cache.get(pkey)
+        if passes is None:
+            es = self.chunk_entries[k]
+            buckets = self._buckets_of(es)
+            fwd = forward_steps(es, tp)
+            ready: dict[int, tuple[int, ...]] = {}
+            for j, bu in enumerate(buckets):
+                ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
+            units = units_of(es, buckets) if zero3 and buckets else None
+            if units is not None:
+                fwd_u = forward_steps(es, tp, unit_of=units)
+                bwd = backward_steps(es, tp, ready, units, overlap=overlap)
+            else:
+                fwd_u = fwd
+                bwd = backward_steps(es, tp, ready, overlap=overlap)
+            passes = ev._cache[pkey] = (buckets, fwd_u, bwd, self.steps_time(fwd, r), self.steps_time(bwd, r))
+        buckets, fwd_u, bwd, (f_t, f_c, f_m), (b_t, b_c, b_m) = passes  # type: ignore[misc]
+        rkey = ("recompute", sig, tp, tpg, s.collective, s.recompute)
+        rec_time = ev._cache.get(rkey)
+        if rec_time is None:
+            es = self.chunk_entries[k]
+            if s.recompute == "full":
+                rec = forward_steps([e for e in es if ev.instance[e.name]], tp, "recompute")
+            elif s.recompute == "selective":
+                rec = selective_recompute_steps(es)
+            else:
+                rec = []
+            rec_time = ev._cache[rkey] = self.steps_time(rec, r)
+        r_t, r_c, r_m = rec_time  # type: ignore[misc]
+        if dp_sync and buckets:
+            lkey = ("launches", pkey, s.dp, dpg, s.zero, s.collective, s.compression)
+            launches = ev._cache.get(lkey)
+            if launches is None:
+                launches = ev._cache[lkey] = self._bucket_launches(bwd, buckets, r)
         else:
-            fwd_u = fwd
-            bwd = backward_steps(es, tp, ready, overlap=overlap)
-        if s.recompute == "full":
-            rec = forward_steps([e for e in es if inside[e.name]], tp, "recompute")
-        elif s.recompute == "selective":
-            rec = selective_recompute_steps(es)
-        else:
-            rec = []
-        f_t, f_c, f_m = self.steps_time(fwd, r)
-        r_t, r_c, r_m = self.steps_time(rec, r)
-        b_t, b_c, b_m = self.steps_time(bwd, r)
-        launches = self._bucket_launches(bwd, buckets, r) if dp_sync and buckets else {}
-        chunk_sync = sum(sum(x) for x in launches.values())
+            launches = {}
+        chunk_sync = sum(sum(x) for x in launches.values())  # type: ignore[union-attr]
         if zero3:
             dp_ranks = self.lay.dp_group(0, r)
             gathers = [self.price("allgather", bu.nbytes, dp_ranks) for bu in buckets]
@@ -609,7 +772,7 @@ class _Timing:
             params = sum(e.params for k in chunks for e in self.chunk_entries[k])
             tied_extra = ev.tied(self.t, self.ranges, p).get(r, 0)
             updated = params * optimizer_share(s.zero, s.dp) + tied_extra
-            opt = optimizer_timer(ev.device, ev.dtype, s.optimizer, step_kernels(self.t.entries, p))(updated).seconds
+            opt = optimizer_timer(ev.device, ev.dtype, s.optimizer, ev.step_kernels(self.t, p))(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero):
                 dp_ranks = self.lay.dp_group(0, r)
@@ -649,7 +812,7 @@ class _Timing:
     def _p2p_times(self) -> list[float]:
         """Seconds of the transfer across each chunk boundary k → k+1."""
         s = self.s
-        bounds = boundary_bytes(self.ev.model, self.t.entries, self.ranges)
+        bounds = self.ev.boundaries(self.t, self.ranges)
         out = []
         for k, nbytes in enumerate(bounds):
             a = self.lay.rank(0, 0, k % s.pp)

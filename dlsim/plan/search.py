@@ -14,6 +14,7 @@ ruled everything out.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -64,6 +65,9 @@ class SearchOutcome:
     dropped: Counter
     enumerated: int
     closest_oom: tuple[float, float, Strategy] | None = None  # (need, limit, strategy)
+    pruned: int = 0
+    """Candidates that fit but were not timed: the evaluator's lower bound shows they can be neither
+    among the kept best nor on the Pareto front (`Prune`)."""
 
 
 def _divisors(n: int) -> list[int]:
@@ -171,11 +175,30 @@ def _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, uni
                         dropped[f"invalid: {exc}"] += 1
 
 
-def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit: float) -> SearchOutcome:
+@dataclass(frozen=True)
+class Prune:
+    """What the caller keeps of the evaluations (`dlsim.api.optimize`): the `keep` best by
+    `objective` ("time" or "memory"), every candidate whose value is within `band` × the best, and
+    the Pareto front of time against memory. A candidate that, by the evaluator's lower bound of
+    its time (`Evaluator.lower_bound`) and its exact memory, can be none of these is not timed."""
+
+    objective: str
+    keep: int
+    band: float
+    time_margin: float = 1.15
+    memory_margin: float = 1 / 0.97
+    """A simulated candidate's point on the front is the simulation's: a dominator must stay one
+    when its time and memory are off their estimates by these factors (the evaluator's observed
+    worst outside its validated space)."""
+
+
+def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit: float,
+           prune: Prune | None = None) -> SearchOutcome:
     """Enumerate `space`, drop what does not fit `memory_limit` bytes per device (memory first, no
-    timing for those), evaluate the rest."""
+    timing for those), evaluate the rest (with `prune`, all but those the lower bound shows cannot
+    matter; they are counted in `SearchOutcome.pruned`). Evaluations come in enumeration order."""
     dropped: Counter = Counter()
-    out: list[Evaluation] = []
+    fits: list[tuple[Strategy, tuple]] = []
     closest = None
     n = 0
     for s in candidates(model, space, dropped):
@@ -187,5 +210,50 @@ def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit:
             if closest is None or need / memory_limit < closest[0] / closest[1]:
                 closest = (need, memory_limit, s)
             continue
-        out.append(evaluator.evaluate(s, mem))
-    return SearchOutcome(out, dropped, n, closest)
+        fits.append((s, mem))
+    if prune is None:
+        return SearchOutcome([evaluator.evaluate(s, mem) for s, mem in fits], dropped, n, closest)
+    evaluations, skipped = _pruned(evaluator, fits, prune)
+    return SearchOutcome(evaluations, dropped, n, closest, skipped)
+
+
+def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evaluation], int]:
+    """Evaluate `fits` in ascending order of the objective's lower bound, skipping a candidate X
+    when (1) an evaluated candidate is faster than X's lower bound with no more memory, by the
+    margins (X is off the Pareto front), (2) at least `keep` evaluated candidates come before X by the objective, and (3)
+    X's bound on the objective exceeds `band` × the best value evaluated. The best value only falls
+    and the evaluated set only grows as the search goes on, so no skipped candidate could have
+    been kept by the final evaluations."""
+    by_memory = prune.objective == "memory"
+    rows = []
+    for i, (s, mem) in enumerate(fits):
+        need = max(x.total for x in mem)
+        lb = evaluator.lower_bound(s)
+        rows.append(((need, lb) if by_memory else (lb, need), i, s, mem, need, lb))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    out: list[tuple[int, Evaluation]] = []
+    front_t: list[float] = []  # the evaluated Pareto front, widened by the margins: time ascending,
+    front_m: list[float] = []  # memory descending
+    values: list[float] = []  # the evaluated objective values, ascending
+    skipped = 0
+    for key, i, s, mem, need, lb in rows:
+        if len(values) >= prune.keep:
+            bound = need if by_memory else lb
+            j = bisect_left(front_t, lb) - 1  # the front point fastest below lb has the least memory there
+            if j >= 0 and front_m[j] <= need and bisect_left(values, bound) >= prune.keep \
+                    and bound > values[0] * prune.band:
+                skipped += 1
+                continue
+        e = evaluator.evaluate(s, mem)
+        out.append((i, e))
+        insort(values, e.peak_memory_bytes if by_memory else e.iteration_time_s)
+        t, m = e.iteration_time_s * prune.time_margin, e.peak_memory_bytes * prune.memory_margin
+        j = bisect_right(front_t, t)
+        if j == 0 or front_m[j - 1] > m:  # not dominated: insert, drop the points it dominates
+            k = j
+            while k < len(front_t) and front_m[k] >= m:
+                k += 1
+            front_t[j:k] = [t]
+            front_m[j:k] = [m]
+    out.sort(key=lambda x: x[0])
+    return [e for _, e in out], skipped
