@@ -11,6 +11,7 @@ at most `max_simulations` in all.
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing as mp
 import os
@@ -360,8 +361,12 @@ def _simulate_all(model: Model, cluster: Cluster, chosen: list[Evaluation], meas
     try:
         if jobs < 2 or len(_WORK) < POOL_MIN_SIMULATIONS or "fork" not in mp.get_all_start_methods():
             return [_simulate_one(i) for i in range(len(_WORK))]
-        with ProcessPoolExecutor(max_workers=min(jobs, len(_WORK)), mp_context=mp.get_context("fork")) as pool:
-            return list(pool.map(_simulate_one, range(len(_WORK))))
+        gc.freeze()  # the workers then leave the inherited heap untouched (no copy-on-write by the collector)
+        try:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(_WORK)), mp_context=mp.get_context("fork")) as pool:
+                return list(pool.map(_simulate_one, range(len(_WORK))))
+        finally:
+            gc.unfreeze()
     finally:
         _WORK.clear()
 

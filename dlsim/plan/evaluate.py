@@ -263,7 +263,7 @@ class Evaluator:
         per_stage = []
         for r in range(p):
             ranks = lay.tp_group(0, r)
-            key = ("bound", id(t), s.dp, s.tp, s.pp, s.collective, s.tp_async_backward, s.recompute,
+            key = ("bound", id(t), s.tp, s.collective, s.tp_async_backward, s.recompute,
                    pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
             got = self._cache.get(key)
             if got is None:
@@ -313,8 +313,8 @@ class Evaluator:
                len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
-            got = self._cache[key] = sum(self._price(pricer, s, "allgather", bu.nbytes, dp_ranks)
-                                         for bu in self._buckets(s, t.entries[a:b]))
+            got = self._cache[key] = sum(self._price(pricer, s, "allgather", n, dp_ranks)
+                                         for n in self._bucket_bytes(s, t, a, b))
         return got  # type: ignore[return-value]
 
     # -- memory --------------------------------------------------------------------------------
@@ -401,11 +401,19 @@ class Evaluator:
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
             transient = 0.0
             if s.zero == 3 and s.dp > 1:  # the unit being used and the one prefetched, (dp-1)/dp of each
-                units = sorted((b.nbytes for k in chunks for b in self._buckets(s, chunk_entries[k])), reverse=True)
+                units = sorted((n for k in chunks for n in self._bucket_bytes(s, t, *ranges[k])), reverse=True)
                 transient = sum(units[:2]) * (s.dp - 1) / s.dp
             out.append(StageMemory(states["weights"] + local["weights"], states["gradients"] + local["gradients"],
                                    states["optimizer"] + local["optimizer"], activations, transient, workspace))
         return tuple(out)
+
+    def _bucket_bytes(self, s: Strategy, t: _Table, a: int, b: int) -> list[float]:
+        """Bytes of the gradient buckets (ZeRO-3 parameter units) of entries a..b (cached)."""
+        key = ("bucket bytes", id(t), a, b, s.dp > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = [bu.nbytes for bu in self._buckets(s, t.entries[a:b])]
+        return got  # type: ignore[return-value]
 
     def _buckets(self, s: Strategy, es: Sequence[LayerEntry]):
         if not (s.dp > 1 or s.zero):

@@ -187,9 +187,9 @@ class Prune:
     band: float
     time_margin: float = 1.15
     memory_margin: float = 1 / 0.97
-    """A simulated candidate's point on the front is the simulation's: a dominator must stay one
-    when its time and memory are off their estimates by these factors (the evaluator's observed
-    worst outside its validated space)."""
+    """A simulated candidate's point on the front is the simulation's: a dominator that may be
+    simulated must stay one when its time and memory are off their estimates by these factors (the
+    evaluator's observed worst outside its validated space)."""
 
 
 def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit: float,
@@ -246,8 +246,13 @@ def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evalua
                 continue
         e = evaluator.evaluate(s, mem)
         out.append((i, e))
-        insort(values, e.peak_memory_bytes if by_memory else e.iteration_time_s)
-        t, m = e.iteration_time_s * prune.time_margin, e.peak_memory_bytes * prune.memory_margin
+        value = e.peak_memory_bytes if by_memory else e.iteration_time_s
+        insort(values, value)
+        t, m = e.iteration_time_s, e.peak_memory_bytes
+        if bisect_left(values, value) < prune.keep or value <= values[0] * prune.band:
+            # it may be simulated and its point move: a dominator by the margins. A candidate outside
+            # (not among the best `keep`, beyond the band) stays outside as the search goes on.
+            t, m = t * prune.time_margin, m * prune.memory_margin
         j = bisect_right(front_t, t)
         if j == 0 or front_m[j - 1] > m:  # not dominated: insert, drop the points it dominates
             k = j
