@@ -209,9 +209,16 @@ class CommSweep:
                 "pairwise_crossovers": [dict(c) for c in self.pairwise_crossovers]}
 
 
-def _split_keywords(net: dict[str, Any], params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Network keywords (given ones) and algorithm parameters (given ones, checked)."""
-    return {k: v for k, v in net.items() if v is not None}, _params(params)
+_NETWORK_KEYWORDS = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node",
+                     "burst", "peak_bandwidth")
+_ALGORITHM_KEYWORDS = ("segments", "shards", "fanout", "rounds", "seed", "inter_algorithm", "max_segments")
+
+
+def _split_keywords(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """From a call's keyword values: the network keywords given and the algorithm parameters given
+    (checked)."""
+    net = {k: given[k] for k in _NETWORK_KEYWORDS if given[k] is not None}
+    return net, _params({k: given[k] for k in _ALGORITHM_KEYWORDS})
 
 
 def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "auto", model: str = "auto",
@@ -228,12 +235,7 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     as `network()`; algorithm keywords: segments, shards, fanout, rounds, seed, inter_algorithm,
     max_segments. ``.to_dict()`` is the JSON record of ``dlsim comm --json``.
     """
-    net_kw, params = _split_keywords(
-        dict(cluster=cluster, latency=latency, bandwidth=bandwidth, overhead=overhead, gap=gap,
-             reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node, burst=burst,
-             peak_bandwidth=peak_bandwidth),
-        dict(segments=segments, shards=shards, fanout=fanout, rounds=rounds, seed=seed,
-             inter_algorithm=inter_algorithm, max_segments=max_segments))
+    net_kw, params = _split_keywords(locals())
     net = network(ranks, **net_kw)
     n = units.parse_size(size)
     check_collective(collective)
@@ -323,12 +325,7 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
                max_segments: int | None = None) -> CommSweep:
     """Times over sizes for every candidate algorithm, the best per size and the crossover sizes
     (keywords as `comm()`; ``.to_dict()`` is the JSON record of ``dlsim comm --sweep --json``)."""
-    net_kw, params = _split_keywords(
-        dict(cluster=cluster, latency=latency, bandwidth=bandwidth, overhead=overhead, gap=gap,
-             reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node, burst=burst,
-             peak_bandwidth=peak_bandwidth),
-        dict(segments=segments, shards=shards, fanout=fanout, rounds=rounds, seed=seed,
-             inter_algorithm=inter_algorithm, max_segments=max_segments))
+    net_kw, params = _split_keywords(locals())
     net = network(ranks, **net_kw)
     sizes = parse_sweep(sweep) if isinstance(sweep, str) else [units.parse_size(s) for s in sweep]
     names = algorithm_names(collective, algorithm)
