@@ -49,3 +49,13 @@ def bmtree_children(v: int, p: int) -> list[int]:
         out.append(v + (1 << j))
         j += 1
     return out
+
+
+def per_rank_count(time_at, n, p) -> np.ndarray:
+    """Evaluate a scalar-p closed form `time_at(n, int p)` over arrays: once per distinct rank count."""
+    n_b, p_b = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p))
+    out = np.zeros(n_b.shape)
+    for value in np.unique(p_b):
+        mask = p_b == value
+        out[mask] = time_at(n_b[mask], int(value))
+    return out

@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dlsim.cost.collectives.bits import lowbit
+from dlsim.cost.collectives.bits import lowbit, per_rank_count
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
 from dlsim.cost.collectives.segments import MAX_SEGMENTS, choose_segments, linear_fit
@@ -163,12 +163,7 @@ def dbt_time(n, p, c: Costs, segments=None, max_segments: int = MAX_SEGMENTS):
         _, up, down = dbt_layout(int(p))
         k = dbt_segments(n, int(p), c, max_segments) if segments is None else segments
         return _time_for(n, k, up, down, c)
-    n_b, p_b = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p))
-    out = np.zeros(n_b.shape)
-    for value in np.unique(p_b):
-        mask = p_b == value
-        out[mask] = dbt_time(n_b[mask], int(value), c, segments, max_segments)
-    return out
+    return per_rank_count(lambda n_q, q: dbt_time(n_q, q, c, segments, max_segments), n, p)
 
 
 def _node_costs(c: Costs) -> Costs:
@@ -185,12 +180,7 @@ def dbt_node_time(n, p, c: Costs, segments=None, max_segments: int = MAX_SEGMENT
         g, nodes, cn = c.ranks_per_node, int(p) // c.ranks_per_node, _node_costs(c)
         k = dbt_segments(n, nodes, cn, max_segments) if segments is None else segments
         return _time_for(n, k, *dbt_layout(nodes)[1:], cn) + 2 * (g - 1) * c.intra.time(n / (2 * k))
-    n_b, p_b = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p))
-    out = np.zeros(n_b.shape)
-    for value in np.unique(p_b):
-        mask = p_b == value
-        out[mask] = dbt_node_time(n_b[mask], int(value), c, segments, max_segments)
-    return out
+    return per_rank_count(lambda n_q, q: dbt_node_time(n_q, q, c, segments, max_segments), n, p)
 
 
 def dbt_schedule(n: float, p: int, segments: int) -> Schedule:

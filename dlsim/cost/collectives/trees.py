@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlsim.cost.collectives import bucket
-from dlsim.cost.collectives.bits import bmtree_children, ceil_log2, floor_log2
+from dlsim.cost.collectives.bits import bmtree_children, ceil_log2, floor_log2, per_rank_count
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.ring import add_ring
 from dlsim.cost.collectives.schedule import Schedule, ScheduleBuilder
@@ -85,12 +85,7 @@ def openmpi_allreduce_time(n, p, c: Costs):
     if bucket.shaped(c):
         if np.ndim(p) == 0:
             return bucket.openmpi_allreduce_time(n, int(p), c)
-        n_arr, p_arr = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p))
-        out = np.zeros(n_arr.shape)
-        for q in np.unique(p_arr):
-            mask = p_arr == q
-            out[mask] = bucket.openmpi_allreduce_time(n_arr[mask], int(q), c)
-        return out
+        return per_rank_count(lambda n_q, q: bucket.openmpi_allreduce_time(n_q, q, c), n, p)
     return binomial_reduce_time(n, p, c) + openmpi_bcast_time(n, p, c)
 
 
