@@ -54,6 +54,17 @@ PUBLISHED_PARAMS = {
     "llama3-8b": (8_030_000_000, 10_000_000, "meta-llama/Meta-Llama-3-8B model card: 8.03B"),
     "llama3-70b": (70_600_000_000, 100_000_000, "meta-llama/Meta-Llama-3-70B model card: 70.6B"),
     "llama3-405b": (405_000_000_000, 1_000_000_000, "Dubey et al. 2024 (The Llama 3 Herd of Models) Table 3: 405B"),
+    "mixtral-8x7b": (46_700_000_000, 100_000_000, "mistral.ai 'Mixtral of experts' (2023-12-11): 46.7B"),
+    "mixtral-8x22b": (141_000_000_000, 1_000_000_000, "mistral.ai 'Cheaper, Better, Faster, Stronger' (2024-04-17): 141B"),
+    "deepseek-v3": (671_000_000_000, 1_000_000_000, "DeepSeek-V3 Technical Report (arXiv:2412.19437) abstract: 671B"),
+    "vit-l16": (304_326_632, 0, "torchvision ViT_L_16_Weights.IMAGENET1K_V1 num_params (Dosovitskiy et al. Table 1: 307M)"),
+}
+
+# mixtures of experts: parameters one token uses (router, top-k routed and shared experts, the rest)
+PUBLISHED_ACTIVE = {
+    "mixtral-8x7b": (12_900_000_000, 100_000_000, "mistral.ai 'Mixtral of experts': 12.9B per token"),
+    "mixtral-8x22b": (39_000_000_000, 1_000_000_000, "mistral.ai 'Cheaper, Better, Faster, Stronger': 39B active"),
+    "deepseek-v3": (37_000_000_000, 1_000_000_000, "DeepSeek-V3 Technical Report abstract: 37B activated"),
 }
 
 ZOO = sorted(p.stem for p in list_models())
@@ -84,6 +95,35 @@ def test_yaml_states_its_own_published_numbers(name):
     assert own["params"] == PUBLISHED_PARAMS[name][0]
     assert own.get("params_resolution", 0) == PUBLISHED_PARAMS[name][1]
     assert "#" in path.read_text(), "the source of the published numbers is cited in a comment"
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_ACTIVE))
+def test_active_parameter_count_matches_the_published_one(name):
+    if name == "deepseek-v3":
+        pytest.xfail("multi-head latent attention simplified to multi-head attention (see the YAML): 38.7B, +4.5%")
+    published, resolution, _source = PUBLISHED_ACTIVE[name]
+    model = load_model(name)
+    assert model.active_params < model.params
+    assert abs(model.active_params - published) <= max(0.01 * published, resolution / 2)
+    own = read_yaml(resolve_model(name))["published"]
+    assert (own["active_params"], own["active_params_resolution"]) == (published, resolution)
+
+
+def _moe_closed_form(l, h, heads, kv_heads, ffn, experts, top_k, vocab, active=False):
+    """Mixtral: untied embeddings 2·V·h; per block attention as Llama's, router h·E, E (or k) SwiGLU
+    experts 3·h·ffn, two RMSNorms; final RMSNorm."""
+    used = top_k if active else experts
+    return 2 * vocab * h + l * (2 * h * h + 2 * h * (kv_heads * h // heads) + h * experts + used * 3 * h * ffn
+                                + 2 * h) + h
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "mixtral-8x22b"])
+def test_mixtral_counts_follow_the_closed_form(name):
+    m = load_model(name)
+    p = m.params_used
+    args = (p["layers"], p["hidden"], p["heads"], p["kv_heads"], p["ffn_hidden"], p["experts"], p["top_k"], p["vocab"])
+    assert m.params == _moe_closed_form(*args)
+    assert m.active_params == _moe_closed_form(*args, active=True)
 
 
 def test_exact_counts_of_released_implementations():

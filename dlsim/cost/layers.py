@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from dlsim.cost.moe_routing import routing
 from dlsim.cost.workdepth import clog2, conv_direct_depth
 from dlsim.spec.model import Layer
 from dlsim.spec.ops import conv_geometry, recurrent_gates
@@ -317,7 +318,9 @@ def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()
     N·h·L² scores (5 FLOP/element); context AV (L, d_h, L)×N·h; output projection (R, D, D).
     ∇x: projections' transposes plus four batched GEMMs (∇P = ∇O·Vᵀ, ∇V = Pᵀ·∇O, ∇Q = ∇S·K, ∇K = ∇Sᵀ·Q);
     ∇w: (D + 2·D_kv, D, R) and (D, D, R). Causal masking is counted as full products, as PyTorch's
-    counter does. The memory-bound kernels between the GEMMs are `_attention_parts`.
+    counter does. The memory-bound kernels between the GEMMs are `_attention_parts`. Under context
+    parallelism (attribute `context_parallel` = cp, set by `dlsim.plan.contextparallel`) L is the
+    rank's share of the sequence and the scores span its L queries and all cp·L keys.
 
     Kept for the backward pass (Korthikanti et al. 2022, §4.1, per layer 11·sbh + 5·a·s²·b bytes in
     16-bit with the layer norm's output counted at its producer): the input x, Q, K, V and the
@@ -331,12 +334,13 @@ def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()
     dh = d // heads
     kv = dh * (a["kv_heads"] or heads)
     rows, bh = n * steps, n * heads
-    scores = bh * steps * steps
+    keys = steps * a.get("context_parallel", 1)  # context parallelism: local queries, all keys
+    scores = bh * steps * keys
     w_bytes = layer.params * b
     qkv = d + 2 * kv
     flash = "flash_attention" in fused
-    core_fwd = (Gemm(steps, steps, dh, bh), Gemm(steps, dh, steps, bh))
-    core_bwd = (Gemm(steps, steps, dh, bh),) * (5 if flash else 4)
+    core_fwd = (Gemm(steps, keys, dh, bh), Gemm(steps, dh, keys, bh))
+    core_bwd = (Gemm(steps, keys, dh, bh),) * (5 if flash else 4)
     fwd_g = (Gemm(rows, qkv, d),) + core_fwd + (Gemm(rows, d, d),)
     bx_g = (Gemm(rows, d, d),) + core_bwd + (Gemm(rows, d, qkv),)
     bw_g = (Gemm(d, d, rows), Gemm(qkv, d, rows))
@@ -400,6 +404,81 @@ def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, cau
     return tuple(fwd), tuple(bwd)
 
 
+ROUTER_BYTES = 4  # router logits, probabilities and the auxiliary loss's statistics are kept in fp32
+
+
+def _moe(layer: Layer, n: int, b: int, ep: int = 1) -> LayerCost:
+    """Mixture-of-experts layer (Shazeer et al. 2017; GShard; Switch Transformer, Fedus et al. 2022;
+    DeepSeekMoE, Dai et al. 2024, for shared and fine-grained experts) on the busiest of `ep` expert
+    ranks, R = N·L tokens of width D, E experts of width F, top-k, S shared experts of width F_s:
+
+    * router: GEMM (R, E, D), softmax over R·E scores (5 FLOP/element, fp32) and top-k selection
+      (one pass over the scores); with `aux_loss` the load-balancing loss (Switch eq. 4:
+      α·E·Σ_i f_i·P_i: per score a count and a mean, 2 FLOP/element);
+    * permute: the R·k routed copies of the tokens gathered into expert order (a copy);
+    * routed experts: on this rank E/ep experts, each a GEMM (t, m·F, D) up (m = 2 gated, 1 otherwise),
+      the activation and (t, D, F) down, t = ⌈u·R·k / (E/ep)⌉ rows (`dlsim.cost.moe_routing`:
+      u = the busiest rank's load over the mean, capped by the capacity factor) — balanced, the same
+      FLOPs as all E experts over the R·k pairs at ep = 1;
+    * unpermute: the k outputs of each token scaled by its gates and summed (2 FLOP per element);
+    * shared experts: GEMMs (R, m·S·F_s, D) and (R, D, S·F_s) on every token.
+
+    ∇x and ∇w repeat the GEMM volumes (as `_linear`); the router's ∇x includes the softmax's.
+    Fine-grained experts (DeepSeekMoE) are many experts of small F with a larger k: the same formulas.
+    Kept for the backward pass: the input, the router's probabilities (fp32) and indices, the
+    permuted tokens, each expert's up-projection output and activation, the shared experts' likewise.
+    """
+    a, (steps, d) = layer.attrs, layer.in_shapes[0]
+    rows = n * steps
+    r = routing(a, rows, ep)
+    e, k, f = r.experts, r.top_k, a["ffn_hidden"]
+    gated = a["activation"] in ("swiglu", "geglu")
+    up = (2 if gated else 1) * f
+    local, t = r.local_experts, r.rows_per_expert
+    pairs = t * local
+    fs = (a["shared_ffn_hidden"] or f) * a["shared_experts"]
+    ups = (2 if gated else 1) * fs
+    fwd_g = [Gemm(rows, e, d), Gemm(t, up, d, local), Gemm(t, d, f, local)]
+    bx_g = [Gemm(rows, d, e), Gemm(t, f, d, local), Gemm(t, d, up, local)]
+    bw_g = [Gemm(e, d, rows), Gemm(d, f, t, local), Gemm(up, d, t, local)]
+    if fs:
+        fwd_g += [Gemm(rows, ups, d), Gemm(rows, d, fs)]
+        bx_g += [Gemm(rows, fs, d), Gemm(rows, d, ups)]
+        bw_g += [Gemm(d, fs, rows), Gemm(ups, d, rows)]
+    scores = rows * e
+    act = a["activation"]
+    act_f, act_b = _GLU_FLOPS[act] if gated else _ACTIVATION_FLOPS[act]
+    act_elems = pairs * f + rows * fs
+    bias = (pairs * (up + d) + rows * (ups + d if fs else 0)) if a["bias"] else 0
+    fwd_parts = [("softmax", "forward", _elementwise(scores, ROUTER_BYTES, 5 + (2 if a["aux_loss"] else 0),
+                                                      depth=2 * clog2(e))),
+                 ("relu", "forward", _elementwise(pairs * d, b, 0)),  # permute: gather in expert order
+                 (act, "forward", _elementwise(act_elems, b, act_f, reads=2 if gated else 1)),
+                 ("add", "forward", _elementwise(pairs * d, b, 2, reads=2))]  # unpermute, gate and sum
+    bwd_parts = [("add", "forward", _elementwise(pairs * d, b, 2, reads=2)),
+                 (act, "backward_data", _elementwise(act_elems, b, act_b, reads=3 if gated else 2,
+                                                     writes=2 if gated else 1)),
+                 ("relu", "forward", _elementwise(pairs * d, b, 0)),
+                 ("softmax", "backward_data", _elementwise(scores, ROUTER_BYTES, 4 + (2 if a["aux_loss"] else 0), reads=2))]
+    elementwise_f = sum(p[2].flops for p in fwd_parts) + bias
+    elementwise_b = sum(p[2].flops for p in bwd_parts)
+    w_bytes = (d * e + local * (up + f) * d + (ups + fs) * d) * b
+    hidden = (pairs * (up + (f if gated else 0)) + rows * (ups + (fs if gated else 0))) * b
+    x_bytes, perm = rows * d * b, pairs * d * b
+    depth = clog2(d) + 2 * clog2(e) + clog2(f) + 1
+    def gemm_pass(gemms: list[Gemm], extra: float, reads: float, writes: float, parts) -> PassCost:
+        flops = sum(g.flops for g in gemms) + extra
+        return PassCost(flops, flops / 2, depth, reads, writes, tuple(gemms), "gemm",
+                        kernels=len(gemms) + len(parts), parts=tuple(parts))
+    fwd = gemm_pass(fwd_g, elementwise_f, x_bytes + w_bytes + scores * ROUTER_BYTES + perm + hidden,
+                    scores * ROUTER_BYTES + perm + hidden + x_bytes, fwd_parts)
+    bwd_x = gemm_pass(bx_g, elementwise_b, x_bytes + w_bytes + hidden + perm + scores * ROUTER_BYTES,
+                      x_bytes + hidden + perm, bwd_parts)
+    bwd_w = gemm_pass(bw_g, bias, x_bytes + perm + hidden, w_bytes, ())
+    saved = scores * ROUTER_BYTES + rows * k * INDEX_BYTES + perm + hidden
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=saved)
+
+
 def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:
     """Softmax cross-entropy over V classes (S002 §2.1, ℓ_ce): log-softmax and pick ≈ 5 FLOP/element,
     depth 2⌈log2 V⌉; backward softmax − one-hot ≈ 4 FLOP/element."""
@@ -421,13 +500,17 @@ _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
 }
 
 
-def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[str] = frozenset()) -> LayerCost:
+def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[str] = frozenset(),
+               ep: int = 1) -> LayerCost:
     """Cost of `layer` for `batch` samples with elements of `dtype`, with the fused kernels `fused`
-    (`FUSIONS`; fusions across layers, such as bias_dropout_add, are `fuse_dropout_add`)."""
+    (`FUSIONS`; fusions across layers, such as bias_dropout_add, are `fuse_dropout_add`); a
+    mixture of experts as its busiest rank runs it under expert parallelism of degree `ep`."""
     if batch < 1:
         raise ValueError(f"batch must be positive, got {batch}")
     if layer.type == "attention":
         return _attention(layer, batch, DTYPE_BYTES[dtype], fused)
+    if layer.type == "moe":
+        return _moe(layer, batch, DTYPE_BYTES[dtype], ep)
     return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])
 
 

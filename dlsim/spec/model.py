@@ -58,6 +58,16 @@ class Model:
         """Trainable parameters (shared weights counted once)."""
         return sum(layer.params for layer in self.layers)
 
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through: a mixture of experts counts its router, its top-k
+        routed and its shared experts (`OpType.active`); every other layer all of its parameters."""
+        total = 0
+        for layer in self.layers:
+            rule = OPS[layer.type].active
+            total += rule(dict(layer.attrs), list(layer.in_shapes), layer.out_shape) if rule else layer.params
+        return total
+
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
             if layer.name == name:

@@ -208,6 +208,49 @@ def _glu(a: dict, ins: list[Shape]) -> Shape:
     return x[:-1] + (x[-1] // 2,)
 
 
+_MOE_ACTIVATIONS = {"swiglu": 3, "geglu": 3, "gelu": 2, "relu": 2}
+"""Weight matrices of one expert MLP: gated units have gate, up and down (Shazeer 2020), others up and down."""
+
+
+def _moe(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (2,), "L, D")
+    experts, k = _positive(a["experts"], "experts"), _positive(a["top_k"], "top_k")
+    _positive(a["ffn_hidden"], "ffn_hidden")
+    _positive(a["shared_experts"], "shared_experts", allow_zero=True)
+    if a["shared_ffn_hidden"] is not None:
+        _positive(a["shared_ffn_hidden"], "shared_ffn_hidden")
+    if k > experts:
+        raise _Fail(f"top_k={k} exceeds experts={experts}")
+    if a["activation"] not in _MOE_ACTIVATIONS:
+        raise _Fail(f"activation must be one of {', '.join(_MOE_ACTIVATIONS)}, got {a['activation']!r}")
+    cap = a["capacity_factor"]
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap <= experts):
+        raise _Fail(f"capacity_factor must be a number in (0, experts] or null (dropless), got {cap!r}")
+    if not 1 <= a["imbalance"] <= experts:
+        raise _Fail(f"imbalance (busiest expert rank's load / mean) must be in [1, experts], got {a['imbalance']!r}")
+    return x
+
+
+def _expert_params(a: dict, d: int, f: int) -> int:
+    """One expert MLP of width f: 3·d·f weights gated (2·d·f otherwise), biases f per up matrix and d."""
+    mats = _MOE_ACTIVATIONS[a["activation"]]
+    return mats * d * f + (((mats - 1) * f + d) if a["bias"] else 0)
+
+
+def _moe_params(a: dict, ins: list[Shape], out: Shape, active: bool = False) -> int:
+    """Router d·E, E routed experts (k of them when `active`), shared experts of width shared_ffn_hidden."""
+    d = ins[0][-1]
+    shared = a["shared_ffn_hidden"] or a["ffn_hidden"]
+    routed = a["top_k"] if active else a["experts"]
+    return d * a["experts"] + routed * _expert_params(a, d, a["ffn_hidden"]) + \
+        a["shared_experts"] * _expert_params(a, d, shared)
+
+
+def _moe_active(a: dict, ins: list[Shape], out: Shape) -> int:
+    return _moe_params(a, ins, out, active=True)
+
+
 def _loss(a: dict, ins: list[Shape]) -> Shape:
     x = _single(ins)
     _expect_rank(x, (1, 2), "classes or L, vocab")
@@ -282,6 +325,8 @@ class OpType:
     shape: Callable[[dict, list[Shape]], Shape]
     params: Callable[[dict, list[Shape], Shape], int] = _no_params
     doc: str = ""
+    active: Callable[[dict, list[Shape], Shape], int] | None = None
+    """Parameters one token uses (mixture of experts); None: all of `params`."""
 
 
 _WINDOW = {"kernel": REQUIRED, "stride": None, "padding": 0, "dilation": 1, "ceil_mode": False}
@@ -325,6 +370,12 @@ OPS: dict[str, OpType] = {op.name: op for op in [
                          "rotary": False},
            _attention, _attention_params, "multi-head (grouped-query with kv_heads) self-attention with Q/K/V and "
                                           "output projections; rotary: rotary position embeddings on Q and K"),
+    OpType("moe", {"experts": REQUIRED, "top_k": REQUIRED, "ffn_hidden": REQUIRED, "shared_experts": 0,
+                   "shared_ffn_hidden": None, "activation": "swiglu", "bias": False, "capacity_factor": None,
+                   "imbalance": 1.0, "aux_loss": True},
+           _moe, _moe_params, "mixture of experts: router, top_k of `experts` MLPs (ffn_hidden wide) per token, "
+                              "shared experts; capacity_factor (null: dropless), imbalance (busiest expert "
+                              "rank's load / mean), aux_loss (load-balancing loss)", _moe_active),
     OpType("cross_entropy", {}, _loss, doc="softmax cross-entropy loss against integer labels"),
 ]}
 

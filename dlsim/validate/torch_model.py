@@ -168,6 +168,62 @@ def _classes() -> SimpleNamespace:
             a, b = x.chunk(2, dim=-1)
             return self.act(a) * b
 
+    class MixtureOfExperts(nn.Module):
+        """dlsim's `moe`: a router, top-k softmax gates, `experts` MLPs each run on the tokens routed to
+        it (a token copy per choice, sorted by expert, up to the capacity), outputs scaled by their gates
+        and summed back per token, plus `shared` MLPs on every token. On meta tensors (no values) the
+        routing is taken as balanced: R·k/E tokens per expert."""
+
+        def __init__(self, dim: int, experts: int, top_k: int, ffn: int, shared: int, shared_ffn: int,
+                     activation: str, bias: bool, capacity_factor: float | None):
+            super().__init__()
+            self.experts, self.top_k, self.capacity_factor = experts, top_k, capacity_factor
+            gated = activation in ("swiglu", "geglu")
+            up = 2 * ffn if gated else ffn
+            self.router = nn.Linear(dim, experts, bias=False)
+            self.up = nn.ParameterList([nn.Parameter(torch.empty(dim, up)) for _ in range(experts)])
+            self.down = nn.ParameterList([nn.Parameter(torch.empty(ffn, dim)) for _ in range(experts)])
+            self.up_bias = nn.ParameterList([nn.Parameter(torch.zeros(up)) for _ in range(experts)]) if bias else None
+            self.down_bias = nn.ParameterList([nn.Parameter(torch.zeros(dim)) for _ in range(experts)]) if bias else None
+            for w in list(self.up) + list(self.down):
+                nn.init.normal_(w, std=0.02)
+            self.act = GatedUnit(activation) if gated else (nn.ReLU() if activation == "relu" else
+                                                            nn.GELU(approximate="tanh"))
+            self.shared = nn.Sequential(nn.Linear(dim, (2 if gated else 1) * shared * shared_ffn, bias=bias), self.act,
+                                        nn.Linear(shared * shared_ffn, dim, bias=bias)) if shared else None
+
+        def forward(self, x: Any) -> Any:
+            shape = x.shape
+            flat = x.reshape(-1, shape[-1])
+            rows, k, e = flat.shape[0], self.top_k, self.experts
+            gates, idx = torch.topk(torch.softmax(self.router(flat).float(), dim=-1), k, dim=-1)
+            order = idx.reshape(-1).argsort(stable=True)
+            tokens = order // k
+            routed = flat[tokens]
+            if flat.is_meta:
+                counts = [rows * k // e] * e
+            else:
+                counts = torch.bincount(idx.reshape(-1), minlength=e).tolist()
+            cap = int(self.capacity_factor * rows * k / e) if self.capacity_factor is not None else None
+            out = torch.zeros_like(routed)
+            start = 0
+            for j, count in enumerate(counts):
+                keep = count if cap is None else min(count, cap)
+                if keep:
+                    h = routed[start:start + keep] @ self.up[j]
+                    if self.up_bias is not None:
+                        h = h + self.up_bias[j]
+                    h = self.act(h) @ self.down[j]
+                    if self.down_bias is not None:
+                        h = h + self.down_bias[j]
+                    out[start:start + keep] = h
+                start += count
+            weights = gates.reshape(-1)[order].to(out.dtype)
+            y = torch.zeros_like(flat).index_add(0, tokens, out * weights[:, None])
+            if self.shared is not None:
+                y = y + self.shared(flat)
+            return y.reshape(shape)
+
     class CrossEntropy(nn.Module):
         def forward(self, logits: Any, target: Any) -> Any:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
@@ -203,7 +259,7 @@ def _classes() -> SimpleNamespace:
 
     return SimpleNamespace(Add=Add, Concat=Concat, Reshape=Reshape, GlobalPool=GlobalPool, Embedding=Embedding,
                            Recurrent=Recurrent, Attention=Attention, GatedUnit=GatedUnit, CrossEntropy=CrossEntropy,
-                           Net=Net)
+                           MixtureOfExperts=MixtureOfExperts, Net=Net)
 
 
 def _fail(layer: Layer, reason: str) -> SpecError:
@@ -271,6 +327,10 @@ def _layer_module(layer: Layer, attention: str) -> Any:
             raise SpecError(f"attention must be 'math' or 'sdpa', got {attention!r}", field="attention")
         return c.Attention(x[-1], a["heads"], a["kv_heads"] or a["heads"], a["causal"], a["bias"], a["dropout"],
                            fused=attention == "sdpa", rotary=bool(a["rotary"]))
+    if t == "moe":
+        return c.MixtureOfExperts(x[-1], a["experts"], a["top_k"], a["ffn_hidden"], a["shared_experts"],
+                                  a["shared_ffn_hidden"] or a["ffn_hidden"], a["activation"], a["bias"],
+                                  a["capacity_factor"])
     raise _fail(layer, f"no PyTorch operator for layer type {t!r}")
 
 
