@@ -3,7 +3,8 @@
 Kinds: a ``simulation`` record (time split per simulated device, memory against capacity);
 several simulation records (compared side by side, named after their files); a ``comparison``
 record of ``dlsim compare`` (its scaling study when it has one); a ``comm-sweep`` or
-``comm-validation`` record of ``dlsim comm``; a ``strategy-study`` record; a Chrome trace of
+``comm-validation`` record of ``dlsim comm``; a ``strategy-study`` record; a ``series`` record (line
+panels of a study, e.g. the seeds' reproductions in reports/seeds); a Chrome trace of
 ``dlsim simulate --trace`` (.json or .json.gz: the Gantt chart of the iteration).
 """
 
@@ -50,7 +51,7 @@ def _kind(rec: dict[str, Any]) -> str:
     return str(rec.get("kind"))
 
 
-KINDS = ("simulation", "comparison", "comm-sweep", "comm-validation", "strategy-study", "trace")
+KINDS = ("simulation", "comparison", "comm-sweep", "comm-validation", "strategy-study", "series", "trace")
 
 
 def _draw(records: list[tuple[str, dict[str, Any]]], devices: int) -> Any:
@@ -72,6 +73,9 @@ def _draw(records: list[tuple[str, dict[str, Any]]], devices: int) -> Any:
         if kind == "trace":
             from dlsim.report.gantt import gantt_figure
             return gantt_figure(rec, devices)
+        if kind == "series":
+            from dlsim.report.series_plots import series_figure
+            return series_figure(rec)
         if kind in ("comm-sweep", "comm-validation", "strategy-study"):
             return _legacy(kind, rec)
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
