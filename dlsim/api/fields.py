@@ -45,3 +45,5 @@ class StrategyFields(TypedDict, total=False):
     p2p_scatter_gather: bool
     fused_kernels: tuple[str, ...]
     recompute_layers: int
+    cp: int
+    hybrid_shard: bool

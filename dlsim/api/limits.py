@@ -55,8 +55,8 @@ def check_plan_batch(batch: int, policy: str) -> int:
 
 def check_strategy_limits(s: Strategy, *, full: bool = False) -> Strategy:
     """Refuse strategies whose simulation would take minutes or gigabytes."""
-    if s.dp * s.tp * s.pp > MAX_DEVICES:
-        _refuse("dp", "devices dp x tp x pp", s.dp * s.tp * s.pp, MAX_DEVICES)
+    if s.devices > MAX_DEVICES:
+        _refuse("dp", "devices dp x tp x pp x cp", s.devices, MAX_DEVICES)
     for name in ("bucket_size", "first_bucket_size"):
         value = getattr(s, name, None)
         if isinstance(value, (int, float)) and not MIN_BUCKET <= value <= MAX_BUCKET:

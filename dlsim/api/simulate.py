@@ -14,6 +14,7 @@ from dlsim.cost.layers import layer_cost
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.strategy_yaml import load_strategy
 from dlsim.plan.comm import CommPricer, Layout
+from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table
@@ -96,7 +97,8 @@ def assumed_fields(s: Strategy, given: set[str] | None, dtype: str) -> dict[str,
 
 def _check_fits(model: Model, cluster: Cluster, s: Strategy, entries: tuple[LayerEntry, ...]) -> None:
     if s.devices > cluster.num_devices:
-        raise InfeasibleError(f"strategy needs dp x tp x pp = {s.dp} x {s.tp} x {s.pp} = {s.devices} devices, "
+        cp = f" x cp {s.cp}" if s.cp > 1 else ""
+        raise InfeasibleError(f"strategy needs dp x tp x pp = {s.dp} x {s.tp} x {s.pp}{cp} = {s.devices} devices, "
                               f"{cluster.name} has {cluster.num_devices} ({s.devices - cluster.num_devices} short)")
     for e in entries:
         layer = model.layers[e.index]
@@ -176,6 +178,9 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     if trace and s.sync != "allreduce":
         raise SpecError(f"a trace records one synchronous iteration; sync {s.sync} runs many iterations "
                         "without one (drop --trace or use sync allreduce)", field="trace")
+    if expand_collectives and s.cp > 1:
+        raise SpecError("collectives run as point-to-point schedules need every rank simulated; the ranks of a "
+                        "context-parallel ring are simulated as one (cp > 1)", field="expand_collectives")
     if expand_collectives and symmetry:
         raise SpecError("collectives run as point-to-point schedules only where all their ranks are simulated: "
                         "needs --full (symmetry=False)", field="expand_collectives")
@@ -197,13 +202,15 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
             raise SpecError("a micro-batch plan prices unsplit convolutions; it needs tp = 1", field="microbatch_plan")
         mb_overrides, note = _microbatch_overrides(model, cluster, s, dtype, microbatch_plan, workspace_limit)
         notes.append(note)
+    full_model, model = model, split_sequence(model, s.cp)
     entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, overrides=mb_overrides,
                                 sequence_parallel=s.sequence_parallel, fused=frozenset(s.fused_kernels))
     if s.layer_groups:
         entries = add_transitions(model, entries, modes, s.dp, s.microbatch_size, dtype)
+    entries = add_rings(entries, model, device, dtype, s.cp, tables, frozenset(s.fused_kernels))
     _check_fits(model, cluster, s, entries)
     ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
-    layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node)
+    layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node, s.cp)
     pricer = pricer or _default_pricer(cluster, layout, s.collective, measured)
     explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"
     explicit_tp = not symmetry
@@ -214,7 +221,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
                         device.memory_bytes - device.memory_reserved,
                         optimizer_time, elementwise_time, explicit_dp, explicit_tp, expand_collectives,
                         device.overlap_slowdown)
-    training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in model.layers) * s.global_batch
+    training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in full_model.layers) * s.global_batch
     peak = device.peak_flops.get(dtype, max(device.peak_flops.values()))
     chunk_note = f"stage partition (layers per chunk): {[b - a for a, b in ranges]}"
     info = RunInfo(model.name, cluster.name, device.name, s.to_dict(), s.global_batch, s.pp > 1, training_flops,

@@ -17,7 +17,7 @@ from dlsim.report.sim_text import simulation_summary
 from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
 
-_INTS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "virtual_stages", "staleness",
+_INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_batch", "virtual_stages", "staleness",
          "ps_shards", "fetch_every", "push_every", "iterations", "zero", "recompute_layers")
 
 
@@ -29,9 +29,14 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
-    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather"):
+    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "hybrid_shard"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
+    if opts.get("fsdp"):
+        if fields.get("zero", 3) != 3:
+            raise SpecError(f"--fsdp is ZeRO stage 3 (FSDP FULL_SHARD); it contradicts --zero {fields['zero']}",
+                            field="fsdp")
+        fields["zero"] = 3
     if opts.get("fused_kernels") is not None:
         fields["fused_kernels"] = tuple(k.strip() for k in opts["fused_kernels"].split(",") if k.strip())
     if opts.get("bucket_size") is not None:
@@ -67,6 +72,7 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--dp", type=int, help="Data-parallel replicas.")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
 @click.option("--pp", type=int, help="Pipeline stages.")
+@click.option("--cp", type=int, help="Context-parallel degree: the sequence split over cp ranks, ring attention.")
 @click.option("--microbatch-size", type=int, help="Samples per micro-batch.")
 @click.option("--num-microbatches", type=int, help="Micro-batches per iteration and replica.")
 @click.option("--global-batch", type=int, help="Samples per iteration (dp x microbatch_size x num_microbatches).")
@@ -93,7 +99,10 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,
               help="Send a replicated stage boundary as 1/tp slices, all-gathered at the receiver (Megatron-LM).")
 @click.option("--fused-kernels", help=f"Fused kernels of the software stack, comma-separated ({', '.join(FUSIONS)}).")
-@click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage.")
+@click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage (1: distributed optimizer, 3: FSDP).")
+@click.option("--fsdp", is_flag=True, default=None, help="FSDP / ZeRO-3: parameters, gradients and optimizer state sharded.")
+@click.option("--hybrid-shard/--no-hybrid-shard", default=None,
+              help="Shard the ZeRO states within each node and replicate across nodes (FSDP HYBRID_SHARD).")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression (--sync allreduce).")
 @click.option("--compression-bits", type=int, help="QSGD bits per element (--compression qsgd; default 4).")
 @click.option("--compression-density", type=float, help="Top-k fraction kept (--compression topk; default 0.01).")

@@ -5,6 +5,7 @@ Example:
     dp: 32
     tp: 8
     pp: 16
+    cp: 2                         # context parallelism: ring attention over 2 ranks (default 1)
     microbatch_size: 1
     num_microbatches: 64          # or global_batch: 2048
     schedule: 1f1b                # gpipe | 1f1b | interleaved (+ virtual_stages: 2)
@@ -18,7 +19,7 @@ Example:
     p2p_overlap: false            # pipeline exchanges block the sender (Megatron-LM's default)
     p2p_scatter_gather: true      # replicated boundaries sent as 1/tp slices, all-gathered at the receiver
     fused_kernels: [scale_mask_softmax, bias_dropout_add]   # dlsim.spec.strategy.FUSIONS
-    zero: 1
+    zero: 1                       # 0-3; 1 = distributed optimizer, 3 = FSDP (+ hybrid_shard: true)
     optimizer: adam
     compression: {kind: topk, density: 0.01, error_feedback: true}
     variability: {jitter: lognormal, jitter_cv: 0.05, straggler_fraction: 0.01, straggler_slowdown: 1.5, seed: 7}
@@ -41,7 +42,7 @@ from dlsim.units import KIB, MIB
 _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
-          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather"}
+          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "cp", "hybrid_shard"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}

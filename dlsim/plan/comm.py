@@ -1,9 +1,11 @@
 """How a task graph asks for communication costs: rank layout, link tiers, and a pricer protocol.
 
-Ranks are laid out as Megatron-LM does by default (order tp, dp, pp: tensor-parallel ranks
-adjacent, then data-parallel replicas, pipeline stages outermost):
-rank = tp_rank + tp·(dp_rank + dp·pp_rank). A group of ranks crosses the inter-node tier when its
-members live on more than one node (node = rank // devices_per_node).
+Ranks are laid out as Megatron-LM does by default (order tp, cp, dp, pp: tensor-parallel ranks
+adjacent, then context-parallel ranks, then data-parallel replicas, pipeline stages outermost):
+rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank)). A group of ranks crosses the inter-node
+tier when its members live on more than one node (node = rank // devices_per_node). The context-
+parallel ranks of a ring are identical (load-balanced), so positions (dp, tp, stage) name the
+ring's rank 0; the gradient group spans dp × cp ranks.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ class Layout:
     tp: int
     pp: int
     devices_per_node: int
+    cp: int = 1
 
-    def rank(self, dp_rank: int, tp_rank: int, stage: int) -> int:
-        return tp_rank + self.tp * (dp_rank + self.dp * stage)
+    def rank(self, dp_rank: int, tp_rank: int, stage: int, cp_rank: int = 0) -> int:
+        return tp_rank + self.tp * (cp_rank + self.cp * (dp_rank + self.dp * stage))
 
     def node(self, rank: int) -> int:
         return rank // self.devices_per_node
@@ -47,7 +50,29 @@ class Layout:
         return [self.rank(dp_rank, t, stage) for t in range(self.tp)]
 
     def dp_group(self, tp_rank: int, stage: int) -> list[int]:
-        return [self.rank(d, tp_rank, stage) for d in range(self.dp)]
+        """The ranks gradients are reduced over: dp replicas × cp ranks (Megatron-LM's dp-cp group)."""
+        return [self.rank(d, tp_rank, stage, c) for d in range(self.dp) for c in range(self.cp)]
+
+    def shard_group(self, dp_rank: int, tp_rank: int, stage: int) -> list[int]:
+        """Hybrid sharding: the members of a position's dp x cp group on its own node (the ZeRO / FSDP
+        shard group; PyTorch FSDP HYBRID_SHARD shards within a node and replicates across)."""
+        node = self.node(self.rank(dp_rank, tp_rank, stage))
+        return [r for r in self.dp_group(tp_rank, stage) if self.node(r) == node]
+
+    def replica_group(self, dp_rank: int, tp_rank: int, stage: int) -> list[int]:
+        """Hybrid sharding: the members of the dp x cp group holding the same shard as the position,
+        one per node (same place in their node's shard group)."""
+        group = self.dp_group(tp_rank, stage)
+        me = self.rank(dp_rank, tp_rank, stage)
+        nodes: dict[int, list[int]] = {}
+        for r in group:
+            nodes.setdefault(self.node(r), []).append(r)
+        index = nodes[self.node(me)].index(me)
+        return [members[index] for members in nodes.values() if len(members) > index]
+
+    def cp_group(self, dp_rank: int, tp_rank: int, stage: int) -> list[int]:
+        """The context-parallel ring of a position, in ring order."""
+        return [self.rank(dp_rank, tp_rank, stage, c) for c in range(self.cp)]
 
 
 @dataclass(frozen=True)

@@ -93,13 +93,13 @@ class _Builder:
         self.bwd_units: list[list[Step]] = []
         for k, es in enumerate(self.chunk_entries):
             grads = [(e.index, e.params * gb) for e in es if self.dp_synced(e)]
-            buckets = make_buckets(grads, s.bucket_size, s.first_bucket_size) if s.dp > 1 or s.zero else []
+            buckets = make_buckets(grads, s.bucket_size, s.first_bucket_size) if s.dp_cp > 1 or s.zero else []
             ready: dict[int, tuple[int, ...]] = {}
             for j, b in enumerate(buckets):
                 ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
             self.buckets.append(buckets)
             self.bwd_split.append(backward_steps(es, tp, ready, overlap=overlap))
-            if s.zero == 3 and s.dp > 1 and buckets:
+            if s.zero == 3 and s.dp_cp > 1 and buckets:
                 units = units_of(es, buckets)
                 self.fwd_units.append(forward_steps(es, tp, COMPUTE, units))
                 self.bwd_units.append(backward_steps(es, tp, ready, units, overlap=overlap))
@@ -134,13 +134,14 @@ class _Builder:
         self.dev: dict[tuple[int, int, int], int] = {}
         self.cstream: list[int] = []
         self.mstream: list[int] = []
-        mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps))
+        mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps)) * s.cp
         for stage in range(self.p):
             chunks = [c * self.p + stage for c in range(self.v)]
             params = sum(e.params for k in chunks for e in self.chunk_entries[k])
             synced = sum(e.params for k in chunks for e in self.chunk_entries[k] if self.dp_synced(e))
             params += self._tied_copy(chunks)
-            states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, s.dp)
+            shard = len(lay.shard_group(0, 0, stage)) if s.hybrid_shard else s.dp_cp
+            states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, shard)
             local = model_state_bytes(params - synced, x.dtype, s.optimizer, 0, 1)
             static = [(k, states[k] + local[k]) for k in ("weights", "gradients", "optimizer")]
             static.append(("error_feedback", error_feedback_bytes(s.compression, synced)))
@@ -178,8 +179,15 @@ class _Builder:
         key = (op, nbytes, len(ranks), tier, per_node)
         est = self.price_cache.get(key)
         if est is None:
-            est = self.price_cache[key] = self.x.pricer.collective(op, nbytes, ranks)
+            est = self.price_cache[key] = self._sendrecv(nbytes, ranks) if op == "sendrecv" else \
+                self.x.pricer.collective(op, nbytes, ranks)
         return est
+
+    def _sendrecv(self, nbytes: float, ranks: list[int]) -> Estimate:
+        """Every member of a ring sends `nbytes` to the next and receives from the previous at once
+        (one port out, one in per rank, no contention): the slowest hop's point-to-point time."""
+        hops = [self.x.pricer.p2p(nbytes, a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1])]
+        return max(hops, key=lambda e: e.seconds)
 
     def port(self, device: int, tier: str, direction: str) -> int:
         key = (device, tier, direction)
@@ -191,6 +199,12 @@ class _Builder:
 
     def group_ranks(self, kind: str, d: int, t: int, stage: int) -> list[int]:
         lay = self.x.layout
+        if kind == "cp":
+            return lay.cp_group(d, t, stage)
+        if kind == "shard":
+            return lay.shard_group(d, t, stage)
+        if kind == "replica":
+            return lay.replica_group(d, t, stage)
         return lay.tp_group(d, stage) if kind == "tp" else lay.dp_group(t, stage)
 
     def _group_info(self, kind: str, pos: tuple[int, int, int]) -> tuple[list[int], str, int, tuple[int, int]]:
@@ -216,7 +230,7 @@ class _Builder:
         if len(ranks) == 1:
             return self.g.add(name, device, stream, 0.0, COMM, deps, label=label)
         est = self.price(op, nbytes, ranks, tier, per_node)
-        explicit = self.x.explicit_tp if kind == "tp" else self.x.explicit_dp
+        explicit = self._explicit(kind)
         if not explicit:
             return self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, ports=ports,
                               label=label)
@@ -224,9 +238,24 @@ class _Builder:
         gkey = (kind, op, nbytes, tuple(ranks)) + key
         members = self.pending.setdefault(gkey, [])
         members.append(tid)
-        if len(members) == len(ranks):
+        if len(members) == self._simulated(kind, ranks):
             self._close_group(gkey, members, op, nbytes, ranks, est, kind)
         return tid
+
+    def _simulated(self, kind: str, ranks: list[int]) -> int:
+        """Members of a group simulated one by one: all of a tp group; of a data-parallel group (dp,
+        shard, replica) those at their cp ring's rank 0, which stands for its ring."""
+        tp, cp = self.s.tp, self.s.cp
+        if kind == "tp" or cp == 1:
+            return len(ranks)
+        return sum(1 for r in ranks if (r // tp) % cp == 0)
+
+    def _explicit(self, kind: str) -> bool:
+        """Whether a group's members are simulated one by one (the ranks of a cp ring never are:
+        they are identical under load balancing, so one stands for all)."""
+        if kind == "cp":
+            return False
+        return self.x.explicit_tp if kind == "tp" else self.x.explicit_dp
 
     def _close_group(self, gkey, members, op, nbytes, ranks, est, kind) -> None:
         devices = [self.g.tasks[m].device for m in members]
@@ -253,8 +282,10 @@ class _Builder:
         if self.p > 1:
             for other in ((stage + 1) % self.p, (stage - 1) % self.p):
                 tiers.add(pricer.tier([me, lay.rank(d, t, other)]))
-        if self.s.dp > 1:
+        if self.s.dp_cp > 1:
             tiers.add(pricer.tier(lay.dp_group(t, stage)))
+            if self.s.hybrid_shard:
+                tiers.add(pricer.tier(lay.shard_group(d, t, stage)))
         return tiers
 
     def _fusable(self, steps: list[Step], pos: tuple[int, int, int]) -> bool:
@@ -265,7 +296,7 @@ class _Builder:
             busy = self.busy_cache[pos] = self._busy_tiers(pos)
         for st in steps:
             if st.kind != "compute":
-                explicit = self.x.explicit_tp if st.group == "tp" else self.x.explicit_dp
+                explicit = self._explicit(st.group)
                 ranks, tier, _, _ = self._group_info(st.group, pos)
                 if len(ranks) > 1 and (explicit or tier in busy):
                     return False
@@ -330,8 +361,8 @@ class _Builder:
             beside = []
             if hooks is not None:
                 step_deps += hooks.before(st)
-            if st.kind == "overlap":
-                last, beside = self._emit_overlap(st, pos, label, i, step_deps)
+            if st.kind == "overlap":  # its collective also waits for the step before it on the compute stream
+                last, beside = self._emit_overlap(st, pos, label, i, step_deps, last)
             elif st.kind == "compute":
                 last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
                                   step_deps, label=label)
@@ -350,7 +381,7 @@ class _Builder:
         return first, last
 
     def _emit_overlap(self, st: Step, pos: tuple[int, int, int], label: tuple, i: int,
-                      deps: list[int]) -> tuple[int, list[int]]:
+                      deps: list[int], previous: int = -1) -> tuple[int, list[int]]:
         """A compute run on the compute stream and a collective on the communication stream, started
         together; the compute run is stretched by the overlap's slowdown (`dlsim.cost.overlap`)."""
         device = self.dev[pos]
@@ -364,7 +395,7 @@ class _Builder:
         kernels = self.g.add(name, device, self.cstream[device], st.duration, st.category, list(deps), label=label,
                              parts=parts, rigid=(0,) if comm > 0 else ())
         tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), self.mstream[device],
-                              list(deps), label)
+                              list(deps) + ([previous] if previous >= 0 else []), label)
         return kernels, [tid]
 
     def build(self) -> TaskGraph:

@@ -19,6 +19,7 @@ from dlsim.cost.pricing import KernelTimes, price_layer, price_pass
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import INPUT, Model
+from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.tensorparallel import TPLayer, attention_core, classify, shard_cost
 from dlsim.units import DTYPE_BYTES
 
@@ -35,7 +36,8 @@ class LayerEntry:
     recomputation re-runs and the bytes that saves; `workspace` bytes of scratch memory; `windows`
     the seconds of the input projection's ∇x and ∇w GEMMs (the last GEMM of each backward pass: a
     linear layer's whole GEMM, an attention's Q/K/V projection), beside which an asynchronous
-    tensor-parallel collective runs (`dlsim.plan.templates.backward_steps`).
+    tensor-parallel collective runs (`dlsim.plan.templates.backward_steps`); `ring` an attention's
+    KV ring under context parallelism (`dlsim.plan.contextparallel.add_rings`).
     """
 
     index: int
@@ -55,6 +57,7 @@ class LayerEntry:
     workspace: float = 0.0
     backward_weight: Estimate = ZERO
     windows: tuple[float, float] = (0.0, 0.0)
+    ring: RingAttention | None = None
 
     @property
     def backward_data(self) -> Estimate:

@@ -21,7 +21,8 @@ from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import Bucket
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.taskgraph import BUFFERS, COMPUTE, TRANSIENT_PARAMS
-from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch
+from dlsim.plan.zero import (gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch,
+                             sharded_sync)
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import Estimate
 from dlsim.spec.strategy import Strategy
@@ -52,6 +53,8 @@ class GraphBuilder(Protocol):
               per_node: int | None = None) -> Estimate: ...
 
     def port(self, device: int, tier: str, direction: str) -> int: ...
+
+    def group_ranks(self, kind: str, d: int, t: int, stage: int) -> list[int]: ...
 
     def collective(self, name: str, op: str, nbytes: float, kind: str, pos: tuple[int, int, int], key: tuple,
                    stream: int, deps: list[int], label: tuple) -> int: ...
@@ -94,6 +97,10 @@ class DeviceSync:
         self.decompress: list[tuple[float, float, int, str]] = []
         self.prev_first = -1
         self.stage = pos[2]
+        # ZeRO shard group: all of dp x cp, or with hybrid sharding the position's node
+        self.shard_kind = "shard" if self.s.hybrid_shard else "dp"
+        self.shard = len(b.group_ranks("shard", *pos)) if self.s.hybrid_shard else self.s.dp_cp
+        self.replicas = len(b.group_ranks("replica", *pos)) if self.s.hybrid_shard else 1
 
     def _chunk_bytes(self, k: int) -> float:
         return sum(e.params for e in self.b.chunk_entries[k] if self.b.dp_synced(e)) * self.gb
@@ -109,7 +116,7 @@ class DeviceSync:
 
     def hooks(self, k: int, i: int, phase: str, producing: bool) -> "OpHooks | None":
         """Hooks for one op: gather ZeRO-3 units, launch bucket reductions; None when neither applies."""
-        if not self.active or self.s.dp == 1:
+        if not self.active or self.s.dp_cp == 1:
             return None
         gather = self.s.zero == 3 and bool(self.b.buckets[k])
         buckets = phase == "B" and (reduces_every_microbatch(self.s.zero) or (producing and self.s.overlap))
@@ -121,7 +128,10 @@ class DeviceSync:
         b, s = self.b, self.s
         bucket = b.buckets[k][j]
         base = gradient_collective(s.zero)
-        plan = plan_sync(s.compression, bucket.nbytes, self.gb, s.dp, base)
+        plan = plan_sync(s.compression, bucket.nbytes, self.gb, s.dp_cp, base)
+        steps = [(op, nbytes, "dp") for op, nbytes in plan.collectives]
+        if s.zero:  # uncompressed (compression needs zero 0): sharded, maybe hybrid
+            steps = sharded_sync(s.zero, s.hybrid_shard, bucket.nbytes, self.shard, self.replicas)
         deps = [ready]
         buffer = 0.0
         if plan.compress[1] > 0:
@@ -131,8 +141,8 @@ class DeviceSync:
             deps = [b.g.add(f"compress bucket{j} chunk{k}", self.device, self.cs, est.seconds, COMPUTE, deps,
                             source=est.source, label=("C", k, i, j), mem_start=((BUFFERS, buffer),))]
         last = -1
-        for n, (op, nbytes) in enumerate(plan.collectives):
-            last = b.collective(f"{op} bucket{j} chunk{k} mb{i}", op, nbytes, "dp", self.pos, ("grad", k, j, i, n),
+        for n, (op, nbytes, kind) in enumerate(steps):
+            last = b.collective(f"{op} bucket{j} chunk{k} mb{i}", op, nbytes, kind, self.pos, ("grad", k, j, i, n),
                                 self.ms, deps, ("G", k, i, j))
             deps = [last]
         self.syncs.append(last)
@@ -146,7 +156,7 @@ class DeviceSync:
         b, s = self.b, self.s
         if not self.active:
             return
-        if s.dp > 1 and not s.overlap and not reduces_every_microbatch(s.zero):
+        if s.dp_cp > 1 and not s.overlap and not reduces_every_microbatch(s.zero):
             for c in range(b.v):
                 k = c * b.p + self.stage
                 for j in range(len(b.buckets[k])):
@@ -162,14 +172,14 @@ class DeviceSync:
                 waits.append(self._embedding_sync(first_stage, last_stage, nbytes, last_compute))
         params = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage])
         synced = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage] if b.dp_synced(e))
-        updated = synced * optimizer_share(s.zero, s.dp) + (params - synced)
+        updated = synced * optimizer_share(s.zero, self.shard) + (params - synced)
         est = b.x.optimizer_time(updated)
         opt = b.g.add(f"optimizer step ({s.optimizer})", self.device, self.cs, est.seconds, COMPUTE,
                       [w for w in waits if w >= 0], source=est.source, label=("O",))
-        if s.dp > 1 and gathers_updated_params(s.zero):
+        if s.dp_cp > 1 and gathers_updated_params(s.zero):
             for c in range(b.v):
                 k = c * b.p + stage
-                b.collective(f"allgather params chunk{k}", "allgather", self._chunk_bytes(k), "dp", self.pos,
+                b.collective(f"allgather params chunk{k}", "allgather", self._chunk_bytes(k), self.shard_kind, self.pos,
                              ("upd", k), self.ms, [opt], ("U", k))
 
     def _embedding_sync(self, first_stage: int, last_stage: int, nbytes: float, after: int) -> int:
@@ -220,9 +230,9 @@ class OpHooks:
             deps = [sync.prev_first] if sync.prev_first >= 0 else []
         nbytes = b.buckets[self.k][step.unit].nbytes
         tid = b.collective(f"allgather unit{step.unit} chunk{self.k} {self.phase} mb{self.i}", "allgather", nbytes,
-                           "dp", sync.pos, ("ag", self.phase, self.k, self.i, step.unit), sync.ms, deps,
+                           sync.shard_kind, sync.pos, ("ag", self.phase, self.k, self.i, step.unit), sync.ms, deps,
                            ("AG", self.k, self.i, step.unit))
-        self.held = nbytes * (sync.s.dp - 1) / sync.s.dp
+        self.held = nbytes * (sync.shard - 1) / sync.shard
         b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, self.held),)
         self.unit, self.unit_first = step.unit, -1
         return [tid]

@@ -107,6 +107,22 @@ def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
     return "tp" if entry.tp_degree == tp else "dp"
 
 
+def _ring(acc: _Acc, e: LayerEntry, source: Source, forward: bool) -> float:
+    """Context parallelism: an attention's core as its KV ring (`dlsim.plan.contextparallel`): cp
+    equal steps, each but the last beside the exchange of a KV block (and, backward, its gradient)
+    with the ring's neighbours. Returns the core seconds emitted (0 without a ring)."""
+    r = e.ring
+    if r is None:
+        return 0.0
+    core = r.forward_core if forward else r.backward_core
+    nbytes = r.kv_bytes if forward else 2 * r.kv_bytes
+    why = "cp ring KV" if forward else "cp ring KV+dKV"
+    for _ in range(r.cp - 1):
+        acc.overlap(e.name, core / r.cp, source, Collective("sendrecv", nbytes, why, group="cp"), "cp")
+    acc.add(e.name, core / r.cp, source)
+    return core
+
+
 def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE,
                   unit_of: dict[int, int] | None = None) -> list[Step]:
     """Forward pass of a chunk (`category` recompute for a full recomputation); with `unit_of`
@@ -117,7 +133,8 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
             acc.enter(unit_of[e.index])
         for c in e.tp.before:
             acc.collective(c, _group(e, tp, c))
-        acc.add(e.name, e.forward.seconds, e.forward.source)
+        core = _ring(acc, e, e.forward.source, forward=True)
+        acc.add(e.name, e.forward.seconds - core, e.forward.source)
         for c in e.tp.after_fwd:
             acc.collective(c, _group(e, tp, c))
     acc.flush()
@@ -139,15 +156,16 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
         for c in e.tp.before_bwd:
             if c not in beside.values():
                 acc.collective(c, _group(e, tp, c))
+        core = _ring(acc, e, e.backward.source, forward=False)
         if beside:  # the rest of the backward first, then the projection's ∇x and ∇w GEMMs beside collectives
             windows = [(kind, min(w, part.seconds)) for kind, w, part in
                        (("dgrad", e.windows[0], e.backward_data), ("wgrad", e.windows[1], e.backward_weight))
                        if kind in beside]
-            acc.add(e.name, e.backward.seconds - sum(w for _, w in windows), e.backward.source)
+            acc.add(e.name, e.backward.seconds - core - sum(w for _, w in windows), e.backward.source)
             for kind, w in windows:
                 acc.overlap(e.name, w, e.backward.source, beside[kind], _group(e, tp, beside[kind]))
         else:
-            acc.add(e.name, e.backward.seconds, e.backward.source)
+            acc.add(e.name, e.backward.seconds - core, e.backward.source)
         if ready_at and e.index in ready_at:
             acc.flush(ready_at[e.index])
         for c in e.tp.after_bwd:

@@ -238,7 +238,7 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
     term). `cost` is the per-device (sharded) cost.
     """
     steps = layer.in_shapes[0][0]
-    scores = batch * layer.attrs["heads"] * steps * steps / tp
+    scores = batch * layer.attrs["heads"] * steps * steps * layer.attrs.get("context_parallel", 1) / tp
     core = tuple(g for g in cost.forward.gemms if g.count > 1)
     proj_flops = sum(g.flops for g in cost.forward.gemms if g.count == 1)
     flops = cost.forward.flops - proj_flops

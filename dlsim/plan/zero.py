@@ -53,3 +53,22 @@ def gathers_updated_params(zero: int) -> bool:
 def optimizer_share(zero: int, dp: int) -> float:
     """Fraction of the device's parameters its optimizer step updates."""
     return 1.0 / dp if zero >= 1 else 1.0
+
+
+def sharded_sync(zero: int, hybrid: bool, nbytes: float, shard: int, replicas: int) -> list[tuple[str, float, str]]:
+    """The gradient synchronisation of one bucket of `nbytes` as (collective, bytes, group) steps.
+
+    Unsharded (zero 0): one all-reduce over the dp x cp group. Sharded: a reduce-scatter over the
+    shard group (all of dp x cp, or with `hybrid` the node's `shard` ranks); hybrid sharding then
+    all-reduces the 1/shard slice across the `replicas` shard groups (PyTorch FSDP HYBRID_SHARD,
+    Zhao et al., "PyTorch FSDP", VLDB 2023, §3.2.2; DeepSpeed's MiCS).
+    Per rank this moves 2·(N−1)/N·B for the all-reduce and (S−1)/S·B + 2·(R−1)/R·B/S for hybrid.
+    """
+    if not zero:
+        return [("allreduce", nbytes, "dp")]
+    if not hybrid:
+        return [("reduce_scatter", nbytes, "dp")]
+    steps = [("reduce_scatter", nbytes, "shard")] if shard > 1 else []
+    if replicas > 1:
+        steps.append(("allreduce", nbytes / shard, "replica"))
+    return steps

@@ -113,6 +113,13 @@ class Strategy:
     sends a replicated stage boundary as 1/tp slices, one per tensor-parallel rank, and all-gathers
     them at the receiver (Narayanan et al. SC'21 §4.1). `fused_kernels` names the fused kernels the software stack runs
     (`dlsim.cost.layers.FUSIONS`); none is assumed.
+    `cp` is the context-parallel degree: each of `cp` ranks holds 1/cp of every sequence (two of
+    its 2·cp chunks, Megatron-LM's causal load balancing) and runs ring attention over the cp
+    group (`dlsim.plan.contextparallel`); gradients are reduced over dp x cp. `hybrid_shard`
+    shards the ZeRO stage's model states within each node and replicates them across nodes
+    (PyTorch FSDP HYBRID_SHARD; `zero: 3` is FSDP's FULL_SHARD, `zero: 1` Megatron-LM's
+    distributed optimizer): reduce-scatter and all-gather over the node's dp ranks, the shard's
+    gradients all-reduced across nodes (`dlsim.plan.zero`).
     """
 
     dp: int = 1
@@ -146,6 +153,8 @@ class Strategy:
     p2p_scatter_gather: bool = False
     fused_kernels: tuple[str, ...] = ()
     recompute_layers: int = 1
+    cp: int = 1
+    hybrid_shard: bool = False
 
     @property
     def global_batch(self) -> int:
@@ -153,7 +162,13 @@ class Strategy:
 
     @property
     def devices(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks holding the same parameters: gradients are reduced (and ZeRO shards spread) over
+        dp x cp (Megatron-LM's data-parallel group with context parallelism)."""
+        return self.dp * self.cp
 
     @property
     def chunks(self) -> int:
@@ -183,6 +198,7 @@ class Strategy:
             "p2p_overlap": self.p2p_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
             "fused_kernels": list(self.fused_kernels),
             "recompute_layers": self.recompute_layers,
+            "cp": self.cp, "hybrid_shard": self.hybrid_shard,
         }
 
 
@@ -256,7 +272,7 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
 
 def validate_strategy(s: Strategy) -> Strategy:
     """Check every field of `s`; raise `SpecError` naming the first bad one."""
-    for name in ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
+    for name in ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
                  "fetch_every", "push_every", "iterations"):
         _positive_int(getattr(s, name), name)
     _positive_int(s.staleness, "staleness", 0)
@@ -330,6 +346,16 @@ def validate_strategy(s: Strategy) -> Strategy:
         raise SpecError(f"unknown fused kernel in {list(s.fused_kernels)!r} (use {', '.join(FUSIONS)})",
                         field="fused_kernels")
     _positive_int(s.recompute_layers, "recompute_layers")
+    if not isinstance(s.hybrid_shard, bool):
+        raise SpecError(f"must be true or false, got {s.hybrid_shard!r}", field="hybrid_shard")
+    if s.hybrid_shard and not s.zero:
+        raise SpecError("hybrid sharding shards a ZeRO stage's states within a node: needs zero 1, 2 or 3",
+                        field="hybrid_shard")
+    if s.cp > 1 and s.sync != "allreduce":
+        raise SpecError(f"context parallelism needs sync allreduce, got {s.sync}", field="cp")
+    if s.cp > 1 and s.layer_groups:
+        raise SpecError("context parallelism splits the sequence of every layer; it cannot be combined with "
+                        "layer_groups", field="cp")
     if s.dtype is not None and s.dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         raise SpecError(f"unknown dtype {s.dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
     return s
