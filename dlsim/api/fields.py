@@ -45,5 +45,7 @@ class StrategyFields(TypedDict, total=False):
     p2p_scatter_gather: bool
     fused_kernels: tuple[str, ...]
     recompute_layers: int
+    ep: int
+    ep_overlap: bool
     cp: int
     hybrid_shard: bool

@@ -17,6 +17,7 @@ from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
+from dlsim.plan.expertparallel import check_expert_parallel
 from dlsim.plan.layertable import LayerEntry, build_layer_table
 from dlsim.plan.partition import partition
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
@@ -194,6 +195,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         notes = list(notes)
     modes = group_modes(model, s.layer_groups) if s.layer_groups else ["data"] * len(model.layers)
     batches, degrees = batches_and_degrees(modes, s.dp, s.microbatch_size, s.tp)
+    check_expert_parallel(model, s.ep)
     mb_overrides = None
     if microbatch_plan:
         if microbatch_plan not in ("wr", "wd"):
@@ -203,7 +205,8 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         mb_overrides, note = _microbatch_overrides(model, cluster, s, dtype, microbatch_plan, workspace_limit)
         notes.append(note)
     full_model, model = model, split_sequence(model, s.cp)
-    entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, overrides=mb_overrides,
+    entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, ep=s.ep, ep_overlap=s.ep_overlap,
+                                overrides=mb_overrides,
                                 sequence_parallel=s.sequence_parallel, fused=frozenset(s.fused_kernels))
     if s.layer_groups:
         entries = add_transitions(model, entries, modes, s.dp, s.microbatch_size, dtype)

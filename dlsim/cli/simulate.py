@@ -18,7 +18,7 @@ from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, JITTERS, RECOMPUTE, SCHED
 from dlsim.units import parse_size
 
 _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_batch", "virtual_stages", "staleness",
-         "ps_shards", "fetch_every", "push_every", "iterations", "zero", "recompute_layers")
+         "ps_shards", "fetch_every", "push_every", "iterations", "zero", "recompute_layers", "ep")
 
 
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
-    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "hybrid_shard"):
+    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("fsdp"):
@@ -72,6 +72,7 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--dp", type=int, help="Data-parallel replicas.")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
 @click.option("--pp", type=int, help="Pipeline stages.")
+@click.option("--ep", type=int, help="Expert-parallel degree: MoE experts spread over ep data-parallel ranks (divides dp).")
 @click.option("--cp", type=int, help="Context-parallel degree: the sequence split over cp ranks, ring attention.")
 @click.option("--microbatch-size", type=int, help="Samples per micro-batch.")
 @click.option("--num-microbatches", type=int, help="Micro-batches per iteration and replica.")
@@ -98,6 +99,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Pipeline sends travel while the stage computes (default) or block it (Megatron-LM's default).")
 @click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,
               help="Send a replicated stage boundary as 1/tp slices, all-gathered at the receiver (Megatron-LM).")
+@click.option("--ep-overlap/--no-ep-overlap", default=None,
+              help="Run MoE shared experts beside the expert-parallel all-to-alls (Megatron-Core's shared-expert overlap).")
 @click.option("--fused-kernels", help=f"Fused kernels of the software stack, comma-separated ({', '.join(FUSIONS)}).")
 @click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage (1: distributed optimizer, 3: FSDP).")
 @click.option("--fsdp", is_flag=True, default=None, help="FSDP / ZeRO-3: parameters, gradients and optimizer state sharded.")

@@ -405,6 +405,8 @@ def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, cau
 
 
 ROUTER_BYTES = 4  # router logits, probabilities and the auxiliary loss's statistics are kept in fp32
+MOE_ROUTED_GEMMS = 3
+"""A `moe` pass lists its router GEMM, the routed experts' up and down GEMMs, then the shared experts'."""
 
 
 def _moe(layer: Layer, n: int, b: int, ep: int = 1) -> LayerCost:

@@ -5,6 +5,8 @@ Example:
     dp: 32
     tp: 8
     pp: 16
+    ep: 8                         # expert parallelism: MoE experts over 8 data-parallel ranks (divides dp)
+    ep_overlap: true              # shared experts beside the all-to-alls
     cp: 2                         # context parallelism: ring attention over 2 ranks (default 1)
     microbatch_size: 1
     num_microbatches: 64          # or global_batch: 2048
@@ -42,7 +44,7 @@ from dlsim.units import KIB, MIB
 _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
-          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "cp", "hybrid_shard"}
+          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "cp", "hybrid_shard"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}

@@ -18,10 +18,12 @@ from typing import Sequence
 
 @dataclass(frozen=True)
 class Bucket:
-    """Layers `layers` (model indices, forward order) with `nbytes` of gradients."""
+    """Layers `layers` (model indices, forward order) with `nbytes` of gradients, reduced over the
+    `group` kind ("dp"; "edp" for routed experts' gradients, `dlsim.plan.expertparallel`)."""
 
     layers: tuple[int, ...]
     nbytes: float
+    group: str = "dp"
 
     @property
     def ready_after(self) -> int:
@@ -30,9 +32,9 @@ class Bucket:
 
 
 def make_buckets(layer_bytes: Sequence[tuple[int, float]], bucket_size: float,
-                 first_bucket_size: float) -> list[Bucket]:
+                 first_bucket_size: float, group: str = "dp") -> list[Bucket]:
     """Buckets over (layer index, gradient bytes) in forward order, returned in reduction
-    (backward) order. Layers without gradients are skipped."""
+    (backward) order, reduced over `group`. Layers without gradients are skipped."""
     buckets: list[Bucket] = []
     current: list[int] = []
     size = 0.0
@@ -43,10 +45,10 @@ def make_buckets(layer_bytes: Sequence[tuple[int, float]], bucket_size: float,
         size += nbytes
         limit = first_bucket_size if not buckets else bucket_size
         if size >= limit:
-            buckets.append(Bucket(tuple(current), size))
+            buckets.append(Bucket(tuple(current), size, group))
             current, size = [], 0.0
     if current:
-        buckets.append(Bucket(tuple(current), size))
+        buckets.append(Bucket(tuple(current), size, group))
     return list(reversed(buckets))
 
 

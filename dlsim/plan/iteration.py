@@ -22,6 +22,7 @@ from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTRA, CommPricer, Layout
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, make_buckets
+from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
@@ -94,6 +95,7 @@ class _Builder:
         for k, es in enumerate(self.chunk_entries):
             grads = [(e.index, e.params * gb) for e in es if self.dp_synced(e)]
             buckets = make_buckets(grads, s.bucket_size, s.first_bucket_size) if s.dp_cp > 1 or s.zero else []
+            buckets = expert_buckets(es, buckets, s, gb)
             ready: dict[int, tuple[int, ...]] = {}
             for j, b in enumerate(buckets):
                 ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
@@ -199,6 +201,10 @@ class _Builder:
 
     def group_ranks(self, kind: str, d: int, t: int, stage: int) -> list[int]:
         lay = self.x.layout
+        if kind == EP:
+            return ep_group(lay, self.s.ep, d, t, stage)
+        if kind == EDP:
+            return edp_group(lay, self.s.ep, d, t, stage)
         if kind == "cp":
             return lay.cp_group(d, t, stage)
         if kind == "shard":
@@ -286,6 +292,8 @@ class _Builder:
             tiers.add(pricer.tier(lay.dp_group(t, stage)))
             if self.s.hybrid_shard:
                 tiers.add(pricer.tier(lay.shard_group(d, t, stage)))
+        if self.s.ep > 1:  # expert gradients on the communication stream
+            tiers.add(pricer.tier(edp_group(lay, self.s.ep, d, t, stage)))
         return tiers
 
     def _fusable(self, steps: list[Step], pos: tuple[int, int, int]) -> bool:

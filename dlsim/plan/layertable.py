@@ -20,6 +20,7 @@ from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import INPUT, Model
 from dlsim.plan.contextparallel import RingAttention
+from dlsim.plan.expertparallel import ExpertPlan, expert_plan
 from dlsim.plan.tensorparallel import TPLayer, attention_core, classify, shard_cost
 from dlsim.units import DTYPE_BYTES
 
@@ -57,6 +58,9 @@ class LayerEntry:
     workspace: float = 0.0
     backward_weight: Estimate = ZERO
     windows: tuple[float, float] = (0.0, 0.0)
+    experts: ExpertPlan | None = None
+    """A mixture of experts under expert parallelism: its all-to-alls, router and shared-expert
+    seconds, parameters (`dlsim.plan.expertparallel`)."""
     ring: RingAttention | None = None
 
     @property
@@ -71,13 +75,17 @@ def _key(layer, batch: int, tp: int, role: str) -> tuple:
 
 
 def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
-                      tables: KernelTimes | None = None,
+                      tables: KernelTimes | None = None, ep: int = 1, ep_overlap: bool = False,
                       overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None,
                       sequence_parallel: bool = False, fused: frozenset[str] = frozenset()) -> tuple[LayerEntry, ...]:
     """The per-device cost of every layer of `model`.
 
     `sequence_parallel` splits the layers between tensor-parallel regions along the sequence;
     `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`).
+
+    `ep` spreads the experts of mixture-of-experts layers over that many ranks
+    (`dlsim.plan.expertparallel`): each is priced as its busiest rank runs it, its shared experts
+    beside the all-to-alls with `ep_overlap`.
 
     `batch` and `tp` are one value for all layers or one per layer (per-layer-group strategies).
     `overrides` maps a layer name to (forward, backward, workspace bytes) measured elsewhere (the
@@ -102,13 +110,15 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
     fused_pairs = _dropout_add_pairs(model) if "bias_dropout_add" in fused else {}
     costs: dict[str, LayerCost] = {}
     priced: dict[tuple, tuple] = {}
+    plan_cache: dict[tuple, ExpertPlan | None] = {}
+    plans: dict[str, ExpertPlan | None] = {}
     entries_raw = []
     for i, layer in enumerate(model.layers):
         b, t, role = batches[i], degrees[i], roles[layer.name]
         fusion = ("dropout+add",) if layer.name in fused_pairs or layer.name in fused_pairs.values() else ()
         key = _key(layer, b, t, role.role) + fusion
         if key not in priced:
-            full = layer_cost(layer, b, dtype, fused)
+            full = layer_cost(layer, b, dtype, fused, ep=ep)
             if fusion:
                 full = _fused_dropout_add(model, layer, full, fused_pairs, b, dtype)
             cost = shard_cost(layer, full, role, t, b)
@@ -122,6 +132,11 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
             priced[key] = (cost, timing, core, core_bytes, windows)
         cost, timing, core, core_bytes, windows = priced[key]
         costs[layer.name] = cost
+        if ep > 1 and layer.type == "moe":
+            if key not in plan_cache:
+                plan_cache[key] = expert_plan(layer, cost, b, dtype, ep, t if role.params_sharded else 1, device, tables,
+                                              ep_overlap)
+            plans[layer.name] = plan_cache[key]
         entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes, windows))
     saved = _saved_bytes(model, costs, batches, dtype)
     b_el = DTYPE_BYTES[dtype]
@@ -135,9 +150,12 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
             fwd, bwd, workspace = overrides[layer.name]
             wgrad, windows = ZERO, (0.0, 0.0)
         params = layer.params // t if role.params_sharded else layer.params
+        plan = plans.get(layer.name)
+        if plan is not None:
+            params = plan.params
         out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
                               layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
-                              wgrad, windows))
+                              wgrad, windows, experts=plan))
     return tuple(out)
 
 

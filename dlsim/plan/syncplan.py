@@ -129,7 +129,7 @@ class DeviceSync:
         bucket = b.buckets[k][j]
         base = gradient_collective(s.zero)
         plan = plan_sync(s.compression, bucket.nbytes, self.gb, s.dp_cp, base)
-        steps = [(op, nbytes, "dp") for op, nbytes in plan.collectives]
+        steps = [(op, nbytes, bucket.group) for op, nbytes in plan.collectives]
         if s.zero:  # uncompressed (compression needs zero 0): sharded, maybe hybrid
             steps = sharded_sync(s.zero, s.hybrid_shard, bucket.nbytes, self.shard, self.replicas)
         deps = [ready]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from dlsim.plan.expertparallel import EP
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE
 from dlsim.plan.tensorparallel import Collective
@@ -123,6 +124,50 @@ def _ring(acc: _Acc, e: LayerEntry, source: Source, forward: bool) -> float:
     return core
 
 
+def _experts_forward(acc: _Acc, e: LayerEntry, tp: int) -> None:
+    """A mixture of experts under expert parallelism (`dlsim.plan.expertparallel`): the router, the
+    dispatch all-to-all (the shared experts beside it when `ExpertPlan.overlap`), the experts, the
+    combine all-to-all."""
+    p, src = e.experts, e.forward.source
+    assert p is not None
+    for c in e.tp.before:
+        acc.collective(c, _group(e, tp, c))
+    acc.add(e.name, p.router_forward, src)
+    rest = e.forward.seconds - p.router_forward
+    if p.overlap and p.shared_forward > 0:
+        acc.overlap(e.name, p.shared_forward, src, p.dispatch, EP)
+        rest -= p.shared_forward
+    else:
+        acc.collective(p.dispatch, EP)
+    acc.add(e.name, rest, src)
+    acc.collective(p.combine, EP)
+    for c in e.tp.after_fwd:
+        acc.collective(c, _group(e, tp, c))
+
+
+def _experts_backward(acc: _Acc, e: LayerEntry, tp: int, ready_at: dict[int, tuple[int, ...]] | None) -> None:
+    """The backward of `_experts_forward` in reverse: the combine's gradient all-to-all (the shared
+    experts' backward beside it when overlapped), the experts' backward, the dispatch's gradient
+    all-to-all, the router's backward."""
+    p, src = e.experts, e.backward.source
+    assert p is not None
+    for c in e.tp.before_bwd:
+        acc.collective(c, _group(e, tp, c))
+    rest = e.backward.seconds - p.router_backward
+    if p.overlap and p.shared_backward > 0:
+        acc.overlap(e.name, p.shared_backward, src, p.combine, EP)
+        rest -= p.shared_backward
+    else:
+        acc.collective(p.combine, EP)
+    acc.add(e.name, rest, src)
+    acc.collective(p.dispatch, EP)
+    acc.add(e.name, p.router_backward, src)
+    if ready_at and e.index in ready_at:
+        acc.flush(ready_at[e.index])
+    for c in e.tp.after_bwd:
+        acc.collective(c, _group(e, tp, c))
+
+
 def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE,
                   unit_of: dict[int, int] | None = None) -> list[Step]:
     """Forward pass of a chunk (`category` recompute for a full recomputation); with `unit_of`
@@ -131,6 +176,9 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
     for e in entries:
         if unit_of is not None:
             acc.enter(unit_of[e.index])
+        if e.experts is not None:
+            _experts_forward(acc, e, tp)
+            continue
         for c in e.tp.before:
             acc.collective(c, _group(e, tp, c))
         core = _ring(acc, e, e.forward.source, forward=True)
@@ -152,6 +200,9 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
     for e in reversed(entries):
         if unit_of is not None:
             acc.enter(unit_of[e.index])
+        if e.experts is not None:
+            _experts_backward(acc, e, tp, ready_at)
+            continue
         beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if overlap and c.overlap}
         for c in e.tp.before_bwd:
             if c not in beside.values():

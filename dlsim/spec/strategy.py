@@ -111,7 +111,11 @@ class Strategy:
     stage go on computing while its sends travel; off, every exchange blocks the sender until its
     send is done (Megatron-LM's default: `--overlap-p2p-communication` off). `p2p_scatter_gather`
     sends a replicated stage boundary as 1/tp slices, one per tensor-parallel rank, and all-gathers
-    them at the receiver (Narayanan et al. SC'21 §4.1). `fused_kernels` names the fused kernels the software stack runs
+    them at the receiver (Narayanan et al. SC'21 §4.1). `ep` is the expert-parallel degree: the experts of every
+    mixture-of-experts layer spread over ep data-parallel ranks, tokens dispatched to them and
+    combined back by all-to-alls, expert gradients reduced over the dp·cp/ep ranks holding the same
+    experts (`dlsim.plan.expertparallel`); `ep_overlap` runs the shared experts beside those
+    all-to-alls (Megatron-Core's --moe-shared-expert-overlap). `fused_kernels` names the fused kernels the software stack runs
     (`dlsim.cost.layers.FUSIONS`); none is assumed.
     `cp` is the context-parallel degree: each of `cp` ranks holds 1/cp of every sequence (two of
     its 2·cp chunks, Megatron-LM's causal load balancing) and runs ring attention over the cp
@@ -153,6 +157,8 @@ class Strategy:
     p2p_scatter_gather: bool = False
     fused_kernels: tuple[str, ...] = ()
     recompute_layers: int = 1
+    ep: int = 1
+    ep_overlap: bool = False
     cp: int = 1
     hybrid_shard: bool = False
 
@@ -196,7 +202,7 @@ class Strategy:
             "optimizer": self.optimizer, "dtype": self.dtype,
             "sequence_parallel": self.sequence_parallel, "tp_async_backward": self.tp_async_backward,
             "p2p_overlap": self.p2p_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
-            "fused_kernels": list(self.fused_kernels),
+            "fused_kernels": list(self.fused_kernels), "ep": self.ep, "ep_overlap": self.ep_overlap,
             "recompute_layers": self.recompute_layers,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard,
         }
@@ -268,6 +274,30 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
     mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch)
     s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
     return validate_strategy(s)
+
+
+def _check_expert_parallel(s: Strategy) -> None:
+    """ep: the expert-parallel degree, a divisor of dp (the experts of every mixture-of-experts layer
+    spread over ep data-parallel ranks; whether it divides the experts is checked against the model)."""
+    _positive_int(s.ep, "ep")
+    if not isinstance(s.ep_overlap, bool):
+        raise SpecError(f"must be true or false, got {s.ep_overlap!r}", field="ep_overlap")
+    if s.ep > 1 and s.dp % s.ep:
+        raise SpecError(f"ep {s.ep} does not divide dp {s.dp} (expert parallelism spreads the experts over "
+                        f"data-parallel ranks)", field="ep")
+    if s.ep > 1 and s.sync != "allreduce":
+        raise SpecError(f"expert parallelism needs sync allreduce, got {s.sync}", field="ep")
+    if s.ep > 1 and s.zero:
+        raise SpecError(f"expert parallelism with ZeRO stage {s.zero} is not modelled (use zero 0 with ep > 1)",
+                        field="ep")
+    if s.ep > 1 and s.layer_groups:
+        raise SpecError("expert parallelism cannot be combined with layer_groups", field="ep")
+    if s.ep > 1 and s.compression.kind != "none":
+        raise SpecError("expert parallelism with gradient compression is not modelled (use compression none)",
+                        field="ep")
+    if s.ep > 1 and getattr(s, "cp", 1) > 1:
+        raise SpecError("expert parallelism with context parallelism is not modelled (use cp 1 with ep > 1)",
+                        field="ep")
 
 
 def validate_strategy(s: Strategy) -> Strategy:
@@ -346,6 +376,7 @@ def validate_strategy(s: Strategy) -> Strategy:
         raise SpecError(f"unknown fused kernel in {list(s.fused_kernels)!r} (use {', '.join(FUSIONS)})",
                         field="fused_kernels")
     _positive_int(s.recompute_layers, "recompute_layers")
+    _check_expert_parallel(s)
     if not isinstance(s.hybrid_shard, bool):
         raise SpecError(f"must be true or false, got {s.hybrid_shard!r}", field="hybrid_shard")
     if s.hybrid_shard and not s.zero:
