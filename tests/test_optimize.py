@@ -49,23 +49,23 @@ def simulated_space(request):
 
 
 def test_evaluator_within_tolerance_of_the_simulation(simulated_space):
+    """Every candidate of the space, the approximate-flagged ones included."""
     _, _, _, rows = simulated_space
-    validated = [(s, e, r) for s, e, r in rows if not e.approximate]
-    assert len(validated) >= len(rows) // 4
-    worst = max(abs(e.iteration_time_s / r.iteration_time_s - 1) for s, e, r in validated)
-    assert worst <= EVALUATOR_TOLERANCE, worst
-    # outside the validated space the estimate is rougher, still in the right range
-    for s, e, r in rows:
-        assert abs(e.iteration_time_s / r.iteration_time_s - 1) < 0.15, s
+    errors = {s: e.iteration_time_s / r.iteration_time_s - 1 for s, e, r in rows}
+    worst = max(errors, key=lambda s: abs(errors[s]))
+    assert abs(errors[worst]) <= EVALUATOR_TOLERANCE, (worst, errors[worst])
+    # ZeRO-2/3 are in it: the walk of every pass beside the communication stream is what holds them
+    assert sum(s.zero >= 2 for s, _, _ in rows) >= len(rows) // 4
 
 
 def test_evaluator_memory_matches_or_exceeds_the_simulation(simulated_space):
-    """Pruning by the evaluator's memory never drops a candidate the simulation says fits (validated space)."""
+    """Pruning by the evaluator's memory never drops a candidate the simulation says fits (but ZeRO-3,
+    whose gathered units the evaluator counts as the two largest: within 3% below)."""
     _, _, _, rows = simulated_space
     for s, e, r in rows:
-        low = 1 - 1e-9 if not e.approximate else 0.97  # ZeRO-3's gathered units: within 3%
-        assert e.peak_memory_bytes >= r.peak_memory_bytes * low, s
-        assert e.peak_memory_bytes <= r.peak_memory_bytes * (1.06 if not e.approximate else 1.10), s
+        zero3 = s.zero == 3 and s.dp > 1
+        assert e.peak_memory_bytes >= r.peak_memory_bytes * (0.97 if zero3 else 1 - 1e-9), s
+        assert e.peak_memory_bytes <= r.peak_memory_bytes * (1.10 if zero3 else 1.06), s
 
 
 def test_optimize_returns_the_exhaustive_simulated_optimum(simulated_space):

@@ -21,19 +21,25 @@ from `dlsim.plan.steptime`. What the evaluator adds is how these compose in time
   pass makes them ready (ZeRO-2/3: every backward pass); the pass is walked step by step with the
   bucket queue beside it, compute slowed by the device's overlap slowdown σ while a collective is
   in flight, a tensor-parallel collective on the same link tier waiting for the bucket that holds
-  the ports; what the queue has left when the pass ends is exposed. ZeRO-3's parameter gathers are
-  walked the same way (each unit prefetched one unit ahead).
+  the ports; what the queue has left when the pass ends is exposed. ZeRO-2/3 (reductions every
+  micro-batch) walk every pass of every stage this way in the schedule's op order, the stream
+  carrying over from pass to pass (`_Timing._programs`): a pass's reductions delay the next pass's
+  gathers and slow its kernels, the last ones end the iteration. ZeRO-3's parameter gathers are
+  queued as the simulator issues them (`walk_steps`: a unit's once the previous unit's first step
+  has ended, the first unit's once the previous pass's first step has).
 * Then the tied-embedding all-reduce between the first and last stage, the optimizer step and
   ZeRO-1/2's all-gather of the updated parameters. The iteration ends when the slowest stage
   does.
 
-Where the evaluator matches the simulation (tests/test_optimize.py holds it within 3% on small
-GPT spaces): dp × tp × pp with tensor parallelism inside a node, 1F1B / GPipe / interleaved,
-recomputation none / selective / full, sequence parallelism, ZeRO 0-3, non-blocking pipeline
-transfers. Outside that space (`Evaluation.approximate`, observed up to ~12% off): ZeRO-3, ZeRO-2
-reductions longer than the backward pass, ZeRO-1 with pp > 1, interleaved with m = pp, pipeline
-transfers on the tensor-parallel link tier (tp > 1 with stages inside a node). Not modelled: gradient compression's kernels (`supports` says no), layer groups,
-run-time variability, parameter-server training; `supports` refuses them.
+Where the evaluator matches the simulation: tests/test_optimize.py holds it within 3% of the
+simulation on every candidate of small GPT spaces (dp × tp × pp with tensor parallelism inside a
+node, 1F1B / interleaved, recomputation none / selective / full, sequence parallelism, ZeRO 0-3;
+2.3% at most there). Flagged `Evaluation.approximate` (only the simulation should decide): ZeRO-2/3
+pipelines too long to walk pass by pass (p·m·v > WALK_OPS: the per-chunk leftover of the reduction
+queue is hidden under the next forward pass instead), interleaved with m = pp, pipeline transfers
+on the tensor-parallel link tier (their port contention is not modelled; within 2.3% on the test
+spaces). Not modelled: gradient compression's kernels (`supports` says no), layer groups, run-time
+variability, parameter-server training; `supports` refuses them.
 """
 
 from __future__ import annotations
@@ -289,7 +295,7 @@ class Evaluator:
                 fill += passes[r]
         chunks0 = [c * p for c in range(v)]
         params0 = sum(self._params(t, *ranges[k]) for k in chunks0)
-        updated = params0 * optimizer_share(s.zero, s.dp) + self.tied(t, ranges, p).get(0, 0)
+        updated = params0 * optimizer_share(s.zero, s.dp)
         bound += optimizer_timer(self.device, self.dtype, s.optimizer, self.step_kernels(t, p))(updated).seconds
         if s.dp > 1 and gathers_updated_params(s.zero):
             dp0 = lay.dp_group(0, 0)
@@ -464,11 +470,12 @@ def _activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
 
 
 def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float],
-                  c: Sequence[float]) -> list[list[float]]:
+                  c: Sequence[float], run_op: Callable | None = None) -> list[list[float]]:
     """When each stage's last backward pass of each local chunk ends: the stages' op orders
     (`stage_ops`) run with forward / backward times f[k], b[k] per micro-batch of global chunk k and
     transfers c[k] across boundary k → k+1, each op starting when its stage is free and its input
-    has arrived (no contention: the simulator's timeline for these tasks). Returns ends[r][local chunk]."""
+    has arrived (no contention: the simulator's timeline for these tasks). With `run_op(r, op, k, t)`
+    an op that starts at t ends when that says instead. Returns ends[r][local chunk]."""
     K = p * v
     ops = [_stage_ops(schedule, p, m, v, r) for r in range(p)]
     pos = [0] * p
@@ -491,7 +498,7 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
                         if dep is None:
                             break
                         t = max(t, dep + c[k - 1])
-                    t += f[k]
+                    t = t + f[k] if run_op is None else run_op(r, op, k, t)
                     fend[(k, op.microbatch)] = t
                 else:
                     if k < K - 1:
@@ -499,7 +506,7 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
                         if dep is None:
                             break
                         t = max(t, dep + c[k])
-                    t += b[k]
+                    t = t + b[k] if run_op is None else run_op(r, op, k, t)
                     bend[(k, op.microbatch)] = t
                     last[r][op.chunk] = t
                 i += 1
@@ -563,30 +570,47 @@ class _Timing:
 
     def _walk(self, steps: list[Step], stage: int, launches: dict[int, list[float]], gathers: list[float] | None,
               queue_start: float = 0.0) -> tuple[float, float, float]:
-        """Run a step list beside the communication stream: `launches` maps a step position to the
-        collective durations it enqueues when it ends; `gathers` (ZeRO-3) the all-gather of each
-        parameter unit, which the unit's first step waits for (prefetched one unit ahead).
-        `queue_start` is communication already queued at the start. Returns (pass seconds, time
-        the queue empties after the pass start, seconds compute was slowed)."""
+        """Run a step list beside the communication stream from time 0 (`walk_steps`); returns (pass
+        seconds, time the queue empties after the pass start, seconds compute was slowed)."""
+        now, busy, slowed, _ = self.walk_steps(steps, stage, launches, gathers, 0.0, queue_start, 0.0)
+        return now, max(busy, now), slowed
+
+    def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
+                   gathers: list[float] | None, now: float, busy: float, first_dep: float,
+                   first_gather: float | None = None) -> tuple[float, float, float, float]:
+        """Run a step list from time `now` beside the communication stream, busy until `busy` (the
+        simulator's per-device streams, `dlsim.plan.iteration` and `dlsim.plan.syncplan`): `launches`
+        maps a step position to the collective durations it enqueues when it ends; `gathers` (ZeRO-3)
+        the all-gather of each parameter unit, which the unit's first step waits for. A unit's gather is
+        enqueued behind what the stream holds once the previous unit's first step has ended (the first
+        unit's once `first_dep`, the end of the previous pass's first step, has passed): at most two
+        units gathered at a time; `first_gather`, when given, is when the first unit's gather ends
+        (issued before the pass started). Compute runs slowed by σ while the stream is busy; a tensor-parallel
+        collective on the data-parallel link tier waits for the queue that holds its ports. Returns
+        (end, stream busy until, seconds compute was slowed, end of the first step)."""
         sigma = self.sigma
         tp_ranks = self.lay.tp_group(0, stage)
         dp_ranks = self.lay.dp_group(0, stage)
         same_tier = self.s.dp > 1 and self.s.tp > 1 and self.pricer.tier(tp_ranks) == self.pricer.tier(dp_ranks)
-        now = 0.0
-        busy = queue_start  # the communication stream is busy until `busy`
         slowed = 0.0
         unit = None
-        unit_ready = 0.0
-        prev_unit_start = 0.0
+        dep = first_dep  # what the next unit's gather waits for
+        unit_first = False
+        first_end = -1.0
+        ahead = -1  # a unit whose gather is already queued
+        nxt = {}
+        if gathers is not None and not launches:  # nothing queued between a unit's gather and the next one's:
+            order = [st.unit for st in steps if st.unit >= 0]  # it is queued once the unit's first step ends
+            nxt = {a: b for a, b in zip(order, order[1:]) if a != b}
         for pos, st in enumerate(steps):
             if gathers is not None and st.unit >= 0 and st.unit != unit:
-                # gather of this unit: enqueued once the previous unit's first step started
-                begin = max(busy, prev_unit_start)
-                busy = begin + gathers[st.unit]
-                unit_ready = busy
+                if unit is None and first_gather is not None:
+                    busy = max(busy, first_gather)
+                elif st.unit != ahead:
+                    busy = max(busy, dep) + gathers[st.unit]
                 unit = st.unit
-                now = max(now, unit_ready)
-                prev_unit_start = now
+                now = max(now, busy)
+                unit_first = True
             if st.kind == "compute":
                 d = st.duration
                 if busy > now and sigma > 0:
@@ -612,9 +636,59 @@ class _Timing:
                 else:
                     extra, exposed = overlap_cost(st.duration, c, sigma)
                     now += st.duration + extra + exposed
+            if unit_first:
+                dep, unit_first = now, False
+                if unit in nxt:
+                    ahead = nxt[unit]
+                    busy = max(busy, dep) + gathers[ahead]  # type: ignore[index]
+            if first_end < 0:
+                first_end = now
             for dur in launches.get(pos, ()):
                 busy = max(busy, now) + dur
-        return now, max(busy, now), slowed
+        return now, busy, slowed, first_end if first_end >= 0 else now
+
+    def _programs(self, parts: list[tuple], c: list[float]) -> tuple[list[list[float]], list[float], list[float]]:
+        """ZeRO-2/3: every stage's op order (`pipeline_walk`), each pass walked (`walk_steps`) beside the
+        stage's communication stream, which carries over from pass to pass as the simulator's does (a
+        backward pass's reductions delay the next pass's gathers, slow its kernels, and the last ones
+        end the iteration). Returns (ends[r][local chunk] of the last backward passes, when each
+        stage's stream empties, each stage's seconds inside its passes)."""
+        s = self.s
+        p = s.pp
+        state = [(0.0, 0.0) for _ in range(p)]  # per stage: stream busy until, end of the last pass's first step
+        inside = [0.0] * p
+        memo: dict[tuple, tuple[float, float, float]] = {}
+
+        def run_op(r: int, op, k: int, t: float) -> float:
+            busy, dep = state[r]
+            fwd, rec, bwd, launches, gathers = parts[k]
+            steps = fwd if op.kind == FORWARD else bwd
+            # passes are time-invariant: keyed by relative times, a stream idle before the start and a
+            # first gather (issued once the previous pass's first step ended) done before it are alike
+            gather = None
+            unit = next((st.unit for st in steps if st.unit >= 0), -1) if gathers else -1
+            if unit >= 0:
+                gather = max(0.0, max(busy, dep) - t + gathers[unit])
+            key = (k, op.kind, max(0.0, busy - t), gather)
+            got = memo.get(key)
+            if got is None:
+                q = key[2]
+                if op.kind == FORWARD:
+                    end, q, _, first = self.walk_steps(fwd, r, {}, gathers, 0.0, q, 0.0, gather)
+                else:
+                    now, first = 0.0, -1.0
+                    if rec:
+                        now, q, _, first = self.walk_steps(rec, r, {}, None, now, q, 0.0)
+                    end, q, _, first_b = self.walk_steps(bwd, r, launches, gathers, now, q, 0.0, gather)
+                    first = first if rec else first_b
+                got = memo[key] = (end, q, first)
+            end, q, first = got
+            state[r] = (t + q, t + first)
+            inside[r] += end
+            return t + end
+
+        last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op)
+        return last, [state[r][0] for r in range(p)], inside
 
     def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
         dp_ranks = self.lay.dp_group(0, stage)
@@ -679,8 +753,8 @@ class _Timing:
                 rec = selective_recompute_steps(es)
             else:
                 rec = []
-            rec_time = ev._cache[rkey] = self.steps_time(rec, r)
-        r_t, r_c, r_m = rec_time  # type: ignore[misc]
+            rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
+        rec, (r_t, r_c, r_m) = rec_time  # type: ignore[misc]
         if dp_sync and buckets:
             lkey = ("launches", pkey, s.dp, dpg, s.zero, s.collective, s.compression)
             launches = ev._cache.get(lkey)
@@ -689,6 +763,7 @@ class _Timing:
         else:
             launches = {}
         chunk_sync = sum(sum(x) for x in launches.values())  # type: ignore[union-attr]
+        gathers = None
         if zero3:
             dp_ranks = self.lay.dp_group(0, r)
             gathers = [self.price("allgather", bu.nbytes, dp_ranks) for bu in buckets]
@@ -708,7 +783,8 @@ class _Timing:
                 + max(0.0, left - (f_t + r_t) * (1 + self.sigma))
             b_t += extra
             b_m += extra
-        out = (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync, (bwd, launches, b_t), comm_bound)
+        out = (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync, (bwd, launches, b_t), comm_bound,
+               (fwd_u, rec, bwd, launches, gathers))
         ev._cache[key] = out
         return out
 
@@ -731,9 +807,10 @@ class _Timing:
         comm = [0.0] * p
         chunk_sync = [0.0] * K  # data-parallel collectives of a chunk's buckets (one backward pass)
         walked: list[tuple] = [()] * K  # (backward steps, launches, backward seconds without recompute)
+        parts: list[tuple] = [()] * K  # (forward, recompute, backward steps, launches, gathers)
         for k in range(K):
             r = k % p
-            f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound = self._chunk(k)
+            f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound, parts[k] = self._chunk(k)
             comm_bound = comm_bound or bound
             f[k], bk[k] = f_t, r_t + b_t
             comp[r] += f_c + b_c
@@ -741,7 +818,11 @@ class _Timing:
             comm[r] += f_m + r_m + b_m
         # pipeline: when each stage's last backward pass of each local chunk ends
         c_fwd = self._p2p_times()
-        if p > 1 and p * m * v <= WALK_OPS:
+        programs = per_mb and p * m * v <= WALK_OPS
+        if programs:  # every pass walked beside the stage's communication stream, which carries over
+            last, queue_end, busy_s = self._programs(parts, c_fwd)
+            comm = [(busy_s[r] - m * (comp[r] + recomp[r])) / m for r in range(p)]
+        elif p > 1 and p * m * v <= WALK_OPS:
             last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
         else:
             last = self._pipeline_ends(f, bk, c_fwd)
@@ -752,7 +833,9 @@ class _Timing:
             bwd, launches, b_plain = walked[r]  # local chunk 0 runs the iteration's last backward pass
             end = last[r][0]
             pass_start = end - b_plain
-            if dp_sync and not per_mb and launches:
+            if programs:
+                wait = max(end, queue_end[r])
+            elif dp_sync and not per_mb and launches:
                 if s.overlap:
                     busy = 0.0  # the other local chunks' buckets, launched when their last pass ended
                     for t_end, secs in sorted((last[r][c], chunk_sync[c * p + r]) for c in range(1, v)):
@@ -778,8 +861,9 @@ class _Timing:
         for r in range(p):
             chunks = [c * p + r for c in range(v)]
             params = sum(e.params for k in chunks for e in self.chunk_entries[k])
-            tied_extra = ev.tied(self.t, self.ranges, p).get(r, 0)
-            updated = params * optimizer_share(s.zero, s.dp) + tied_extra
+            # the simulator's optimizer step (`dlsim.plan.syncplan`): the stage's own parameters, 1/dp
+            # of them under ZeRO; the copy of a tied embedding is not in it
+            updated = params * optimizer_share(s.zero, s.dp)
             opt = optimizer_timer(ev.device, ev.dtype, s.optimizer, ev.step_kernels(self.t, p))(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero):
@@ -796,12 +880,10 @@ class _Timing:
         ex = sum(m * comm[r] + sync_exposed[r] for r in range(p)) / p
         bubble = max(0.0, T - cmp - rc - ex)
         outside = []
-        if zero3:
+        if zero3 and not programs:
             outside.append("ZeRO-3 parameter gathers beside compute")
-        if comm_bound:
+        if comm_bound and not programs:
             outside.append("ZeRO-2 gradient reductions longer than the backward pass")
-        if s.zero == 1 and s.dp > 1 and p > 1:
-            outside.append("ZeRO-1 parameter all-gathers after a pipelined step")
         if s.schedule == "interleaved" and m == p:
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
