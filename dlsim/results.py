@@ -133,6 +133,8 @@ class EstimateResult:
     params: int
     notes: tuple[str, ...] = field(default_factory=tuple)
     assumed: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    host: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def iteration_time_s(self) -> float:
@@ -167,5 +169,7 @@ class EstimateResult:
             "memory_capacity_bytes": self.memory_capacity,
             "fits_in_memory": self.memory.total <= self.memory_capacity,
             "notes": list(self.notes),
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
+            **({"host": dict(self.host)} if self.host else {}),
             "layers": [layer.to_dict() for layer in self.layers],
         }

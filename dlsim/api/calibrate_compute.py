@@ -271,6 +271,14 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     host = host_description(device, threads_used)
     meta_path = out / "meta.yaml"
     meta = (read_yaml(meta_path) or {}) if meta_path.exists() else {}
+    host_block = meta.get("host")
+    if device == "cpu":  # the host the tables were measured on (dlsim.calibrate.host_probe); kept from the first run
+        from dlsim.calibrate.host_probe import compare_hosts, host_record
+        if host_block is None:
+            host_block = host_record(threads_used)
+        elif not (same := compare_hosts(host_block, speeds=None)).same:
+            warnings.append(f"this run added rows on a host other than the one meta.yaml records (differs in "
+                            f"{', '.join(same.differences)}): the tables now mix two hosts")
     runs = list(meta.get("runs", [])) + [{
         "date": started, "command": command or " ".join(sys.argv), "models": list(models), "batches": list(batches),
         "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "threads": threads_used,
@@ -278,7 +286,8 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         "warm": warm, "warm_models_working_set_bytes": warm_models,
         "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
         "seconds": round(summary.seconds, 1), **({"warnings": warnings} if warnings else {})}]
-    meta = {"device": host, "defaults": {"conv_algorithm": DEFAULT_CONV_ALGORITHM[device]},
+    meta = {"device": host, **({"host": host_block} if host_block else {}),
+            "defaults": {"conv_algorithm": DEFAULT_CONV_ALGORITHM[device]},
             "conv_algorithms": list(CONV_ALGORITHMS[device]),
             "measured": {k: v for k, v in dev.items()},
             "fitted": {**{f"gemm_{d}": asdict(f) for d, f in fits.items()}, **({"memory": asdict(mem)} if mem else {})},
@@ -289,7 +298,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
                                  + (f"; {statistic} over {passes} shuffled passes" if passes > 1 else ""),
                        "warm_tables": f"{statistic} over blocks of back-to-back calls (no flush), for the kernels of "
                                       "models whose training step fits the last-level cache"},
-            "runs": runs}
+            "runs": runs, **{k: meta[k] for k in ("checks",) if k in meta}}
     write_atomic(meta_path, yaml.safe_dump(meta, sort_keys=False, width=120))
     profile = out / "profile.yaml"
     tables = {**TABLES, **{k: v for k, v in WARM_TABLES.items() if (out / v).exists()}}

@@ -25,7 +25,9 @@ def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: in
     """Predict one training iteration of `model` on one device of `cluster`.
 
     Kernel times come from the profile's measured tables where it has them (`measured=True`)
-    and from the roofline model otherwise; every layer's estimate says which. Defaults filled in
+    and from the roofline model otherwise; every layer's estimate says which. A measured CPU profile
+    used on a host other than the one it records gets a one-line warning with the measured speed
+    ratio (`dlsim.api.hostcheck`). Defaults filled in
     (batch 32, the model's dtype, optimizer adam) are listed in the record's ``assumed``.
     """
     model, cluster = as_model(model, overrides), as_cluster(cluster)
@@ -43,6 +45,12 @@ def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: in
     if measured and cluster.tables:
         from dlsim.io.kernel_tables import load_kernel_times
         tables, notes = load_kernel_times(cluster)
+    warnings: list[str] = []
+    host: dict[str, Any] = {}
+    if tables is not None:
+        from dlsim.api.hostcheck import host_check
+        warnings, host_notes, host = host_check(cluster)
+        notes = [*notes, *host_notes]
     result = estimate_iteration(model, cluster, batch, dtype=dtype, optimizer=optimizer, tables=tables,
                                 notes=tuple(notes))
-    return replace(result, assumed=assumed)
+    return replace(result, assumed=assumed, warnings=tuple(warnings), host=host)

@@ -158,6 +158,8 @@ def _model_record(model: Model, cluster: Cluster, batch: int, device: str, dtype
                                                                     if r["measured_s"] == r["measured_s"]), 1e-30),
                       "measured_layer_sum_s": sum(r["measured_s"] for r in layers if r["measured_s"] == r["measured_s"])},
         "layers": layers, "notes": pred["notes"],
+        **({"warnings": pred["warnings"]} if pred.get("warnings") else {}),
+        **({"host": pred["host"]} if pred.get("host") else {}),
     }
 
 

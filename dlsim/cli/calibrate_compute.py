@@ -52,18 +52,23 @@ def print_warnings(warnings: list[str]) -> None:
 @click.option("--passes", type=int, default=1, show_default=True,
               help="Time every kernel once per pass, in a fresh random order each pass, and keep the statistic over "
                    "the passes (time-correlated noise of a shared machine then cannot shift a region of a table).")
+@click.option("--quick", is_flag=True,
+              help="Measure nothing new: re-probe this host (identity, reference GEMM and stream speed) and re-time a "
+                   "few table entries of OUT (under 30 s); say whether the tables still hold.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (it is drawn only on a terminal anyway).")
 @set_option
 @json_option
 def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[int, ...], dtypes: tuple[str, ...],
                 no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool,
-                statistic: str, warm: str, passes: int, quiet: bool,
+                statistic: str, warm: str, passes: int, quick: bool, quiet: bool,
                 overrides: tuple[str, ...], json_out: str | None) -> None:
     """Measure GEMMs, convolutions (every algorithm), memory-bound kernels and launch overhead.
 
     Writes CSV tables, meta.yaml and profile.yaml into OUT. Interrupt it at any time: rerunning the
     same command measures only what is missing.
     """
+    if quick:
+        return _quick(out, json_out)
     if models and not batches:
         raise click.UsageError("--model needs --batch")
     if repeats < 1:
@@ -88,3 +93,22 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
         click.echo(f"  failed: {line}")
     for line in rec["profile"]:
         click.echo(f"  {line}")
+
+
+def _quick(out: str, json_out: str | None) -> None:
+    """``--quick``: the host and a few table entries re-checked (`dlsim.api.calibrate_quick`)."""
+    from dlsim.api.calibrate_quick import quick_check
+    rec = quick_check(out)
+    if json_out is not None:
+        emit_json(rec, json_out)
+        if not wants_summary(json_out):
+            return
+    host = rec["host"]
+    cur = host["current"]
+    click.echo(f"{rec['out']}: this host {cur['cpu']} ({cur['logical_cpus']} CPUs, {rec['threads']} threads): reference "
+               f"GEMM {cur['gemm_gflop_per_s']:.1f} GFLOP/s, stream {cur['stream_gbyte_per_s']:.1f} GB/s; "
+               f"{host['note']}")
+    for e in rec["entries"]:
+        click.echo(f"  {e['entry']}: recorded {format_time(e['recorded_s'])}, now {format_time(e['fresh_s'])} "
+                   f"({100 * (e['ratio'] - 1):+.1f}%)")
+    click.echo(f"{rec['line']} (checked in {rec['wall_s']:.1f} s)")

@@ -35,6 +35,8 @@ def estimate_cmd(model: str, cluster: str, batch: int | None, dtype: str | None,
     result = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer, measured=not model_only,
                       overrides=parse_overrides(overrides))
     rec = add_assumed(result.to_dict())
+    for line in rec.get("warnings", []):
+        click.echo(f"warning: {line}", err=True)
     if json_out is not None:
         emit_json(rec, json_out)
     if wants_summary(json_out):

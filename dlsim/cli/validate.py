@@ -93,6 +93,8 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
                          warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
                          statistic=statistic)
     state_dtype(rec, dtype, rec["dtype"])
+    for line in rec.get("warnings", []):
+        click.echo(f"warning: {line}", err=True)
     if plot:
         from dlsim.report.validation_plots import plot_model_validation
         emit_plot(plot, lambda tmp: plot_model_validation(rec, tmp))
