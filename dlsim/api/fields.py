@@ -49,3 +49,4 @@ class StrategyFields(TypedDict, total=False):
     ep_overlap: bool
     cp: int
     hybrid_shard: bool
+    offload: str

@@ -15,6 +15,7 @@ from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.strategy_yaml import load_strategy
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.contextparallel import add_rings, split_sequence
+from dlsim.plan.offload import host_link
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
 from dlsim.plan.expertparallel import check_expert_parallel
@@ -223,7 +224,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     x = IterationInputs(model, entries, tuple(ranges), s, layout, pricer, dtype, device.name,
                         device.memory_bytes - device.memory_reserved,
                         optimizer_time, elementwise_time, explicit_dp, explicit_tp, expand_collectives,
-                        device.overlap_slowdown)
+                        device.overlap_slowdown, host_link(cluster, s.offload))
     training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in full_model.layers) * s.global_batch
     peak = device.peak_flops.get(dtype, max(device.peak_flops.values()))
     chunk_note = f"stage partition (layers per chunk): {[b - a for a, b in ranges]}"

@@ -14,6 +14,7 @@ from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
+from dlsim.spec.strategy import OFFLOADS
 from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
 
@@ -24,7 +25,7 @@ _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """Strategy fields from the options the user actually gave."""
     fields: dict[str, Any] = {k: opts[k] for k in _INTS if opts.get(k) is not None}
-    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype"):
+    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype", "offload"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
@@ -115,6 +116,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor (with --straggler-fraction).")
 @click.option("--seed", type=int, help="Seed of the variability draws (jitter, stragglers).")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
+@click.option("--offload", type=click.Choice(OFFLOADS),
+              help="Move activations, the optimizer state or both to host memory over the host link (PCIe).")
 @click.option("--dtype", help="fp32, tf32, fp16, bf16 (default: the model's).")
 @click.option("--microbatch-plan", type=click.Choice(["wr", "wd"]), help="Price convolutions with a μ-cuDNN plan.")
 @click.option("--workspace-limit", default=None, help="Workspace limit of --microbatch-plan [default: 64MiB].")

@@ -27,7 +27,7 @@ _DEVICE_KEYS = {"name", "peak_tflops", "vector_tflops", "memory_gib", "memory_ba
 _LINK_KEYS = {"name", "latency_us", "bandwidth_gbytes_per_s", "bandwidth_gbits_per_s", "overhead_us", "gap_us",
               "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s",
               "bandwidth_efficiency"}
-_TOP_KEYS = {"name", "description", "device", "nodes", "devices_per_node", "intra_node", "inter_node",
+_TOP_KEYS = {"name", "description", "device", "nodes", "devices_per_node", "intra_node", "inter_node", "host_link",
              "reduce_bandwidth_gbytes_per_s", "tables", "sources", "notes", "measured"}
 
 
@@ -198,6 +198,8 @@ def load_profile(name_or_path: str | Path) -> Cluster:
     inter = _link(data["inter_node"], path, "inter_node") if data.get("inter_node") else None
     if nodes > 1 and inter is None:
         raise SpecError(f"nodes={nodes} needs an inter_node link tier", path=path, field="inter_node")
+    # the device's link to host memory (PCIe, NVLink-C2C): activation and optimizer-state offload
+    host = _link(data["host_link"], path, "host_link") if data.get("host_link") else None
     # 0: reductions run inside the transfer kernels (NCCL), so measured bus bandwidths include them
     reduce_bw = _number(data, "reduce_bandwidth_gbytes_per_s", path, "", positive=False,
                         default=device.memory_bandwidth / units.GBYTE_PER_S / 3) * units.GBYTE_PER_S
@@ -207,6 +209,6 @@ def load_profile(name_or_path: str | Path) -> Cluster:
         resolved[kind] = str((path.parent / str(rel)).resolve())
     return Cluster(
         name=str(data.get("name", path.parent.name)), device=device, nodes=nodes, devices_per_node=per_node,
-        intra=intra, inter=inter, reduce_bandwidth=reduce_bw, tables=MappingProxyType(resolved),
+        intra=intra, inter=inter, reduce_bandwidth=reduce_bw, tables=MappingProxyType(resolved), host=host,
         source=str(path), description=str(data.get("description", "")),
     )

@@ -24,6 +24,7 @@ from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, make_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
+from dlsim.plan.offload import host_transfer, offloads_activations, offloads_optimizer
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
 from dlsim.plan.syncplan import SyncEmitter
@@ -31,6 +32,7 @@ from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPAC
 from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
 from dlsim.plan.zero import model_state_bytes
 from dlsim.results import Estimate, Source
+from dlsim.spec.cluster import LinkTier
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
 from dlsim.units import DTYPE_BYTES
@@ -40,7 +42,8 @@ from dlsim.units import DTYPE_BYTES
 class IterationInputs:
     """What `build_iteration` needs. `optimizer_time(params)` and `elementwise_time(flops, bytes)`
     price the optimizer step and compression kernels on one device; `overlap_slowdown` is the
-    device's compute slowdown beside communication (`dlsim.cost.overlap`)."""
+    device's compute slowdown beside communication (`dlsim.cost.overlap`); `host` the device's
+    link to host memory, for offloading (`dlsim.plan.offload`)."""
 
     model: Model
     entries: tuple[LayerEntry, ...]
@@ -57,6 +60,7 @@ class IterationInputs:
     explicit_tp: bool = False
     expand: bool = False
     overlap_slowdown: float = 0.0
+    host: LinkTier | None = None
 
 
 class _Builder:
@@ -77,6 +81,8 @@ class _Builder:
         self.p2p_cache: dict[tuple[float, int, int], tuple[Estimate, str]] = {}
         self.ports: dict[tuple[int, str, str], int] = {}
         self.pending: dict[tuple, list[int]] = {}
+        self.host_streams: dict[tuple[int, str], int] = {}
+        self.offloaded: dict[int, float] = {}  # stage -> optimizer-state bytes kept in host memory
         self.sync = SyncEmitter(self)
         self._templates()
         self._devices()
@@ -146,6 +152,9 @@ class _Builder:
             states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, shard)
             local = model_state_bytes(params - synced, x.dtype, s.optimizer, 0, 1)
             static = [(k, states[k] + local[k]) for k in ("weights", "gradients", "optimizer")]
+            if offloads_optimizer(s.offload):  # in host memory; on the device only for its step
+                self.offloaded[stage] = static[2][1]
+                static[2] = ("optimizer", 0.0)
             static.append(("error_feedback", error_feedback_bytes(s.compression, synced)))
             workspace = max((e.workspace for k in chunks for e in self.chunk_entries[k]), default=0.0)
             static.append((WORKSPACE, workspace))
@@ -426,11 +435,27 @@ class _Builder:
         self._p2p()
         return self.g
 
+    def host_copy(self, pos: tuple[int, int, int], direction: str, nbytes: float, deps: list[int], name: str,
+                  mem_start: tuple = (), mem_end: tuple = ()) -> int:
+        """A copy between device and host memory over the host link, on the device's stream for that
+        direction ("in": host to device, "out": device to host; one copy engine each, FIFO)."""
+        device = self.dev[pos]
+        stream = self.host_streams.get((device, direction))
+        if stream is None:
+            stream = self.host_streams[(device, direction)] = self.g.add_stream(
+                f"{self.g.devices[device].name} host {'H2D' if direction == 'in' else 'D2H'}", device, "link")
+        est = host_transfer(self.x.host, nbytes)
+        return self.g.add(name, device, stream, est.seconds, COMM, [x for x in deps if x >= 0], source=est.source,
+                          label=("H", direction), mem_start=mem_start, mem_end=mem_end)
+
     def _device_program(self, pos, ops, last_b) -> None:
         s, (d, t, stage) = self.s, pos
         device = self.dev[pos]
         last_compute = -1
         sync = self.sync.start(pos)
+        offload = offloads_activations(s.offload)
+        saved_out: dict[tuple[int, int], int] = {}  # (chunk, micro-batch) -> its activations' copy to the host
+        prev_first = -1
         for n, op in enumerate(ops):
             k = op.chunk * self.p + stage
             i = op.microbatch
@@ -444,8 +469,16 @@ class _Builder:
                     self.g.tasks[last].mem_end += ((ACTIVATIONS, -fwd_extra),)
                 self.fwd_first[(d, t, k, i)], self.fwd_last[(d, t, k, i)] = first, last
                 sync.after_op(first, last, hooks)
+                following = ops[n + 1] if n + 1 < len(ops) else None
+                if offload and kept > 0 and not (following is not None and following.kind == BACKWARD
+                                                 and following.chunk == op.chunk and following.microbatch == i):
+                    saved_out[(k, i)] = self.host_copy(pos, "out", kept, [last], f"D2H activations chunk{k} mb{i}",
+                                                       mem_end=((ACTIVATIONS, -kept),))
             else:
                 deps = [self.fwd_last[(d, t, k, i)]] + sync.before_op()
+                if (k, i) in saved_out:  # fetched back, prefetched from the start of the op before
+                    deps.append(self.host_copy(pos, "in", kept, [saved_out.pop((k, i)), prev_first],
+                                               f"H2D activations chunk{k} mb{i}", mem_start=((ACTIVATIONS, kept),)))
                 first = -1
                 if self.recomp[k]:
                     first, rlast = self.emit(self.recomp[k], pos, ("R", k, i), deps)
@@ -466,6 +499,7 @@ class _Builder:
                 self.bwd_first[(d, t, k, i)], self.bwd_last[(d, t, k, i)] = first, last
                 sync.after_op(first, last, hooks)
             last_compute = self.g.orders[self.cstream[device]][-1]
+            prev_first = first
         sync.finish(last_compute)
 
     def _p2p(self) -> None:

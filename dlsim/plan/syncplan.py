@@ -20,7 +20,8 @@ from typing import Any, Protocol, Sequence
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import Bucket
 from dlsim.plan.layertable import LayerEntry
-from dlsim.plan.taskgraph import BUFFERS, COMPUTE, TRANSIENT_PARAMS
+from dlsim.plan.offload import OFFLOAD_SLICES
+from dlsim.plan.taskgraph import BUFFERS, COMPUTE, STAGING, TRANSIENT_PARAMS
 from dlsim.plan.zero import (gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch,
                              sharded_sync)
 from dlsim.plan.taskgraph import TaskGraph
@@ -55,6 +56,11 @@ class GraphBuilder(Protocol):
     def port(self, device: int, tier: str, direction: str) -> int: ...
 
     def group_ranks(self, kind: str, d: int, t: int, stage: int) -> list[int]: ...
+
+    offloaded: dict[int, float]
+
+    def host_copy(self, pos: tuple[int, int, int], direction: str, nbytes: float, deps: list[int], name: str,
+                  mem_start: tuple = (), mem_end: tuple = ()) -> int: ...
 
     def collective(self, name: str, op: str, nbytes: float, kind: str, pos: tuple[int, int, int], key: tuple,
                    stream: int, deps: list[int], label: tuple) -> int: ...
@@ -173,14 +179,39 @@ class DeviceSync:
         params = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage])
         synced = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage] if b.dp_synced(e))
         updated = synced * optimizer_share(s.zero, self.shard) + (params - synced)
-        est = b.x.optimizer_time(updated)
-        opt = b.g.add(f"optimizer step ({s.optimizer})", self.device, self.cs, est.seconds, COMPUTE,
-                      [w for w in waits if w >= 0], source=est.source, label=("O",))
+        staged = b.offloaded.get(stage, 0.0)  # optimizer state in host memory: streamed through for the step
+        if staged:
+            opt = self._offloaded_step(updated, staged, waits)
+        else:
+            est = b.x.optimizer_time(updated)
+            opt = b.g.add(f"optimizer step ({s.optimizer})", self.device, self.cs, est.seconds, COMPUTE,
+                          [w for w in waits if w >= 0], source=est.source, label=("O",))
         if s.dp_cp > 1 and gathers_updated_params(s.zero):
             for c in range(b.v):
                 k = c * b.p + stage
                 b.collective(f"allgather params chunk{k}", "allgather", self._chunk_bytes(k), self.shard_kind, self.pos,
                              ("upd", k), self.ms, [opt], ("U", k))
+
+    def _offloaded_step(self, params: float, state: float, waits: list[int]) -> int:
+        """The optimizer step over state kept in host memory (`dlsim.plan.offload`): in
+        `OFFLOAD_SLICES` equal slices, each copied in (prefetched from the start of the last backward
+        pass; at most two slices on the device), stepped, and copied out. Returns the last step."""
+        b, s = self.b, self.s
+        n = OFFLOAD_SLICES
+        est = b.x.optimizer_time(params / n)
+        ins: list[int] = []
+        outs: list[int] = []
+        last = -1
+        for j in range(n):
+            after = [self.prev_first] + ([outs[j - 2]] if j >= 2 else [])
+            ins.append(b.host_copy(self.pos, "in", state / n, after, f"H2D optimizer state {j + 1}/{n}",
+                                   mem_start=((STAGING, state / n),)))
+            deps = [ins[j]] + ([w for w in waits if w >= 0] if j == 0 else [])
+            last = b.g.add(f"optimizer step ({s.optimizer}) {j + 1}/{n}", self.device, self.cs, est.seconds, COMPUTE,
+                           deps, source=est.source, label=("O",))
+            outs.append(b.host_copy(self.pos, "out", state / n, [last], f"D2H optimizer state {j + 1}/{n}",
+                                    mem_end=((STAGING, -state / n),)))
+        return last
 
     def _embedding_sync(self, first_stage: int, last_stage: int, nbytes: float, after: int) -> int:
         b = self.b

@@ -34,7 +34,8 @@ ACTIVATIONS = "activations"
 TRANSIENT_PARAMS = "gathered_params"
 WORKSPACE = "workspace"
 BUFFERS = "comm_buffers"
-MEMORY_KINDS = (ACTIVATIONS, TRANSIENT_PARAMS, WORKSPACE, BUFFERS)
+STAGING = "offload_staging"  # offloaded optimizer state while it visits the device for its step
+MEMORY_KINDS = (ACTIVATIONS, TRANSIENT_PARAMS, WORKSPACE, BUFFERS, STAGING)
 
 
 @dataclass(slots=True)

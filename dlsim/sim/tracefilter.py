@@ -114,7 +114,7 @@ def kept_devices(graph: TaskGraph, layout: Layout, keep: TraceFilter, explicit_d
     """Simulated devices standing for at least one rank `keep` asks for."""
     if keep.ranks is None:
         return set(range(len(graph.devices)))
-    per_stage = layout.tp * layout.dp
+    per_stage = layout.tp * layout.dp * layout.cp  # a cp ring's ranks are simulated as one device
     wanted: dict[int, list[tuple[int, int] | None]] = {}  # stage -> (dp, tp) of asked ranks; None: any
     for lo, hi in keep.ranks:
         if lo >= per_stage * layout.pp:
@@ -126,13 +126,13 @@ def kept_devices(graph: TaskGraph, layout: Layout, keep: TraceFilter, explicit_d
                 wanted.setdefault(stage, []).append(None)
             else:
                 wanted.setdefault(stage, []).extend(
-                    ((r // layout.tp) % layout.dp, r % layout.tp) for r in range(a, b + 1))
+                    ((r // (layout.tp * layout.cp)) % layout.dp, r % layout.tp) for r in range(a, b + 1))
     out = set()
     for i, dev in enumerate(graph.devices):
         asks = wanted.get(dev.stage)
         if not asks:
             continue
-        d, t = (dev.rank // layout.tp) % layout.dp, dev.rank % layout.tp
+        d, t = (dev.rank // (layout.tp * layout.cp)) % layout.dp, dev.rank % layout.tp
         if any(w is None or ((not explicit_dp or w[0] == d) and (not explicit_tp or w[1] == t)) for w in asks):
             out.add(i)
     return out

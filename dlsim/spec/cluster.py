@@ -80,7 +80,8 @@ class LinkTier:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Nodes × devices per node, links per tier, optional measured tables (kind -> file)."""
+    """Nodes × devices per node, links per tier, optional measured tables (kind -> file); `host` is
+    each device's own link to host memory (PCIe, NVLink-C2C), used by offloading (None: unknown)."""
 
     name: str
     device: Device
@@ -92,6 +93,7 @@ class Cluster:
     tables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     source: str = ""
     description: str = ""
+    host: LinkTier | None = None
 
     @property
     def num_devices(self) -> int:

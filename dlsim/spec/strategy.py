@@ -34,6 +34,9 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_d
 * bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM).
 """
 
+OFFLOADS = ("none", "activations", "optimizer", "both")
+"""What goes to host memory over the device's host link (strategy key `offload`, `dlsim.plan.offload`)."""
+
 DEFAULT_BUCKET_BYTES = 25 * MIB
 """PyTorch DDP `bucket_cap_mb = 25` (torch/csrc/distributed/c10d/reducer.hpp kDefaultBucketBytesCap)."""
 DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
@@ -123,7 +126,8 @@ class Strategy:
     shards the ZeRO stage's model states within each node and replicates them across nodes
     (PyTorch FSDP HYBRID_SHARD; `zero: 3` is FSDP's FULL_SHARD, `zero: 1` Megatron-LM's
     distributed optimizer): reduce-scatter and all-gather over the node's dp ranks, the shard's
-    gradients all-reduced across nodes (`dlsim.plan.zero`).
+    gradients all-reduced across nodes (`dlsim.plan.zero`). `offload` moves activations, the
+    optimizer state or both to host memory over the device's host link (`dlsim.plan.offload`).
     """
 
     dp: int = 1
@@ -161,6 +165,7 @@ class Strategy:
     ep_overlap: bool = False
     cp: int = 1
     hybrid_shard: bool = False
+    offload: str = "none"
 
     @property
     def global_batch(self) -> int:
@@ -204,7 +209,7 @@ class Strategy:
             "p2p_overlap": self.p2p_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
             "fused_kernels": list(self.fused_kernels), "ep": self.ep, "ep_overlap": self.ep_overlap,
             "recompute_layers": self.recompute_layers,
-            "cp": self.cp, "hybrid_shard": self.hybrid_shard,
+            "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
         }
 
 
@@ -382,6 +387,9 @@ def validate_strategy(s: Strategy) -> Strategy:
     if s.hybrid_shard and not s.zero:
         raise SpecError("hybrid sharding shards a ZeRO stage's states within a node: needs zero 1, 2 or 3",
                         field="hybrid_shard")
+    _choice(s.offload, "offload", OFFLOADS)
+    if s.offload != "none" and s.sync != "allreduce":
+        raise SpecError(f"offload needs sync allreduce, got {s.sync}", field="offload")
     if s.cp > 1 and s.sync != "allreduce":
         raise SpecError(f"context parallelism needs sync allreduce, got {s.sync}", field="cp")
     if s.cp > 1 and s.layer_groups:
