@@ -78,6 +78,7 @@ def test_hand_computed(collective, algorithm, p, kw, expected):
 def test_every_algorithm_has_a_hand_value():
     covered = {(h[0], h[1]) for h in HAND} | {("allreduce", "hierarchical")}
     covered |= {("reduce-scatter", "hierarchical"), ("allgather", "hierarchical")}   # tests/test_comm_topology.py
+    covered |= {("all-to-all", "hierarchical")}                                       # tests/test_expert_parallel.py
     assert covered == {(c, a) for c, algs in ALGORITHMS.items() for a in algs}
 
 

@@ -94,6 +94,8 @@ def label(s: Strategy) -> str:
     """A short name: dp2 tp4 pp2 mbs1x8 1f1b sp sel z1."""
     parts = [f"dp{s.dp}", f"tp{s.tp}", f"pp{s.pp}", f"mbs{s.microbatch_size}x{s.num_microbatches}",
              s.schedule + (f"/v{s.virtual_stages}" if s.virtual_stages > 1 else "")]
+    if s.ep > 1:
+        parts.append(f"ep{s.ep}")
     if s.sequence_parallel:
         parts.append("sp")
     if s.recompute != "none":

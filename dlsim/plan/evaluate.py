@@ -52,6 +52,7 @@ from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import make_buckets
+from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets
 from dlsim.plan.layertable import LayerEntry, boundary_bytes, build_layer_table
 from dlsim.plan.partition import partition
 from dlsim.plan.pipeline import BACKWARD, FORWARD, peak_inflight, stage_ops
@@ -146,7 +147,8 @@ class _Table:
         """What a chunk's timing depends on (chunks of identical layers share their timing)."""
         if self.sigs is None:
             self.sigs = [hash((e.type, e.forward, e.backward, e.backward_weight, e.params, e.saved_bytes,
-                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, instance[e.name] is not None))
+                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, e.experts,
+                               instance[e.name] is not None))
                          for e in self.entries]
         return tuple(self.sigs[a:b])
 
@@ -173,11 +175,12 @@ class Evaluator:
         self.gb = DTYPE_BYTES[dtype]
 
     # -- cached pieces -------------------------------------------------------------------------
-    def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = ()) -> _Table:
-        key = (tp, sp, mbs, fused)
+    def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
+              ep_overlap: bool = False) -> _Table:
+        key = (tp, sp, mbs, fused, ep, ep_overlap)
         t = self._layer_tables.get(key)
         if t is None:
-            entries = build_layer_table(self.model, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables,
+            entries = build_layer_table(self.model, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep, ep_overlap=ep_overlap,
                                         sequence_parallel=sp, fused=frozenset(fused))
             t = self._layer_tables[key] = _Table(entries, [e.forward.seconds + e.backward.seconds for e in entries])
         return t
@@ -212,6 +215,26 @@ class Evaluator:
             v = self._prices[key] = pricer.collective(op, nbytes, ranks).seconds
         return v
 
+    def ep_ranks(self, s: Strategy, stage: int) -> list[int]:
+        """The expert-parallel group of data-parallel rank 0 on `stage`."""
+        return ep_group(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node), s.ep, 0, 0, stage)
+
+    def _experts_comm(self, s: Strategy, e: LayerEntry, pricer: CommPricer, ranks: list[int]) -> tuple[float, float]:
+        """What a mixture of experts' all-to-alls add to its forward and backward run alone (the
+        steps of `dlsim.plan.templates`: the dispatch beside the shared experts when overlapped)."""
+        p = e.experts
+        if p is None:
+            return 0.0, 0.0
+        group = self.ep_ranks(s, ranks[0] // (s.tp * s.dp))
+        out = []
+        for shared, beside, after in ((p.shared_forward, p.dispatch, p.combine),
+                                      (p.shared_backward, p.combine, p.dispatch)):
+            first = self._price(pricer, s, beside.op, beside.nbytes, group)
+            if p.overlap and shared > 0:
+                first = sum(overlap_cost(shared, first, self.sigma))
+            out.append(first + self._price(pricer, s, after.op, after.nbytes, group))
+        return out[0], out[1]
+
     def _pass_prefix(self, s: Strategy, t: _Table, pricer: CommPricer, ranks: list[int]) -> tuple[list[float], ...]:
         """Prefix sums over the entries of what each adds to a micro-batch's forward pass, its
         recomputation and its backward pass, each run alone: its kernels, its tensor-parallel
@@ -224,6 +247,8 @@ class Evaluator:
         fw, rc, bw = [0.0], [0.0], [0.0]
         for e in t.entries:
             f = e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
+            moe_f, moe_b = self._experts_comm(s, e, pricer, ranks)
+            f += moe_f
             x = 0.0
             if s.recompute == "full" and self.instance[e.name]:
                 x = f
@@ -241,6 +266,7 @@ class Evaluator:
                     y += w + extra + exposed
             else:
                 y += e.backward.seconds
+            y += moe_b
             fw.append(fw[-1] + f)
             rc.append(rc[-1] + x)
             bw.append(bw[-1] + y)
@@ -260,7 +286,7 @@ class Evaluator:
         takes the interleaved closed form, that form itself (m·max W + (Σ W − max W)/v). Then stage
         0's optimizer step and ZeRO-1/2 parameter all-gather. Point-to-point transfers, the
         tied-embedding all-reduce and data-parallel reductions are left out."""
-        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels)
+        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap)
         ranges = self.ranges(s, t)
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
         lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node)
@@ -326,7 +352,7 @@ class Evaluator:
     # -- memory --------------------------------------------------------------------------------
     def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
         """Peak memory of each stage's devices (as the simulator's memory tracker counts it)."""
-        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels)
+        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap)
         ranges = self.ranges(s, t)
         return self._memory(s, t, ranges)
 
@@ -424,13 +450,13 @@ class Evaluator:
     def _buckets(self, s: Strategy, es: Sequence[LayerEntry]):
         if not (s.dp > 1 or s.zero):
             return []
-        return make_buckets([(e.index, e.params * self.gb) for e in es if e.params > 0], s.bucket_size,
-                            s.first_bucket_size)
+        return expert_buckets(es, make_buckets([(e.index, e.params * self.gb) for e in es if e.params > 0],
+                                               s.bucket_size, s.first_bucket_size), s, self.gb)
 
     # -- time ----------------------------------------------------------------------------------
     def evaluate(self, s: Strategy, memory: tuple[StageMemory, ...] | None = None) -> Evaluation:
         """Iteration time and memory of `s` (see the module docstring)."""
-        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels)
+        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap)
         ranges = self.ranges(s, t)
         memory = memory or self._memory(s, t, ranges)
         return _Timing(self, s, t, ranges, memory).run()
@@ -557,11 +583,11 @@ class _Timing:
                 total += st.duration
                 comp += st.duration
             elif st.kind == "collective":
-                c = self.price(st.collective.op, st.collective.nbytes, ranks)
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
                 total += c
                 comm += c
             else:  # overlap: kernels beside an asynchronous collective
-                c = self.price(st.collective.op, st.collective.nbytes, ranks)
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
                 extra, exposed = overlap_cost(st.duration, c, self.sigma)
                 total += st.duration + extra + exposed
                 comp += st.duration
@@ -625,7 +651,7 @@ class _Timing:
                 else:
                     now += d
             else:
-                c = self.price(st.collective.op, st.collective.nbytes, tp_ranks)
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage))
                 if st.kind == "collective":
                     if same_tier and busy > now:  # waits for the bucket holding the ports, delays the rest
                         start = busy
@@ -690,14 +716,20 @@ class _Timing:
         last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op)
         return last, [state[r][0] for r in range(p)], inside
 
+    def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
+        """The ranks of a step's collective: its expert-parallel group, else the tensor-parallel one."""
+        return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
+
     def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
         dp_ranks = self.lay.dp_group(0, stage)
+        edp_ranks = edp_group(self.lay, self.s.ep, 0, 0, stage)
         base = gradient_collective(self.s.zero)
         out: dict[int, list[float]] = {}
         for pos, st in enumerate(steps):
             for j in st.buckets:
                 plan = plan_sync(self.s.compression, buckets[j].nbytes, self.ev.gb, self.s.dp, base)
-                out.setdefault(pos, []).append(sum(self.price(op, n, dp_ranks) for op, n in plan.collectives))
+                group = edp_ranks if buckets[j].group == EDP else dp_ranks
+                out.setdefault(pos, []).append(sum(self.price(op, n, group) for op, n in plan.collectives))
         return out
 
     def _chunk(self, k: int) -> tuple:

@@ -5,7 +5,9 @@ default and dividing the attention heads; pp × virtual_stages at most the model
 every micro-batch size dividing B / dp (up to `max_microbatch_size`) with the count that makes B,
 schedule 1F1B (pp > 1 also interleaved with v = 2, 3, 4 where the repeated blocks divide pp·v,
 GPipe only when asked), recomputation none / selective / full, sequence parallelism on and off
-when tp > 1, ZeRO 0-3 when dp > 1. `fixed` pins any of these (or sets any other strategy field for
+when tp > 1, ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
+degree ep (every divisor of dp that divides each layer's experts; with ZeRO 0, the only stage dlsim
+models beside expert parallelism). `fixed` pins any of these (or sets any other strategy field for
 every candidate). What cannot be built is dropped while enumerating, what cannot fit is dropped
 by the evaluator's memory (`dlsim.plan.evaluate`, the simulator's memory functions) before any
 timing; every drop is counted under its reason, so that an empty result can say which limit
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from dlsim.errors import SpecError
@@ -24,10 +26,10 @@ from dlsim.plan.evaluate import Evaluation, Evaluator
 from dlsim.plan.partition import single_tensor_cuts
 from dlsim.plan.recompute import recompute_layers
 from dlsim.spec.model import Model
-from dlsim.spec.strategy import Strategy, make_strategy
+from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
 
 SEARCHED = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
-            "sequence_parallel", "zero")
+            "sequence_parallel", "zero", "ep")
 """Strategy fields the search varies (any of them can be fixed)."""
 
 OUT_OF_MEMORY = "out of memory"
@@ -99,6 +101,7 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
     constant = {k: v for k, v in fixed.items() if k not in SEARCHED}
     N, B = space.gpus, space.global_batch
     heads = _heads(model)
+    experts = [int(layer.attrs["experts"]) for layer in model.layers if layer.type == "moe"]
     units = len(single_tensor_cuts(model)) + 1
     blocks = _blocks(model)
 
@@ -134,7 +137,27 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
                 m = per // mbs
                 if not (allowed("microbatch_size", mbs) and allowed("num_microbatches", m)):
                     continue
-                yield from _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, units, blocks)
+                for s in _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, units, blocks):
+                    yield from _expert_degrees(s, experts, dropped, allowed)
+
+
+def _expert_degrees(s: Strategy, experts: list[int], dropped: Counter, allowed) -> Iterator[Strategy]:
+    """`s` with every expert-parallel degree of the space (only ep = 1 for a model without experts):
+    divisors of dp dividing every layer's expert count, ep > 1 with ZeRO 0."""
+    for ep in (_divisors(s.dp) if experts else [1]):
+        if not allowed("ep", ep):
+            continue
+        if any(e % ep for e in experts):
+            dropped["ep does not divide the experts"] += 1
+        elif ep > 1 and s.zero:
+            dropped["ep > 1 needs zero 0"] += 1
+        elif ep == 1:
+            yield s
+        else:
+            try:
+                yield validate_strategy(replace(s, ep=ep))
+            except SpecError as exc:
+                dropped[f"invalid: {exc}"] += 1
 
 
 def _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, units, blocks) -> Iterator[Strategy]:

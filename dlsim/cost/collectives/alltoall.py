@@ -8,6 +8,14 @@ Bruck, Ho, Kipnis, Upfal, Weathersby, IEEE TPDS 8(11) 1997; `reference/algorithm
     Bruck: in step k (0..⌈lg p⌉−1) rank r sends to r+2^k the c_k blocks whose index has bit k set
                                                                                    Σ_k T(c_k·n/p)
     send/recv (pipeline stages): one message                                       T(n)
+    node-aware ("hierarchical", g ranks per node, p/g nodes): every rank posts its g−1 sends inside
+    its node on the intra-node tier and its p−g sends to other nodes on the inter-node tier at once;
+    the two tiers' ports work side by side (NVLink beside the NIC; NCCL's all-to-all is grouped
+    ncclSend/ncclRecv, each peer over the path between the two GPUs [doc: NCCL user guide, "Point-to-
+    point communication", all-to-all example]; Megatron-Core's MoE dispatch uses it):
+        max( T_i(n/p) + (g−2)·S_i(n/p),  T(n/p) + (p−g−1)·S(n/p) )        (a term is 0 with no message)
+    where T_i, S_i price the intra-node tier and T, S the inter-node tier at the rank's share of its
+    node's NICs (B_dev). With Hockney: max((g−1)·T_i(n/p), (p−g)·T(n/p)).
 
 Bruck allgather (n = gathered size): in step k rank r sends the min(2^k, p − 2^k) blocks it has
 gathered so far to r − 2^k: Σ_k T(min(2^k, p − 2^k)·n/p), which is ⌈lg p⌉α + ((p−1)/p)nβ with Hockney T.
@@ -34,6 +42,15 @@ def pairwise_time(n, p, c: Costs):
 def linear_time(n, p, c: Costs):
     return np.where(p > 1, c.step(n / p) + np.maximum(p - 2, 0) * c.gap(n / p), 0.0) if np.ndim(p) else \
         (c.step(n / p) + (p - 2) * c.gap(n / p) if p > 1 else 0.0)
+
+
+def node_aware_time(n, p, c: Costs, g):
+    """The node-aware all-to-all (module doc) for g ranks per node (vectorised in n and p)."""
+    s = n / p
+    inside = np.where(g > 1, c.t(s, True) + np.maximum(g - 2, 0) * c.gap(s, True), 0.0)
+    across = np.where(p > g, c.t(s) + np.maximum(p - g - 1, 0) * c.gap(s), 0.0)
+    out = np.maximum(inside, across)
+    return out if np.ndim(out) else float(out)
 
 
 def bruck_blocks(p, k):
@@ -73,6 +90,24 @@ def linear_schedule(n: float, p: int) -> Schedule:
         for r in range(p):
             b.send(0, r, (r + i) % p, n / p)
     return b.build()
+
+
+def node_aware_schedule(n: float, p: int, g: int) -> Schedule:
+    """Rank r = node·g + l sends first inside its node (to l + i mod g, i = 1..g−1, intra tier), then
+    to every other node j (to local index l + i mod g there, i = 0..g−1), all in one step; in each
+    slot every receiver gets one message, so no receive port queues."""
+    b = ScheduleBuilder("all-to-all", "hierarchical", n, p)
+    nodes = p // g
+    for i in range(1, g):
+        for r in range(p):
+            node, local = divmod(r, g)
+            b.send(0, r, node * g + (local + i) % g, n / p, intra=True)
+    for j in range(1, nodes):
+        for i in range(g):
+            for r in range(p):
+                node, local = divmod(r, g)
+                b.send(0, r, ((node + j) % nodes) * g + (local + i) % g, n / p)
+    return b.build(ranks_per_node=g)
 
 
 def bruck_schedule(n: float, p: int) -> Schedule:

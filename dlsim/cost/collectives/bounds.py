@@ -108,6 +108,8 @@ _NODE_VOLUME = {"allreduce": 2.0, "reduce-scatter": 1.0, "allgather": 1.0}
 def node_lower_bound_time(collective: str, n, p, costs, *, shards: int = 1, fanout: int = 3, rounds: int = 1):
     """The bound above for a `Costs` that knows the nodes (`costs.node`); the flat bound elsewhere."""
     flat = lower_bound_time(collective, n, p, costs.main, costs.gamma, shards=shards, fanout=fanout, rounds=rounds)
+    if costs.node is not None and collective == "all-to-all":
+        return _alltoall_node_bound(n, p, costs, flat)
     if costs.node is None or collective not in ("allreduce", "reduce-scatter", "allgather", "broadcast", "reduce"):
         return flat
     g, gamma = costs.ranks_per_node, costs.gamma
@@ -124,6 +126,19 @@ def node_lower_bound_time(collective: str, n, p, costs, *, shards: int = 1, fano
         v_node = v_rank = n
     red = frac_p * n * gamma if collective in ("allreduce", "reduce-scatter", "reduce") else 0.0
     topo = lat + np.maximum(v_node / b_nic, v_rank / b_rank) + red
+    out = np.where(costs.spans(q), topo, flat)
+    return out if np.ndim(out) else float(out)
+
+
+def _alltoall_node_bound(n, p, costs, flat):
+    """All-to-all over p ranks g per node: each rank sends (p − g)/p·n bytes off its node through its
+    share of the NICs (β of the inter tier, per device) and (g − 1)/p·n bytes inside it (β_intra), the
+    two at once at best: ⌈lg p⌉ start-ups + max of the two."""
+    g = costs.ranks_per_node
+    q = np.asarray(p)
+    lat = _rounds(q, min(_start(costs.main), _start(costs.intra)),
+                  min(_start(costs.main), _start(costs.intra), _spacing(costs.main), _spacing(costs.intra)))
+    topo = lat + np.maximum((q - g) / q * n * costs.main.beta, (g - 1) / q * n * costs.intra.beta)
     out = np.where(costs.spans(q), topo, flat)
     return out if np.ndim(out) else float(out)
 

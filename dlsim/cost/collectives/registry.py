@@ -142,6 +142,8 @@ def _table() -> dict[str, dict[str, Algorithm]]:
     add("all-to-all", "pairwise", _plain(alltoall.pairwise_time), _plain_schedule(alltoall.pairwise_schedule))
     add("all-to-all", "linear", _plain(alltoall.linear_time), _plain_schedule(alltoall.linear_schedule))
     add("all-to-all", "bruck", _plain(alltoall.bruck_time), _plain_schedule(alltoall.bruck_schedule))
+    add("all-to-all", "hierarchical", lambda n, p, c, o: alltoall.node_aware_time(n, p, c, o.ranks_per_node),
+        lambda n, p, o, c: alltoall.node_aware_schedule(n, p, o.ranks_per_node), needs="nodes")
 
     add("send-recv", "direct", _plain(alltoall.sendrecv_time), _plain_schedule(alltoall.sendrecv_schedule))
     add("push", "sharded", lambda n, p, c, o: ps.push_time(n, p, c, o.shards),

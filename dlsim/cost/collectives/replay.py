@@ -17,6 +17,10 @@ Hockney S = T this is exactly processor sharing of the bytes, with the start-up 
 message), and the port is free again at start + Σ_j S(s_j). For c equal messages all arrive at
 (c − 1)·S(s) + T(s): the last one arrives when it would under FIFO service, the first ones later.
 
+Ports are per link tier: a rank's intra-node messages (`Message.intra`) and its other messages use
+different ports and may be in flight at once (the simulator's ports, `dlsim.plan.iteration`, are per
+tier likewise); no algorithm before the node-aware all-to-all mixed the two in one step.
+
 On token-bucket-shaped tiers (`LinkTier.burst` > 0) both executors carry every sender's tokens
 from message to message (`bucket.PortBuckets`; the calls start with full ports), so a rank that
 sent recently pays more of the line rate.
@@ -76,8 +80,8 @@ def replay_steps(schedule: Schedule, costs: Costs) -> float:
     buckets = PortBuckets(costs)
     now = 0.0
     for step in schedule.steps:
-        send_free: dict[int, float] = defaultdict(lambda: now)
-        recv_free: dict[int, float] = defaultdict(lambda: now)
+        send_free: dict[tuple[int, bool], float] = defaultdict(lambda: now)
+        recv_free: dict[tuple[int, bool], float] = defaultdict(lambda: now)
         groups = _groups(schedule, step)
         end = now
         for index in step:
@@ -86,18 +90,18 @@ def replay_steps(schedule: Schedule, costs: Costs) -> float:
                 if index not in groups:
                     continue
                 members = [schedule.messages[i] for i in groups[index]]
-                start = max([now, send_free[m.src]] + [recv_free[x.dst] for x in members])
-                arrivals, send_free[m.src] = shared_arrivals(members, start, costs, buckets)
+                start = max([now, send_free[m.src, m.intra]] + [recv_free[x.dst, x.intra] for x in members])
+                arrivals, send_free[m.src, m.intra] = shared_arrivals(members, start, costs, buckets)
                 for x, arrival in zip(members, arrivals):
                     done = arrival + costs.r(x.reduce_bytes)
-                    recv_free[x.dst] = done
+                    recv_free[x.dst, x.intra] = done
                     end = max(end, done)
                 continue
-            start = max(now, send_free[m.src], recv_free[m.dst])
+            start = max(now, send_free[m.src, m.intra], recv_free[m.dst, m.intra])
             arrival, spacing = _single(m, start, costs, buckets)
             done = arrival + costs.r(m.reduce_bytes)
-            send_free[m.src] = start + spacing
-            recv_free[m.dst] = start + spacing + costs.r(m.reduce_bytes)
+            send_free[m.src, m.intra] = start + spacing
+            recv_free[m.dst, m.intra] = start + spacing + costs.r(m.reduce_bytes)
             end = max(end, done)
         now = end
     return float(now)
@@ -109,8 +113,8 @@ def replay_dataflow(schedule: Schedule, costs: Costs) -> float:
     of shared messages starts when all its members could, then shares the port)."""
     buckets = PortBuckets(costs)
     done: dict[int, float] = {}
-    send_free: dict[int, float] = defaultdict(float)
-    recv_free: dict[int, float] = defaultdict(float)
+    send_free: dict[tuple[int, bool], float] = defaultdict(float)
+    recv_free: dict[tuple[int, bool], float] = defaultdict(float)
     groups = _groups(schedule, range(len(schedule.messages)))
     end = 0.0
     for index, m in enumerate(schedule.messages):
@@ -120,19 +124,19 @@ def replay_dataflow(schedule: Schedule, costs: Costs) -> float:
             ids = groups[index]
             members = [schedule.messages[i] for i in ids]
             ready = max((done[d] for x in members for d in x.deps), default=0.0)
-            start = max([ready, send_free[m.src]] + [recv_free[x.dst] for x in members])
-            arrivals, send_free[m.src] = shared_arrivals(members, start, costs, buckets)
+            start = max([ready, send_free[m.src, m.intra]] + [recv_free[x.dst, x.intra] for x in members])
+            arrivals, send_free[m.src, m.intra] = shared_arrivals(members, start, costs, buckets)
             for i, x, arrival in zip(ids, members, arrivals):
                 done[i] = arrival + costs.r(x.reduce_bytes)
-                recv_free[x.dst] = done[i]
+                recv_free[x.dst, x.intra] = done[i]
                 end = max(end, done[i])
             continue
         ready = max((done[d] for d in m.deps), default=0.0)
-        start = max(ready, send_free[m.src], recv_free[m.dst])
+        start = max(ready, send_free[m.src, m.intra], recv_free[m.dst, m.intra])
         arrival, spacing = _single(m, start, costs, buckets)
         finish = arrival + costs.r(m.reduce_bytes)
-        send_free[m.src] = start + spacing
-        recv_free[m.dst] = start + spacing + costs.r(m.reduce_bytes)
+        send_free[m.src, m.intra] = start + spacing
+        recv_free[m.dst, m.intra] = start + spacing + costs.r(m.reduce_bytes)
         done[index] = finish
         end = max(end, finish)
     return float(end)
