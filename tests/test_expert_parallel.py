@@ -1,0 +1,241 @@
+"""Mixture of experts and expert parallelism: routing, the node-aware all-to-all (closed form, schedule,
+simulation), imbalance as the slowest rank, expert gradient groups, the search dimension, bad input."""
+
+import math
+from collections import Counter
+
+import pytest
+
+from dlsim.api.simulate import _default_pricer, run_simulation
+from dlsim.cost.collectives import collective_time, expand_schedule, make_costs, replay_steps
+from dlsim.cost.layers import layer_cost
+from dlsim.cost.moe_routing import routing
+from dlsim.io.model_yaml import load_model
+from dlsim.io.profile_yaml import load_profile
+from dlsim.plan.comm import Layout
+from dlsim.plan.expertparallel import edp_group, ep_group
+from dlsim.plan.search import SearchSpace, candidates
+from dlsim.results import Estimate, Source
+from dlsim.spec.cluster import LinkTier
+from dlsim.units import DTYPE_BYTES
+
+US = 1e-6
+NET = LinkTier("net", latency=5 * US, bandwidth=10e9)
+FAST = LinkTier("nvlink", latency=1 * US, bandwidth=100e9)
+
+TINY = """
+name: tiny-moe
+dtype: bf16
+input: {{tokens: 64}}
+layers:
+  - {{name: embed, type: embedding, vocab: 128, dim: 64}}
+  - {{name: moe, type: moe, experts: 8, top_k: 2, ffn_hidden: 96, shared_experts: {shared}, imbalance: {imbalance}{cap}}}
+  - {{name: moe2, type: moe, experts: 8, top_k: 2, ffn_hidden: 96, imbalance: {imbalance}{cap}}}
+  - {{name: head, type: linear, out_features: 128, bias: false}}
+  - {{name: loss, type: cross_entropy}}
+"""
+
+
+def tiny(tmp_path, imbalance=1.0, shared=0, cap=None, name="m.yaml"):
+    path = tmp_path / name
+    extra = f", capacity_factor: {cap}" if cap is not None else ""
+    path.write_text(TINY.format(imbalance=imbalance, shared=shared, cap=extra))
+    return load_model(path)
+
+
+# -- routing and the layer --------------------------------------------------------------------
+
+def test_routing_load_drops_and_rows():
+    a = {"experts": 8, "top_k": 2, "imbalance": 1.6, "capacity_factor": None}
+    r = routing(a, 64, ep=4)
+    assert (r.load, r.dropped, r.pairs, r.local_experts) == (1.6, 0.0, math.ceil(1.6 * 128), 2)
+    assert routing(a, 64, ep=1).load == 1.0                    # one expert rank: nothing to be imbalanced over
+    capped = routing({**a, "capacity_factor": 1.25}, 64, ep=4)
+    assert capped.load == 1.25 and capped.dropped == pytest.approx(1 - 1.25 / 1.6)
+    assert routing({**a, "imbalance": 8.0}, 64, ep=2).load == 2.0   # at most all pairs on one of ep ranks
+
+
+def test_expert_flops_balanced_closed_form(tmp_path):
+    """Balanced: router 2·R·D·E, routed SwiGLU experts 2·R·k·3·D·F, whatever ep; with shared experts
+    2·R·3·D·F_s more."""
+    m = tiny(tmp_path, shared=1)
+    layer, b = m.layer("moe"), 4
+    R, D, E, k, F = b * 64, 64, 8, 2, 96
+    expected = 2 * R * D * E + 2 * R * k * 3 * D * F + 2 * R * 3 * D * F
+    for ep in (1, 2, 4, 8):
+        assert layer_cost(layer, b, "bf16", ep=ep).matmul_flops == expected
+
+
+def test_imbalance_one_is_the_balanced_layer_and_grows_as_the_slowest_rank(tmp_path):
+    base = tiny(tmp_path, name="base.yaml")
+    b = 4
+    balanced = layer_cost(base.layer("moe"), b, "bf16", ep=4)
+    same = layer_cost(tiny(tmp_path, imbalance=1.0, name="one.yaml").layer("moe"), b, "bf16", ep=4)
+    assert same == balanced
+    router = 2 * b * 64 * 64 * 8
+    for imb in (1.25, 1.5, 2.0):
+        cost = layer_cost(tiny(tmp_path, imbalance=imb, name=f"i{imb}.yaml").layer("moe"), b, "bf16", ep=4)
+        # the busiest rank runs I times the mean pairs through its experts
+        assert cost.matmul_flops - router == pytest.approx(imb * (balanced.matmul_flops - router), rel=1e-9)
+
+
+def test_moe_forward_flops_equal_pytorch_counter_on_real_routing(tmp_path):
+    """Dropless routing of real tokens is unbalanced, yet every pair is computed once: FlopCounterMode
+    on the equivalent module (real tensors, real top-k) counts what dlsim counts."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dlsim.validate.torch_model import build_torch_model, example_batch
+
+    model = tiny(tmp_path, shared=1)
+    net = build_torch_model(model)
+    x, y = example_batch(model, 2)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        net(x, y)
+    assert counter.get_total_flops() == sum(layer_cost(layer, 2).matmul_flops for layer in model.layers)
+    assert sum(p.numel() for p in net.parameters()) == model.params
+
+
+# -- the all-to-all ---------------------------------------------------------------------------
+
+def test_node_aware_alltoall_hand_value_and_schedule():
+    """p = 8 ranks, 4 per node, n = 100 MB: blocks of 12.5 MB; 3 inside the node at 1 us + 125 us,
+    4 across at 5 us + 1.25 ms, side by side: the across part."""
+    got = collective_time("all-to-all", "hierarchical", 1e8, 8, NET, ranks_per_node=4, intra=FAST).seconds
+    assert got == pytest.approx(4 * (5 * US + 1.25e-3), rel=1e-12)
+    flat = collective_time("all-to-all", "linear", 1e8, 8, NET).seconds
+    assert flat == pytest.approx(7 * (5 * US + 1.25e-3), rel=1e-12)
+    sched = expand_schedule("all-to-all", "hierarchical", 1e8, 8, link=NET, ranks_per_node=4, intra=FAST)
+    sent = Counter((m.src, m.dst) for m in sched.messages)
+    assert set(sent) == {(a, b) for a in range(8) for b in range(8) if a != b} and set(sent.values()) == {1}
+    assert sum(m.intra for m in sched.messages) == 8 * 3
+    assert replay_steps(sched, make_costs(NET, intra=FAST)) == got
+
+
+def _only_alltoall(cluster, layout):
+    """A pricer that prices the all-to-alls as the cluster does and every other transfer as free."""
+    real = _default_pricer(cluster, layout, "auto", False)
+
+    class Pricer:
+        def collective(self, op, nbytes, ranks):
+            return real.collective(op, nbytes, ranks) if op == "alltoall" else Estimate(0.0, Source.MODEL, "free")
+
+        def p2p(self, nbytes, src, dst):
+            return Estimate(0.0, Source.MODEL, "free")
+
+        def expand(self, op, nbytes, ranks):
+            return real.expand(op, nbytes, ranks) if op == "alltoall" else None
+
+        def tier(self, ranks):
+            return real.tier(ranks)
+    return Pricer(), real
+
+
+def _free(cluster, layout):
+    from dlsim.plan.comm import FreeComm
+    return FreeComm(layout)
+
+
+@pytest.mark.parametrize("tp,ep,imbalance", [(1, 4, 1.0), (1, 4, 1.5), (4, 4, 1.0), (2, 8, 1.25)])
+def test_alltoall_volume_and_time_closed_form_against_simulation(tmp_path, tp, ep, imbalance):
+    """Per micro-batch and MoE layer four all-to-alls (dispatch and combine, forward and backward) of
+    the busiest rank's ⌈u·R·k⌉·D·b/tp bytes over the ep group; the simulated iteration with only them
+    priced is the one with free communication plus m·layers·4·T_a2a. tp = 4 puts the ep group on two
+    nodes of dgx-h100 (node-aware all-to-all), ep = 8 with tp 2 on two nodes as well."""
+    cluster = load_profile("dgx-h100")
+    model = tiny(tmp_path, imbalance=imbalance)
+    dp, mbs, m = 8, 2, 3
+    layout = Layout(dp, tp, 1, cluster.devices_per_node)
+    pricer, real = _only_alltoall(cluster, layout)
+    fields = dict(dp=dp, tp=tp, ep=ep, microbatch_size=mbs, num_microbatches=m, measured=False)
+    with_a2a = run_simulation(model, cluster, pricer=pricer, **fields).result.iteration_time_s
+    free = run_simulation(model, cluster, pricer=_free(cluster, layout), **fields).result.iteration_time_s
+    pairs = math.ceil(min(imbalance, ep) * mbs * 64 * 2)
+    nbytes = pairs * 64 * DTYPE_BYTES["bf16"] / tp
+    group = ep_group(layout, ep, 0, 0, 0)
+    t_a2a = real.collective("alltoall", nbytes, group).seconds
+    assert t_a2a > 0
+    assert with_a2a - free == pytest.approx(m * 2 * 4 * t_a2a, rel=1e-9)
+
+
+def test_expanded_alltoall_simulated_transfer_by_transfer_equals_closed_form(tmp_path):
+    """All ranks simulated, the all-to-alls run as their point-to-point schedules on the link ports:
+    the same time as the priced collectives (no contention inside one all-to-all)."""
+    cluster = load_profile("dgx-h100")
+    model = tiny(tmp_path)
+    layout = Layout(4, 4, 1, cluster.devices_per_node)
+    pricer, _ = _only_alltoall(cluster, layout)
+    fields = dict(dp=4, tp=4, ep=4, microbatch_size=2, num_microbatches=2, measured=False)
+    priced = run_simulation(model, cluster, pricer=pricer, **fields).result.iteration_time_s
+    expanded = run_simulation(model, cluster, pricer=pricer, symmetry=False, expand_collectives=True,
+                              **fields).result.iteration_time_s
+    assert expanded == pytest.approx(priced, rel=1e-9)
+
+
+# -- groups, gradients, search ------------------------------------------------------------------
+
+def test_groups():
+    lay = Layout(8, 2, 2, 8)
+    assert ep_group(lay, 4, 5, 1, 1) == [lay.rank(d, 1, 1) for d in (4, 5, 6, 7)]
+    assert edp_group(lay, 4, 5, 1, 1) == [lay.rank(d, 1, 1) for d in (1, 5)]
+
+
+def test_expert_gradients_reduced_over_the_expert_data_parallel_group(tmp_path):
+    """dp 8, ep 4: routed experts' gradients all-reduced over 2 ranks, everything else over 8."""
+    cluster = load_profile("dgx-h100")
+    model = tiny(tmp_path, shared=1)
+    layout = Layout(8, 1, 1, cluster.devices_per_node)
+    real = _default_pricer(cluster, layout, "auto", False)
+    calls = []
+
+    class Recorder:
+        def collective(self, op, nbytes, ranks):
+            calls.append((op, len(ranks), nbytes))
+            return real.collective(op, nbytes, ranks)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    run_simulation(model, cluster, pricer=Recorder(), dp=8, ep=4, microbatch_size=2, num_microbatches=1,
+                   measured=False, bucket_size=1)
+    b = DTYPE_BYTES["bf16"]
+    expert = 3 * 64 * 96                                    # one SwiGLU expert
+    reduced = Counter()
+    for op, ranks, nbytes in calls:
+        if op == "allreduce":
+            reduced[ranks] += nbytes
+    assert reduced[2] == 2 * (8 // 4) * expert * b          # two layers x 2 local experts, over dp/ep = 2 ranks
+    assert reduced[8] == (model.params - 2 * 8 * expert) * b   # the rest (router, shared expert, ...) over dp
+
+
+def test_search_has_an_ep_dimension_only_for_moe_models(tmp_path):
+    space = SearchSpace(gpus=8, global_batch=16, devices_per_node=8, zero=(0, 1), recompute=("none",))
+    dropped = Counter()
+    eps = Counter(s.ep for s in candidates(tiny(tmp_path), space, dropped))
+    assert set(eps) == {1, 2, 4, 8} and dropped["ep > 1 needs zero 0"] > 0
+    assert {s.ep for s in candidates(load_model("gpt2"), space, Counter())} == {1}
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,reason", [
+    (["--dp", "8", "--ep", "3"], "ep 3 does not divide dp 8"),
+    (["--dp", "4", "--ep", "8"], "ep 8 does not divide dp 4"),
+    (["--dp", "8", "--ep", "0"], "must be an integer >= 1"),
+    (["--dp", "4", "--ep", "4", "--zero", "1"], "ZeRO stage 1 is not modelled"),
+])
+def test_ep_that_does_not_fit_is_one_line_exit_1(cli, tmp_path, args, reason):
+    tiny(tmp_path)
+    code, out, err = cli("simulate", tmp_path / "m.yaml", "--cluster", "dgx-h100", "--microbatch-size", "1",
+                         "--num-microbatches", "1", *args)
+    assert code == 1 and reason in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_ep_must_divide_the_experts_and_needs_experts(cli, tmp_path):
+    (tmp_path / "six.yaml").write_text(TINY.format(imbalance=1.0, shared=0, cap="").replace("experts: 8", "experts: 6"))
+    code, _, err = cli("simulate", tmp_path / "six.yaml", "--cluster", "dgx-h100", "--dp", "4", "--ep", "4",
+                       "--microbatch-size", "1", "--num-microbatches", "1")
+    assert code == 1 and "does not divide the 6 experts" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli("simulate", "gpt2", "--cluster", "dgx-h100", "--dp", "2", "--ep", "2",
+                       "--microbatch-size", "1", "--num-microbatches", "1")
+    assert code == 1 and "needs a model with mixture-of-experts layers" in err
