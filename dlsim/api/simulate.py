@@ -15,6 +15,7 @@ from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.strategy_yaml import load_strategy
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.contextparallel import add_rings, split_sequence
+from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
 from dlsim.plan.offload import host_link
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
@@ -189,6 +190,9 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     dtype = check_dtype(s.dtype, model)
     assumed = assumed_fields(s, names, dtype)
     device = cluster.device
+    record_dtype, fp8_note = dtype, ""
+    if dtype == "fp8":  # FP8 GEMMs, BF16 elsewhere (dlsim.plan.fp8)
+        fp8_note, dtype = check_fp8(device, cluster.name), COMPUTE_DTYPE
     tables, notes = None, []
     if measured and cluster.tables:
         from dlsim.io.kernel_tables import load_kernel_times
@@ -212,6 +216,9 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     if s.layer_groups:
         entries = add_transitions(model, entries, modes, s.dp, s.microbatch_size, dtype)
     entries = add_rings(entries, model, device, dtype, s.cp, tables, frozenset(s.fused_kernels))
+    if fp8_note:  # FP8 projection GEMMs and their casts (dlsim.plan.fp8)
+        entries = apply_fp8(entries, model, device, s.num_microbatches, tables, frozenset(s.fused_kernels))
+        notes.append(fp8_note)
     _check_fits(model, cluster, s, entries)
     ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
     layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node, s.cp)
@@ -235,7 +242,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     if s.sync == "allreduce" and not s.variability.active and not trace:
         steady = simulate_steady(x, info)
     if steady is not None:
-        return Simulation(_stated(steady, dtype, assumed))
+        return Simulation(_stated(steady, record_dtype, assumed))
     graph = build_iteration(x)
     group_of = {i: ([d.rank + t for t in range(s.tp)] if not explicit_tp else [d.rank])
                 for i, d in enumerate(graph.devices)}
@@ -246,14 +253,14 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         params = sum(layer.params for layer in model.layers)
         ps = PSInputs(model.name, cluster.name, s, result.iteration_time_s, params * DTYPE_BYTES[dtype],
                       optimizer_time(params / s.ps_shards), pricer, layout, tuple(notes))
-        return Simulation(_stated(simulate_ps(ps), dtype, assumed))
+        return Simulation(_stated(simulate_ps(ps), record_dtype, assumed))
     if not trace:
-        return Simulation(_stated(result, dtype, assumed))
+        return Simulation(_stated(result, record_dtype, assumed))
     devices = None if keep is None else kept_devices(graph, layout, keep, explicit_dp, explicit_tp)
     events = chrome_trace(graph, tl, f"{model.name} on {cluster.name}", devices, None if keep is None else keep.window)
     if keep is not None:
         events["otherData"]["filter"] = keep.to_dict()
-    return Simulation(_stated(result, dtype, assumed), events)
+    return Simulation(_stated(result, record_dtype, assumed), events)
 
 
 def _stated(result: SimResult | AsyncResult, dtype: str, assumed: dict[str, Any]) -> SimResult | AsyncResult:

@@ -118,7 +118,7 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
 @click.option("--offload", type=click.Choice(OFFLOADS),
               help="Move activations, the optimizer state or both to host memory over the host link (PCIe).")
-@click.option("--dtype", help="fp32, tf32, fp16, bf16 (default: the model's).")
+@click.option("--dtype", help="fp32, tf32, fp16, bf16, fp8 (FP8 GEMMs as Transformer Engine runs them; default: the model's).")
 @click.option("--microbatch-plan", type=click.Choice(["wr", "wd"]), help="Price convolutions with a μ-cuDNN plan.")
 @click.option("--workspace-limit", default=None, help="Workspace limit of --microbatch-plan [default: 64MiB].")
 @click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")

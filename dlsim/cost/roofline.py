@@ -10,6 +10,8 @@ with the kernel's size:
 * from the device's efficiency curves (`dlsim.spec.efficiency`) when its profile states them:
   published microbenchmarks of that device (achievable matmul FLOPS by GEMM size, stream
   bandwidth by transfer size) or `dlsim calibrate compute`, interpolated in log(size);
+* FP8 GEMMs without an FP8 curve: the BF16 curve times `Device.fp8_efficiency_ratio` (a published
+  FP8 best-shape fraction over the BF16 one of the same device);
 * otherwise from one saturating curve e_c(w) = e_max · w / (w + w_half) for GEMM-class work (the
   shape of Paleo's "platform percent of peak" and Habitat's wave scaling) and a flat memory
   efficiency e_m; element-wise work without a vector curve runs at e_max, its size dependence
@@ -25,6 +27,8 @@ from dlsim.spec.cluster import Device
 def compute_efficiency(flops: float, device: Device, dtype: str | None = None, matrix: bool = True) -> float:
     """e_c(w): fraction of peak a kernel of `flops` FLOPs attains."""
     curve = device.efficiency.matrix.get(dtype or "") if matrix else device.efficiency.vector
+    if matrix and curve is None and dtype == "fp8":  # the bf16 curve scaled by the device's fp8/bf16 ratio
+        return device.fp8_efficiency_ratio * compute_efficiency(flops, device, "bf16", matrix)
     if matrix and curve is None and device.efficiency.matrix and dtype in ("fp16", "bf16"):
         curve = device.efficiency.matrix.get("bf16" if dtype == "fp16" else "fp16")
     if curve is not None:

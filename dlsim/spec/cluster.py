@@ -25,6 +25,8 @@ class Device:
     `overlap_slowdown` is the fraction by which compute kernels slow down while communication
     runs beside them on the same device (shared SMs and memory bandwidth). `memory_reserved` is
     device memory a training process cannot use for tensors (CUDA context, allocator reserve).
+    `fp8_efficiency_ratio` scales the bf16 GEMM efficiency for FP8 GEMMs where no FP8 curve is
+    given (a published FP8 best-shape fraction over the BF16 one of the same device; 1: unknown).
     """
 
     name: str
@@ -39,6 +41,7 @@ class Device:
     efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
     overlap_slowdown: float = 0.0
     memory_reserved: float = 0.0
+    fp8_efficiency_ratio: float = 1.0
 
 
 @dataclass(frozen=True)
