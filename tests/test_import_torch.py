@@ -26,9 +26,24 @@ class Net(nn.Module):
         return self.fc(self.drop(torch.flatten(self.pool(z), 1)))
 
 
-class Bad(nn.Module):
+class Spectral(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
     def forward(self, x):
-        return torch.fft.fft(x)
+        return self.fc(torch.fft.fft(x).abs())
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.fc(x)
+        return self.fc(-x)
 '''
 
 
@@ -59,8 +74,24 @@ def test_import_matches_torch(tmp_path, cli):
     assert code == 1 and "exists" in err
 
 
-def test_unsupported_operator_is_one_line(tmp_path, cli):
-    src = tmp_path / "bad.py"
+def test_unknown_operator_falls_back_to_generic(tmp_path, cli):
+    """An operator dlsim has no model for is imported as a generic layer and reported with its share."""
+    from dlsim.io.model_yaml import load_model
+
+    src = tmp_path / "spectral.py"
     src.write_text(NET)
-    code, _, err = cli("import", "torch", f"{src}:Bad", "--input-shape", "8")
-    assert code == 1 and "no dlsim operator" in err and err.count("\n") == 1
+    out = tmp_path / "spectral.yaml"
+    code, _, err = cli("import", "torch", f"{src}:Spectral", "--input-shape", "8", "-o", out)
+    assert code == 0, err
+    model = load_model(out)
+    kinds = {layer.attrs["op"] for layer in model.layers if layer.type == "generic"}
+    assert "aten.fft_fft" in kinds and "aten.abs" in kinds
+    assert "generic aten.fft_fft: 1 layer" in err and "% of the predicted step" in err
+    assert model.params == 8 * 4 + 4
+
+
+def test_data_dependent_control_flow_is_one_line(tmp_path, cli):
+    src = tmp_path / "branchy.py"
+    src.write_text(NET)
+    code, _, err = cli("import", "torch", f"{src}:Branchy", "--input-shape", "8")
+    assert code == 1 and "data-dependent control flow" in err and err.count("\n") == 1, err

@@ -1,16 +1,29 @@
-"""Importing networks written in PyTorch as dlsim descriptions."""
+"""Importing networks written in PyTorch or ONNX as dlsim descriptions.
+
+`import_torch(module, example_inputs)` captures a module at the operator level with torch.export
+(`dlsim.importers.torch_export`) and returns the `Model` its YAML description loads into;
+`import_torch_module` returns the whole record (description, YAML text, model, fallback report);
+`import_torch_file` is what ``dlsim import torch FILE.py:FACTORY`` runs, `import_onnx_file` what
+``dlsim import onnx FILE.onnx`` runs. Every import is written as YAML and read back through dlsim's
+own loader, so what a user gets on disk is exactly what was checked.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, Sequence
 
 from dlsim.errors import SpecError
 from dlsim.io.files import write_atomic
+from dlsim.spec.cluster import Cluster
+from dlsim.spec.model import Model
+
+DEFAULT_REPORT_CLUSTER = "cpu-epyc-2core"
+"""The profile the fallback report prices the imported network on when none is given."""
 
 
 def load_factory(spec: str) -> Any:
@@ -40,39 +53,160 @@ def load_factory(spec: str) -> Any:
 
     if isinstance(obj, torch.nn.Module):
         return obj
-    built = obj()
+    try:
+        built = obj()
+    except Exception as exc:
+        raise SpecError(f"{attr}() failed: {type(exc).__name__}: {exc}".splitlines()[0], path=target) from None
     if not isinstance(built, torch.nn.Module):
         raise SpecError(f"{attr} did not give a torch.nn.Module", path=target)
     return built
 
 
-def to_yaml(description: dict) -> str:
-    """YAML text with one line per layer (flow style), as the zoo files are written."""
-    head = {k: v for k, v in description.items() if k != "layers"}
-    text = yaml.safe_dump(head, sort_keys=False, default_flow_style=None)
-    lines = ["layers:"]
-    for layer in description["layers"]:
-        lines.append("  - " + yaml.safe_dump(layer, sort_keys=False, default_flow_style=True, width=10**6).strip())
-    return text + "\n".join(lines) + "\n"
+@dataclass(frozen=True)
+class FallbackRow:
+    """One source operator that became a ``generic`` layer: how many layers, their share of the time."""
+
+    op: str
+    layers: int
+    seconds: float
+    share: float
 
 
-def import_torch(factory: str, input_shape: list[int], *, batch: int = 2, tokens: bool = False,
-                 name: str | None = None, out: Path | None = None, force: bool = False) -> str:
-    """Trace the module built by `factory` on a random input of (batch, *input_shape); return YAML text
-    (and write it to `out`, never overwriting an existing file unless `force`)."""
+@dataclass(frozen=True)
+class Imported:
+    """An imported network: its description, YAML text and loaded model, and what fell back."""
+
+    description: dict
+    text: str
+    model: Model
+    source_params: int
+    fallbacks: tuple[FallbackRow, ...]
+    fallback_share: float
+    priced_on: str
+    batch: int
+    notes: tuple[str, ...] = ()
+
+    def report(self) -> str:
+        """Lines for the user: layers, parameters, and the operators priced as generic."""
+        generic = sum(r.layers for r in self.fallbacks)
+        lines = [f"imported {self.model.name}: {len(self.model.layers)} layers, {self.model.params:,} parameters; "
+                 f"{generic} generic layers carry {100 * self.fallback_share:.1f}% of the predicted step "
+                 f"(batch {self.batch} on {self.priced_on})"]
+        for r in self.fallbacks:
+            lines.append(f"  generic {r.op}: {r.layers} layer{'s' if r.layers != 1 else ''}, "
+                         f"{100 * r.share:.1f}% of the time")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def _load_text(text: str, name: str) -> Model:
+    from dlsim.io.model_yaml import load_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.yaml"
+        path.write_text(text)
+        model = load_model(path)
+    return replace(model, source="")
+
+
+def _fallback_report(model: Model, cluster: Cluster | str | Path | None, batch: int) -> tuple[tuple[FallbackRow, ...], float, str]:
+    from dlsim.api.estimate import estimate
+
+    result = estimate(model, cluster if cluster is not None else DEFAULT_REPORT_CLUSTER, batch, optimizer="sgd")
+    total = sum(t.total_seconds for t in result.layers) or 1.0
+    rows: dict[str, list[float]] = {}
+    for t in result.layers:
+        layer = model.layer(t.name)
+        if layer.type == "generic":
+            row = rows.setdefault(str(layer.attrs["op"]), [0, 0.0])
+            row[0] += 1
+            row[1] += t.total_seconds
+    out = tuple(sorted((FallbackRow(op, int(n), s, s / total) for op, (n, s) in rows.items()),
+                       key=lambda r: (-r.seconds, r.op)))
+    return out, sum(r.seconds for r in out) / total, result.cluster
+
+
+def finish_import(description: dict, header: str, source_params: int, batch: int,
+                  cluster: Cluster | str | Path | None, notes: Sequence[str] = ()) -> Imported:
+    """Write the description as YAML, load it back with dlsim's loader, check its parameters, price it."""
+    from dlsim.importers.graph import to_yaml
+
+    text = to_yaml(description, header)
+    model = _load_text(text, description["name"])
+    if model.params != source_params:
+        raise SpecError(f"the imported description holds {model.params:,} parameters, the source "
+                        f"{source_params:,} (an operator's weights were not attributed)")
+    fallbacks, share, priced_on = _fallback_report(model, cluster, batch)
+    return Imported(description, text, model, source_params, fallbacks, share, priced_on, batch, tuple(notes))
+
+
+def import_torch_module(module: Any, example_inputs: Sequence[Any], *, name: str = "imported",
+                        cluster: Cluster | str | Path | None = None, header: str = "") -> Imported:
+    """Capture `module` on `example_inputs` (one batch-first tensor, batch >= 2) with torch.export and
+    map it onto dlsim operators; the record holds the description, its YAML and the loaded model."""
+    from dlsim.importers.graph import assemble
+    from dlsim.importers.torch_export import capture
+
+    captured = capture(module, tuple(example_inputs))
+    description = assemble(name, captured.dtype, captured.input_entry, captured.nodes)
+    notes = [] if captured.dynamic else ["the batch dimension was specialised by torch.export; per-sample "
+                                         "shapes were taken as dimension 0"]
+    if captured.folded:
+        notes.append(f"{captured.folded} operators on weights or constants only folded into their consumers")
+    head = header or f"{name}: captured with torch.export (training mode, example batch {captured.batch})"
+    return finish_import(description, head, captured.params, captured.batch, cluster, notes)
+
+
+def import_torch(module: Any, example_inputs: Sequence[Any], *, name: str = "imported") -> Model:
+    """The dlsim `Model` of a PyTorch module traced on `example_inputs` (one batch-first tensor)."""
+    return import_torch_module(module, example_inputs, name=name).model
+
+
+def _example(shape: Sequence[int], batch: int, tokens: bool, vocab: int) -> Any:
+    import torch
+
+    full = (batch, *shape)
+    return torch.randint(0, vocab, full) if tokens else torch.randn(full)
+
+
+def import_torch_file(factory: str, input_shape: list[int], *, batch: int = 2, tokens: bool = False,
+                      vocab: int = 2, name: str | None = None, out: Path | None = None, force: bool = False,
+                      cluster: Cluster | str | Path | None = None) -> Imported:
+    """Trace the module built by `factory` on a random input of (batch, *input_shape); write the YAML to
+    `out` (never overwriting an existing file unless `force`)."""
     try:
-        import torch
+        import torch  # noqa: F401
     except ModuleNotFoundError:
         raise SpecError("importing from PyTorch needs torch (pip install torch)") from None
-    from dlsim.importers.torch_fx import import_torch_module
-
     if out is not None and Path(out).exists() and not force:
         raise SpecError("exists; pass --force to overwrite it", path=out)
-    module = load_factory(factory).eval()
-    shape = (batch, *input_shape)
-    example = torch.randint(0, 2, shape) if tokens else torch.randn(shape)
-    description = import_torch_module(module, example, name or factory.rpartition(":")[2])
-    text = to_yaml(description)
+    if batch < 2:
+        raise SpecError(f"--batch must be at least 2 (the batch dimension is traced as dynamic), got {batch}")
+    module = load_factory(factory)
+    label = name or factory.rpartition(":")[2]
+    imported = import_torch_module(module, [_example(input_shape, batch, tokens, vocab)], name=label, cluster=cluster,
+                                   header=f"{label}: imported from {factory} by dlsim import torch (torch.export, "
+                                          f"training mode, example batch {batch})")
     if out is not None:
-        write_atomic(Path(out), text)
-    return text
+        write_atomic(Path(out), imported.text)
+    return imported
+
+
+def import_onnx_file(path: str | Path, *, name: str | None = None, out: Path | None = None, force: bool = False,
+                     cluster: Cluster | str | Path | None = None, batch: int | None = None) -> Imported:
+    """Import an ONNX file (shapes by onnx's shape inference); write the YAML to `out` unless it exists."""
+    from dlsim.importers.onnx_graph import read_onnx
+    from dlsim.importers.graph import assemble
+
+    path = Path(path)
+    if out is not None and Path(out).exists() and not force:
+        raise SpecError("exists; pass --force to overwrite it", path=out)
+    graph = read_onnx(path, batch=batch)
+    label = name or path.stem
+    description = assemble(label, graph.dtype, graph.input_entry, graph.nodes)
+    imported = finish_import(description, f"{label}: imported from {path.name} by dlsim import onnx "
+                                          f"(shape inference, batch {graph.batch})",
+                             graph.params, graph.batch, cluster, graph.notes)
+    if out is not None:
+        write_atomic(Path(out), imported.text)
+    return imported

@@ -3,7 +3,8 @@
 iteration = Σ_layers (forward + ∇x + ∇w) + optimizer step, executed one kernel after another
 (no overlap on a single device). Tables that distinguish cold and warm caches pick their regime from
 the step's working set (`dlsim.cost.lookup.CacheAwareKernelTimes.for_working_set`, noted). A layer
-fed only by the model's input computes no ∇x (the input needs no gradient; autograd skips it). The optimizer step comes from the measured tables when they
+whose inputs all need no gradient (the model's input, or what was computed from it without
+parameters: `dlsim.cost.gradflow`) computes no ∇x; autograd skips it. The optimizer step comes from the measured tables when they
 have it (`KernelTimes.optimizer_step`), from the roofline otherwise.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dlsim.cost.gradflow import gradient_free
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, mixed_precision_step_traffic, optimizer_step_traffic, state_bytes_per_param,
                                training_working_set)
@@ -18,7 +20,7 @@ from dlsim.cost.pricing import KernelTimes, price_layer
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, EstimateResult, MemoryBreakdown
 from dlsim.spec.cluster import Cluster
-from dlsim.spec.model import INPUT, Model
+from dlsim.spec.model import Model
 
 
 def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str | None = None,
@@ -36,10 +38,11 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
         tables, regime = select(training_working_set(model, costs, batch, dtype, optimizer, kept))
         notes = (*notes, regime)
     timings = []
+    free = gradient_free(model)
     for layer in model.layers:
         timing = replace(price_layer(layer, batch, dtype, device, tables, costs[layer.name]),
                          activation_bytes=kept[layer.name])
-        if all(src == INPUT for src in layer.inputs):
+        if all(src in free for src in layer.inputs):
             timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
         timings.append(timing)
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)

@@ -18,7 +18,7 @@ from typing import Callable
 from dlsim.cost.moe_routing import routing
 from dlsim.cost.workdepth import clog2, conv_direct_depth
 from dlsim.spec.model import Layer
-from dlsim.spec.ops import conv_geometry, recurrent_gates
+from dlsim.spec.ops import broadcast, conv_geometry, recurrent_gates, transposed_geometry
 from dlsim.units import DTYPE_BYTES
 
 MASK_BYTES = 1   # a dropout keep-mask element (bool)
@@ -220,7 +220,9 @@ def _lrn(layer: Layer, n: int, b: int) -> LayerCost:
 
 # FLOP per element, forward / backward (conventions: relu a compare; sigmoid exp+add+div;
 # tanh ~ exp-based; gelu tanh-approximation).
-_ACTIVATION_FLOPS = {"relu": (1, 1), "sigmoid": (4, 3), "tanh": (5, 3), "gelu": (14, 20)}
+# relu6 two compares each way; silu x·σ(x) = σ (4) + 1 product, backward σ(x)(1 + x(1 - σ(x))) ≈ 6.
+_ACTIVATION_FLOPS = {"relu": (1, 1), "sigmoid": (4, 3), "tanh": (5, 3), "gelu": (14, 20), "relu6": (2, 2),
+                     "silu": (5, 6)}
 
 
 def _activation(layer: Layer, n: int, b: int) -> LayerCost:
@@ -490,6 +492,99 @@ def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:
     return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
 
 
+def _conv_transpose2d(layer: Layer, n: int, b: int) -> LayerCost:
+    """Transposed convolution as the GEMMs of a convolution's input gradient (Dumoulin & Visin 2016,
+    §4): forward (C_out/g·K_y·K_x, N·H·W, C_in/g) then col2im onto the output; ∇x is a direct
+    convolution (C_in/g, N·H·W, C_out/g·K_y·K_x); ∇w (C_in/g, C_out/g·K_y·K_x, N·H·W); g groups, H×W the
+    input. MACs per pass N·H·W·C_in·(C_out/g)·K_y·K_x, as PyTorch's FLOP counter counts a transposed
+    convolution (over the input's pixels)."""
+    a, (cin, h, w) = layer.attrs, layer.in_shapes[0]
+    g = transposed_geometry(dict(a), layer.in_shapes[0])
+    groups, cout = a["groups"], a["out_channels"]
+    cin_g, cout_g = cin // groups, cout // groups
+    kk = g["kh"] * g["kw"]
+    pixels = n * h * w
+    macs = pixels * cin * cout_g * kk
+    x_bytes, y_bytes, w_bytes = pixels * cin * b, n * cout * g["ho"] * g["wo"] * b, layer.params * b
+    bias = n * cout * g["ho"] * g["wo"] if a["bias"] else 0
+    depth = conv_direct_depth(cin_g, g["kh"], g["kw"])
+    fwd = PassCost(2 * macs + bias, macs, depth, x_bytes + w_bytes, y_bytes, (Gemm(cout_g * kk, pixels, cin_g, groups),),
+                   "gemm", kernels=2)
+    bwd_x = PassCost(2 * macs, macs, depth, y_bytes + w_bytes, x_bytes, (Gemm(cin_g, pixels, cout_g * kk, groups),),
+                     "gemm", kernels=2)
+    bwd_w = PassCost(2 * macs + bias, macs, depth, y_bytes + x_bytes, w_bytes, (Gemm(cin_g, cout_g * kk, pixels, groups),),
+                     "gemm", kernels=2)
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True)
+
+
+def _groupnorm(layer: Layer, n: int, b: int) -> LayerCost:
+    """Group normalisation (Wu & He 2018): statistics over the C/G·H·W elements of each group, then
+    normalise, scale and shift; FLOPs, traffic and the fused backward as batch and layer norm
+    (`_norm`); keeps x and two fp32 statistics per (sample, group)."""
+    shape, groups = layer.in_shapes[0], layer.attrs["groups"]
+    elems = n * layer.in_elements
+    depth = clog2(math.prod(shape) // groups)
+    fwd = PassCost(8 * elems, 8 * elems, depth, 2 * elems * b, elems * b)
+    bwd = PassCost(12 * elems, 12 * elems, depth, 4 * elems * b, elems * b)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=2 * 4 * n * groups)
+
+
+def _matmul(layer: Layer, n: int, b: int) -> LayerCost:
+    """Product of two activations A (..., m, k) · B (..., k, n) batched over the broadcast leading
+    dimensions and the samples: forward GEMM (m, n, k); ∇A = ∇C·Bᵀ (m, k, n) and ∇B = Aᵀ·∇C (k, n, m)
+    (both input gradients, no weights). Depths ⌈log2 k⌉, ⌈log2 n⌉, ⌈log2 m⌉."""
+    x, y = layer.in_shapes
+    m, k, cols = x[-2], x[-1], y[-1]
+    count = n * math.prod(layer.out_shape[:-2])
+    a_bytes, b_bytes, c_bytes = n * math.prod(x) * b, n * math.prod(y) * b, n * layer.out_elements * b
+    fwd = PassCost(2 * m * cols * k * count, m * cols * k * count, clog2(k), a_bytes + b_bytes, c_bytes,
+                   (Gemm(m, cols, k, count),), "gemm")
+    bwd = PassCost(4 * m * cols * k * count, 2 * m * cols * k * count, max(clog2(cols), clog2(m)),
+                   2 * c_bytes + a_bytes + b_bytes, a_bytes + b_bytes, (Gemm(m, k, cols, count), Gemm(k, cols, m, count)),
+                   "gemm", kernels=2)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
+
+
+def _sdpa(layer: Layer, n: int, b: int) -> LayerCost:
+    """Scaled dot-product attention softmax(Q·Kᵀ/√d)·V without projections, Q (..., L, d), K (..., S, d),
+    V (..., S, d_v), batched over the leading dimensions and the samples: forward QKᵀ (L, S, d) and
+    P·V (L, d_v, S); ≈ 5 FLOP per score for scaling and softmax. Backward the four products of PyTorch's
+    FLOP counter (torch.utils.flop_counter.sdpa_backward_flop_count): ∇P = ∇O·Vᵀ (L, S, d_v),
+    ∇V = Pᵀ·∇O (S, d_v, L), ∇Q = ∇S·K (L, d, S), ∇K = ∇Sᵀ·Q (S, d, L); ≈ 4 FLOP per score. Causal masking
+    is counted as full products, as the counter does. No score is kept (PyTorch's fused CPU and flash
+    kernels): Q, K, V, the output and one fp32 log-sum-exp per row."""
+    q, k, v = layer.in_shapes
+    steps, d, s, dv = q[-2], q[-1], k[-2], v[-1]
+    count = n * math.prod(layer.out_shape[:-2])
+    scores = count * steps * s
+    io = n * (math.prod(q) + math.prod(k) + math.prod(v)) * b
+    out = n * layer.out_elements * b
+    fwd_g = (Gemm(steps, s, d, count), Gemm(steps, dv, s, count))
+    bwd_g = (Gemm(steps, s, dv, count), Gemm(s, dv, steps, count), Gemm(steps, d, s, count), Gemm(s, d, steps, count))
+    depth = clog2(d) + 2 * clog2(s) + clog2(s)
+    fwd = PassCost(sum(g.flops for g in fwd_g) + 5 * scores, sum(g.flops for g in fwd_g) / 2 + 5 * scores, depth,
+                   io, out + count * steps * 4, fwd_g, "gemm", kernels=1)
+    bwd = PassCost(sum(g.flops for g in bwd_g) + 4 * scores, sum(g.flops for g in bwd_g) / 2 + 4 * scores, depth,
+                   io + 2 * out, io, bwd_g, "gemm", kernels=1)
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, saves_output=True, extra_saved_bytes=count * steps * 4)
+
+
+def _generic(layer: Layer, n: int, b: int) -> LayerCost:
+    """An operator without a dlsim model, priced by what was measured on it per sample: its FLOPs (as
+    PyTorch's FLOP counter counts them, matrix-class work) and the bytes of every tensor its kernels
+    read and write, forward, for the input gradients (∇x) and for the weight gradients (∇w). A pass
+    with FLOPs is kind "generic" (priced at the matrix peak by the roofline), one without is
+    memory-bound. The counts were taken in the importer's data type; they scale with the batch."""
+    a = layer.attrs
+    def one(flops: float, nbytes: float) -> PassCost:
+        if flops == 0 and nbytes == 0:
+            return NO_PASS
+        return PassCost(n * flops, n * flops / 2, 1, n * nbytes / 2, n * nbytes / 2,
+                        kind="generic" if flops else "memory")
+    return LayerCost(one(a["flops"], a["bytes"]), one(a["grad_flops"], a["grad_bytes"]),
+                     one(a["wgrad_flops"], a["wgrad_bytes"]), saves_input=True)
+
+
 _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
     "conv2d": _conv2d, "linear": _linear, "maxpool": _pool, "avgpool": _pool,
     "global_avgpool": _global_pool, "global_maxpool": _global_pool,
@@ -499,6 +594,8 @@ _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
     "flatten": _view, "reshape": _view, "embedding": _embedding,
     "lstm": _recurrent, "gru": _recurrent, "rnn": _recurrent,
     "attention": _attention, "cross_entropy": _cross_entropy,
+    "relu6": _activation, "silu": _activation, "conv_transpose2d": _conv_transpose2d, "groupnorm": _groupnorm,
+    "matmul": _matmul, "sdpa": _sdpa, "generic": _generic,
 }
 
 

@@ -17,6 +17,10 @@ from dlsim.spec.model import Layer
 from dlsim.units import DTYPE_BYTES
 
 PASSES = ("forward", "backward_data", "backward_weight")
+GENERIC_LIKE = ("relu", "forward")
+"""The measured curve a memory-bound pass of a `generic` operator (an imported operator dlsim has no
+model for) is priced by: an element-wise kernel's time over the bytes it moves. A generic pass with
+FLOPs (matrix-class work PyTorch's counter counts) goes to the roofline at the matrix peak."""
 
 
 class KernelTimes(Protocol):
@@ -57,11 +61,13 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
                     found = found + roofline_time(rest, 0.0, device, dtype, matrix=False, kernels=0)
         if found is None and not cost.gemms:
             found = tables.memory_bound(op_type, pass_name, cost, dtype)
+        if found is None and op_type == "generic" and cost.kind == "memory":  # GENERIC_LIKE: see the module doc
+            found = tables.memory_bound(*GENERIC_LIKE, cost, dtype)
         if found is not None:
             return found
     if cost.gemms:
         return _roofline_gemm_pass(cost, device, dtype)
-    return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=False, kernels=cost.kernels,
+    return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=cost.kind == "generic", kernels=cost.kernels,
                          kernel=f"{op_type}.{pass_name}")
 
 

@@ -75,7 +75,7 @@ class Model:
         raise KeyError(name)
 
 
-_PROBABILITIES = {("dropout", "p"), ("attention", "dropout")}
+_PROBABILITIES = {("dropout", "p"), ("attention", "dropout"), ("sdpa", "dropout")}
 
 
 def _check_attr(kind: str, key: str, value: Any, default: Any, source: Any, where: str) -> None:

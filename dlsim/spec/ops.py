@@ -108,7 +108,8 @@ def _global_pool(a: dict, ins: list[Shape]) -> Shape:
 
 def _linear(a: dict, ins: list[Shape]) -> Shape:
     x = _single(ins)
-    _expect_rank(x, (1, 2), "features or L, D")
+    if len(x) == 0:
+        raise _Fail("expects a per-sample input with a feature dimension, got a scalar")
     return x[:-1] + (_positive(a["out_features"], "out_features"),)
 
 
@@ -257,6 +258,96 @@ def _loss(a: dict, ins: list[Shape]) -> Shape:
     return ()
 
 
+def _conv_transpose2d(a: dict, ins: list[Shape]) -> Shape:
+    """Transposed convolution (the gradient of a convolution with respect to its input; Dumoulin &
+    Visin 2016, "A guide to convolution arithmetic", relationship 14):
+    H' = (H - 1)·S - 2P + d(K - 1) + output_padding + 1."""
+    x = _single(ins)
+    _expect_rank(x, (3,), "C, H, W")
+    cout, groups = _positive(a["out_channels"], "out_channels"), _positive(a["groups"], "groups")
+    if x[0] % groups or cout % groups:
+        raise _Fail(f"groups={groups} must divide in_channels={x[0]} and out_channels={cout}")
+    g = transposed_geometry(a, x)
+    return (cout, g["ho"], g["wo"])
+
+
+def transposed_geometry(a: dict, in_shape: Shape) -> dict:
+    """Kernel, stride, padding, dilation, output padding and output size of a transposed convolution."""
+    kh, kw = _pair(a["kernel"], "kernel")
+    sh, sw = _pair(a.get("stride") or 1, "stride")
+    ph, pw = _pair(a.get("padding", 0), "padding")
+    dh, dw = _pair(a.get("dilation", 1), "dilation")
+    oh, ow = _pair(a.get("output_padding", 0), "output_padding")
+    for v, what in ((kh, "kernel"), (kw, "kernel"), (sh, "stride"), (sw, "stride"), (dh, "dilation"), (dw, "dilation")):
+        _positive(v, what)
+    for v, what in ((ph, "padding"), (pw, "padding"), (oh, "output_padding"), (ow, "output_padding")):
+        _positive(v, what, allow_zero=True)
+    _, h, w = in_shape
+    ho = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oh + 1
+    wo = (w - 1) * sw - 2 * pw + dw * (kw - 1) + ow + 1
+    if ho < 1 or wo < 1:
+        raise _Fail(f"transposed window {kh}x{kw} (stride {sh}, padding {ph}) gives an empty output from {h}x{w}")
+    return {"kh": kh, "kw": kw, "sh": sh, "sw": sw, "ph": ph, "pw": pw, "dh": dh, "dw": dw, "ho": ho, "wo": wo}
+
+
+def _groupnorm(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    if len(x) < 1:
+        raise _Fail("expects a per-sample input (C, ...), got a scalar")
+    groups = _positive(a["groups"], "groups")
+    if x[0] % groups:
+        raise _Fail(f"groups={groups} must divide the {x[0]} channels")
+    return x
+
+
+def _matmul(a: dict, ins: list[Shape]) -> Shape:
+    """Matrix product of two activations (..., m, k) x (..., k, n) with broadcast leading dimensions."""
+    if len(ins) != 2:
+        raise _Fail(f"takes two inputs, got {len(ins)}")
+    x, y = ins
+    if len(x) < 2 or len(y) < 2:
+        raise _Fail(f"needs two inputs of at least 2 dimensions, got {list(x)} and {list(y)}")
+    if x[-1] != y[-2]:
+        raise _Fail(f"inner dimensions differ: {list(x)} x {list(y)}")
+    return broadcast(x[:-2], y[:-2]) + (x[-2], y[-1])
+
+
+def broadcast(x: Shape, y: Shape) -> Shape:
+    """NumPy broadcasting of two shapes."""
+    out = []
+    for i in range(1, max(len(x), len(y)) + 1):
+        a = x[-i] if i <= len(x) else 1
+        b = y[-i] if i <= len(y) else 1
+        if a != b and 1 not in (a, b):
+            raise _Fail(f"shapes {list(x)} and {list(y)} do not broadcast")
+        out.append(max(a, b))
+    return tuple(reversed(out))
+
+
+def _sdpa(a: dict, ins: list[Shape]) -> Shape:
+    """softmax(Q·Kᵀ/√d)·V over (..., L, d), (..., S, d), (..., S, d_v): output (..., L, d_v)."""
+    if len(ins) != 3:
+        raise _Fail(f"takes three inputs (query, key, value), got {len(ins)}")
+    q, k, v = ins
+    if min(len(q), len(k), len(v)) < 2:
+        raise _Fail(f"query, key and value need at least 2 dimensions, got {[list(s) for s in ins]}")
+    if q[-1] != k[-1] or k[-2] != v[-2]:
+        raise _Fail(f"query/key widths or key/value lengths differ: {[list(s) for s in ins]}")
+    return broadcast(q[:-2], broadcast(k[:-2], v[:-2])) + (q[-2], v[-1])
+
+
+def _generic(a: dict, ins: list[Shape]) -> Shape:
+    if not ins:
+        raise _Fail("needs at least one input")
+    shape = a["shape"]
+    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        raise _Fail(f"shape must be a list of non-negative integers, got {shape!r}")
+    for key in ("flops", "bytes", "grad_flops", "grad_bytes", "wgrad_flops", "wgrad_bytes"):
+        if a[key] < 0:
+            raise _Fail(f"{key} must not be negative, got {a[key]!r}")
+    return tuple(shape)
+
+
 # --- parameter counts --------------------------------------------------------------------
 
 def _no_params(a: dict, ins: list[Shape], out: Shape) -> int:
@@ -314,6 +405,20 @@ def _attention_params(a: dict, ins: list[Shape], out: Shape) -> int:
     kv_dim = d // heads * (a["kv_heads"] or heads)
     weights = 2 * d * d + 2 * d * kv_dim
     return weights + ((2 * d + 2 * kv_dim) if a["bias"] else 0)
+
+
+def _conv_transpose2d_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    """Weight (C_in, C_out/g, K_y, K_x) and C_out biases, as PyTorch's ConvTranspose2d holds them."""
+    kh, kw = _pair(a["kernel"], "kernel")
+    return ins[0][0] * (a["out_channels"] // a["groups"]) * kh * kw + (a["out_channels"] if a["bias"] else 0)
+
+
+def _groupnorm_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    return 2 * ins[0][0] if a["affine"] else 0
+
+
+def _generic_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    return _positive(a["params"], "params", allow_zero=True)
 
 
 @dataclass(frozen=True)
@@ -377,6 +482,21 @@ OPS: dict[str, OpType] = {op.name: op for op in [
                               "shared experts; capacity_factor (null: dropless), imbalance (busiest expert "
                               "rank's load / mean), aux_loss (load-balancing loss)", _moe_active),
     OpType("cross_entropy", {}, _loss, doc="softmax cross-entropy loss against integer labels"),
+    OpType("relu6", {}, _same, doc="min(max(0, x), 6) (MobileNetV2)"),
+    OpType("silu", {}, _same, doc="x·sigmoid(x) (swish)"),
+    OpType("conv_transpose2d", {"out_channels": REQUIRED, "kernel": REQUIRED, "stride": 1, "padding": 0,
+                                "output_padding": 0, "dilation": 1, "groups": 1, "bias": True},
+           _conv_transpose2d, _conv_transpose2d_params, "2-D transposed convolution (fractionally strided), NCHW"),
+    OpType("groupnorm", {"groups": REQUIRED, "affine": True, "eps": 1e-5}, _groupnorm, _groupnorm_params,
+           "group normalisation over (C/groups, ...) per sample (Wu & He 2018)"),
+    OpType("matmul", {}, _matmul, doc="matrix product of two activations (..., m, k) x (..., k, n)"),
+    OpType("sdpa", {"causal": False, "dropout": 0.0}, _sdpa,
+           doc="scaled dot-product attention softmax(QKᵀ/√d)V of three activations, no projections"),
+    OpType("generic", {"op": REQUIRED, "shape": REQUIRED, "params": 0, "flops": 0.0, "bytes": 0.0,
+                       "grad_flops": 0.0, "grad_bytes": 0.0, "wgrad_flops": 0.0, "wgrad_bytes": 0.0},
+           _generic, _generic_params,
+           "an operator dlsim has no model for, priced by its measured FLOPs and bytes per sample: forward, "
+           "input gradients (grad_*) and weight gradients (wgrad_*); op names the source operator"),
 ]}
 
 

@@ -224,6 +224,19 @@ def _classes() -> SimpleNamespace:
                 y = y + self.shared(flat)
             return y.reshape(shape)
 
+    class MatMul(nn.Module):
+        def forward(self, a: Any, b: Any) -> Any:
+            return torch.matmul(a, b)
+
+    class Sdpa(nn.Module):
+        def __init__(self, causal: bool, dropout: float):
+            super().__init__()
+            self.causal, self.p = causal, dropout
+
+        def forward(self, q: Any, k: Any, v: Any) -> Any:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0,
+                                                  is_causal=self.causal)
+
     class CrossEntropy(nn.Module):
         def forward(self, logits: Any, target: Any) -> Any:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
@@ -259,6 +272,7 @@ def _classes() -> SimpleNamespace:
 
     return SimpleNamespace(Add=Add, Concat=Concat, Reshape=Reshape, GlobalPool=GlobalPool, Embedding=Embedding,
                            Recurrent=Recurrent, Attention=Attention, GatedUnit=GatedUnit, CrossEntropy=CrossEntropy,
+                           MatMul=MatMul, Sdpa=Sdpa,
                            MixtureOfExperts=MixtureOfExperts, Net=Net)
 
 
@@ -309,11 +323,20 @@ def _layer_module(layer: Layer, attention: str) -> Any:
         return nn.LocalResponseNorm(a["size"], alpha=a["alpha"], beta=a["beta"], k=a["k"])
     simple = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "add": c.Add, "flatten": lambda: nn.Flatten(1),
               "gelu": lambda: nn.GELU(approximate="tanh"), "softmax": lambda: nn.Softmax(dim=-1),
-              "cross_entropy": c.CrossEntropy}
+              "cross_entropy": c.CrossEntropy, "relu6": nn.ReLU6, "silu": nn.SiLU, "matmul": c.MatMul}
     if t in simple:
         return simple[t]()
     if t == "dropout":
         return nn.Dropout(a["p"])
+    if t == "conv_transpose2d":
+        return nn.ConvTranspose2d(x[0], a["out_channels"], a["kernel"], a["stride"], a["padding"], a["output_padding"],
+                                  a["groups"], bias=a["bias"], dilation=a["dilation"])
+    if t == "groupnorm":
+        return nn.GroupNorm(a["groups"], x[0], eps=a["eps"], affine=a["affine"])
+    if t == "sdpa":
+        return c.Sdpa(bool(a["causal"]), float(a["dropout"]))
+    if t == "generic":
+        raise _fail(layer, f"a generic operator ({a['op']}) has no PyTorch rebuild; time the source module instead")
     if t == "concat":
         return c.Concat(a["axis"])
     if t == "reshape":

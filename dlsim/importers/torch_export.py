@@ -1,0 +1,712 @@
+"""Capture a PyTorch module at the operator level with `torch.export` and map it onto dlsim layers.
+
+The module is exported in training mode (dropout and batch statistics as in a training step) with a
+dynamic batch dimension, so that every tensor's shape says which dimension holds the samples
+(``16*s0`` rows of a flattened (batch x 16) matrix): a layer's per-sample shape is its shape with
+the batch factor taken out. The captured ATen graph is run once on the example input, so that every
+operator's real inputs are known, with ``requires_grad`` as training has it.
+
+Each operator maps onto a dlsim operator where one describes it (`_MAPPERS`: convolutions, linear
+and matrix products, attention, normalisations, activations, pooling, embedding, recurrent
+layers, residual adds, concatenation, views); the mapping is checked by dlsim's own shape rules
+against the captured shape and falls back otherwise. Any other operator becomes a ``generic``
+layer carrying what PyTorch really runs for it (`dlsim.importers.torch_meter.measure_op`: FLOPs by
+PyTorch's FLOP counter, bytes of every tensor its kernels touch, forward, ∇x and ∇w), per sample.
+Operators that do not depend on the input (on weights or constants only) are folded into their
+consumers; their parameters are counted there. torch is imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import operator
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from dlsim.errors import SpecError, ShapeError
+from dlsim.importers.graph import Node
+from dlsim.spec.model import INPUT
+from dlsim.spec.ops import OPS, infer
+
+
+@dataclass
+class Captured:
+    """The result of a capture: dlsim nodes, the input entry, parameters, and what fell back."""
+
+    nodes: list[Node]
+    input_entry: dict
+    dtype: str
+    params: int
+    batch: int
+    dynamic: bool
+    folded: int = 0
+    fallbacks: dict[str, int] = field(default_factory=dict)
+
+
+_DATA_DEPENDENT = ("data-dependent", "data dependent", "GuardOnDataDependent", "control flow", "unbacked")
+
+
+def _export_error(exc: BaseException) -> SpecError:
+    text = " ".join(str(exc).split())
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if any(key.lower() in text.lower() for key in _DATA_DEPENDENT):
+        return SpecError(f"torch.export cannot capture the module: data-dependent control flow or shapes "
+                         f"({type(exc).__name__}: {first[:160]})")
+    return SpecError(f"torch.export cannot capture the module ({type(exc).__name__}: {first[:200]})")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """torch.export logs graphs and warnings of its own on failures; the user gets one line from us."""
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(before)
+
+
+def export_module(module: Any, example: tuple) -> tuple[Any, bool]:
+    """`torch.export.export` in training mode with a dynamic batch (dimension 0 of each tensor input);
+    (exported program, whether the batch stayed symbolic)."""
+    import torch
+
+    was_training = module.training
+    module.train()
+    try:
+        dims = tuple({0: torch.export.Dim.AUTO} if isinstance(x, torch.Tensor) and x.dim() else None for x in example)
+        try:
+            with _quiet():
+                ep = torch.export.export(module, example, dynamic_shapes=dims)
+        except Exception as exc:  # torch raises many kinds; one line names the reason
+            raise _export_error(exc) from None
+    finally:
+        module.train(was_training)
+    user = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    node = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == user[0].arg.name)
+    return ep, isinstance(node.meta["val"].shape[0], torch.SymInt)
+
+
+class _Shapes:
+    """Per-sample shapes from captured shapes: the batch factor taken out of the dimension that holds it."""
+
+    def __init__(self, batch_expr: Any, batch: int):
+        self.sym, self.batch = batch_expr, batch
+
+    def split(self, shape: Any) -> tuple[tuple[int, ...] | None, int | None]:
+        """(per-sample shape, index of the batch dimension or None when it was folded into another);
+        (None, None) when the tensor does not hold the batch (weights, constants) or mixes it."""
+        import torch
+
+        out, where, found = [], None, False
+        for i, d in enumerate(shape):
+            if isinstance(d, torch.SymInt):
+                expr = d.node.expr
+                if self.sym is not None and self.sym in expr.free_symbols:
+                    factor = expr / self.sym
+                    if found or factor.free_symbols or not factor.is_integer:
+                        return None, None
+                    found = True
+                    if int(factor) == 1:
+                        where = i
+                    else:
+                        out.append(int(factor))
+                    continue
+                out.append(int(d.node.hint) if d.node.hint is not None else int(d))
+            else:
+                out.append(int(d))
+        if self.sym is None and out and out[0] == self.batch:  # static capture: samples along dimension 0
+            return tuple(out[1:]), 0
+        return (tuple(out), where) if found else (None, None)
+
+    def per_sample(self, value: Any) -> tuple[int, ...]:
+        """The per-sample shape, or a flat (elements / batch,) when the batch is mixed into it."""
+        shape, _ = self.split(value.shape)
+        if shape is not None:
+            return shape
+        numel = math.prod(int(d) for d in _concrete(value.shape))
+        return (numel // self.batch,) if numel >= self.batch and numel % self.batch == 0 else ()
+
+    def axis(self, value: Any, dim: int) -> int | None:
+        """The per-sample index of dimension `dim`, None for the batch dimension or a mixed shape."""
+        shape, where = self.split(value.shape)
+        if shape is None:
+            return None
+        dim %= len(value.shape)
+        if where is None:
+            return dim
+        return None if dim == where else dim - (dim > where)
+
+
+def _concrete(shape: Any) -> list[int]:
+    import torch
+    return [int(d.node.hint) if isinstance(d, torch.SymInt) and d.node.hint is not None else int(d) for d in shape]
+
+
+class _Context:
+    """State of one capture: values seen, which nodes are activations, parameter ownership."""
+
+    def __init__(self, ep: Any, values: dict, shapes: _Shapes, params: dict[str, Any], input_name: str):
+        self.ep, self.values, self.shapes, self.params = ep, values, shapes, params
+        self.meta = {n.name: n.meta.get("val") for n in ep.graph.nodes}  # symbolic shapes
+        self.input_name = input_name
+        self.active: set[str] = {input_name}
+        self.param_of: dict[str, set[str]] = {}   # folded node / parameter placeholder -> parameters it reads
+        self.owner: dict[str, str] = {}            # parameter -> node id of the layer that counts it
+        self.alias: dict[str, str] = {input_name: INPUT}   # torch node name -> dlsim node id
+        self.nodes: list[Node] = []
+        self.fallbacks: dict[str, int] = {}
+        self.folded = 0
+        self.uses_output: set[str] = set()
+
+    def claim(self, names: set[str], node_id: str) -> int:
+        """Count the parameters in `names` not yet counted by an earlier layer; they belong to `node_id`."""
+        fresh = [p for p in sorted(names) if p not in self.owner]
+        for p in fresh:
+            self.owner[p] = node_id
+        return sum(self.params[p].numel() for p in fresh)
+
+
+def _fx_args(node: Any) -> list:
+    import torch.fx
+    from torch.utils._pytree import tree_flatten
+    return [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, torch.fx.Node)]
+
+
+def _node_params(ctx: _Context, node: Any) -> set[str]:
+    out: set[str] = set()
+    for a in _fx_args(node):
+        out |= ctx.param_of.get(a.name, set())
+    return out
+
+
+def _activation_inputs(ctx: _Context, node: Any) -> list[str]:
+    return [ctx.alias[a.name] for a in _fx_args(node) if a.name in ctx.active and ctx.alias.get(a.name) is not None]
+
+
+def _scope(node: Any) -> tuple[str, str]:
+    """(module path the operator ran in, class name of the module instance that path belongs to)."""
+    from dlsim.importers.graph import instance_path
+
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", ""
+    path = list(stack.values())[-1][0] or ""
+    inst = instance_path(path)
+    for p, c in stack.values():
+        if p == inst:
+            name = c if isinstance(c, str) else getattr(c, "__qualname__", "")
+            return path, name.rsplit(".", 1)[-1]
+    return path, ""
+
+
+def _check(kind: str, attrs: dict, ins: list[tuple], out: tuple) -> bool:
+    """Whether dlsim's shape rule for `kind` gives the captured per-sample output shape."""
+    op = OPS[kind]
+    full = {k: v for k, v in op.attrs.items()}
+    full.update(attrs)
+    try:
+        got, _ = infer(op, full, ins, "check")
+    except (ShapeError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return False
+    return tuple(got) == tuple(out)
+
+
+def _pair(v: Any) -> Any:
+    v = list(v) if isinstance(v, (list, tuple)) else [v, v]
+    v = [int(x) for x in v]
+    return v[0] if len(v) == 2 and v[0] == v[1] else v
+
+
+# --- mappers: (ctx, node, per-sample input shapes, per-sample output) -> [(suffix, entry, input ids)] or None
+Mapped = list[tuple[str, dict, list[str] | None]]
+
+
+def _arg(node: Any, i: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _param_name(ctx: _Context, a: Any) -> str | None:
+    """The parameter a graph argument is, when it is one parameter placeholder."""
+    import torch.fx
+    if isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.name in ctx.params:
+        return a.name
+    return None
+
+
+def _weights(ctx: _Context, node: Any, idx: list[int], names: list[str]) -> list[str | None] | None:
+    """The parameters at argument positions `idx` (None where the argument is None); None if any other
+    argument is not an unclaimed parameter."""
+    out = []
+    for i, n in zip(idx, names):
+        a = _arg(node, i, n)
+        if a is None:
+            out.append(None)
+            continue
+        p = _param_name(ctx, a)
+        if p is None or p in ctx.owner:
+            return None
+        out.append(p)
+    return out
+
+
+def _map_conv(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    w = _weights(ctx, node, [1, 2], ["weight", "bias"])
+    if w is None or w[0] is None or len(ins) != 1:
+        return None
+    weight = ctx.params[w[0]]
+    transposed = "transpose" in node.target.__name__
+    stride, padding, dilation = _arg(node, 3, "stride", 1), _arg(node, 4, "padding", 0), _arg(node, 5 if not transposed else 6, "dilation", 1)
+    groups = int(_arg(node, 6 if not transposed else 5, "groups", 1))
+    if transposed:
+        out_pad = _arg(node, 5, "output_padding", 0)
+        dilation = _arg(node, 7, "dilation", 1)
+        attrs = {"type": "conv_transpose2d", "out_channels": int(weight.shape[1]) * groups,
+                 "kernel": _pair(weight.shape[2:]), "stride": _pair(stride), "padding": _pair(padding),
+                 "output_padding": _pair(out_pad), "dilation": _pair(dilation), "groups": groups, "bias": w[1] is not None}
+    else:
+        pad = padding if isinstance(padding, str) else _pair(padding)
+        if pad == "valid":
+            pad = 0
+        attrs = {"type": "conv2d", "out_channels": int(weight.shape[0]), "kernel": None, "stride": None,
+                 "padding": pad, "dilation": None, "groups": groups, "bias": w[1] is not None}
+        if weight.dim() == 3:  # conv1d: a conv2d over a height of 1, between two reshapes
+            c, length = ins[0] if len(ins[0]) == 2 else (None, None)
+            if c is None:
+                return None
+            one = lambda v: [1, int(v[0] if isinstance(v, (list, tuple)) else v)]  # noqa: E731
+            attrs.update(kernel=one(weight.shape[2:]), stride=one(stride), dilation=one(dilation),
+                         padding=pad if isinstance(pad, str) else one(padding))
+            mid = (int(c), 1, int(length))
+            conv_out = (out[0], 1, out[1]) if len(out) == 2 else None
+            if conv_out is None or not _check("conv2d", {k: v for k, v in attrs.items() if k != "type"}, [mid], conv_out):
+                return None
+            return [("_in2d", {"type": "reshape", "shape": list(mid)}, None),
+                    ("_conv", attrs, ["_in2d"]),
+                    ("", {"type": "reshape", "shape": list(out)}, ["_conv"])]
+        if weight.dim() != 4:
+            return None
+        attrs.update(kernel=_pair(weight.shape[2:]), stride=_pair(stride), dilation=_pair(dilation))
+    if not _check(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
+        return None
+    return [("", attrs, None)]
+
+
+def _map_linear(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1:
+        return None
+    wa, ba = _arg(node, 1, "weight"), _arg(node, 2, "bias")
+    p = _param_name(ctx, wa)
+    bias = _param_name(ctx, ba) if ba is not None else None
+    if p is None or (ba is not None and (bias is None or bias in ctx.owner)):
+        return None
+    weight = ctx.params[p]
+    attrs = {"type": "linear", "out_features": int(weight.shape[0]), "bias": ba is not None}
+    if p in ctx.owner:  # a weight shared with an earlier layer: tied, counted there
+        attrs["tied_to"] = ctx.owner[p]
+    if weight.dim() != 2 or not _check("linear", {"out_features": attrs["out_features"], "bias": attrs["bias"]}, ins, out):
+        return None
+    return [("", attrs, None)]
+
+
+def _map_matmul(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    args = [a for a in node.args[:2]]
+    acts = [a.name in ctx.active for a in args]
+    if all(acts) and len(ins) == 2 and _check("matmul", {}, ins, out):
+        return [("", {"type": "matmul"}, None)]
+    if acts == [True, False]:  # x @ W with W a parameter [in, out]: a linear layer without bias
+        p = _param_name(ctx, args[1])
+        if p is None or p in ctx.owner or ctx.params[p].dim() != 2:
+            return None
+        attrs = {"out_features": int(ctx.params[p].shape[1]), "bias": False}
+        if _check("linear", attrs, ins, out):
+            return [("", {"type": "linear", **attrs}, None)]
+    return None
+
+
+def _map_norm(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    name = node.target.__name__
+    if len(ins) != 1:
+        return None
+    if name.startswith("layer_norm"):
+        shape = _arg(node, 1, "normalized_shape")
+        w = _weights(ctx, node, [2, 3], ["weight", "bias"])
+        if w is None or len(shape) != 1 or (w[0] is None) != (w[1] is None):
+            return None
+        attrs = {"type": "layernorm", "affine": w[0] is not None, "eps": float(_arg(node, 4, "eps", 1e-5))}
+    elif name.startswith("rms_norm"):
+        shape = _arg(node, 1, "normalized_shape")
+        w = _weights(ctx, node, [2], ["weight"])
+        if w is None or len(shape) != 1:
+            return None
+        eps = _arg(node, 3, "eps")
+        attrs = {"type": "rmsnorm", "affine": w[0] is not None, "eps": float(eps) if eps is not None else 1e-5}
+    elif name.startswith("batch_norm"):
+        w = _weights(ctx, node, [1, 2], ["weight", "bias"])
+        if w is None or (w[0] is None) != (w[1] is None):
+            return None
+        attrs = {"type": "batchnorm", "affine": w[0] is not None, "eps": float(_arg(node, 7, "eps", 1e-5))}
+    elif name.startswith("group_norm"):
+        w = _weights(ctx, node, [2, 3], ["weight", "bias"])
+        if w is None or (w[0] is None) != (w[1] is None):
+            return None
+        attrs = {"type": "groupnorm", "groups": int(_arg(node, 1, "num_groups")), "affine": w[0] is not None,
+                 "eps": float(_arg(node, 4, "eps", 1e-5))}
+    else:
+        return None
+    if not _check(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
+        return None
+    return [("", attrs, None)]
+
+
+_ACTIVATIONS = {"relu": "relu", "relu_": "relu", "gelu": "gelu", "gelu_": "gelu", "tanh": "tanh", "tanh_": "tanh",
+                "sigmoid": "sigmoid", "sigmoid_": "sigmoid", "silu": "silu", "silu_": "silu", "relu6": "relu6",
+                "hardtanh": "relu6", "hardtanh_": "relu6"}
+
+
+def _map_activation(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    name = node.target.__name__.split(".")[0]
+    kind = _ACTIVATIONS.get(name)
+    if kind is None or len(ins) != 1 or len(node.args) < 1 or node.args[0].name not in ctx.active:
+        return None
+    if name.startswith("hardtanh") and (float(_arg(node, 1, "min_val", -1.0)), float(_arg(node, 2, "max_val", 1.0))) != (0.0, 6.0):
+        return None
+    if name.startswith("gelu") and node.kwargs.get("approximate", "none") not in ("none", "tanh"):
+        return None
+    if tuple(ins[0]) != tuple(out) or not out:
+        return None
+    return [("", {"type": kind}, None)]
+
+
+def _map_softmax(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    value = ctx.meta[node.args[0].name]
+    dim = int(_arg(node, 1, "dim"))
+    if len(ins) != 1 or ctx.shapes.axis(value, dim) != len(ins[0]) - 1 or tuple(ins[0]) != tuple(out) or not out:
+        return None
+    return [("", {"type": "softmax"}, None)]
+
+
+def _map_dropout(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    p, train = float(_arg(node, 1, "p", 0.5)), bool(_arg(node, 2, "train", True))
+    if len(ins) != 1 or not train or not 0 <= p < 1 or tuple(ins[0]) != tuple(out) or not out:
+        return None
+    return [("", {"type": "dropout", "p": p}, None)]
+
+
+def _map_add(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    args = node.args[:2]
+    import torch.fx
+    if len(args) != 2 or not all(isinstance(a, torch.fx.Node) and a.name in ctx.active for a in args):
+        return None
+    if node.kwargs.get("alpha", 1) != 1 or len(ins) != 2 or not (tuple(ins[0]) == tuple(ins[1]) == tuple(out)) or not out:
+        return None
+    return [("", {"type": "add"}, None)]
+
+
+def _map_cat(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    tensors = node.args[0]
+    if len(tensors) < 2 or len(ins) != len(tensors) or not all(t.name in ctx.active for t in tensors):
+        return None
+    axis = ctx.shapes.axis(ctx.meta[tensors[0].name], int(_arg(node, 1, "dim", 0)))
+    if axis is None or not _check("concat", {"axis": axis}, ins, out):
+        return None
+    return [("", {"type": "concat", "axis": axis}, None)]
+
+
+def _map_embedding(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    w = _weights(ctx, node, [0], ["weight"])
+    if w is None or w[0] is None or len(ins) != 1:
+        return None
+    table = ctx.params[w[0]]
+    attrs = {"vocab": int(table.shape[0]), "dim": int(table.shape[1])}
+    if not _check("embedding", attrs, ins, out):
+        return None
+    return [("", {"type": "embedding", **attrs}, None)]
+
+
+def _map_sdpa(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    q, k, v = node.args[:3]
+    mask = _arg(node, 3, "attn_mask")
+    if mask is not None or not all(a.name in ctx.active for a in (q, k, v)):
+        return None
+    shapes = [ctx.shapes.per_sample(ctx.meta[a.name]) for a in (q, k, v)]
+    attrs = {"causal": bool(_arg(node, 5, "is_causal", False)), "dropout": float(_arg(node, 4, "dropout_p", 0.0))}
+    if not _check("sdpa", attrs, shapes, out):
+        return None
+    ids = [ctx.alias[a.name] for a in (q, k, v)]
+    return [("", {"type": "sdpa", **attrs}, ids)]
+
+
+def _map_recurrent(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    kind = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn"}[node.target.__name__.split(".")[0]]
+    x = node.args[0]
+    if x.name not in ctx.active:
+        return None
+    weights = node.args[2]
+    has_bias, layers = bool(node.args[3]), int(node.args[4])
+    bidirectional = bool(node.args[7])
+    names = [_param_name(ctx, w) for w in weights]
+    if any(n is None or n in ctx.owner for n in names):
+        return None
+    hidden = int(ctx.params[names[1]].shape[1])
+    if kind == "lstm" and int(ctx.params[names[1]].shape[0]) != 4 * hidden:
+        return None  # projections (proj_size) are not modelled
+    attrs = {"hidden": hidden, "layers": layers, "bias": has_bias, "bidirectional": bidirectional}
+    xin = ctx.shapes.per_sample(ctx.meta[x.name])
+    if not _check(kind, attrs, [xin], out):
+        return None
+    return [("", {"type": kind, **attrs}, [ctx.alias[x.name]])]
+
+
+def _map_pool(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    name = node.target.__name__.split(".")[0]
+    if len(ins) != 1:
+        return None
+    if name in ("adaptive_avg_pool2d", "mean"):
+        if name == "mean":
+            value = ctx.meta[node.args[0].name]
+            axes = [ctx.shapes.axis(value, int(d)) for d in _arg(node, 1, "dim", []) or []]
+            dims = sorted(-1 if a is None else a for a in axes)
+            if len(ins[0]) != 3 or dims != [1, 2] or node.kwargs.get("dtype") is not None:
+                return None
+        elif [int(x) for x in _arg(node, 1, "output_size")] != [1, 1] or len(ins[0]) != 3:
+            return None
+        if tuple(out) == (ins[0][0],):
+            return [("", {"type": "global_avgpool"}, None)]
+        if tuple(out) == (ins[0][0], 1, 1):
+            return [("_pool", {"type": "global_avgpool"}, None), ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
+        return None
+    kernel = _arg(node, 1, "kernel_size")
+    stride = _arg(node, 2, "stride") or kernel
+    attrs = {"kernel": _pair(kernel), "stride": _pair(stride), "padding": _pair(_arg(node, 3, "padding", 0))}
+    if name == "max_pool2d":
+        attrs.update(dilation=_pair(_arg(node, 4, "dilation", 1)), ceil_mode=bool(_arg(node, 5, "ceil_mode", False)))
+        kind = "maxpool"
+    else:
+        attrs.update(ceil_mode=bool(_arg(node, 4, "ceil_mode", False)))
+        if _arg(node, 6, "divisor_override") is not None:
+            return None
+        kind = "avgpool"
+    if not _check(kind, attrs, ins, out):
+        return None
+    return [("", {"type": kind, **attrs}, None)]
+
+
+_VIEWS = {"view", "reshape", "_unsafe_view", "flatten", "unflatten", "permute", "transpose", "t", "unsqueeze",
+          "squeeze", "swapaxes", "movedim", "view_as", "reshape_as"}
+
+
+def _map_view(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1 or not out or math.prod(ins[0]) != math.prod(out) or node.args[0].name not in ctx.active:
+        return None
+    return [("", {"type": "reshape", "shape": list(out)}, None)]
+
+
+_MAPPERS: dict[str, Callable[[_Context, Any, list, tuple], Mapped | None]] = {
+    "conv2d": _map_conv, "conv1d": _map_conv, "conv_transpose2d": _map_conv,
+    "linear": _map_linear, "matmul": _map_matmul, "mm": _map_matmul, "bmm": _map_matmul,
+    "layer_norm": _map_norm, "rms_norm": _map_norm, "batch_norm": _map_norm, "group_norm": _map_norm,
+    "softmax": _map_softmax, "dropout": _map_dropout, "add": _map_add, "add_": _map_add, "cat": _map_cat,
+    "embedding": _map_embedding, "scaled_dot_product_attention": _map_sdpa,
+    "lstm": _map_recurrent, "gru": _map_recurrent, "rnn_tanh": _map_recurrent,
+    "max_pool2d": _map_pool, "avg_pool2d": _map_pool, "adaptive_avg_pool2d": _map_pool, "mean": _map_pool,
+    **{name: _map_activation for name in _ACTIVATIONS},
+    **{name: _map_view for name in _VIEWS},
+}
+
+
+def _op_name(node: Any) -> str:
+    target = node.target
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", str(target))
+    packet = getattr(target, "_overloadpacket", None)
+    if packet is not None:
+        return f"aten.{packet.__name__}"
+    return name
+
+
+def _run(ep: Any, example: tuple, params: dict) -> dict:
+    """Every node's value on the example input (parameters as leaves that need gradients)."""
+    import torch
+    import torch.fx
+
+    values: dict[str, Any] = {}
+    args = []
+    user = iter(example)
+    for spec in ep.graph_signature.input_specs:
+        kind = spec.kind.name
+        if kind == "USER_INPUT":
+            args.append(next(user))
+        elif kind == "PARAMETER":
+            args.append(params[spec.arg.name])
+        elif spec.target in ep.state_dict:
+            args.append(ep.state_dict[spec.target].detach().clone())
+        else:
+            args.append(ep.constants[spec.target].detach().clone() if isinstance(ep.constants[spec.target], torch.Tensor)
+                        else ep.constants[spec.target])
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            values[n.name] = out
+            return out
+
+    Recorder(ep.graph_module).run(*args)
+    return values
+
+
+def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
+    """Export `module` on `example` (a tuple holding one batch-first tensor) and map it onto dlsim nodes."""
+    import torch
+    import torch.fx
+    from torch.utils._pytree import tree_flatten
+
+    from dlsim.importers.torch_meter import measure_op
+
+    tensors = [x for x in example if isinstance(x, torch.Tensor)]
+    if len(tensors) != 1 or len(example) != 1:
+        raise SpecError(f"a dlsim model has one input tensor; the module was given {len(example)} inputs")
+    x = tensors[0]
+    if x.dim() < 2 or x.shape[0] < 2:
+        raise SpecError(f"the example input needs a batch dimension of at least 2 first, got shape {list(x.shape)}")
+    batch = int(x.shape[0])
+    ep, dynamic = export_module(module, example)
+    spec_of = {s.arg.name: s for s in ep.graph_signature.input_specs}
+    params = {name: ep.state_dict[s.target].detach().clone().requires_grad_(True)
+              for name, s in spec_of.items() if s.kind.name == "PARAMETER"}
+    input_name = next(name for name, s in spec_of.items() if s.kind.name == "USER_INPUT")
+    try:
+        values = _run(ep, example, params)
+    except Exception as exc:  # noqa: BLE001 - the captured graph fails on its own example: one line
+        raise SpecError(f"the captured graph does not run on the example input ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+    in_node = next(n for n in ep.graph.nodes if n.name == input_name)
+    sym = None
+    if dynamic:
+        sym = next(iter(in_node.meta["val"].shape[0].node.expr.free_symbols))
+    shapes = _Shapes(sym, batch)
+    ctx = _Context(ep, values, shapes, params, input_name)
+    for name in params:
+        ctx.param_of[name] = {name}
+    # nodes that reach an output: the backward runs through these only
+    live: set[str] = set()
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    stack = [a for a in _fx_args(out_node)]
+    while stack:
+        n = stack.pop()
+        if n.name not in live:
+            live.add(n.name)
+            stack.extend(_fx_args(n))
+
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        args = _fx_args(node)
+        value = values.get(node.name)
+        if not any(a.name in ctx.active for a in args):
+            ctx.param_of[node.name] = _node_params(ctx, node)
+            if isinstance(value, torch.Tensor):
+                ctx.folded += 1
+            continue
+        leaves = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
+        if not leaves:  # symbolic sizes and other non-tensor values are arguments, not layers
+            continue
+        ctx.active.add(node.name)
+        out = shapes.per_sample(leaves[0])
+        scope, cls = _scope(node)
+        if node.target is operator.getitem:
+            src = node.args[0]
+            index = node.args[1]
+            src_id = ctx.alias.get(src.name)
+            if index == 0 and src_id is not None:
+                ctx.alias[node.name] = src_id
+                continue
+        ins = [shapes.per_sample(ctx.meta[a.name]) for a in args if a.name in ctx.active and ctx.alias.get(a.name)]
+        in_ids = _activation_inputs(ctx, node)
+        op = _op_name(node)
+        short = op.split(".", 1)[-1]
+        mapper = _MAPPERS.get(short)
+        mapped = mapper(ctx, node, ins, out) if mapper is not None and node.target is not operator.getitem else None
+        if mapped is not None:
+            for suffix, entry, local_ins in mapped:
+                nid = node.name + suffix
+                inputs = in_ids if local_ins is None else [node.name + s if s.startswith("_") else s for s in local_ins]
+                tied = entry.pop("tied_to", None)
+                if entry["type"] not in ("reshape",):
+                    ctx.claim(_node_params(ctx, node), nid)
+                ctx.nodes.append(Node(nid, entry, inputs, scope, cls, op, tied))
+            ctx.alias[node.name] = node.name
+            continue
+        # the generic operator: what PyTorch runs for it, per sample
+        nparams = ctx.claim(_node_params(ctx, node), node.name)
+        cost = None
+        if measure and node.target is not operator.getitem:
+            weights = []
+            for a in tree_flatten((list(node.args), dict(node.kwargs)))[0]:
+                held = values[a.name] if isinstance(a, torch.fx.Node) else a
+                frozen = not (isinstance(a, torch.fx.Node) and a.name in ctx.active)
+                weights += [frozen for t in tree_flatten(held)[0] if isinstance(t, torch.Tensor)]
+            call_args, call_kwargs = _rebuild(node, values)
+            try:
+                cost = measure_op(node.target, call_args, call_kwargs, weights, backward=node.name in live)
+            except Exception as exc:  # noqa: BLE001
+                raise SpecError(f"operator {op} ({node.name}) fails when re-run alone: "
+                                f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}") from None
+        entry = {"type": "generic", "op": op if node.target is not operator.getitem else f"{_op_name(node.args[0])}[{node.args[1]}]",
+                 "shape": list(out), "params": nparams}
+        if cost is not None:
+            for key in ("flops", "bytes", "grad_flops", "grad_bytes", "wgrad_flops", "wgrad_bytes"):
+                v = getattr(cost, key) / batch
+                if v:
+                    entry[key] = float(f"{v:.6g}")
+        if not in_ids:
+            in_ids = [INPUT]
+        ctx.nodes.append(Node(node.name, entry, in_ids, scope, cls, entry["op"]))
+        ctx.alias[node.name] = node.name
+        ctx.fallbacks[entry["op"]] = ctx.fallbacks.get(entry["op"], 0) + 1
+    unowned = sorted(set(params) - set(ctx.owner))
+    if unowned:  # parameters no operator that depends on the input reads: count them on the last layer
+        last = ctx.nodes[-1]
+        extra = ctx.claim(set(unowned), last.id)
+        if last.entry["type"] == "generic":
+            last.entry["params"] += extra
+        else:
+            ctx.nodes.append(Node(last.id + "_unused_params", {"type": "generic", "op": "unused parameters",
+                                                                "shape": list(_out_shape(last, ctx)), "params": extra},
+                                  [last.id], last.scope, last.cls, "unused parameters"))
+    x_shape = shapes.per_sample(ctx.meta[input_name])
+    if not x.is_floating_point():
+        if len(x_shape) != 1:
+            raise SpecError(f"integer inputs are token ids of shape (batch, L); got shape {list(x.shape)}")
+        input_entry = {"tokens": int(x_shape[0])}
+    else:
+        input_entry = {"shape": [int(d) for d in x_shape]}
+    first_param = next(iter(params.values()), None)
+    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(first_param.dtype if first_param is not None else None,
+                                                                 "fp32")
+    total = sum(p.numel() for p in params.values())
+    return Captured(ctx.nodes, input_entry, dtype, total, batch, dynamic, ctx.folded, ctx.fallbacks)
+
+
+def _out_shape(node: Node, ctx: _Context) -> tuple:
+    return tuple(ctx.shapes.per_sample(ctx.meta[node.id])) if node.id in ctx.values else ()
+
+
+def _rebuild(node: Any, values: dict) -> tuple[list, dict]:
+    """The node's arguments with graph nodes replaced by the values they took."""
+    import torch.fx
+    from torch.utils._pytree import tree_map
+
+    def sub(a: Any) -> Any:
+        return values[a.name] if isinstance(a, torch.fx.Node) else a
+    return list(tree_map(sub, list(node.args))), dict(tree_map(sub, dict(node.kwargs)))
