@@ -8,23 +8,27 @@ limits of 128, 256 and 512 MiB: up to 2.31x (3x3) and 3.85x (5x5). Simulated: `d
 microbatch` (WR: per-layer DP over powers of two, against the best undivided algorithm under the same
 limit) on `dgx1-p100` (P100 SXM2) and `dgx1-v100` (V100 SXM2), with algorithm times from dlsim's
 convolution-method cost model priced by each profile's device numbers (neither profile has a
-measured cuDNN table); DeepBench's layers (reports/seeds/deepbench-conv-train.csv) through a
-benchmark table of those modelled times (`--bench-table`).
+measured cuDNN table); DeepBench's layers (reports/seeds/deepbench-conv-train.csv) through the same
+planner through its API on the same modelled algorithm times.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
 from common import SEEDS, cli_json, header, rel, table, write_report
-from dlsim.api.microbatch import plan_from_table
+from dlsim.api.microbatch import microbatch_sweep, plan_from_table
 from dlsim.api.models import as_cluster
 from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry, applicable
 from dlsim.io.files import write_atomic
 from dlsim.plan.microbatch.model_table import method_time_s
+from dlsim.plan.microbatch.configs import Kernel
 from dlsim.plan.microbatch.policies import batch_sizes
+from dlsim.plan.microbatch.table import BenchTable
+from dlsim.report.microbatch_plots import plot_sweep
 from dlsim.units import MIB
 
 NAME = "microbatch"
@@ -49,10 +53,11 @@ def deepbench_layers(limit: int | None = None) -> list[tuple[str, ConvGeometry]]
     return out
 
 
-def deepbench_csv(cluster: str, path: Path, layers: list[tuple[str, ConvGeometry]]) -> Path:
-    """The modelled benchmark table (layer, pass, micro-batch, algorithm, time, workspace) of `cluster`'s device."""
+def deepbench_table(cluster: str, layers: list[tuple[str, ConvGeometry]]) -> BenchTable:
+    """Modelled (layer, pass, micro-batch, algorithm) -> (time, workspace) rows for `cluster`'s device,
+    the same rows `dlsim plan microbatch MODEL -c CLUSTER` builds for a model's own convolutions."""
     device = as_cluster(cluster).device
-    lines = ["layer,pass,microbatch_size,algorithm,time_s,workspace_bytes"]
+    rows = []
     for name, g in layers:
         for p in PASSES:
             for m in METHODS:
@@ -60,14 +65,12 @@ def deepbench_csv(cluster: str, path: Path, layers: list[tuple[str, ConvGeometry
                     continue
                 for b in batch_sizes("powerOfTwo", BATCH):
                     t, ws = method_time_s(m, p, g.with_batch(b), device, "fp32")
-                    lines.append(f"{name},{p},{b},{m},{t!r},{int(ws)}")
-    write_atomic(path, "\n".join(lines) + "\n")
-    return path
+                    rows.append((name, p, Kernel(m, b, t, float(ws))))
+    return BenchTable.from_rows(rows, source="model", origin=f"roofline model of {device.name}")
 
 
-def _per_layer(table_path: Path, limit_mib: int) -> dict[str, float]:
-    from dlsim.io.bench_table import load_bench_table
-    plan = plan_from_table(load_bench_table(table_path), BATCH, limit_mib * MIB, "wr", "powerOfTwo")
+def _per_layer(tab: BenchTable, limit_mib: int) -> dict[str, float]:
+    plan = plan_from_table(tab, BATCH, limit_mib * MIB, "wr", "powerOfTwo")
     out = {}
     for layer in plan.layers:
         und = sum(p.undivided.time_s for p in layer.passes if p.undivided)
@@ -94,12 +97,14 @@ def run(out: Path, tiny: bool = False) -> dict[str, Any]:
     layers = deepbench_layers(TINY_LAYERS if tiny else None)
     deep = {}
     for cluster in SEED_DEEPBENCH:
-        path = deepbench_csv(cluster, out / f"{NAME}-deepbench-{cluster}.csv", layers)
-        args = ["plan", "microbatch", "--bench-table", str(path), "--batch", str(BATCH), "--workspace-limit", "256MiB"]
+        tab = deepbench_table(cluster, layers)
+        total = plan_from_table(tab, BATCH, 256 * MIB, "wr", "powerOfTwo").to_dict()
         if not tiny:
-            args += ["--plot", str(out / f"{NAME}-deepbench-{cluster}.png"), "--force"]
-        total = cli_json(out / f"{NAME}-deepbench-{cluster}.json", *args)
-        per = {lim: _per_layer(path, lim) for lim in README_LIMITS_MIB}
+            sweep = microbatch_sweep(tab, BATCH, "wr", label=f"DeepBench conv training layers on {cluster}",
+                                     source="model")
+            write_atomic(out / f"{NAME}-deepbench-{cluster}.json", json.dumps(sweep, indent=1) + "\n")
+            plot_sweep(sweep, out / f"{NAME}-deepbench-{cluster}.png", marker_limit=256 * MIB)
+        per = {lim: _per_layer(tab, lim) for lim in README_LIMITS_MIB}
         by_kernel = {}
         for k in ("3x3", "5x5"):
             vals = [sp for lim in per for name, sp in per[lim].items() if name.endswith(k)]
@@ -134,9 +139,8 @@ def _report(out: Path, res: dict[str, Any]) -> None:
                    "3.85x for 5x5 layers (reference/algorithms.md §1.9).")
     lines += [f"Simulated: `dlsim plan microbatch MODEL -c {NET_CLUSTER} --batch {BATCH} --workspace-limit 64MiB "
               "--plot F.png` (WR, powers of two; 64 MiB is μ-cuDNN's default limit; the figure sweeps the limit) and, "
-              f"for DeepBench's layers (`{rel(DEEPBENCH)}`), `dlsim plan microbatch --bench-table T.csv --batch {BATCH}` "
-              "on a table of the same modelled algorithm times for each profile's device (written by the script, "
-              "beside the report). Speedup = the best undivided algorithm under the same limit over the plan.", "",
+              f"for DeepBench's layers (`{rel(DEEPBENCH)}`, not a zoo model), the same planner through dlsim's API "
+              "(`plan_from_table`, `microbatch_sweep`) on the same modelled algorithm times for each profile's device. Speedup = the best undivided algorithm under the same limit over the plan.", "",
               *table(("case", "published", "dlsim at 64 MiB", "dlsim, best over limits"), rows), "",
               f"Whole DeepBench set at 256 MiB: dlsim {res['deepbench']['dgx1-p100']['total_speedup_256mib']:.2f}x on "
               f"P100, {res['deepbench']['dgx1-v100']['total_speedup_256mib']:.2f}x on V100.", "",
