@@ -2,11 +2,13 @@
 (tp 8, pp 16, dp 32, 1F1B, 64 micro-batches) under 2 s; ResNet-50 data parallel on 1,024 GPUs
 under 0.5 s; issue 13: Megatron 1T on 3,072 GPUs (tp 8, pp 64, dp 6, 512 micro-batches) under 1 s; events per
 second (of the events processed: the steady-state extension, dlsim.sim.steady, simulates fewer).
+Issue 17: a mixture-of-experts model with ep 8 on 1,024 GPUs under 2 s (Mixtral 8x7B, sequence 4096
+as in NeMo's Mixtral recipes, tp 2, pp 8, dp 64, ep 8: 128 DGX H100 nodes).
 
 Prints JSON: per case the median (and max) wall time of the whole in-process `simulate()` call
 (model loading, pricing, graph building, simulation, analysis), of the event loop alone, the
 events and tasks, and the CLI process wall time (Python start-up included).
-Usage: python benchmarks/bench_sim.py [--repeats 5]
+Usage: python benchmarks/bench_sim.py [--repeats 5] [--only mixtral]
 """
 
 from __future__ import annotations
@@ -34,12 +36,18 @@ CASES = [
     {"name": "megatron-1t 3072 GPUs", "model": "megatron-gpt-1t", "cluster": "dgx-a100", "nodes": 384, "limit_s": 1.0,
      "strategy": {"dp": 6, "tp": 8, "pp": 64, "schedule": "1f1b", "microbatch_size": 1, "num_microbatches": 512,
                   "recompute": "full"}},
+    {"name": "mixtral-8x7b ep 8 1024 GPUs", "model": "mixtral-8x7b", "cluster": "dgx-h100", "nodes": 128,
+     "limit_s": 2.0, "set": {"seq_len": 4096},
+     "strategy": {"dp": 64, "tp": 2, "pp": 8, "ep": 8, "schedule": "1f1b", "microbatch_size": 1,
+                  "num_microbatches": 32, "sequence_parallel": True, "recompute": "selective"}},
 ]
 
 
 def _cli_args(case: dict) -> list[str]:
     args = [sys.executable, "-m", "dlsim", "simulate", case["model"], "--cluster", case["cluster"],
             "--nodes", str(case["nodes"])]
+    for key, value in case.get("set", {}).items():
+        args += ["--set", f"{key}={value}"]
     for key, value in case["strategy"].items():
         args += [f"--{key.replace('_', '-')}", str(value)]
     return args
@@ -48,6 +56,7 @@ def _cli_args(case: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", default="", help="run only the cases whose name contains this text")
     args = parser.parse_args()
     from dlsim.api.simulate import simulate
     engine_times: list[float] = []
@@ -62,13 +71,14 @@ def main() -> None:
     sim_run.execute = timed_execute
     sim_steady.execute = timed_execute
     results = []
-    for case in CASES:
+    for case in [c for c in CASES if args.only in c["name"]]:
         walls, engines = [], []
         result = None
         for _ in range(args.repeats):
             engine_times.clear()
             start = time.perf_counter()
-            result = simulate(case["model"], case["cluster"], nodes=case["nodes"], **case["strategy"])
+            result = simulate(case["model"], case["cluster"], nodes=case["nodes"], overrides=case.get("set"),
+                              **case["strategy"])
             walls.append(time.perf_counter() - start)
             engines.append(engine_times[0])
         cli = []
