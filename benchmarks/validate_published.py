@@ -22,7 +22,9 @@ recomputation 2sbh (the layer's input); and every run must fit in the 80 GB (no 
 called out of memory).
 
 Also GPT-3 175B on 128 to 2,048 DGX H100 GPUs (BF16) as NVIDIA's dgxc-benchmarking v24.11.1 published
-it, with the NeMo recipe's configuration (`h100_runs`).
+it, with the NeMo recipe's configuration (`h100_runs`), and Llama 3.1 8B/70B/405B on 8 to 2,304 DGX H100
+GPUs in BF16 and FP8 from the same release (benchmarks/validate_llama.py: context parallelism,
+interleaved pipelines, the distributed optimizer, FP8 GEMMs).
 
 Calculon (Isaev et al. SC'23) on the same runs: `--calculon PATH` runs a Calculon checkout
 (benchmarks/calculon_runs.py); otherwise the results recorded in
@@ -51,6 +53,9 @@ from dlsim.plan.recompute import full_recompute_memory, selective_recompute_memo
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.efficiency import EfficiencyCurve
 from dlsim.units import GIB
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from validate_llama import llama_markdown, llama_runs, llama_summary, run_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "reports" / "validation-published-gpu"
@@ -324,6 +329,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = [run_one(run) for run in published_runs()]
     h100 = [run_one(run) for run in h100_runs()]
+    llama = [run_llama(run) for run in llama_runs()]
     try:
         calc, calc_note = calculon_results(args.calculon)
     except ImportError as exc:
@@ -331,11 +337,14 @@ def main() -> None:
     stats = summary(rows)
     record = {"benchmark": "validate_published", "summary": stats, "runs": rows,
               "h100_summary": summary(h100), "h100_runs": h100, "calculon": calc,
-              "calculon_note": calc_note, "sensitivity": sensitivity() if args.sensitivity else []}
+              "calculon_note": calc_note, "sensitivity": sensitivity() if args.sensitivity else [],
+              "llama_summary": llama_summary(llama), "llama_runs": llama}
     print(json.dumps(record, indent=2))
     if args.report:
         REPORT.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-        REPORT.with_suffix(".md").write_text(markdown(rows, calc, calc_note, stats, record["sensitivity"], h100))
+        md = markdown(rows, calc, calc_note, stats, record["sensitivity"], h100)
+        md = md.replace("\n## What is still missing", "\n".join(llama_markdown(llama)) + "\n\n## What is still missing", 1)
+        REPORT.with_suffix(".md").write_text(md)
 
 
 if __name__ == "__main__":
