@@ -29,17 +29,19 @@ dtype: bf16
 input: {{tokens: 64}}
 layers:
   - {{name: embed, type: embedding, vocab: 128, dim: 64}}
-  - {{name: moe, type: moe, experts: 8, top_k: 2, ffn_hidden: 96, shared_experts: {shared}, imbalance: {imbalance}{cap}}}
-  - {{name: moe2, type: moe, experts: 8, top_k: 2, ffn_hidden: 96, imbalance: {imbalance}{cap}}}
+  - {{name: moe, type: moe, experts: 8, top_k: 2, ffn_hidden: 96, shared_experts: {shared}{imbalance}{cap}}}
+  - {{name: moe2, type: moe, experts: 8, top_k: 2, ffn_hidden: 96{imbalance}{cap}}}
   - {{name: head, type: linear, out_features: 128, bias: false}}
   - {{name: loss, type: cross_entropy}}
 """
 
 
-def tiny(tmp_path, imbalance=1.0, shared=0, cap=None, name="m.yaml"):
+def tiny(tmp_path, imbalance=None, shared=0, cap=None, name="m.yaml"):
+    """The test model; imbalance None leaves the key out (the balanced default)."""
     path = tmp_path / name
     extra = f", capacity_factor: {cap}" if cap is not None else ""
-    path.write_text(TINY.format(imbalance=imbalance, shared=shared, cap=extra))
+    imb = f", imbalance: {imbalance}" if imbalance is not None else ""
+    path.write_text(TINY.format(imbalance=imb, shared=shared, cap=extra))
     return load_model(path)
 
 
@@ -77,6 +79,19 @@ def test_imbalance_one_is_the_balanced_layer_and_grows_as_the_slowest_rank(tmp_p
         cost = layer_cost(tiny(tmp_path, imbalance=imb, name=f"i{imb}.yaml").layer("moe"), b, "bf16", ep=4)
         # the busiest rank runs I times the mean pairs through its experts
         assert cost.matmul_flops - router == pytest.approx(imb * (balanced.matmul_flops - router), rel=1e-9)
+
+
+def test_simulated_iteration_with_imbalance_one_equals_balanced_and_grows_with_it(tmp_path):
+    """The step waits for the busiest expert rank: with only its kernels and all-to-alls priced more
+    heavily, the simulated iteration grows with the imbalance; 1.0 is the balanced (default) model."""
+    fields = dict(dp=8, ep=4, microbatch_size=2, num_microbatches=2, measured=False)
+    balanced = run_simulation(tiny(tmp_path, name="b.yaml"), "dgx-h100", **fields).result.iteration_time_s
+    times = [run_simulation(tiny(tmp_path, imbalance=i, name=f"s{i}.yaml"), "dgx-h100", **fields).result.iteration_time_s
+             for i in (1.0, 1.25, 1.5, 2.0, 3.0)]
+    assert times[0] == balanced
+    assert all(a < b for a, b in zip(times, times[1:]))
+    capped = run_simulation(tiny(tmp_path, imbalance=3.0, cap=1.5, name="c.yaml"), "dgx-h100", **fields)
+    assert capped.result.iteration_time_s == pytest.approx(times[2], rel=1e-12)   # capacity 1.5: as imbalance 1.5
 
 
 def test_moe_forward_flops_equal_pytorch_counter_on_real_routing(tmp_path):
@@ -136,7 +151,7 @@ def _free(cluster, layout):
     return FreeComm(layout)
 
 
-@pytest.mark.parametrize("tp,ep,imbalance", [(1, 4, 1.0), (1, 4, 1.5), (4, 4, 1.0), (2, 8, 1.25)])
+@pytest.mark.parametrize("tp,ep,imbalance", [(1, 4, None), (1, 4, 1.5), (4, 4, 1.0), (2, 8, 1.25)])
 def test_alltoall_volume_and_time_closed_form_against_simulation(tmp_path, tp, ep, imbalance):
     """Per micro-batch and MoE layer four all-to-alls (dispatch and combine, forward and backward) of
     the busiest rank's ⌈u·R·k⌉·D·b/tp bytes over the ep group; the simulated iteration with only them
@@ -150,7 +165,7 @@ def test_alltoall_volume_and_time_closed_form_against_simulation(tmp_path, tp, e
     fields = dict(dp=dp, tp=tp, ep=ep, microbatch_size=mbs, num_microbatches=m, measured=False)
     with_a2a = run_simulation(model, cluster, pricer=pricer, **fields).result.iteration_time_s
     free = run_simulation(model, cluster, pricer=_free(cluster, layout), **fields).result.iteration_time_s
-    pairs = math.ceil(min(imbalance, ep) * mbs * 64 * 2)
+    pairs = math.ceil(min(imbalance or 1.0, ep) * mbs * 64 * 2)
     nbytes = pairs * 64 * DTYPE_BYTES["bf16"] / tp
     group = ep_group(layout, ep, 0, 0, 0)
     t_a2a = real.collective("alltoall", nbytes, group).seconds
@@ -232,7 +247,7 @@ def test_ep_that_does_not_fit_is_one_line_exit_1(cli, tmp_path, args, reason):
 
 
 def test_ep_must_divide_the_experts_and_needs_experts(cli, tmp_path):
-    (tmp_path / "six.yaml").write_text(TINY.format(imbalance=1.0, shared=0, cap="").replace("experts: 8", "experts: 6"))
+    (tmp_path / "six.yaml").write_text(TINY.format(imbalance="", shared=0, cap="").replace("experts: 8", "experts: 6"))
     code, _, err = cli("simulate", tmp_path / "six.yaml", "--cluster", "dgx-h100", "--dp", "4", "--ep", "4",
                        "--microbatch-size", "1", "--num-microbatches", "1")
     assert code == 1 and "does not divide the 6 experts" in err and len(err.strip().splitlines()) == 1
