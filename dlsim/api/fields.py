@@ -45,6 +45,7 @@ class StrategyFields(TypedDict, total=False):
     p2p_scatter_gather: bool
     fused_kernels: tuple[str, ...]
     recompute_layers: int
+    grad_accumulation: str
     ep: int
     ep_overlap: bool
     cp: int

@@ -11,6 +11,7 @@ from dlsim.api.limits import check_nodes_limit, check_strategy_limits
 from dlsim.api.modes import ALLREDUCE_ONLY, PS_ONLY, check_mode_fields
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.cost.layers import layer_cost
+from dlsim.cost.memory import grad_accumulation_bytes
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.strategy_yaml import load_strategy
 from dlsim.plan.comm import CommPricer, Layout
@@ -212,7 +213,8 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     full_model, model = model, split_sequence(model, s.cp)
     entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, ep=s.ep, ep_overlap=s.ep_overlap,
                                 overrides=mb_overrides,
-                                sequence_parallel=s.sequence_parallel, fused=frozenset(s.fused_kernels))
+                                sequence_parallel=s.sequence_parallel, fused=frozenset(s.fused_kernels),
+                                grad_accumulation=grad_accumulation_bytes(s.grad_accumulation, dtype, s.num_microbatches))
     if s.layer_groups:
         entries = add_transitions(model, entries, modes, s.dp, s.microbatch_size, dtype)
     entries = add_rings(entries, model, device, dtype, s.cp, tables, frozenset(s.fused_kernels))

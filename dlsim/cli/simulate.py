@@ -15,7 +15,7 @@ from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, js
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
 from dlsim.spec.strategy import OFFLOADS
-from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
+from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, GRAD_ACCUMULATIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
 
 _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_batch", "virtual_stages", "staleness",
@@ -25,7 +25,7 @@ _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """Strategy fields from the options the user actually gave."""
     fields: dict[str, Any] = {k: opts[k] for k in _INTS if opts.get(k) is not None}
-    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype", "offload"):
+    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype", "grad_accumulation", "offload"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
@@ -103,6 +103,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--ep-overlap/--no-ep-overlap", default=None,
               help="Run MoE shared experts beside the expert-parallel all-to-alls (Megatron-Core's shared-expert overlap).")
 @click.option("--fused-kernels", help=f"Fused kernels of the software stack, comma-separated ({', '.join(FUSIONS)}).")
+@click.option("--grad-accumulation", type=click.Choice(GRAD_ACCUMULATIONS),
+              help="How each micro-batch's weight gradient is added into the gradient buffer [default: autograd].")
 @click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage (1: distributed optimizer, 3: FSDP).")
 @click.option("--fsdp", is_flag=True, default=None, help="FSDP / ZeRO-3: parameters, gradients and optimizer state sharded.")
 @click.option("--hybrid-shard/--no-hybrid-shard", default=None,

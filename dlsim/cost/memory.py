@@ -59,6 +59,28 @@ def mixed_precision_step_traffic(params: int, dtype: str) -> tuple[float, float]
     return params * (20.0 + b), params * 3.0
 
 
+def grad_accumulation_bytes(mode: str, dtype: str, num_microbatches: int) -> float:
+    """Bytes per parameter per micro-batch that adding a micro-batch's weight gradient into the
+    gradient buffer moves (`dlsim.spec.strategy.GRAD_ACCUMULATIONS`), with b the bytes of a
+    training-dtype element:
+
+    * autograd: read the buffer and the new gradient, write the buffer (3b) for every micro-batch
+      but the first, whose gradient is kept as it is: 3b (m - 1) / m averaged over m micro-batches;
+    * main_grad: 3b for every micro-batch (Megatron-LM's hook adds into a zeroed buffer);
+    * main_grad_fp32: read 4 + read b + write 4 for every micro-batch;
+    * fused_fp32, none: 0 (inside the weight-gradient GEMM's epilogue, which stays compute-bound;
+      or not charged).
+    """
+    b = DTYPE_BYTES[dtype]
+    if mode == "autograd":
+        return 3.0 * b * (num_microbatches - 1) / num_microbatches
+    if mode == "main_grad":
+        return 3.0 * b
+    if mode == "main_grad_fp32":
+        return 8.0 + b
+    return 0.0
+
+
 def activation_bytes(model: Model, costs: dict[str, LayerCost], batch: int, dtype: str) -> dict[str, float]:
     """Bytes each layer keeps alive until its backward pass, for `batch` samples.
 

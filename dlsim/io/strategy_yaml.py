@@ -21,6 +21,7 @@ Example:
     p2p_overlap: false            # pipeline exchanges block the sender (Megatron-LM's default)
     p2p_scatter_gather: true      # replicated boundaries sent as 1/tp slices, all-gathered at the receiver
     fused_kernels: [scale_mask_softmax, bias_dropout_add]   # dlsim.spec.strategy.FUSIONS
+    grad_accumulation: main_grad  # autograd | main_grad | main_grad_fp32 | fused_fp32 | none
     zero: 1                       # 0-3; 1 = distributed optimizer, 3 = FSDP (+ hybrid_shard: true)
     optimizer: adam
     offload: none                 # activations | optimizer | both: to host memory over the host link
@@ -45,7 +46,7 @@ from dlsim.units import KIB, MIB
 _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
-          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "cp", "hybrid_shard", "offload"}
+          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "grad_accumulation", "cp", "hybrid_shard", "offload"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}

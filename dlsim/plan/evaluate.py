@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from dlsim.cost.memory import grad_accumulation_bytes
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.compression import plan_sync
@@ -176,14 +177,20 @@ class Evaluator:
 
     # -- cached pieces -------------------------------------------------------------------------
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
-              ep_overlap: bool = False) -> _Table:
-        key = (tp, sp, mbs, fused, ep, ep_overlap)
+              ep_overlap: bool = False, accumulation: float = 0.0) -> _Table:
+        key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation)
         t = self._layer_tables.get(key)
         if t is None:
             entries = build_layer_table(self.model, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep, ep_overlap=ep_overlap,
-                                        sequence_parallel=sp, fused=frozenset(fused))
+                                        sequence_parallel=sp, fused=frozenset(fused), grad_accumulation=accumulation)
             t = self._layer_tables[key] = _Table(entries, [e.forward.seconds + e.backward.seconds for e in entries])
         return t
+
+    def strategy_table(self, s: Strategy) -> _Table:
+        """The layer table `s` runs on (tp, sequence parallelism, micro-batch, fusions, ep, accumulation)."""
+        accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
+        return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
+                          accumulation)
 
     def ranges(self, s: Strategy, t: _Table) -> list[tuple[int, int]]:
         if s.stage_partition is not None:
@@ -286,7 +293,7 @@ class Evaluator:
         takes the interleaved closed form, that form itself (m·max W + (Σ W − max W)/v). Then stage
         0's optimizer step and ZeRO-1/2 parameter all-gather. Point-to-point transfers, the
         tied-embedding all-reduce and data-parallel reductions are left out."""
-        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap)
+        t = self.strategy_table(s)
         ranges = self.ranges(s, t)
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
         lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node)
@@ -352,7 +359,7 @@ class Evaluator:
     # -- memory --------------------------------------------------------------------------------
     def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
         """Peak memory of each stage's devices (as the simulator's memory tracker counts it)."""
-        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap)
+        t = self.strategy_table(s)
         ranges = self.ranges(s, t)
         return self._memory(s, t, ranges)
 
@@ -456,7 +463,7 @@ class Evaluator:
     # -- time ----------------------------------------------------------------------------------
     def evaluate(self, s: Strategy, memory: tuple[StageMemory, ...] | None = None) -> Evaluation:
         """Iteration time and memory of `s` (see the module docstring)."""
-        t = self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap)
+        t = self.strategy_table(s)
         ranges = self.ranges(s, t)
         memory = memory or self._memory(s, t, ranges)
         return _Timing(self, s, t, ranges, memory).run()

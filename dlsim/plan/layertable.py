@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from dlsim.cost.layers import LayerCost, PassCost, fuse_dropout_add, layer_cost
 from dlsim.cost.memory import activation_bytes
 from dlsim.cost.pricing import KernelTimes, price_layer, price_pass
+from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import INPUT, Model
@@ -77,11 +78,15 @@ def _key(layer, batch: int, tp: int, role: str) -> tuple:
 def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
                       tables: KernelTimes | None = None, ep: int = 1, ep_overlap: bool = False,
                       overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None,
-                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset()) -> tuple[LayerEntry, ...]:
+                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset(),
+                      grad_accumulation: float = 0.0) -> tuple[LayerEntry, ...]:
     """The per-device cost of every layer of `model`.
 
     `sequence_parallel` splits the layers between tensor-parallel regions along the sequence;
-    `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`).
+    `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`);
+    `grad_accumulation` the bytes per parameter each micro-batch's gradient accumulation moves
+    (`dlsim.cost.memory.grad_accumulation_bytes`), one memory-bound kernel per layer with
+    parameters, added to its weight-gradient pass.
 
     `ep` spreads the experts of mixture-of-experts layers over that many ranks
     (`dlsim.plan.expertparallel`): each is priced as its busiest rank runs it, its shared experts
@@ -153,6 +158,10 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         plan = plans.get(layer.name)
         if plan is not None:
             params = plan.params
+        if grad_accumulation > 0 and params > 0:
+            add = roofline_time(0.0, params * grad_accumulation, device, "fp32", matrix=False, kernels=1,
+                                kernel="grad_accumulation")
+            bwd, wgrad = bwd + add, wgrad + add
         out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
                               layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
                               wgrad, windows, experts=plan))

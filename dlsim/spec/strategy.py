@@ -21,6 +21,22 @@ COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
 PARALLEL_MODES = ("data", "model")
 OPTIMIZERS = ("sgd", "momentum", "adam")
+GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused_fp32", "none")
+"""How each micro-batch's weight gradient reaches the gradient buffer (strategy key
+`grad_accumulation`; bytes per parameter in `dlsim.cost.memory.grad_accumulation_bytes`):
+
+* autograd: PyTorch's AccumulateGrad: the first micro-batch's gradient is kept as it is, each
+  later one is added in place by a separate kernel;
+* main_grad: Megatron-LM's local DDP with a contiguous gradient buffer in the training dtype
+  (its default for fp16 at commit 55ba1f7): a backward hook adds every micro-batch's gradient into
+  `main_grad` (megatron/model/distributed.py, `param.main_grad.add_(param.grad.data)`);
+* main_grad_fp32: the same buffer in fp32 (`--accumulate-allreduce-grads-in-fp32` without
+  gradient-accumulation fusion);
+* fused_fp32: Megatron-LM / Transformer Engine's gradient-accumulation fusion: the weight-gradient
+  GEMM accumulates into the fp32 buffer in its epilogue (no kernel of its own; bf16 default);
+* none: not charged.
+"""
+
 FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_dropout_add")
 """Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
 `dlsim.cost.layers`); none is assumed:
@@ -119,7 +135,8 @@ class Strategy:
     combined back by all-to-alls, expert gradients reduced over the dp·cp/ep ranks holding the same
     experts (`dlsim.plan.expertparallel`); `ep_overlap` runs the shared experts beside those
     all-to-alls (Megatron-Core's --moe-shared-expert-overlap). `fused_kernels` names the fused kernels the software stack runs
-    (`dlsim.cost.layers.FUSIONS`); none is assumed.
+    (`dlsim.cost.layers.FUSIONS`); none is assumed. `grad_accumulation` says how each
+    micro-batch's weight gradient is added into the gradient buffer (`GRAD_ACCUMULATIONS`).
     `cp` is the context-parallel degree: each of `cp` ranks holds 1/cp of every sequence (two of
     its 2·cp chunks, Megatron-LM's causal load balancing) and runs ring attention over the cp
     group (`dlsim.plan.contextparallel`); gradients are reduced over dp x cp. `hybrid_shard`
@@ -163,6 +180,7 @@ class Strategy:
     recompute_layers: int = 1
     ep: int = 1
     ep_overlap: bool = False
+    grad_accumulation: str = "autograd"
     cp: int = 1
     hybrid_shard: bool = False
     offload: str = "none"
@@ -208,7 +226,7 @@ class Strategy:
             "sequence_parallel": self.sequence_parallel, "tp_async_backward": self.tp_async_backward,
             "p2p_overlap": self.p2p_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
             "fused_kernels": list(self.fused_kernels), "ep": self.ep, "ep_overlap": self.ep_overlap,
-            "recompute_layers": self.recompute_layers,
+            "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
         }
 
@@ -395,6 +413,7 @@ def validate_strategy(s: Strategy) -> Strategy:
     if s.cp > 1 and s.layer_groups:
         raise SpecError("context parallelism splits the sequence of every layer; it cannot be combined with "
                         "layer_groups", field="cp")
+    _choice(s.grad_accumulation, "grad_accumulation", GRAD_ACCUMULATIONS)
     if s.dtype is not None and s.dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         raise SpecError(f"unknown dtype {s.dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
     return s
