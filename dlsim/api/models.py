@@ -92,6 +92,7 @@ def describe_model(model: Model | str | Path, batch: int = 1, dtype: str | None 
         "schema_version": 1, "kind": "model", "model": model.name, "source": model.source, "dtype": dtype,
         "assumed": assumed,
         "batch": batch, "input_shape": [batch, *model.input_shape], "params": model.params,
+        "active_params": model.active_params,
         "forward_flops": sum(layer["forward_flops"] for layer in layers),
         "training_flops": sum(c.flops for c in costs.values()),
         "work": sum(p["work"] for layer in layers for p in layer["passes"].values()),

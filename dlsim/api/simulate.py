@@ -20,7 +20,7 @@ from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
 from dlsim.plan.offload import host_link
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
-from dlsim.plan.expertparallel import check_expert_parallel
+from dlsim.plan.expertparallel import check_expert_parallel, expert_notes
 from dlsim.plan.layertable import LayerEntry, build_layer_table
 from dlsim.plan.partition import partition
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
@@ -221,6 +221,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     if fp8_note:  # FP8 projection GEMMs and their casts (dlsim.plan.fp8)
         entries = apply_fp8(entries, model, device, s.num_microbatches, tables, frozenset(s.fused_kernels))
         notes.append(fp8_note)
+    notes += expert_notes(entries)
     _check_fits(model, cluster, s, entries)
     ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
     layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node, s.cp)

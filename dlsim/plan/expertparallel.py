@@ -150,3 +150,14 @@ def expert_buckets(entries: Sequence[Any], buckets: list[Bucket], s: Any, elemen
         out += make_buckets(experts, s.bucket_size, s.first_bucket_size, EDP)
     # backward order: the bucket completed first (its earliest layer the latest) reduced first
     return sorted(out, key=lambda b: -b.ready_after)
+
+
+def expert_notes(entries: Sequence[Any]) -> list[str]:
+    """One line per distinct routing of the table's expert-parallel layers, for the result's notes."""
+    seen = {}
+    for e in entries:
+        if e.experts is not None:
+            seen.setdefault((e.experts.ep, e.experts.load, e.experts.dropped), []).append(e.name)
+    return [f"mixture of experts ({len(names)} layer{'s' if len(names) > 1 else ''}): the busiest of ep {ep} ranks runs {load:g}x the mean routed "
+            f"tokens" + (f" and drops {dropped:.1%} of those routed to it (capacity)" if dropped > 0 else "")
+            for (ep, load, dropped), names in seen.items()]

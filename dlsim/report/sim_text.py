@@ -11,7 +11,8 @@ _PARTS = (("compute", "compute"), ("recompute", "recompute"), ("exposed_comm", "
 
 
 def _strategy_line(s: dict[str, Any]) -> str:
-    parts = [f"dp {s['dp']} x tp {s['tp']} x pp {s['pp']}" + (f" x cp {s['cp']}" if s.get("cp", 1) > 1 else ""),
+    parts = [f"dp {s['dp']} x tp {s['tp']} x pp {s['pp']}" + (f" x cp {s['cp']}" if s.get("cp", 1) > 1 else "")
+             + (f" (ep {s['ep']})" if s.get("ep", 1) > 1 else ""),
              f"micro-batch {s['microbatch_size']} x {s['num_microbatches']}",
              f"global batch {s['global_batch']}"]
     if s["pp"] > 1:

@@ -52,7 +52,9 @@ def model_table(rec: dict) -> str:
                  rows, [False, False, False, True, True, True, True, True, True])
     head = (f"{rec['model']}  batch {rec['batch']}  {rec['dtype']}  input {_shape(rec['input_shape'])}"
             f"{_assumed_note(rec)}\n")
-    foot = (f"\ntotal: {format_count(rec['params'])} parameters ({rec['params']:,}), "
+    active = rec.get("active_params", rec["params"])
+    used = f" ({format_count(active)} active per token)" if active != rec["params"] else ""
+    foot = (f"\ntotal: {format_count(rec['params'])} parameters ({rec['params']:,}){used}, "
             f"forward {format_count(rec['forward_flops'])}FLOP, training step {format_count(rec['training_flops'])}FLOP, "
             f"work W {format_count(rec['work'])}, forward depth D {rec['forward_depth']}, "
             f"activations {format_bytes(rec['activation_bytes'])}")
