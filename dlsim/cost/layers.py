@@ -548,11 +548,15 @@ def _matmul(layer: Layer, n: int, b: int) -> LayerCost:
 def _sdpa(layer: Layer, n: int, b: int) -> LayerCost:
     """Scaled dot-product attention softmax(Q·Kᵀ/√d)·V without projections, Q (..., L, d), K (..., S, d),
     V (..., S, d_v), batched over the leading dimensions and the samples: forward QKᵀ (L, S, d) and
-    P·V (L, d_v, S); ≈ 5 FLOP per score for scaling and softmax. Backward the four products of PyTorch's
-    FLOP counter (torch.utils.flop_counter.sdpa_backward_flop_count): ∇P = ∇O·Vᵀ (L, S, d_v),
+    P·V (L, d_v, S); ≈ 5 FLOP per score for scaling and softmax. Backward the five products of PyTorch's
+    FLOP counter (torch.utils.flop_counter.sdpa_backward_flop_count, torch 2.13): the scores recomputed
+    Q·Kᵀ (L, S, d) as the fused kernels do (Dao et al. 2022, Algorithm 4), ∇P = ∇O·Vᵀ (L, S, d_v),
     ∇V = Pᵀ·∇O (S, d_v, L), ∇Q = ∇S·K (L, d, S), ∇K = ∇Sᵀ·Q (S, d, L); ≈ 4 FLOP per score. Causal masking
-    is counted as full products, as the counter does. No score is kept (PyTorch's fused CPU and flash
-    kernels): Q, K, V, the output and one fp32 log-sum-exp per row."""
+    is counted as full products, as the counter does. Without dropout PyTorch runs a fused kernel (flash
+    attention on CPU and GPU) that keeps no score: Q, K, V, the output and one fp32 log-sum-exp per row.
+    With dropout its CPU dispatch falls back to the unfused math path (the CPU flash kernel has none),
+    whose backward reads the kept probabilities and their dropout mask instead of recomputing Q·Kᵀ:
+    four products (the counter counts the math path's four batched matmuls)."""
     q, k, v = layer.in_shapes
     steps, d, s, dv = q[-2], q[-1], k[-2], v[-1]
     count = n * math.prod(layer.out_shape[:-2])
@@ -560,13 +564,16 @@ def _sdpa(layer: Layer, n: int, b: int) -> LayerCost:
     io = n * (math.prod(q) + math.prod(k) + math.prod(v)) * b
     out = n * layer.out_elements * b
     fwd_g = (Gemm(steps, s, d, count), Gemm(steps, dv, s, count))
-    bwd_g = (Gemm(steps, s, dv, count), Gemm(s, dv, steps, count), Gemm(steps, d, s, count), Gemm(s, d, steps, count))
+    math_path = bool(layer.attrs["dropout"])
+    bwd_g = (Gemm(steps, s, d, count),) * (not math_path) + (
+        Gemm(steps, s, dv, count), Gemm(s, dv, steps, count), Gemm(steps, d, s, count), Gemm(s, d, steps, count))
     depth = clog2(d) + 2 * clog2(s) + clog2(s)
     fwd = PassCost(sum(g.flops for g in fwd_g) + 5 * scores, sum(g.flops for g in fwd_g) / 2 + 5 * scores, depth,
                    io, out + count * steps * 4, fwd_g, "gemm", kernels=1)
     bwd = PassCost(sum(g.flops for g in bwd_g) + 4 * scores, sum(g.flops for g in bwd_g) / 2 + 4 * scores, depth,
                    io + 2 * out, io, bwd_g, "gemm", kernels=1)
-    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, saves_output=True, extra_saved_bytes=count * steps * 4)
+    kept = scores * (b + MASK_BYTES) if math_path else count * steps * 4
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, saves_output=True, extra_saved_bytes=kept)
 
 
 def _generic(layer: Layer, n: int, b: int) -> LayerCost:

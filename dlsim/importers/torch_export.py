@@ -127,7 +127,11 @@ class _Shapes:
         return (tuple(out), where) if found else (None, None)
 
     def per_sample(self, value: Any) -> tuple[int, ...]:
-        """The per-sample shape, or a flat (elements / batch,) when the batch is mixed into it."""
+        """The per-sample shape, or a flat (elements / batch,) when the batch is mixed into it (of the first
+        tensor of a tuple)."""
+        if not hasattr(value, "shape"):
+            from torch.utils._pytree import tree_flatten
+            value = next(v for v in tree_flatten(value)[0] if hasattr(v, "shape"))
         shape, _ = self.split(value.shape)
         if shape is not None:
             return shape
@@ -164,7 +168,7 @@ class _Context:
         self.nodes: list[Node] = []
         self.fallbacks: dict[str, int] = {}
         self.folded = 0
-        self.uses_output: set[str] = set()
+        self.canonical: dict[str, str] = {}       # a tied parameter's second name -> its first
 
     def claim(self, names: set[str], node_id: str) -> int:
         """Count the parameters in `names` not yet counted by an earlier layer; they belong to `node_id`."""
@@ -219,6 +223,11 @@ def _check(kind: str, attrs: dict, ins: list[tuple], out: tuple) -> bool:
     return tuple(got) == tuple(out)
 
 
+def _row(v: Any, height: int) -> list[int]:
+    """A 1-D window size as the (height, width) of a 2-D window over a single row."""
+    return [height, int(v[0] if isinstance(v, (list, tuple)) else v)]
+
+
 def _pair(v: Any) -> Any:
     v = list(v) if isinstance(v, (list, tuple)) else [v, v]
     v = [int(x) for x in v]
@@ -239,7 +248,7 @@ def _param_name(ctx: _Context, a: Any) -> str | None:
     """The parameter a graph argument is, when it is one parameter placeholder."""
     import torch.fx
     if isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.name in ctx.params:
-        return a.name
+        return ctx.canonical.get(a.name, a.name)
     return None
 
 
@@ -283,9 +292,8 @@ def _map_conv(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
             c, length = ins[0] if len(ins[0]) == 2 else (None, None)
             if c is None:
                 return None
-            one = lambda v: [1, int(v[0] if isinstance(v, (list, tuple)) else v)]  # noqa: E731
-            attrs.update(kernel=one(weight.shape[2:]), stride=one(stride), dilation=one(dilation),
-                         padding=pad if isinstance(pad, str) else one(padding))
+            attrs.update(kernel=_row(weight.shape[2:], 1), stride=_row(stride, 1), dilation=_row(dilation, 1),
+                         padding=pad if isinstance(pad, str) else _row(padding, 0))
             mid = (int(c), 1, int(length))
             conv_out = (out[0], 1, out[1]) if len(out) == 2 else None
             if conv_out is None or not _check("conv2d", {k: v for k, v in attrs.items() if k != "type"}, [mid], conv_out):
@@ -487,6 +495,17 @@ def _map_pool(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
         return None
     kernel = _arg(node, 1, "kernel_size")
     stride = _arg(node, 2, "stride") or kernel
+    if name in ("max_pool1d", "avg_pool1d"):  # a 2-D pooling over a single row, between two reshapes
+        if len(ins[0]) != 2 or len(out) != 2 or (name == "max_pool1d" and _row(_arg(node, 4, "dilation", 1), 1) != [1, 1]):
+            return None
+        attrs = {"kernel": _row(kernel, 1), "stride": _row(stride, 1), "padding": _row(_arg(node, 3, "padding", 0), 0),
+                 "ceil_mode": bool(_arg(node, 5 if name == "max_pool1d" else 4, "ceil_mode", False))}
+        kind = "maxpool" if name == "max_pool1d" else "avgpool"
+        mid, pooled = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
+        if not _check(kind, attrs, [mid], pooled):
+            return None
+        return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_pool", {"type": kind, **attrs}, ["_in2d"]),
+                ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
     attrs = {"kernel": _pair(kernel), "stride": _pair(stride), "padding": _pair(_arg(node, 3, "padding", 0))}
     if name == "max_pool2d":
         attrs.update(dilation=_pair(_arg(node, 4, "dilation", 1)), ceil_mode=bool(_arg(node, 5, "ceil_mode", False)))
@@ -519,6 +538,7 @@ _MAPPERS: dict[str, Callable[[_Context, Any, list, tuple], Mapped | None]] = {
     "embedding": _map_embedding, "scaled_dot_product_attention": _map_sdpa,
     "lstm": _map_recurrent, "gru": _map_recurrent, "rnn_tanh": _map_recurrent,
     "max_pool2d": _map_pool, "avg_pool2d": _map_pool, "adaptive_avg_pool2d": _map_pool, "mean": _map_pool,
+    "max_pool1d": _map_pool, "avg_pool1d": _map_pool,
     **{name: _map_activation for name in _ACTIVATIONS},
     **{name: _map_view for name in _VIEWS},
 }
@@ -582,8 +602,16 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
     batch = int(x.shape[0])
     ep, dynamic = export_module(module, example)
     spec_of = {s.arg.name: s for s in ep.graph_signature.input_specs}
-    params = {name: ep.state_dict[s.target].detach().clone().requires_grad_(True)
-              for name, s in spec_of.items() if s.kind.name == "PARAMETER"}
+    params: dict[str, Any] = {}
+    seen: dict[int, str] = {}
+    for pname, s in spec_of.items():
+        if s.kind.name == "PARAMETER":
+            held = ep.state_dict[s.target]
+            if id(held) in seen:  # the same tensor under a second name (tied weights): one parameter
+                params[pname] = params[seen[id(held)]]
+                continue
+            seen[id(held)] = pname
+            params[pname] = held.detach().clone().requires_grad_(True)
     input_name = next(name for name, s in spec_of.items() if s.kind.name == "USER_INPUT")
     try:
         values = _run(ep, example, params)
@@ -596,8 +624,9 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
         sym = next(iter(in_node.meta["val"].shape[0].node.expr.free_symbols))
     shapes = _Shapes(sym, batch)
     ctx = _Context(ep, values, shapes, params, input_name)
+    ctx.canonical = {name: seen[id(ep.state_dict[spec_of[name].target])] for name in params}
     for name in params:
-        ctx.param_of[name] = {name}
+        ctx.param_of[name] = {ctx.canonical[name]}
     # nodes that reach an output: the backward runs through these only
     live: set[str] = set()
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
@@ -674,7 +703,8 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
         ctx.nodes.append(Node(node.name, entry, in_ids, scope, cls, entry["op"]))
         ctx.alias[node.name] = node.name
         ctx.fallbacks[entry["op"]] = ctx.fallbacks.get(entry["op"], 0) + 1
-    unowned = sorted(set(params) - set(ctx.owner))
+    aliases = {name for name in params if ctx.canonical[name] != name}
+    unowned = sorted(set(params) - set(ctx.owner) - aliases)
     if unowned:  # parameters no operator that depends on the input reads: count them on the last layer
         last = ctx.nodes[-1]
         extra = ctx.claim(set(unowned), last.id)
@@ -694,7 +724,7 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
     first_param = next(iter(params.values()), None)
     dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(first_param.dtype if first_param is not None else None,
                                                                  "fp32")
-    total = sum(p.numel() for p in params.values())
+    total = sum(p.numel() for name, p in params.items() if name not in aliases)
     return Captured(ctx.nodes, input_entry, dtype, total, batch, dynamic, ctx.folded, ctx.fallbacks)
 
 

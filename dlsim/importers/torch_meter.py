@@ -6,7 +6,9 @@ autograd) and adds up, per kernel, the FLOPs PyTorch's FLOP counter assigns it
 every tensor it reads and writes (views and allocations move none). `flop_registry` is the counter's
 table plus its own scaled-dot-product-attention formulas registered for the fused CPU kernel
 (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), which the counter leaves out
-in torch 2.13; `counter()` is a `FlopCounterMode` with the same table. `measure_op` runs one
+in torch 2.13, and a convolution backward whose weight-gradient term counts a grouped convolution's
+channel pairs (the counter's counts all C_in x C_out pairs: a depthwise convolution's ∇w C times
+too high); `counter()` is a `FlopCounterMode` with the same table. `measure_op` runs one
 operator of a captured graph on the values it saw and reports its forward, input-gradient and
 weight-gradient costs. torch is imported here only, and only when called.
 """
@@ -21,30 +23,55 @@ _NO_DATA = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_stri
             "lift_fresh", "lift_fresh_copy", "sym_size", "sym_numel", "sym_stride", "_local_scalar_dense"}
 
 
-def flop_registry() -> dict:
-    """PyTorch's FLOP formulas per operator, plus the fused CPU attention kernels (same formulas)."""
+def _corrections() -> dict:
+    """Formulas (over shapes, as `FlopCounterMode`'s custom mappings take them) that replace or complete
+    PyTorch's: the CPU attention kernels (the counter's own SDPA counts) and a group-aware convolution
+    backward."""
     import torch
     from torch.utils import flop_counter as fc
 
-    table = dict(fc.flop_registry)
     aten = torch.ops.aten
+
+    def conv_backward(grad_out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups,
+                      output_mask, out_shape=None, **kwargs):  # noqa: ANN001, ANN202
+        """∇x as the transposed convolution of ∇y with w (the counter's own term); ∇w as the convolution of
+        x with ∇y over the channel pairs of each of the `groups` groups: 1/groups of the counter's term,
+        which pairs all C_in x C_out channels."""
+        def t(shape):  # noqa: ANN001, ANN202
+            return [shape[1], shape[0], *shape[2:]]
+        total = 0
+        if output_mask[0]:
+            total += fc.conv_flop_count(grad_out, w, out_shape[0], not transposed)
+        if output_mask[1]:
+            pair = (t(grad_out), t(x)) if transposed else (t(x), t(grad_out))
+            total += fc.conv_flop_count(*pair, t(out_shape[1]), transposed=False) // int(groups)
+        return total
+
+    def sdpa(q, k, v, *args, out_shape=None, **kwargs):  # noqa: ANN001, ANN202
+        return fc.sdpa_flop_count(q, k, v)
+
+    def sdpa_backward(grad_out, q, k, v, *args, out_shape=None, **kwargs):  # noqa: ANN001, ANN202
+        return fc.sdpa_backward_flop_count(grad_out, q, k, v)
+
+    extra = {aten.convolution_backward: conv_backward}
     if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
-        table.setdefault(aten._scaled_dot_product_flash_attention_for_cpu, fc.sdpa_flop)
-        table.setdefault(aten._scaled_dot_product_flash_attention_for_cpu_backward, fc.sdpa_backward_flop)
-    return table
+        extra[aten._scaled_dot_product_flash_attention_for_cpu] = sdpa
+        extra[aten._scaled_dot_product_flash_attention_for_cpu_backward] = sdpa_backward
+    return extra
+
+
+def flop_registry() -> dict:
+    """PyTorch's FLOP formulas per operator with `_corrections` (all taking tensors and ``out_val``)."""
+    from torch.utils import flop_counter as fc
+
+    return {**fc.flop_registry, **{k: fc.shape_wrapper(v) for k, v in _corrections().items()}}
 
 
 def counter() -> Any:
-    """A `torch.utils.flop_counter.FlopCounterMode` (no display) that also counts the CPU attention kernel."""
-    import torch
+    """A `torch.utils.flop_counter.FlopCounterMode` (no display) with `_corrections`."""
     from torch.utils import flop_counter as fc
 
-    aten = torch.ops.aten
-    extra = {}
-    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
-        extra = {aten._scaled_dot_product_flash_attention_for_cpu: fc.sdpa_flop,
-                 aten._scaled_dot_product_flash_attention_for_cpu_backward: fc.sdpa_backward_flop}
-    return fc.FlopCounterMode(display=False, custom_mapping=extra)
+    return fc.FlopCounterMode(display=False, custom_mapping=_corrections())
 
 
 def make_meter() -> Any:

@@ -122,7 +122,7 @@ def _same(a: dict, ins: list[Shape]) -> Shape:
 
 def _batchnorm(a: dict, ins: list[Shape]) -> Shape:
     x = _single(ins)
-    _expect_rank(x, (1, 3), "C or C, H, W")
+    _expect_rank(x, (1, 2, 3), "C, or C, L, or C, H, W")
     return x
 
 

@@ -1,0 +1,31 @@
+"""FLOPs of a training step as PyTorch's FLOP counter counts them.
+
+`torch.utils.flop_counter.FlopCounterMode` counts matrix-class work only: matrix products,
+convolutions and attention (2 FLOPs per multiply-accumulate); element-wise kernels count zero.
+`counted_flops` adds up the same for a dlsim model: the GEMMs of each pass (a generic layer's
+measured FLOPs, which are the counter's own), the backward without the ∇x of layers whose inputs
+need no gradient (`dlsim.cost.gradflow`), as autograd skips it.
+"""
+
+from __future__ import annotations
+
+from dlsim.cost.gradflow import gradient_free
+from dlsim.cost.layers import PassCost, layer_cost
+from dlsim.spec.model import Model
+
+
+def _matrix(cost: PassCost) -> float:
+    return cost.flops if cost.kind == "generic" else cost.matmul_flops
+
+
+def counted_flops(model: Model, batch: int) -> tuple[float, float]:
+    """(forward, backward) FLOPs of one training step of `batch` samples, as PyTorch's counter counts them."""
+    free = gradient_free(model)
+    forward = backward = 0.0
+    for layer in model.layers:
+        cost = layer_cost(layer, batch, model.dtype)
+        forward += _matrix(cost.forward)
+        if not all(src in free for src in layer.inputs):
+            backward += _matrix(cost.backward_data)
+        backward += _matrix(cost.backward_weight)
+    return forward, backward
