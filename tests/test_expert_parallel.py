@@ -173,6 +173,28 @@ def test_alltoall_volume_and_time_closed_form_against_simulation(tmp_path, tp, e
     assert with_a2a - free == pytest.approx(m * 2 * 4 * t_a2a, rel=1e-9)
 
 
+def test_shared_experts_beside_the_alltoalls(tmp_path):
+    """ep_overlap: the shared experts run beside the dispatch forward and the combine's gradient
+    backward; the iteration saves per micro-batch what `overlap_cost` hides of each all-to-all."""
+    from dlsim.cost.overlap import overlap_cost
+    from dlsim.plan.layertable import build_layer_table
+
+    cluster = load_profile("dgx-h100")
+    model = tiny(tmp_path, shared=1)
+    layout = Layout(8, 1, 1, cluster.devices_per_node)
+    pricer, real = _only_alltoall(cluster, layout)
+    fields = dict(dp=8, ep=4, microbatch_size=2, num_microbatches=3, measured=False)
+    plain = run_simulation(model, cluster, pricer=pricer, **fields).result.iteration_time_s
+    beside = run_simulation(model, cluster, pricer=pricer, ep_overlap=True, **fields).result.iteration_time_s
+    entry = next(e for e in build_layer_table(model, cluster.device, "bf16", batch=2, tp=1, ep=4, ep_overlap=True)
+                 if e.name == "moe")
+    p, sigma = entry.experts, cluster.device.overlap_slowdown
+    a2a = real.collective("alltoall", p.dispatch.nbytes, ep_group(layout, 4, 0, 0, 0)).seconds
+    saved = sum(a2a - sum(overlap_cost(shared, a2a, sigma)) for shared in (p.shared_forward, p.shared_backward))
+    assert p.shared_forward > 0 and saved > 0
+    assert plain - beside == pytest.approx(3 * saved, rel=1e-9)
+
+
 def test_expanded_alltoall_simulated_transfer_by_transfer_equals_closed_form(tmp_path):
     """All ranks simulated, the all-to-alls run as their point-to-point schedules on the link ports:
     the same time as the priced collectives (no contention inside one all-to-all)."""

@@ -128,19 +128,11 @@ def _experts_forward(acc: _Acc, e: LayerEntry, tp: int) -> None:
     """A mixture of experts under expert parallelism (`dlsim.plan.expertparallel`): the router, the
     dispatch all-to-all (the shared experts beside it when `ExpertPlan.overlap`), the experts, the
     combine all-to-all."""
-    p, src = e.experts, e.forward.source
+    p = e.experts
     assert p is not None
     for c in e.tp.before:
         acc.collective(c, _group(e, tp, c))
-    acc.add(e.name, p.router_forward, src)
-    rest = e.forward.seconds - p.router_forward
-    if p.overlap and p.shared_forward > 0:
-        acc.overlap(e.name, p.shared_forward, src, p.dispatch, EP)
-        rest -= p.shared_forward
-    else:
-        acc.collective(p.dispatch, EP)
-    acc.add(e.name, rest, src)
-    acc.collective(p.combine, EP)
+    _experts_run(acc, e, e.forward, p.router_forward, p.shared_forward, p.dispatch, p.combine, 0.0)
     for c in e.tp.after_fwd:
         acc.collective(c, _group(e, tp, c))
 
@@ -149,23 +141,34 @@ def _experts_backward(acc: _Acc, e: LayerEntry, tp: int, ready_at: dict[int, tup
     """The backward of `_experts_forward` in reverse: the combine's gradient all-to-all (the shared
     experts' backward beside it when overlapped), the experts' backward, the dispatch's gradient
     all-to-all, the router's backward."""
-    p, src = e.experts, e.backward.source
+    p = e.experts
     assert p is not None
     for c in e.tp.before_bwd:
         acc.collective(c, _group(e, tp, c))
-    rest = e.backward.seconds - p.router_backward
-    if p.overlap and p.shared_backward > 0:
-        acc.overlap(e.name, p.shared_backward, src, p.combine, EP)
-        rest -= p.shared_backward
-    else:
-        acc.collective(p.combine, EP)
-    acc.add(e.name, rest, src)
-    acc.collective(p.dispatch, EP)
-    acc.add(e.name, p.router_backward, src)
+    _experts_run(acc, e, e.backward, 0.0, p.shared_backward, p.combine, p.dispatch, p.router_backward)
     if ready_at and e.index in ready_at:
         acc.flush(ready_at[e.index])
     for c in e.tp.after_bwd:
         acc.collective(c, _group(e, tp, c))
+
+
+def _experts_run(acc: _Acc, e: LayerEntry, total, head: float, shared: float, beside: Collective,
+                 after: Collective, tail: float) -> None:
+    """`head` seconds of kernels, the all-to-all `beside` (the shared experts' `shared` seconds run
+    beside it when overlapped, else after it), the rest of the pass, the all-to-all `after`, then
+    `tail` seconds; `total` is the pass's Estimate."""
+    src, rest = total.source, total.seconds - head - tail
+    if head:
+        acc.add(e.name, head, src)
+    if e.experts is not None and e.experts.overlap and shared > 0:
+        acc.overlap(e.name, shared, src, beside, EP)
+        rest -= shared
+    else:
+        acc.collective(beside, EP)
+    acc.add(e.name, rest, src)
+    acc.collective(after, EP)
+    if tail:
+        acc.add(e.name, tail, src)
 
 
 def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE,
