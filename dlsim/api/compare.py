@@ -267,6 +267,54 @@ def _execute(jobs_list: list[dict[str, Any]], jobs: int, on_entry: Any) -> Itera
             yield entry
 
 
+def _overrun(entry: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(peak, capacity) of an out-of-memory entry's fullest device, or None without memory figures."""
+    devices = [d for d in entry.get("devices") or [] if d.get("capacity_bytes")]
+    if not devices:
+        return None
+    d = max(devices, key=lambda d: d["peak_memory_bytes"] / d["capacity_bytes"])
+    return d["peak_memory_bytes"], d["capacity_bytes"]
+
+
+def _where_entry(entry: Mapping[str, Any]) -> str:
+    return f"{entry['name']}" + (f" on {entry['gpus']} GPUs" if entry.get("gpus") else "")
+
+
+def no_feasible_reason(record: Mapping[str, Any]) -> str:
+    """One line for a comparison where nothing is feasible: which limit ruled every entry out and by
+    how much (out of memory: the closest entry's need against its capacity; cannot be built: the
+    reason, or the first one and how many share none)."""
+    from dlsim.api.sweep import reason_kind
+    from dlsim.units import format_bytes
+    entries = list(record["entries"])
+    n = len(entries)
+    names = len({e["name"] for e in entries})
+    what = f"{n} points ({names} {'strategy' if names == 1 else 'strategies'} x GPU counts)" \
+        if record.get("scaling") else f"{n} strategies" if n > 1 else "1 strategy"
+    memory = [e for e in entries if e.get("limit") == "memory"]
+    built = [e for e in entries if e.get("limit") != "memory"]
+    parts = []
+    if built:
+        kinds = {reason_kind(str(e.get("reason", ""))) for e in built}
+        first = built[0]
+        share = "" if len(built) == 1 else " (every one for the same reason)" if len(kinds) == 1 else \
+            f" ({len(kinds)} different reasons; see the table)"
+        parts.append(f"{len(built)} cannot be built{share}: first, {_where_entry(first)}: "
+                     f"{' '.join(str(first.get('reason', '')).split())}")
+    if memory:
+        sized = [(e, o) for e in memory if (o := _overrun(e)) is not None]
+        if sized:
+            e, (need, cap) = min(sized, key=lambda x: x[1][0] / x[1][1])
+            parts.append(f"{len(memory)} run out of memory: the closest, {_where_entry(e)}, needs "
+                         f"{format_bytes(need)} per device against {format_bytes(cap)} usable (over by "
+                         f"{format_bytes(need - cap)}, {need / cap:.0%} of capacity)")
+        else:
+            parts.append(f"{len(memory)} run out of memory: first, {_where_entry(memory[0])}: "
+                         f"{' '.join(str(memory[0].get('reason', '')).split())}")
+    head = "the only strategy is not feasible" if what == "1 strategy" else f"none of the {what} is feasible"
+    return f"{head}: " + "; ".join(parts)
+
+
 def scaling_curves(record: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """strategy -> [{gpus, throughput, speedup, efficiency, feasible}] against its smallest feasible count."""
     out: dict[str, list[dict[str, Any]]] = {}

@@ -196,5 +196,5 @@ def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str
     if wants_summary(json_out):
         click.echo(comparison_table(rec))
     if rec["entries"] and not rec["feasible"]:
-        raise InfeasibleError(f"none of the {len(rec['entries'])} strategies is feasible; first: "
-                              f"{rec['entries'][0]['name']}: {rec['entries'][0]['reason']}")
+        from dlsim.api.compare import no_feasible_reason
+        raise InfeasibleError(no_feasible_reason(rec))

@@ -266,6 +266,10 @@ def scaling_figure(record: Mapping[str, Any]) -> Any:
         if oom:
             thr.plot([p["gpus"] for p in oom], [p["throughput_samples_per_s"] for p in oom], "o", color=c,
                      markerfacecolor="none")
+        unbuilt = [p["gpus"] for p in pts if not p["feasible"] and not p.get("throughput_samples_per_s")]
+        if unbuilt:  # no throughput to place: an x on the bottom edge at its GPU count
+            thr.plot(unbuilt, [0.03] * len(unbuilt), "x", color=c, markersize=8, clip_on=False,
+                     transform=thr.get_xaxis_transform())
         sp = [p for p in pts if p.get("speedup") is not None and p["feasible"]]
         if sp:
             spd.plot([p["gpus"] for p in sp], [p["speedup"] for p in sp], "o-", color=c,
@@ -278,14 +282,26 @@ def scaling_figure(record: Mapping[str, Any]) -> Any:
     eff.axhline(100, color="k", linestyle="--", linewidth=1, label="ideal (100 %)")
     if any(not p["feasible"] and p.get("throughput_samples_per_s") for pts in curves.values() for p in pts):
         thr.plot([], [], "o", color="grey", markerfacecolor="none", label="does not fit in memory")
+    if any(not p["feasible"] and not p.get("throughput_samples_per_s") for pts in curves.values() for p in pts):
+        thr.plot([], [], "x", color="grey", label="not feasible (reason below)")
+    if not any(p["feasible"] for pts in curves.values() for p in pts):
+        for ax in (thr, spd, eff):
+            ax.text(0.5, 0.5, "no feasible point (reasons below)", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=10, color=CAPACITY_COLOR)
     for ax in (thr, spd, eff):
         ax.set_xscale("log", base=2)
         ax.set_xticks(counts, [str(n) for n in counts])
+        if counts:  # the same GPU range on every panel, drawn or empty
+            ax.set_xlim(counts[0] / 1.25, counts[-1] * 1.25)
         ax.minorticks_off()
         ax.set_xlabel("GPUs")
         ax.grid(True, which="both", alpha=0.3)
-    thr.set_yscale("log")
-    spd.set_yscale("log", base=2)
+    if any(p.get("throughput_samples_per_s") for pts in curves.values() for p in pts):
+        thr.set_yscale("log")  # log axes need a positive value: left linear when nothing was simulated
+    else:
+        thr.set_yticks([])
+    if baselines:
+        spd.set_yscale("log", base=2)
     from matplotlib.ticker import FuncFormatter
     for axis in (thr.yaxis, spd.yaxis):
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -295,8 +311,8 @@ def scaling_figure(record: Mapping[str, Any]) -> Any:
     spd.set_ylabel("speedup (throughput / throughput at the baseline)")
     spd.set_title("speedup against GPUs", fontsize=10)
     eff.set_ylabel("parallel efficiency (%)")
-    eff.set_ylim(0, max(110, *(100 * p["efficiency"] * 1.05 for pts in curves.values() for p in pts
-                               if p.get("efficiency"))))
+    eff.set_ylim(0, max([110.0] + [100 * p["efficiency"] * 1.05 for pts in curves.values() for p in pts
+                                   if p.get("efficiency")]))
     eff.set_title("parallel efficiency = speedup / GPU ratio", fontsize=10)
     for ax in (thr, spd, eff):
         if ax.get_legend_handles_labels()[0]:
@@ -335,6 +351,7 @@ def _grouped_breakdown(ax: Any, rows: Sequence[Mapping[str, Any]], counts: Seque
             labelled = True
             ax.text(x, bottom, tags[j], ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(counts)), [str(n) for n in counts])
+    ax.set_xlim(-0.5, len(counts) - 0.5)  # every slot, drawn or marked x
     ax.set_xlabel("GPUs (bars: " + ", ".join(f"{t} = {n}" for t, n in zip(tags[:8], names[:8]))
                   + (", ..." if len(names) > 8 else "") + ")", fontsize=8)
     ax.set_ylim(0, (longest / scale or 1) * 1.3)

@@ -1,0 +1,66 @@
+"""`dlsim compare` at its limits: scaling studies where nothing (or only part) is feasible, the
+micro-batch a global batch implies, and parameter-server / asynchronous / stale-synchronous modes."""
+
+import json
+
+import pytest
+
+from dlsim.api.compare import compare, no_feasible_reason
+from test_compare_plots import GPT, OVERRIDES, png_text
+
+
+def test_scaling_with_every_point_unbuildable_is_one_line(cli, tmp_path):
+    png = tmp_path / "none.png"
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "tp=3", "--scaling", "strong",
+                         "--gpus", "4,8", "--global-batch", "64", "--plot", png)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and "internal error" not in err
+    assert lines[-1] == ("error: none of the 2 points (1 strategy x GPU counts) is feasible: 2 cannot be built "
+                         "(every one for the same reason): first, tp3 on 4 GPUs: tp x pp = 3 x 1 = 3 does not "
+                         "divide 4 GPUs (remainder 1)")
+    assert "x tp3 (8 GPUs): tp x pp = 3 x 1 = 3 does not divide 8 GPUs (remainder 2)" in out
+    text = png_text(png)  # the figure is still drawn, every point marked
+    assert "no feasible point (reasons below)" in text and "Not feasible" in text and "remainder 2" in text
+
+
+def test_scaling_with_every_point_out_of_memory_names_the_closest(cli, tmp_path):
+    js = tmp_path / "oom.json"
+    gpt = [a if a != "seq_len=128" else "seq_len=1024" for a in GPT]
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *gpt, "--grid", "tp=1,2 microbatch_size=4096",
+                         "--global-batch", "32768", "--scaling", "strong", "--gpus", "4,8", "--plot",
+                         tmp_path / "oom.png", "--json", js)
+    assert code == 1
+    line = err.strip().splitlines()[-1]
+    rec = json.loads(js.read_text())
+    # the closest entry: the smallest need over capacity of its fullest device
+    ratios = {(e["name"], e["gpus"]): max(d["peak_memory_bytes"] / d["capacity_bytes"] for d in e["devices"])
+              for e in rec["entries"]}
+    name, gpus = min(ratios, key=ratios.get)
+    assert line.startswith("error: none of the 4 points (2 strategies x GPU counts) is feasible: 4 run out of "
+                           f"memory: the closest, {name} on {gpus} GPUs, needs ")
+    assert "over by" in line and f"{ratios[(name, gpus)]:.0%} of capacity" in line
+    assert "Traceback" not in err
+
+
+def test_scaling_with_some_points_feasible_draws_them_and_marks_the_rest(cli, tmp_path):
+    png = tmp_path / "part.png"
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "tp=1,3 microbatch_size=4",
+                         "--global-batch", "64", "--scaling", "strong", "--gpus", "4,8,16", "--plot", png)
+    assert code == 0, err
+    text = png_text(png)
+    assert "not feasible (reason below)" in text and "tp1 (from 4 GPUs)" in text
+    assert "no feasible point" not in text and "does not divide 16 GPUs" in text
+
+
+def test_no_feasible_reason_mixed_limits():
+    rec = {"scaling": None, "entries": [
+        {"name": "a", "gpus": 8, "feasible": False, "limit": "build", "reason": "tp x pp = 3 x 1 = 3 does not divide 8"},
+        {"name": "b", "gpus": 8, "feasible": False, "limit": "memory", "reason": "out of memory",
+         "devices": [{"peak_memory_bytes": 3.0 * 2**30, "capacity_bytes": 2.0 * 2**30}]},
+        {"name": "c", "gpus": 8, "feasible": False, "limit": "memory", "reason": "out of memory",
+         "devices": [{"peak_memory_bytes": 5.0 * 2**30, "capacity_bytes": 2.0 * 2**30}]}]}
+    assert no_feasible_reason(rec) == (
+        "none of the 3 strategies is feasible: 1 cannot be built: first, a on 8 GPUs: tp x pp = 3 x 1 = 3 does not "
+        "divide 8; 2 run out of memory: the closest, b on 8 GPUs, needs 3 GiB per device against 2 GiB usable "
+        "(over by 1 GiB, 150% of capacity)")
