@@ -101,3 +101,60 @@ def test_data_dependent_control_flow_fails_in_one_line(tmp_path, cli):
     src = pathlib.Path(torchnets.__file__)
     code, out, err = cli("import", "torch", f"{src}:Branchy", "--input-shape", "16")
     assert code == 1 and err.count("\n") == 1 and "data-dependent control flow" in err, err
+
+
+@pytest.fixture(scope="module")
+def onnx_files(tmp_path_factory):
+    pytest.importorskip("onnx")
+    import warnings
+
+    folder = tmp_path_factory.mktemp("onnx")
+    out = {}
+    for name in torchnets.NETWORKS:
+        net, x = torchnets.build(name)
+        path = folder / f"{name}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(net, (x,), str(path), dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+        out[name] = path
+    return out
+
+
+@pytest.mark.parametrize("name", list(torchnets.NETWORKS))
+def test_onnx_export_imports_with_the_same_counts(imported, onnx_files, name):
+    """The ONNX export (TorchScript exporter, training mode) imports with the same parameters and forward FLOPs."""
+    from dlsim.api.importers import import_onnx_file
+    from dlsim.cost.counted import counted_flops
+
+    net, x, from_torch = imported[name]
+    result = import_onnx_file(onnx_files[name], name=name)
+    assert result.model.params == from_torch.model.params == sum(p.numel() for p in net.parameters())
+    fwd, _ = counted_flops(result.model, x.shape[0])
+    want, _ = counted_flops(from_torch.model, x.shape[0])
+    assert abs(fwd - want) <= TOLERANCE * want, (fwd, want)
+    assert result.model.input_shape == from_torch.model.input_shape
+
+
+def test_onnx_import_runs_without_torch_and_reports(onnx_files, tmp_path):
+    """`dlsim import onnx` in a process where torch cannot be imported: YAML written, report on stderr."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "unet.yaml"
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from dlsim.cli import run\n"
+            f"sys.exit(run(['import', 'onnx', {str(onnx_files['unet'])!r}, '-o', {str(out)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "generic InstanceNormalization" in done.stderr and "% of the predicted step" in done.stderr
+    from dlsim.io.model_yaml import load_model
+    assert load_model(out).params == sum(p.numel() for p in torchnets.UNet().parameters())
+
+
+def test_onnx_bad_file_is_one_line(tmp_path, cli):
+    pytest.importorskip("onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a protobuf")
+    code, _, err = cli("import", "onnx", bad)
+    assert code == 1 and err.count("\n") == 1 and "not a valid ONNX model" in err

@@ -1,0 +1,593 @@
+"""Import an ONNX graph as dlsim nodes, without torch.
+
+Shapes come from onnx's shape inference (``onnx.shape_inference.infer_shapes`` with data
+propagation), run with the batch dimension of the one graph input set to 2 and to 3: a dimension
+that changes holds the samples (it grows by its per-sample factor), so each tensor's per-sample
+shape is its shape with that factor taken out, as for torch.export's symbolic batch. Tensors whose
+shape inference leaves unknown (a reshape target computed at run time) take the shapes onnx's
+reference evaluator (``onnx.reference``) computes at the same two batch sizes.
+
+Operators map onto the same dlsim operators as the torch importer (`_MAP`); any other becomes a
+``generic`` layer: its forward FLOPs by the counting conventions of PyTorch's FLOP counter (matrix
+products and convolutions, 2 per multiply-accumulate; Einsum as the product of its index sizes),
+its bytes the sizes of its inputs and outputs. ONNX holds no backward graph, so a generic layer's
+backward is taken as the standard rule of its class: a matrix-class operator runs one product of
+its size per input that needs a gradient; an element-wise one reads the output gradient and its
+inputs and writes the input gradients. Initializers that only feed a batch norm's running
+statistics are buffers, not parameters; nodes that depend on no graph input (weights, constants,
+shape arithmetic) are folded into their consumers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from dlsim.errors import ShapeError, SpecError
+from dlsim.importers.graph import Node
+from dlsim.spec.model import INPUT
+from dlsim.spec.ops import OPS, infer
+
+BATCHES = (2, 3)
+_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
+_SHAPE_OPS = {"Shape", "Size"}
+
+
+@dataclass
+class OnnxGraph:
+    nodes: list[Node]
+    input_entry: dict
+    dtype: str
+    params: int
+    batch: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _load(path: Path) -> Any:
+    try:
+        import onnx
+    except ModuleNotFoundError:
+        raise SpecError("importing ONNX needs onnx (pip install onnx, or the 'onnx' extra)") from None
+    if not path.is_file():
+        raise SpecError("no such file", path=path)
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception as exc:  # noqa: BLE001 - onnx raises its own kinds for a bad file
+        raise SpecError(f"not a valid ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
+                        path=path) from None
+    return model
+
+
+def _with_batch(model: Any, batch: int) -> Any:
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {i.name for i in m.graph.initializer}
+    for inp in m.graph.input:
+        if inp.name not in inits and inp.type.tensor_type.shape.dim:
+            d = inp.type.tensor_type.shape.dim[0]
+            d.ClearField("dim_param")
+            d.dim_value = batch
+    del m.graph.value_info[:]
+    for out in m.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    return m
+
+
+def _shapes(model: Any, batch: int) -> tuple[dict[str, list[int] | None], dict[str, int]]:
+    """Shape and element type of every tensor with the input's batch set to `batch` (None: unknown)."""
+    from onnx import shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(_with_batch(model, batch), data_prop=True)
+    except Exception as exc:  # noqa: BLE001
+        raise SpecError(f"onnx shape inference fails ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from None
+    shapes: dict[str, list[int] | None] = {}
+    types: dict[str, int] = {}
+    g = inferred.graph
+    for vi in [*g.input, *g.value_info, *g.output]:
+        t = vi.type.tensor_type
+        types[vi.name] = t.elem_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
+        shapes[vi.name] = None if dims is None or None in dims else dims
+    for init in g.initializer:
+        shapes[init.name], types[init.name] = list(init.dims), init.data_type
+    return shapes, types
+
+
+def _evaluate(model: Any, batch: int, names: list[str]) -> dict[str, list[int]]:
+    """Shapes of `names` computed by onnx's reference evaluator on a random input of batch `batch`."""
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    m = _with_batch(model, batch)
+    inits = {i.name for i in m.graph.initializer}
+    feeds = {}
+    rng = np.random.default_rng(0)
+    for inp in m.graph.input:
+        if inp.name in inits:
+            continue
+        t = inp.type.tensor_type
+        shape = [d.dim_value for d in t.shape.dim]
+        if t.elem_type in (6, 7):
+            feeds[inp.name] = rng.integers(0, 2, shape).astype(np.int64 if t.elem_type == 7 else np.int32)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+    try:
+        values = ReferenceEvaluator(m).run(names, feeds)
+    except Exception as exc:  # noqa: BLE001
+        raise SpecError(f"shapes unknown after shape inference and the reference evaluator fails "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+    return {n: list(np.shape(v)) for n, v in zip(names, values)}
+
+
+def _per_sample(a: list[int] | None, b: list[int] | None) -> tuple[tuple[int, ...] | None, int | None]:
+    """(per-sample shape, index of the batch dimension or None when folded into another) from the
+    shapes at batches 2 and 3; (None, None) for a tensor that does not hold the batch."""
+    if a is None or b is None or len(a) != len(b):
+        return None, None
+    out, where, found = [], None, False
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x == y:
+            out.append(x)
+            continue
+        factor = y - x
+        if found or factor <= 0 or x != factor * BATCHES[0]:
+            return None, None
+        found = True
+        if factor == 1:
+            where = i
+        else:
+            out.append(factor)
+    return (tuple(out), where) if found else (None, None)
+
+
+class _Graph:
+    """State of one import."""
+
+    def __init__(self, model: Any, path: Path):
+        import onnx.numpy_helper as nh
+
+        self.model, self.path = model, path
+        g = model.graph
+        self.inits = {i.name: i for i in g.initializer}
+        self.consts: dict[str, Any] = {n: nh.to_array(i) for n, i in self.inits.items()}
+        for node in g.node:
+            if node.op_type == "Constant" and node.attribute:
+                import onnx
+                value = onnx.helper.get_attribute_value(node.attribute[0])
+                self.consts[node.output[0]] = nh.to_array(value) if hasattr(value, "dims") else value
+        inputs = [i for i in g.input if i.name not in self.inits]
+        if len(inputs) != 1:
+            raise SpecError(f"a dlsim model has one input; the graph has {len(inputs)}", path=path)
+        self.input = inputs[0].name
+        s2, self.types = _shapes(model, BATCHES[0])
+        s3, _ = _shapes(model, BATCHES[1])
+        unknown = [n for n in s2 if n not in self.inits and (s2[n] is None or s3.get(n) is None)]
+        produced = {o for node in g.node for o in node.output if o}
+        unknown += [o for o in produced if o not in s2]
+        self.notes: list[str] = []
+        if unknown:
+            names = sorted({n for n in unknown if n in produced})
+            e2, e3 = _evaluate(model, BATCHES[0], names), _evaluate(model, BATCHES[1], names)
+            s2.update(e2)
+            s3.update(e3)
+            self.notes.append(f"{len(names)} tensor shapes left unknown by shape inference taken from onnx's "
+                              f"reference evaluator")
+        self.s2, self.s3 = s2, s3
+        self.active: set[str] = {self.input}
+        self.param_of: dict[str, set[str]] = {n: {n} for n in self.inits}
+        self.owner: dict[str, str] = {}
+        self.alias: dict[str, str] = {self.input: INPUT}
+        self.nodes: list[Node] = []
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Per-sample shape (flat elements / batch when the batch is mixed into a dimension)."""
+        shape, _ = _per_sample(self.s2.get(name), self.s3.get(name))
+        if shape is not None:
+            return shape
+        a = self.s2.get(name)
+        numel = math.prod(a) if a is not None else 0
+        return (numel // BATCHES[0],) if numel >= BATCHES[0] and numel % BATCHES[0] == 0 else ()
+
+    def axis(self, name: str, dim: int) -> int | None:
+        shape, where = _per_sample(self.s2.get(name), self.s3.get(name))
+        if shape is None:
+            return None
+        rank = len(self.s2[name])
+        dim %= rank
+        if where is None:
+            return dim
+        return None if dim == where else dim - (dim > where)
+
+    def nbytes(self, name: str) -> int:
+        a = self.s2.get(name)
+        return math.prod(a) * _ELEMENT_BYTES.get(self.types.get(name, 1), 4) if a is not None else 0
+
+    def const(self, name: str) -> Any:
+        return self.consts.get(name)
+
+    def claim(self, names: set[str], node_id: str) -> int:
+        fresh = [p for p in sorted(names) if p not in self.owner]
+        for p in fresh:
+            self.owner[p] = node_id
+        return sum(int(math.prod(self.inits[p].dims)) for p in fresh)
+
+
+def _attrs(node: Any) -> dict:
+    import onnx
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _check(kind: str, attrs: dict, ins: list, out: tuple) -> bool:
+    op = OPS[kind]
+    full = {**op.attrs, **attrs}
+    try:
+        got, _ = infer(op, full, ins, "check")
+    except (ShapeError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return False
+    return tuple(got) == tuple(out)
+
+
+def _pair(v: Any) -> Any:
+    v = [int(x) for x in v]
+    return v[0] if len(v) == 2 and v[0] == v[1] else v
+
+
+def _weight(g: _Graph, name: str) -> str | None:
+    """The initializer `name` is, when it is one not yet counted."""
+    return name if name in g.inits and name not in g.owner else None
+
+
+Mapped = list[tuple[str, dict, list[str] | None]]
+
+
+def _map_conv(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    w = _weight(g, node.input[1])
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if w is None or (bias is not None and _weight(g, bias) is None) or len(ins) != 1:
+        return None
+    dims = list(g.inits[w].dims)
+    k = len(dims) - 2
+    pads = list(a.get("pads", [0] * 2 * k))
+    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or pads[:k] != pads[k:]:
+        return None
+    groups = int(a.get("group", 1))
+    strides, dilations = list(a.get("strides", [1] * k)), list(a.get("dilations", [1] * k))
+    transposed = node.op_type == "ConvTranspose"
+    if transposed:
+        if k != 2 or "output_shape" in a:
+            return None
+        attrs = {"type": "conv_transpose2d", "out_channels": dims[1] * groups, "kernel": _pair(dims[2:]),
+                 "stride": _pair(strides), "padding": _pair(pads[:2]),
+                 "output_padding": _pair(a.get("output_padding", [0, 0])), "dilation": _pair(dilations),
+                 "groups": groups, "bias": bias is not None}
+    elif k == 2:
+        attrs = {"type": "conv2d", "out_channels": dims[0], "kernel": _pair(dims[2:]), "stride": _pair(strides),
+                 "padding": _pair(pads[:2]), "dilation": _pair(dilations), "groups": groups, "bias": bias is not None}
+    elif k == 1 and len(ins[0]) == 2 and len(out) == 2:
+        attrs = {"type": "conv2d", "out_channels": dims[0], "kernel": [1, dims[2]], "stride": [1, strides[0]],
+                 "padding": [0, pads[0]], "dilation": [1, dilations[0]], "groups": groups, "bias": bias is not None}
+        mid, conv_out = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
+        if not _check("conv2d", {k2: v for k2, v in attrs.items() if k2 != "type"}, [mid], conv_out):
+            return None
+        return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_conv", attrs, ["_in2d"]),
+                ("", {"type": "reshape", "shape": list(out)}, ["_conv"])]
+    else:
+        return None
+    if not _check(attrs["type"], {k2: v for k2, v in attrs.items() if k2 != "type"}, ins, out):
+        return None
+    return [("", attrs, None)]
+
+
+def _map_gemm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    if a.get("transA", 0) or float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
+        return None
+    w = _weight(g, node.input[1])
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if w is None or len(ins) != 1 or (bias is not None and _weight(g, bias) is None):
+        return None
+    dims = list(g.inits[w].dims)
+    attrs = {"out_features": dims[0] if a.get("transB", 0) else dims[1], "bias": bias is not None}
+    if not _check("linear", attrs, ins, out):
+        return None
+    return [("", {"type": "linear", **attrs}, None)]
+
+
+def _map_matmul(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    x, y = node.input[:2]
+    if x in g.active and y in g.active and _check("matmul", {}, ins, out):
+        return [("", {"type": "matmul"}, None)]
+    if x in g.active and y not in g.active:
+        sources = g.param_of.get(y, set())
+        if len(sources) != 1 or g.s2.get(y) is None or len(g.s2[y]) != 2:
+            return None
+        (src,) = sources
+        attrs = {"out_features": g.s2[y][1], "bias": False}
+        if not _check("linear", attrs, ins, out) or math.prod(g.inits[src].dims) != math.prod(g.s2[y]):
+            return None
+        if src in g.owner:  # a weight shared with an earlier layer (tied output embedding)
+            attrs["tied_to"] = g.owner[src]
+        return [("", {"type": "linear", **attrs}, None)]
+    return None
+
+
+_NORM_WEIGHTS = {"BatchNormalization": (1, 2), "LayerNormalization": (1, 2)}
+
+
+def _map_norm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    if len(ins) != 1:
+        return None
+    scale = node.input[1] if len(node.input) > 1 else ""
+    bias = node.input[2] if len(node.input) > 2 else ""
+    if not scale or not bias or _weight(g, scale) is None or _weight(g, bias) is None:
+        return None
+    if node.op_type == "BatchNormalization":
+        attrs = {"type": "batchnorm", "affine": True, "eps": float(f"{a.get('epsilon', 1e-5):.6g}")}
+    else:
+        if g.axis(node.input[0], int(a.get("axis", -1))) != len(ins[0]) - 1:
+            return None
+        attrs = {"type": "layernorm", "affine": True, "eps": float(f"{a.get('epsilon', 1e-5):.6g}")}
+    if not _check(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
+        return None
+    return [("", attrs, None)]
+
+
+def _map_activation(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1 or tuple(ins[0]) != tuple(out) or not out:
+        return None
+    kind = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu"}.get(node.op_type)
+    if node.op_type == "Clip":
+        lo = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        hi = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        kind = "relu6" if lo is not None and hi is not None and (float(lo), float(hi)) == (0.0, 6.0) else None
+    return [("", {"type": kind}, None)] if kind else None
+
+
+def _map_softmax(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    axis = int(_attrs(node).get("axis", -1))
+    if len(ins) != 1 or g.axis(node.input[0], axis) != len(ins[0]) - 1 or tuple(ins[0]) != tuple(out):
+        return None
+    return [("", {"type": "softmax"}, None)]
+
+
+def _map_dropout(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    ratio = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    training = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    p = float(ratio) if ratio is not None else 0.5
+    if len(ins) != 1 or training is None or not bool(training) or not 0 <= p < 1 or tuple(ins[0]) != tuple(out):
+        return None
+    return [("", {"type": "dropout", "p": p}, None)]
+
+
+def _map_add(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 2 or not all(i in g.active for i in node.input) or not (tuple(ins[0]) == tuple(ins[1]) == tuple(out)):
+        return None
+    return [("", {"type": "add"}, None)]
+
+
+def _map_concat(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) < 2 or not all(i in g.active for i in node.input):
+        return None
+    axis = g.axis(node.input[0], int(_attrs(node)["axis"]))
+    if axis is None or not _check("concat", {"axis": axis}, ins, out):
+        return None
+    return [("", {"type": "concat", "axis": axis}, None)]
+
+
+def _map_gather(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    table, ids = node.input[:2]
+    if int(_attrs(node).get("axis", 0)) != 0 or _weight(g, table) is None or ids not in g.active or len(ins) != 1:
+        return None
+    dims = list(g.inits[table].dims)
+    attrs = {"vocab": dims[0], "dim": dims[1]} if len(dims) == 2 else None
+    if attrs is None or not _check("embedding", attrs, ins, out):
+        return None
+    return [("", {"type": "embedding", **attrs}, None)]
+
+
+def _map_lstm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    if node.input[0] not in g.active or a.get("layout", 0) or "clip" in a or a.get("input_forget", 0):
+        return None
+    direction = a.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("forward", "bidirectional"):
+        return None
+    if any(i in g.active for i in node.input[1:] if i):
+        return None
+    hidden = int(a["hidden_size"])
+    attrs = {"hidden": hidden, "layers": 1, "bias": len(node.input) > 3 and bool(node.input[3]),
+             "bidirectional": direction == "bidirectional"}
+    xin = g.shape(node.input[0])
+    want = (xin[0], hidden * (2 if attrs["bidirectional"] else 1)) if len(xin) == 2 else None
+    if want is None or not _check("lstm", attrs, [xin], want):
+        return None
+    sources = set().union(*(g.param_of.get(i, set()) for i in node.input[1:4] if i))
+    if any(s in g.owner for s in sources):
+        return None
+    op = OPS["lstm"]
+    _, params = infer(op, {**op.attrs, **attrs}, [xin], "check")
+    if params != sum(int(math.prod(g.inits[s].dims)) for s in sources):
+        return None
+    return [("", {"type": "lstm", **attrs}, [g.alias[node.input[0]]])]
+
+
+def _map_pool(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1:
+        return None
+    if node.op_type == "GlobalAveragePool":
+        if len(ins[0]) != 3 or tuple(out) != (ins[0][0], 1, 1):
+            return None
+        return [("_pool", {"type": "global_avgpool"}, None), ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
+    a = _attrs(node)
+    kernel = list(a["kernel_shape"])
+    k = len(kernel)
+    pads = list(a.get("pads", [0] * 2 * k))
+    if pads[:k] != pads[k:] or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        return None
+    kind = "maxpool" if node.op_type == "MaxPool" else "avgpool"
+    strides = list(a.get("strides", [1] * k))
+    attrs = {"kernel": kernel, "stride": strides, "padding": pads[:k], "ceil_mode": bool(a.get("ceil_mode", 0))}
+    if kind == "maxpool":
+        attrs["dilation"] = list(a.get("dilations", [1] * k))
+    if k == 1:
+        attrs = {key: ([1] + v if key != "padding" else [0] + v) if isinstance(v, list) else v for key, v in attrs.items()}
+        if len(ins[0]) != 2 or len(out) != 2:
+            return None
+        mid, pooled = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
+        if not _check(kind, attrs, [mid], pooled):
+            return None
+        return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_pool", {"type": kind, **attrs}, ["_in2d"]),
+                ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
+    attrs = {key: _pair(v) if isinstance(v, list) else v for key, v in attrs.items()}
+    if not _check(kind, attrs, ins, out):
+        return None
+    return [("", {"type": kind, **attrs}, None)]
+
+
+def _map_view(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1 or not out or math.prod(ins[0]) != math.prod(out) or node.input[0] not in g.active:
+        return None
+    return [("", {"type": "reshape", "shape": list(out)}, None)]
+
+
+_MAP: dict[str, Callable[[_Graph, Any, list, tuple], Mapped | None]] = {
+    "Conv": _map_conv, "ConvTranspose": _map_conv, "Gemm": _map_gemm, "MatMul": _map_matmul,
+    "BatchNormalization": _map_norm, "LayerNormalization": _map_norm,
+    "Relu": _map_activation, "Sigmoid": _map_activation, "Tanh": _map_activation, "Gelu": _map_activation,
+    "Clip": _map_activation, "Softmax": _map_softmax, "Dropout": _map_dropout, "Add": _map_add,
+    "Concat": _map_concat, "Gather": _map_gather, "LSTM": _map_lstm,
+    "MaxPool": _map_pool, "AveragePool": _map_pool, "GlobalAveragePool": _map_pool,
+    "Flatten": _map_view, "Reshape": _map_view, "Transpose": _map_view, "Squeeze": _map_view,
+    "Unsqueeze": _map_view, "Identity": _map_view,
+}
+
+
+def _matrix_flops(g: _Graph, node: Any) -> float:
+    """Forward FLOPs of a node as PyTorch's counter counts its torch equivalent (batch 2)."""
+    shape = g.s2.get
+    op = node.op_type
+    if op in ("MatMul", "Gemm"):
+        a, b = shape(node.input[0]), shape(node.output[0])
+        if a is None or b is None:
+            return 0.0
+        k = a[0] if op == "Gemm" and _attrs(node).get("transA", 0) else a[-1]
+        return 2.0 * math.prod(b) * k
+    if op in ("Conv", "ConvTranspose"):
+        w, x, y = shape(node.input[1]), shape(node.input[0]), shape(node.output[0])
+        if w is None or x is None or y is None:
+            return 0.0
+        spatial = x[2:] if op == "ConvTranspose" else y[2:]
+        return 2.0 * x[0] * math.prod(w) * math.prod(spatial)
+    if op == "Einsum":
+        eq = _attrs(node)["equation"]
+        eq = eq.decode() if isinstance(eq, bytes) else eq
+        lhs = eq.replace(" ", "").split("->")[0].split(",")
+        if len(lhs) != 2:
+            return 0.0
+        sizes: dict[str, int] = {}
+        for term, name in zip(lhs, node.input):
+            dims = shape(name)
+            if dims is None or "." in term or len(term) != len(dims):
+                return 0.0
+            sizes.update(zip(term, dims))
+        return 2.0 * math.prod(sizes.values())
+    return 0.0
+
+
+def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
+    """The dlsim nodes of the ONNX model at `path` (one batch-first input)."""
+    path = Path(path)
+    model = _load(path)
+    g = _Graph(model, path)
+    buffers = {n.input[i] for n in model.graph.node if n.op_type == "BatchNormalization"
+               for i in (3, 4) if len(n.input) > i and n.input[i] in g.inits}
+    for n in buffers:
+        g.param_of[n] = set()
+    folded = 0
+    consumed = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        outs = [o for o in node.output if o]
+        if node.op_type in _SHAPE_OPS or not any(i in g.active for i in node.input if i):
+            for o in outs:
+                g.param_of[o] = set().union(*(g.param_of.get(i, set()) for i in node.input if i))
+            folded += node.op_type != "Constant"
+            continue
+        for o in outs:
+            g.active.add(o)
+        nid = outs[0]
+        scope = _scope(node.name)
+        in_ids = [g.alias[i] for i in node.input if i in g.active and i in g.alias]
+        ins = [g.shape(i) for i in node.input if i in g.active and i in g.alias]
+        out = g.shape(outs[0])
+        sources = set().union(*(g.param_of.get(i, set()) for i in node.input if i))
+        mapper = _MAP.get(node.op_type)
+        mapped = mapper(g, node, ins, out) if mapper is not None else None
+        if mapped is not None:
+            for suffix, entry, local in mapped:
+                lid = nid + suffix
+                inputs = in_ids if local is None else [nid + s if s.startswith("_") else s for s in local]
+                tied = entry.pop("tied_to", None)
+                if entry["type"] != "reshape":
+                    g.claim(sources, lid)
+                g.nodes.append(Node(lid, entry, inputs, scope, "", node.op_type, tied))
+            g.alias[outs[0]] = nid
+            for i, o in enumerate(outs[1:], 1):  # further outputs (an LSTM's last states) as views of the layer
+                if o in consumed:
+                    g.nodes.append(Node(o, {"type": "generic", "op": f"{node.op_type}[{i}]", "shape": list(g.shape(o))},
+                                        [nid], scope, "", f"{node.op_type}[{i}]"))
+                    g.alias[o] = o
+            continue
+        nparams = g.claim(sources, nid)
+        flops = _matrix_flops(g, node)
+        moved = sum(g.nbytes(i) for i in node.input if i in g.active) + sum(g.nbytes(o) for o in outs)
+        needs = sum(1 for i in node.input if i in g.active) + (1 if nparams else 0)
+        entry = {"type": "generic", "op": node.op_type, "shape": list(out), "params": nparams}
+        per = BATCHES[0]
+        for key, value in (("flops", flops), ("bytes", moved), ("grad_flops", flops * needs),
+                           ("grad_bytes", moved + sum(g.nbytes(i) for i in node.input if i in g.active))):
+            if value:
+                entry[key] = float(f"{value / per:.6g}")
+        g.nodes.append(Node(nid, entry, in_ids or [INPUT], scope, "", node.op_type))
+        for o in outs:
+            g.alias[o] = nid
+    params = sum(int(math.prod(i.dims)) for n, i in g.inits.items() if n not in buffers and i.data_type in (1, 10, 11, 16))
+    x = next(i for i in model.graph.input if i.name == g.input)
+    x_shape = g.shape(g.input)
+    if x.type.tensor_type.elem_type in (6, 7):
+        if len(x_shape) != 1:
+            raise SpecError(f"integer inputs are token ids of shape (batch, L); got per-sample {list(x_shape)}", path=path)
+        input_entry = {"tokens": int(x_shape[0])}
+    else:
+        input_entry = {"shape": [int(d) for d in x_shape]}
+    notes = list(g.notes)
+    if folded:
+        notes.append(f"{folded} operators on weights, constants or shapes only folded into their consumers")
+    dtype = "fp32"
+    floats = [i.data_type for i in g.inits.values() if i.data_type in (1, 10, 16)]
+    if floats:
+        dtype = {1: "fp32", 10: "fp16", 16: "bf16"}[max(set(floats), key=floats.count)]
+    return OnnxGraph(g.nodes, input_entry, dtype, params, batch or BATCHES[0], notes)
+
+
+def _scope(name: str) -> str:
+    """Module path from an exporter's node name (``/layer1/layer1.0/conv1/Conv`` -> ``layer1.0.conv1``)."""
+    parts = [p for p in name.split("/") if p][:-1]
+    path = ""
+    for part in parts:
+        head = part.rsplit(".", 1)[0] if "." in part else None
+        if path and part.startswith(path + "."):  # a path from the root (``layer1.0`` under ``layer1``)
+            path = part
+        elif head and (path == head or path.endswith("." + head)):  # an item under its container's name
+            path = path[:len(path) - len(head)] + part
+        else:
+            path = f"{path}.{part}" if path else part
+    return path
