@@ -31,7 +31,7 @@ from dlsim.results import SCHEMA_VERSION
 from dlsim.results_sim import SimResult
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
-from dlsim.spec.strategy import DEFAULT_BUCKET_BYTES, Strategy
+from dlsim.spec.strategy import DEFAULT_BUCKET_BYTES, OFFLOADS, Strategy
 from dlsim.units import format_bytes
 
 OBJECTIVES = ("time", "memory")
@@ -102,6 +102,12 @@ def label(s: Strategy) -> str:
         parts.append({"selective": "rc-sel", "full": "rc-full"}[s.recompute])
     if s.zero:
         parts.append(f"zero{s.zero}")
+    if s.cp > 1:
+        parts.append(f"cp{s.cp}")
+    if s.hybrid_shard:
+        parts.append("hsdp")
+    if s.offload != "none":
+        parts.append(f"offload-{s.offload}")
     return " ".join(parts)
 
 
@@ -259,13 +265,16 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
              schedules: Sequence[str] = ("1f1b", "interleaved"), max_microbatch_size: int = 8,
              tp_across_nodes: bool = False, measured: bool = True, max_simulations: int = 24,
              overrides: Mapping[str, Any] | None = None, prune_bound: bool = True,
-             jobs: int | None = None) -> OptimizeResult:
+             jobs: int | None = None, cp: Sequence[int] = (1,), hybrid_shard: bool = False,
+             offload: Sequence[str] = ("none",)) -> OptimizeResult:
     """Search the strategies of `model` on `gpus` devices of `cluster` for `global_batch` samples per
     iteration (see the module docstring). `objective` time (fastest) or memory (least peak memory
     per device); `fix` pins strategy fields (``["tp=8"]`` or a mapping); `max_memory_fraction` of
     the device memory is the limit a candidate must fit; `prune_bound` skips timing the candidates
     that the evaluator's lower bound shows can neither be simulated nor sit on the Pareto front
-    (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `jobs` processes
+    (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `cp` the
+    context-parallel degrees, `hybrid_shard` also hybrid sharding, `offload` the offload choices
+    searched (`dlsim.plan.search`); `jobs` processes
     run the simulations (default: the machine's cores, at most `MAX_JOBS`; the same result with 1). Raises `InfeasibleError` naming the limit
     when nothing can be built or fits."""
     t0 = time.perf_counter()
@@ -285,6 +294,10 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     if bad or not schedules:
         raise SpecError(f"unknown schedule {bad[0] if bad else '(none)'!r} (use gpipe, 1f1b, interleaved)",
                         field="schedules")
+    if not cp or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cp):
+        raise SpecError(f"context-parallel degrees must be positive integers, got {list(cp)!r}", field="cp")
+    if not offload or any(o not in OFFLOADS for o in offload):
+        raise SpecError(f"unknown offload in {list(offload)!r} (use {', '.join(OFFLOADS)})", field="offload")
     per_node = cluster.devices_per_node
     if nodes is not None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -304,7 +317,9 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     evaluator = Evaluator(model, cluster, dtype, lambda lay, algo: _default_pricer(cluster, lay, algo, measured),
                           tables)
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
-                        max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed)
+                        max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
+                        cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
+                        offload=tuple(dict.fromkeys(offload)))
     limit = evaluator.capacity * max_memory_fraction
     prune = Prune(objective, top, _band(APPROXIMATE_TOLERANCE)) if prune_bound else None
     outcome = search(evaluator, model, space, limit, prune)

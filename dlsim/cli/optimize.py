@@ -13,6 +13,7 @@ from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, emit_figure
 from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.errors import SpecError
 from dlsim.report.optimize_text import optimize_summary
 
 CSV_FIELDS = ("rank", "label", "dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages",
@@ -34,6 +35,14 @@ def _csv(rec: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4); one clear line for anything else."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SpecError(f"{option} needs comma-separated integers, got {text!r}", field=option.lstrip("-")) from None
+
+
 @main.command("optimize")
 @click.argument("model")
 @click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
@@ -53,6 +62,11 @@ def _csv(rec: dict[str, Any]) -> str:
 @click.option("--max-microbatch-size", type=click.IntRange(1, 1 << 20), default=8, show_default=True,
               help="Largest micro-batch size searched.")
 @click.option("--tp-across-nodes", is_flag=True, help="Allow tensor parallelism beyond one node.")
+@click.option("--cp", "cp_degrees", default="1", show_default=True,
+              help="Context-parallel degrees to search, comma-separated (ring attention; token models).")
+@click.option("--hybrid-shard", is_flag=True, help="Also search hybrid sharding of ZeRO 1-3 (shard within a node).")
+@click.option("--offload", "offloads", default="none", show_default=True,
+              help="Offload choices to search (none, activations, optimizer, both), comma-separated.")
 @click.option("--max-simulations", type=click.IntRange(1, 10000), default=24, show_default=True,
               help="At most this many candidates are simulated.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=None,
@@ -67,7 +81,8 @@ def _csv(rec: dict[str, Any]) -> str:
 @set_option
 def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: int | None, objective: str, top: int,
                  max_memory_fraction: float, fix: tuple[str, ...], schedules: str, max_microbatch_size: int,
-                 tp_across_nodes: bool, max_simulations: int, jobs: int | None, model_only: bool,
+                 tp_across_nodes: bool, cp_degrees: str, hybrid_shard: bool, offloads: str,
+                 max_simulations: int, jobs: int | None, model_only: bool,
                  json_out: str | None,
                  csv_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
     """Find the best parallel strategy for MODEL on --gpus devices of a cluster at a fixed global batch.
@@ -88,6 +103,8 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
                       schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
                       max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
                       measured=not model_only, max_simulations=max_simulations, jobs=jobs,
+                      cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
+                      offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
                       overrides=parse_overrides(overrides))
     rec = add_assumed(json_safe(result.to_dict()))
     if wants_summary(json_out):

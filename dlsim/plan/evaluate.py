@@ -52,9 +52,12 @@ from dlsim.cost.memory import grad_accumulation_bytes
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.compression import plan_sync
+from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.dataparallel import make_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets
+from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
 from dlsim.plan.layertable import LayerEntry, boundary_bytes, build_layer_table
+from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
 from dlsim.plan.partition import partition
 from dlsim.plan.pipeline import BACKWARD, FORWARD, peak_inflight, stage_ops
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
@@ -161,6 +164,10 @@ class Evaluator:
 
     def __init__(self, model: Model, cluster: Cluster, dtype: str, pricer: Callable[[Layout, str], CommPricer],
                  tables: KernelTimes | None = None):
+        self.fp8 = dtype == "fp8"  # FP8 projection GEMMs, BF16 elsewhere (dlsim.plan.fp8)
+        if self.fp8:
+            check_fp8(cluster.device, cluster.name)
+            dtype = COMPUTE_DTYPE
         self.model, self.cluster, self.dtype = model, cluster, dtype
         self.device = cluster.device
         self.capacity = self.device.memory_bytes - self.device.memory_reserved
@@ -177,12 +184,16 @@ class Evaluator:
 
     # -- cached pieces -------------------------------------------------------------------------
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
-              ep_overlap: bool = False, accumulation: float = 0.0) -> _Table:
-        key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation)
+              ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1) -> _Table:
+        key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0)
         t = self._layer_tables.get(key)
         if t is None:
-            entries = build_layer_table(self.model, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep, ep_overlap=ep_overlap,
+            local = split_sequence(self.model, cp)  # context parallelism: one rank's share of the sequence
+            entries = build_layer_table(local, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep, ep_overlap=ep_overlap,
                                         sequence_parallel=sp, fused=frozenset(fused), grad_accumulation=accumulation)
+            entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, frozenset(fused))
+            if self.fp8:
+                entries = apply_fp8(entries, local, self.device, microbatches, self.tables, frozenset(fused))
             t = self._layer_tables[key] = _Table(entries, [e.forward.seconds + e.backward.seconds for e in entries])
         return t
 
@@ -190,7 +201,7 @@ class Evaluator:
         """The layer table `s` runs on (tp, sequence parallelism, micro-batch, fusions, ep, accumulation)."""
         accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
         return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                          accumulation)
+                          accumulation, s.cp, s.num_microbatches)
 
     def ranges(self, s: Strategy, t: _Table) -> list[tuple[int, int]]:
         if s.stage_partition is not None:
@@ -201,30 +212,32 @@ class Evaluator:
         return r
 
     def pricer(self, s: Strategy) -> CommPricer:
-        key = (s.dp, s.tp, s.pp, s.collective)
+        key = (s.dp, s.tp, s.pp, s.collective, s.cp)
         p = self._pricers.get(key)
         if p is None:
-            p = self._pricers[key] = self._pricer(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node),
+            p = self._pricers[key] = self._pricer(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp),
                                                   s.collective)
         return p
 
     def _price(self, pricer: CommPricer, s: Strategy, op: str, nbytes: float, ranks: list[int]) -> float:
         if len(ranks) < 2:
             return 0.0
-        gkey = (s.dp, s.tp, s.pp, ranks[0], len(ranks), ranks[-1])
+        gkey = (s.dp, s.tp, s.pp, s.cp, ranks[0], len(ranks), ranks[-1])
         group = self._groups.get(gkey)
         if group is None:
-            lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node)
+            lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
             group = self._groups[gkey] = (pricer.tier(ranks), lay.ranks_per_node(ranks))
         key = (s.collective, op, nbytes, len(ranks)) + group
         v = self._prices.get(key)
-        if v is None:
+        if v is None and op == "sendrecv":  # a context-parallel ring step: the slowest hop (dlsim.plan.iteration)
+            v = self._prices[key] = max(pricer.p2p(nbytes, a, b).seconds for a, b in zip(ranks, ranks[1:] + ranks[:1]))
+        elif v is None:
             v = self._prices[key] = pricer.collective(op, nbytes, ranks).seconds
         return v
 
     def ep_ranks(self, s: Strategy, stage: int) -> list[int]:
         """The expert-parallel group of data-parallel rank 0 on `stage`."""
-        return ep_group(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node), s.ep, 0, 0, stage)
+        return ep_group(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp), s.ep, 0, 0, stage)
 
     def _experts_comm(self, s: Strategy, e: LayerEntry, pricer: CommPricer, ranks: list[int]) -> tuple[float, float]:
         """What a mixture of experts' all-to-alls add to its forward and backward run alone (the
@@ -296,7 +309,7 @@ class Evaluator:
         t = self.strategy_table(s)
         ranges = self.ranges(s, t)
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
-        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node)
+        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
         pricer = self.pricer(s)
         zero3 = s.zero == 3 and s.dp > 1
         per_stage = []
@@ -422,8 +435,13 @@ class Evaluator:
         for r in range(s.pp):
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
             params, workspace = stages[r]  # type: ignore[index]
-            states = model_state_bytes(params, self.dtype, s.optimizer, s.zero, s.dp)
+            shard = len(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp).shard_group(0, 0, r)) \
+                if s.hybrid_shard else s.dp_cp
+            states = model_state_bytes(params, self.dtype, s.optimizer, s.zero, shard)
             local = model_state_bytes(tied.get(r, 0), self.dtype, s.optimizer, 0, 1)
+            if offloads_optimizer(s.offload):  # in host memory, two of its streamed slices on the device
+                states["optimizer"] = 2 * (states["optimizer"] + local["optimizer"]) / OFFLOAD_SLICES
+                local["optimizer"] = 0.0
             if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
                 k = chunks[0]
@@ -574,7 +592,7 @@ class _Timing:
     def __init__(self, ev: Evaluator, s: Strategy, t: _Table, ranges, memory):
         self.ev, self.s, self.t, self.ranges, self.mem = ev, s, t, ranges, memory
         self.pricer = ev.pricer(s)
-        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node)
+        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.cp)
         self.sigma = ev.sigma
         self.chunk_entries = [t.entries[a:b] for a, b in ranges]
 
@@ -724,7 +742,10 @@ class _Timing:
         return last, [state[r][0] for r in range(p)], inside
 
     def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
-        """The ranks of a step's collective: its expert-parallel group, else the tensor-parallel one."""
+        """The ranks of a step's collective: its expert-parallel group or context-parallel ring, else
+        the tensor-parallel one."""
+        if st.group == "cp":
+            return self.lay.cp_group(0, 0, stage)
         return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
 
     def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
@@ -927,6 +948,12 @@ class _Timing:
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
             outside.append("pipeline transfers sharing the tensor-parallel link ports")
+        if s.cp > 1 and s.dp == 1:
+            outside.append("context parallelism with dp 1 (the gradient reduction over the cp ranks not timed)")
+        if s.hybrid_shard:
+            outside.append("hybrid sharding (collectives priced over the whole dp group)")
+        if s.offload != "none":
+            outside.append(f"offload {s.offload} (host copies not timed; activations kept on the device)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
 
     def _buckets_of(self, es):

@@ -7,8 +7,11 @@ schedule 1F1B (pp > 1 also interleaved with v = 2, 3, 4 where the repeated block
 GPipe only when asked), recomputation none / selective / full, sequence parallelism on and off
 when tp > 1, ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
 degree ep (every divisor of dp that divides each layer's experts; with ZeRO 0, the only stage dlsim
-models beside expert parallelism). `fixed` pins any of these (or sets any other strategy field for
-every candidate). What cannot be built is dropped while enumerating, what cannot fit is dropped
+models beside expert parallelism); when asked (`cp`, `hybrid_shard`, `offload` of the space), the
+context-parallel degree (dp = N / (tp·pp·cp), the sequence cut into 2·cp chunks), hybrid sharding of
+ZeRO 1-3 and offload to host memory (estimates flagged approximate where the evaluator does not price
+them: the simulation decides). `fixed` pins any of these (or sets any other strategy field for every
+candidate). What cannot be built is dropped while enumerating, what cannot fit is dropped
 by the evaluator's memory (`dlsim.plan.evaluate`, the simulator's memory functions) before any
 timing; every drop is counted under its reason, so that an empty result can say which limit
 ruled everything out.
@@ -29,7 +32,7 @@ from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
 
 SEARCHED = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
-            "sequence_parallel", "zero", "ep")
+            "sequence_parallel", "zero", "ep", "cp", "hybrid_shard", "offload")
 """Strategy fields the search varies (any of them can be fixed)."""
 
 OUT_OF_MEMORY = "out of memory"
@@ -50,13 +53,17 @@ class SearchSpace:
     max_microbatch_size: int = 8
     tp_across_nodes: bool = False
     fixed: dict[str, Any] = field(default_factory=dict)
+    cp: tuple[int, ...] = (1,)
+    hybrid_shard: tuple[bool, ...] = (False,)
+    offload: tuple[str, ...] = ("none",)
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "global_batch": self.global_batch, "schedules": list(self.schedules),
                 "virtual_stages": list(self.virtual_stages), "recompute": list(self.recompute),
                 "zero": list(self.zero), "sequence_parallel": list(self.sequence_parallel),
                 "max_microbatch_size": self.max_microbatch_size,
-                "tp_within_node": not self.tp_across_nodes, "fixed": dict(self.fixed)}
+                "tp_within_node": not self.tp_across_nodes, "fixed": dict(self.fixed), "cp": list(self.cp),
+                "hybrid_shard": list(self.hybrid_shard), "offload": list(self.offload)}
 
 
 @dataclass
@@ -111,6 +118,8 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
             return False
         return True
 
+    cps = (fixed["cp"],) if "cp" in fixed else space.cp
+    tokens = model.input_shape[0] if model.input_kind == "tokens" else 0
     for tp in _divisors(N):
         if not allowed("tp", tp):
             continue
@@ -120,8 +129,14 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
         if any(h % tp for h in heads):
             dropped["tp does not divide the attention heads"] += 1
             continue
-        for pp in _divisors(N // tp):
-            dp = N // (tp * pp)
+        for pp, cp in ((pp, cp) for pp in _divisors(N // tp) for cp in cps):
+            if (N // (tp * pp)) % cp:
+                dropped["cp does not divide the devices left by tp x pp"] += 1
+                continue
+            if cp > 1 and (not tokens or tokens % (2 * cp)):
+                dropped["cp does not split the sequence into 2 x cp chunks"] += 1
+                continue
+            dp = N // (tp * pp * cp)
             if not (allowed("pp", pp) and allowed("dp", dp)):
                 continue
             if pp > units:
@@ -137,8 +152,10 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
                 m = per // mbs
                 if not (allowed("microbatch_size", mbs) and allowed("num_microbatches", m)):
                     continue
-                for s in _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, units, blocks):
-                    yield from _expert_degrees(s, experts, dropped, allowed)
+                for s in _schedules(space, fixed, dict(constant, cp=cp), dropped, allowed, dp, tp, pp, mbs, m, units,
+                                    blocks):
+                    for x in _expert_degrees(s, experts, dropped, allowed):
+                        yield from _sharding_and_offload(x, space, fixed, dropped)
 
 
 def _expert_degrees(s: Strategy, experts: list[int], dropped: Counter, allowed) -> Iterator[Strategy]:
@@ -156,6 +173,24 @@ def _expert_degrees(s: Strategy, experts: list[int], dropped: Counter, allowed) 
         else:
             try:
                 yield validate_strategy(replace(s, ep=ep))
+            except SpecError as exc:
+                dropped[f"invalid: {exc}"] += 1
+
+
+def _sharding_and_offload(s: Strategy, space: SearchSpace, fixed: dict, dropped: Counter) -> Iterator[Strategy]:
+    """`s` with every hybrid-sharding choice (only with ZeRO 1-3 and dp x cp > 1) and offload of the space."""
+    hybrids = (fixed["hybrid_shard"],) if "hybrid_shard" in fixed else space.hybrid_shard
+    offloads = (fixed["offload"],) if "offload" in fixed else space.offload
+    for hybrid in hybrids:
+        if hybrid and (not s.zero or s.dp_cp == 1):
+            dropped["hybrid sharding needs ZeRO 1-3 over dp x cp > 1"] += 1
+            continue
+        for off in offloads:
+            if not hybrid and off == "none":
+                yield s
+                continue
+            try:
+                yield validate_strategy(replace(s, hybrid_shard=hybrid, offload=off))
             except SpecError as exc:
                 dropped[f"invalid: {exc}"] += 1
 
