@@ -18,7 +18,7 @@ from dlsim.api.limits import check_plan_batch
 from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
 from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry
 from dlsim.errors import SpecError
-from dlsim.io.bench_table import append_rows, load_bench_table, resume_rows
+from dlsim.io.bench_table import append_rows, has_source_column, load_bench_table, resume_rows
 from dlsim.plan.microbatch.model_table import conv_layers, model_bench_table
 from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.plan import plan_wd, plan_wr
@@ -71,7 +71,7 @@ def microbatch_table(model: Model | str | Path | None = None, cluster: Cluster |
         table = bench_table if isinstance(bench_table, BenchTable) else load_bench_table(bench_table)
         if layers:
             table = _table_layers(table, layers)
-        return table, (f"times from the benchmark table {table.origin}",) if table.origin else ()
+        return table, _table_notes(table)
     model = as_model(model, overrides)
     convs = select_layers(model, layers)
     keys = [(n, g.signature) for n, g in convs]
@@ -80,7 +80,7 @@ def microbatch_table(model: Model | str | Path | None = None, cluster: Cluster |
         table = bench_table if isinstance(bench_table, BenchTable) else load_bench_table(
             bench_table, known_layers=[n for n, _ in conv_layers(model)] + [g.signature for _, g in conv_layers(model)])
         table = bind_to_layers(table, keys, strict=True)
-        notes.append(f"times from the benchmark table {bench_table if not isinstance(bench_table, BenchTable) else table.origin}")
+        notes += _table_notes(table)
     else:
         cluster_obj = as_cluster(cluster) if cluster is not None else None
         if cluster_obj is not None and TABLE_KEY in cluster_obj.tables:
@@ -103,6 +103,21 @@ def microbatch_table(model: Model | str | Path | None = None, cluster: Cluster |
         notes.append(f"times modelled for {what} (no measured table): conv_methods costs priced by the roofline "
                      f"with the device numbers of {cluster_obj.name} ({cluster_obj.device.name})")
     return _ordered(table, [n for n, _ in convs]), tuple(notes)
+
+
+def _table_notes(table: BenchTable) -> tuple[str, ...]:
+    """Where a benchmark table's times come from, by source; a CSV without a ``source`` column is
+    taken as measured, and the note says it is an assumption."""
+    if not table.origin:
+        return ()
+    counts: dict[str, int] = {}
+    for k in table.kernels:
+        counts[k.source] = counts.get(k.source, 0) + 1
+    kinds = ", ".join(f"{n} {s}" for s, n in counts.items())
+    note = f"times from the benchmark table {Path(table.origin).name} (kernels by source: {kinds})"
+    if not has_source_column(table):
+        note += "; the table has no source column: its times are taken as measured"
+    return (note,)
 
 
 def _table_layers(table: BenchTable, layers: Sequence[str]) -> BenchTable:

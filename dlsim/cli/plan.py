@@ -5,6 +5,7 @@ The `plan` group is shared: other planning subcommands attach to it with ``@plan
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -45,13 +46,13 @@ def plan_text(rec: dict[str, Any], pareto: bool = False) -> str:
             und = p["undivided"]
             rows.append([layer["name"], pass_name, _microbatches(p["microbatches"]), format_time(p["time_s"]),
                          format_bytes(p["workspace_bytes"]),
-                         f"{und['algorithm']} {format_time(und['time_s'])}" if und else "does not fit"])
+                         f"{und['algorithm']} {format_time(und['time_s'])}" if und else "does not fit", p["source"]])
             if pareto:
                 for c in p.get("pareto", []):
                     rows.append(["", "  desirable", _microbatches(c["microbatches"]), format_time(c["time_s"]),
-                                 format_bytes(c["workspace_bytes"]), ""])
-    out = [table(["layer", "pass", "micro-batches", "time", "workspace", "undivided"], rows,
-                 [False, False, False, True, True, False])]
+                                 format_bytes(c["workspace_bytes"]), "", p["source"]])
+    out = [table(["layer", "pass", "micro-batches", "time", "workspace", "undivided", "source"], rows,
+                 [False, False, False, True, True, False, False])]
     limit = format_bytes(rec["workspace_limit_bytes"])
     scope = "per kernel, reused (WR)" if rec["mode"] == "wr" else "in total, divided (WD)"
     out.append("")
@@ -122,10 +123,10 @@ def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | No
     if model is not None:
         state_dtype(rec, dtype, check_dtype(dtype, as_model(model, parse_overrides(overrides))))
     else:
-        rec["dtype"] = "as measured (--bench-table times)"
+        rec["dtype"] = "as in the benchmark table (--bench-table times)"
     if plot_path:
         from dlsim.report.microbatch_plots import plot_sweep
-        label = model or (bench_table or "")
+        label = model or Path(bench_table or "").name  # the table by its file name, never a directory path
         sweep = microbatch_sweep(tab, batch, mode, policies[::-1], solver=solver, time_limit_s=seconds,
                                  label=str(label), source=result.source)
         json_safe(sweep)

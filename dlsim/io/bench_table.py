@@ -1,7 +1,9 @@
 """Reading and writing convolution benchmark tables (CSV) for micro-batch planning.
 
-Columns: ``layer,pass,microbatch_size,algorithm,time_s,workspace_bytes`` (``pass`` optional: without
-it every row is a forward pass). ``layer`` is a layer name or a geometry signature
+Columns: ``layer,pass,microbatch_size,algorithm,time_s,workspace_bytes,source`` (``pass`` optional:
+without it every row is a forward pass; ``source`` optional: where the row's time comes from,
+measured, interpolated or model (also: modelled, roofline); a table without it, or an empty cell,
+is taken as measured, and the plan's notes say so). ``layer`` is a layer name or a geometry signature
 (``conv64x56x56-64-k3x3-s1x1-p1x1-d1x1-g1``); ``pass`` is forward, backward_data or backward_weight
 (also: fwd, backward-data, dgrad, backward_filter, wgrad, ...). Every error names the file, the line
 and the reason on one line.
@@ -18,9 +20,11 @@ from typing import Iterable
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.files import read_text, write_atomic
 from dlsim.plan.microbatch.configs import Kernel
-from dlsim.plan.microbatch.table import BenchTable, canonical_pass
+from dlsim.plan.microbatch.table import SOURCES, BenchTable, canonical_pass, canonical_source
 
-COLUMNS = ("layer", "pass", "microbatch_size", "algorithm", "time_s", "workspace_bytes")
+COLUMNS = ("layer", "pass", "microbatch_size", "algorithm", "time_s", "workspace_bytes", "source")
+OLD_COLUMNS = COLUMNS[:-1]
+"""The header of tables written before the ``source`` column (read and appended to as they are)."""
 REQUIRED = ("layer", "microbatch_size", "algorithm", "time_s", "workspace_bytes")
 
 
@@ -86,15 +90,32 @@ def _parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | 
         ws = _number(rec.get("workspace_bytes") or "", path, line, "workspace_bytes")
         if ws < 0:
             raise SpecError(f"negative workspace_bytes {rec['workspace_bytes'].strip()[:40]}", path=path, field=f"line {line}")
+        row_source = source
+        if (rec.get("source") or "").strip():
+            row_source = canonical_source(rec["source"]) or ""
+            if not row_source:
+                raise SpecError(f"unknown source {excerpt(rec['source'])} (use {', '.join(SOURCES)})", path=path,
+                                field=f"line {line}")
         key = (layer, pass_name, int(size), algorithm)
         if key in seen:
             raise SpecError(f"duplicate row for layer {excerpt(layer)} {pass_name} size {int(size)} {algorithm} "
                             f"(first on line {seen[key]})", path=path, field=f"line {line}")
         seen[key] = line
-        rows.append((layer, pass_name, Kernel(algorithm, int(size), seconds, ws)))
+        rows.append((layer, pass_name, Kernel(algorithm, int(size), seconds, ws), row_source))
     if not rows:
         raise SpecError("no rows", path=path)
     return BenchTable.from_rows(rows, source=source, origin=str(path))
+
+
+def has_source_column(table: BenchTable | str | Path) -> bool:
+    """Whether a benchmark CSV says where its times come from (a ``source`` column)."""
+    origin = table.origin if isinstance(table, BenchTable) else str(table)
+    try:
+        with open(origin, newline="") as handle:
+            header = next(csv.reader(handle), [])
+    except OSError:
+        return isinstance(table, BenchTable)  # a table built in memory carries its sources
+    return "source" in [h.strip() for h in header]
 
 
 def load_bench_table(path: str | Path, known_layers: Iterable[str] | None = None,
@@ -105,21 +126,26 @@ def load_bench_table(path: str | Path, known_layers: Iterable[str] | None = None
     return parse_rows(path, text.splitlines(), known_layers, source)
 
 
-def format_rows(rows: Iterable[tuple[str, str, Kernel]]) -> str:
-    """CSV text (with header) for (layer, pass, Kernel) rows."""
+def format_rows(rows: Iterable[tuple[str, str, Kernel, str]]) -> str:
+    """CSV text (with header) for (layer, pass, Kernel, source) rows."""
     out = [",".join(COLUMNS)]
-    for layer, pass_name, k in rows:
-        out.append(format_row(layer, pass_name, k))
+    for layer, pass_name, k, source in rows:
+        out.append(format_row(layer, pass_name, k, source))
     return "\n".join(out) + "\n"
 
 
-def format_row(layer: str, pass_name: str, k: Kernel) -> str:
-    return f"{layer},{pass_name},{k.size},{k.algorithm},{k.time_s:.9g},{k.workspace_bytes:.0f}"
+def format_row(layer: str, pass_name: str, k: Kernel, source: str | None = "measured") -> str:
+    """One CSV line; `source` None leaves the column out (a table written before it existed)."""
+    line = f"{layer},{pass_name},{k.size},{k.algorithm},{k.time_s:.9g},{k.workspace_bytes:.0f}"
+    return line if source is None else f"{line},{source}"
 
 
 def write_bench_table(path: str | Path, table: BenchTable) -> None:
-    """Write a whole table atomically."""
-    write_atomic(Path(path), format_rows((k.layer, k.pass_name, r) for k in table.kernels for r in k.rows))
+    """Write a whole table atomically, each row with its kernel's source."""
+    mixed = [f"{k.layer} {k.pass_name}" for k in table.kernels if k.source not in SOURCES]
+    if mixed:
+        raise SpecError(f"kernel {mixed[0]} has rows of several sources; write them row by row", field="source")
+    write_atomic(Path(path), format_rows((k.layer, k.pass_name, r, k.source) for k in table.kernels for r in k.rows))
 
 
 def resume_rows(path: str | Path) -> dict[tuple[str, str, int, str], Kernel]:
@@ -139,7 +165,7 @@ def resume_rows(path: str | Path) -> dict[tuple[str, str, int, str], Kernel]:
         with open(path, "r+b") as handle:
             handle.truncate(len(keep.encode()))
         text = keep
-    if text.strip() == ",".join(COLUMNS):
+    if text.strip() in (",".join(COLUMNS), ",".join(OLD_COLUMNS)):
         return {}
     table = parse_rows(path, text.splitlines())
     return {(k.layer, k.pass_name, r.size, r.algorithm): r for k in table.kernels for r in k.rows}
@@ -156,7 +182,8 @@ def append_lines(path: Path, lines: list[str]) -> None:
 
 
 def append_rows(path: str | Path, rows: Iterable[tuple[str, str, Kernel]]) -> None:
-    """Append measured rows to a benchmark CSV (see `resume_rows`)."""
-    lines = [format_row(layer, p, k) for layer, p, k in rows]
+    """Append measured rows to a benchmark CSV (see `resume_rows`), in the columns its header names."""
+    source = "measured" if has_source_column(path) else None
+    lines = [format_row(layer, p, k, source) for layer, p, k in rows]
     if lines:
         append_lines(Path(path), lines)

@@ -2,7 +2,8 @@
 
 Rows come from a measured CSV (`dlsim.io.bench_table`), from the NumPy calibration
 (`dlsim.calibrate.microbatch_bench`), or from the cost model (`dlsim.plan.microbatch.model_table`);
-`source` says which ("measured" or "model"). A row's layer is a layer name, or a geometry signature
+`source` says which: "measured", "interpolated" or "model" (`SOURCES`; a CSV's optional ``source``
+column gives it per row, and a kernel whose rows disagree is "mixed"). A row's layer is a layer name, or a geometry signature
 (`dlsim.cost.conv_methods.ConvGeometry.signature`) that stands for every layer of that shape.
 """
 
@@ -15,6 +16,16 @@ from dlsim.errors import SpecError
 from dlsim.plan.microbatch.configs import Kernel
 
 PASSES = ("forward", "backward_data", "backward_weight")
+SOURCES = ("measured", "interpolated", "model")
+"""Where a row's time comes from: timed on the device, interpolated between timed rows, or a model
+(the roofline-priced convolution costs of `dlsim.plan.microbatch.model_table`)."""
+SOURCE_ALIASES = {"measured": "measured", "interpolated": "interpolated", "model": "model", "modelled": "model",
+                  "modeled": "model", "roofline": "model"}
+
+
+def canonical_source(name: str) -> str | None:
+    """The source a user's spelling means (measured / interpolated / model), or None."""
+    return SOURCE_ALIASES.get(str(name).strip().lower())
 PASS_ALIASES = {
     "forward": "forward", "fwd": "forward", "fprop": "forward",
     "backward_data": "backward_data", "backward-data": "backward_data", "bwd_data": "backward_data",
@@ -55,12 +66,16 @@ class BenchTable:
     origin: str = ""
 
     @staticmethod
-    def from_rows(rows: Iterable[tuple[str, str, Kernel]], source: str = "measured", origin: str = "") -> "BenchTable":
-        """From (layer, pass, Kernel) triples."""
+    def from_rows(rows: Iterable[tuple], source: str = "measured", origin: str = "") -> "BenchTable":
+        """From (layer, pass, Kernel) triples, or (layer, pass, Kernel, source) with a row's own source
+        (`source` is the others'); a kernel whose rows have different sources is "mixed"."""
         grouped: dict[tuple[str, str], list[Kernel]] = {}
-        for layer, pass_name, kernel in rows:
+        sources: dict[tuple[str, str], set[str]] = {}
+        for layer, pass_name, kernel, *own in rows:
             grouped.setdefault((layer, pass_name), []).append(kernel)
-        return BenchTable(tuple(KernelTable(layer, p, tuple(ks), source) for (layer, p), ks in grouped.items()), origin)
+            sources.setdefault((layer, pass_name), set()).add(own[0] if own and own[0] else source)
+        return BenchTable(tuple(KernelTable(layer, p, tuple(ks), _one(sources[(layer, p)]))
+                                for (layer, p), ks in grouped.items()), origin)
 
     def layers(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -77,6 +92,10 @@ class BenchTable:
     def passes(self, layer: str) -> list[str]:
         found = {k.pass_name for k in self.kernels if k.layer == layer}
         return [p for p in PASSES if p in found]
+
+
+def _one(sources: set[str]) -> str:
+    return next(iter(sources)) if len(sources) == 1 else "mixed"
 
 
 def bind_to_layers(table: BenchTable, layers: list[tuple[str, str]], *, strict: bool, origin: str = "") -> BenchTable:
