@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from dlsim.errors import ShapeError
 from dlsim.spec.model import INPUT
+from dlsim.spec.ops import OPS, infer
 
 
 @dataclass
@@ -34,6 +36,17 @@ class Node:
     cls: str = ""
     source: str = ""
     tied_to: str | None = field(default=None)
+
+
+def shape_fits(kind: str, attrs: dict, ins: list, out: tuple) -> bool:
+    """Whether dlsim's shape rule for operator `kind` with `attrs` gives the imported per-sample output
+    shape `out` from the input shapes `ins` (a mapping that does not is not used)."""
+    op = OPS[kind]
+    try:
+        got, _ = infer(op, {**op.attrs, **attrs}, ins, "check")
+    except (ShapeError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return False
+    return tuple(got) == tuple(out)
 
 
 def _clean(text: str) -> str:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from dlsim.errors import ShapeError, SpecError
-from dlsim.importers.graph import Node
+from dlsim.errors import SpecError
+from dlsim.importers.graph import Node, shape_fits
 from dlsim.spec.model import INPUT
 from dlsim.spec.ops import OPS, infer
 
@@ -223,16 +223,6 @@ def _attrs(node: Any) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _check(kind: str, attrs: dict, ins: list, out: tuple) -> bool:
-    op = OPS[kind]
-    full = {**op.attrs, **attrs}
-    try:
-        got, _ = infer(op, full, ins, "check")
-    except (ShapeError, KeyError, TypeError, ValueError, ZeroDivisionError):
-        return False
-    return tuple(got) == tuple(out)
-
-
 def _pair(v: Any) -> Any:
     v = [int(x) for x in v]
     return v[0] if len(v) == 2 and v[0] == v[1] else v
@@ -274,13 +264,13 @@ def _map_conv(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
         attrs = {"type": "conv2d", "out_channels": dims[0], "kernel": [1, dims[2]], "stride": [1, strides[0]],
                  "padding": [0, pads[0]], "dilation": [1, dilations[0]], "groups": groups, "bias": bias is not None}
         mid, conv_out = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
-        if not _check("conv2d", {k2: v for k2, v in attrs.items() if k2 != "type"}, [mid], conv_out):
+        if not shape_fits("conv2d", {k2: v for k2, v in attrs.items() if k2 != "type"}, [mid], conv_out):
             return None
         return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_conv", attrs, ["_in2d"]),
                 ("", {"type": "reshape", "shape": list(out)}, ["_conv"])]
     else:
         return None
-    if not _check(attrs["type"], {k2: v for k2, v in attrs.items() if k2 != "type"}, ins, out):
+    if not shape_fits(attrs["type"], {k2: v for k2, v in attrs.items() if k2 != "type"}, ins, out):
         return None
     return [("", attrs, None)]
 
@@ -295,14 +285,14 @@ def _map_gemm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
         return None
     dims = list(g.inits[w].dims)
     attrs = {"out_features": dims[0] if a.get("transB", 0) else dims[1], "bias": bias is not None}
-    if not _check("linear", attrs, ins, out):
+    if not shape_fits("linear", attrs, ins, out):
         return None
     return [("", {"type": "linear", **attrs}, None)]
 
 
 def _map_matmul(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
     x, y = node.input[:2]
-    if x in g.active and y in g.active and _check("matmul", {}, ins, out):
+    if x in g.active and y in g.active and shape_fits("matmul", {}, ins, out):
         return [("", {"type": "matmul"}, None)]
     if x in g.active and y not in g.active:
         sources = g.param_of.get(y, set())
@@ -310,7 +300,7 @@ def _map_matmul(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
             return None
         (src,) = sources
         attrs = {"out_features": g.s2[y][1], "bias": False}
-        if not _check("linear", attrs, ins, out) or math.prod(g.inits[src].dims) != math.prod(g.s2[y]):
+        if not shape_fits("linear", attrs, ins, out) or math.prod(g.inits[src].dims) != math.prod(g.s2[y]):
             return None
         if src in g.owner:  # a weight shared with an earlier layer (tied output embedding)
             attrs["tied_to"] = g.owner[src]
@@ -335,7 +325,7 @@ def _map_norm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
         if g.axis(node.input[0], int(a.get("axis", -1))) != len(ins[0]) - 1:
             return None
         attrs = {"type": "layernorm", "affine": True, "eps": float(f"{a.get('epsilon', 1e-5):.6g}")}
-    if not _check(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
+    if not shape_fits(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
         return None
     return [("", attrs, None)]
 
@@ -377,7 +367,7 @@ def _map_concat(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
     if len(ins) < 2 or not all(i in g.active for i in node.input):
         return None
     axis = g.axis(node.input[0], int(_attrs(node)["axis"]))
-    if axis is None or not _check("concat", {"axis": axis}, ins, out):
+    if axis is None or not shape_fits("concat", {"axis": axis}, ins, out):
         return None
     return [("", {"type": "concat", "axis": axis}, None)]
 
@@ -388,7 +378,7 @@ def _map_gather(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
         return None
     dims = list(g.inits[table].dims)
     attrs = {"vocab": dims[0], "dim": dims[1]} if len(dims) == 2 else None
-    if attrs is None or not _check("embedding", attrs, ins, out):
+    if attrs is None or not shape_fits("embedding", attrs, ins, out):
         return None
     return [("", {"type": "embedding", **attrs}, None)]
 
@@ -408,7 +398,7 @@ def _map_lstm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
              "bidirectional": direction == "bidirectional"}
     xin = g.shape(node.input[0])
     want = (xin[0], hidden * (2 if attrs["bidirectional"] else 1)) if len(xin) == 2 else None
-    if want is None or not _check("lstm", attrs, [xin], want):
+    if want is None or not shape_fits("lstm", attrs, [xin], want):
         return None
     sources = set().union(*(g.param_of.get(i, set()) for i in node.input[1:4] if i))
     if any(s in g.owner for s in sources):
@@ -443,12 +433,12 @@ def _map_pool(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
         if len(ins[0]) != 2 or len(out) != 2:
             return None
         mid, pooled = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
-        if not _check(kind, attrs, [mid], pooled):
+        if not shape_fits(kind, attrs, [mid], pooled):
             return None
         return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_pool", {"type": kind, **attrs}, ["_in2d"]),
                 ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
     attrs = {key: _pair(v) if isinstance(v, list) else v for key, v in attrs.items()}
-    if not _check(kind, attrs, ins, out):
+    if not shape_fits(kind, attrs, ins, out):
         return None
     return [("", {"type": kind, **attrs}, None)]
 

@@ -27,10 +27,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from dlsim.errors import SpecError, ShapeError
-from dlsim.importers.graph import Node
+from dlsim.errors import SpecError
+from dlsim.importers.graph import Node, shape_fits
 from dlsim.spec.model import INPUT
-from dlsim.spec.ops import OPS, infer
 
 
 @dataclass
@@ -211,18 +210,6 @@ def _scope(node: Any) -> tuple[str, str]:
     return path, ""
 
 
-def _check(kind: str, attrs: dict, ins: list[tuple], out: tuple) -> bool:
-    """Whether dlsim's shape rule for `kind` gives the captured per-sample output shape."""
-    op = OPS[kind]
-    full = {k: v for k, v in op.attrs.items()}
-    full.update(attrs)
-    try:
-        got, _ = infer(op, full, ins, "check")
-    except (ShapeError, KeyError, TypeError, ValueError, ZeroDivisionError):
-        return False
-    return tuple(got) == tuple(out)
-
-
 def _row(v: Any, height: int) -> list[int]:
     """A 1-D window size as the (height, width) of a 2-D window over a single row."""
     return [height, int(v[0] if isinstance(v, (list, tuple)) else v)]
@@ -296,7 +283,7 @@ def _map_conv(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
                          padding=pad if isinstance(pad, str) else _row(padding, 0))
             mid = (int(c), 1, int(length))
             conv_out = (out[0], 1, out[1]) if len(out) == 2 else None
-            if conv_out is None or not _check("conv2d", {k: v for k, v in attrs.items() if k != "type"}, [mid], conv_out):
+            if conv_out is None or not shape_fits("conv2d", {k: v for k, v in attrs.items() if k != "type"}, [mid], conv_out):
                 return None
             return [("_in2d", {"type": "reshape", "shape": list(mid)}, None),
                     ("_conv", attrs, ["_in2d"]),
@@ -304,7 +291,7 @@ def _map_conv(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
         if weight.dim() != 4:
             return None
         attrs.update(kernel=_pair(weight.shape[2:]), stride=_pair(stride), dilation=_pair(dilation))
-    if not _check(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
+    if not shape_fits(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
         return None
     return [("", attrs, None)]
 
@@ -321,7 +308,7 @@ def _map_linear(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | Non
     attrs = {"type": "linear", "out_features": int(weight.shape[0]), "bias": ba is not None}
     if p in ctx.owner:  # a weight shared with an earlier layer: tied, counted there
         attrs["tied_to"] = ctx.owner[p]
-    if weight.dim() != 2 or not _check("linear", {"out_features": attrs["out_features"], "bias": attrs["bias"]}, ins, out):
+    if weight.dim() != 2 or not shape_fits("linear", {"out_features": attrs["out_features"], "bias": attrs["bias"]}, ins, out):
         return None
     return [("", attrs, None)]
 
@@ -329,14 +316,14 @@ def _map_linear(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | Non
 def _map_matmul(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
     args = [a for a in node.args[:2]]
     acts = [a.name in ctx.active for a in args]
-    if all(acts) and len(ins) == 2 and _check("matmul", {}, ins, out):
+    if all(acts) and len(ins) == 2 and shape_fits("matmul", {}, ins, out):
         return [("", {"type": "matmul"}, None)]
     if acts == [True, False]:  # x @ W with W a parameter [in, out]: a linear layer without bias
         p = _param_name(ctx, args[1])
         if p is None or p in ctx.owner or ctx.params[p].dim() != 2:
             return None
         attrs = {"out_features": int(ctx.params[p].shape[1]), "bias": False}
-        if _check("linear", attrs, ins, out):
+        if shape_fits("linear", attrs, ins, out):
             return [("", {"type": "linear", **attrs}, None)]
     return None
 
@@ -371,7 +358,7 @@ def _map_norm(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
                  "eps": float(_arg(node, 4, "eps", 1e-5))}
     else:
         return None
-    if not _check(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
+    if not shape_fits(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
         return None
     return [("", attrs, None)]
 
@@ -425,7 +412,7 @@ def _map_cat(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
     if len(tensors) < 2 or len(ins) != len(tensors) or not all(t.name in ctx.active for t in tensors):
         return None
     axis = ctx.shapes.axis(ctx.meta[tensors[0].name], int(_arg(node, 1, "dim", 0)))
-    if axis is None or not _check("concat", {"axis": axis}, ins, out):
+    if axis is None or not shape_fits("concat", {"axis": axis}, ins, out):
         return None
     return [("", {"type": "concat", "axis": axis}, None)]
 
@@ -436,7 +423,7 @@ def _map_embedding(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | 
         return None
     table = ctx.params[w[0]]
     attrs = {"vocab": int(table.shape[0]), "dim": int(table.shape[1])}
-    if not _check("embedding", attrs, ins, out):
+    if not shape_fits("embedding", attrs, ins, out):
         return None
     return [("", {"type": "embedding", **attrs}, None)]
 
@@ -448,7 +435,7 @@ def _map_sdpa(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
         return None
     shapes = [ctx.shapes.per_sample(ctx.meta[a.name]) for a in (q, k, v)]
     attrs = {"causal": bool(_arg(node, 5, "is_causal", False)), "dropout": float(_arg(node, 4, "dropout_p", 0.0))}
-    if not _check("sdpa", attrs, shapes, out):
+    if not shape_fits("sdpa", attrs, shapes, out):
         return None
     ids = [ctx.alias[a.name] for a in (q, k, v)]
     return [("", {"type": "sdpa", **attrs}, ids)]
@@ -470,7 +457,7 @@ def _map_recurrent(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | 
         return None  # projections (proj_size) are not modelled
     attrs = {"hidden": hidden, "layers": layers, "bias": has_bias, "bidirectional": bidirectional}
     xin = ctx.shapes.per_sample(ctx.meta[x.name])
-    if not _check(kind, attrs, [xin], out):
+    if not shape_fits(kind, attrs, [xin], out):
         return None
     return [("", {"type": kind, **attrs}, [ctx.alias[x.name]])]
 
@@ -502,7 +489,7 @@ def _map_pool(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
                  "ceil_mode": bool(_arg(node, 5 if name == "max_pool1d" else 4, "ceil_mode", False))}
         kind = "maxpool" if name == "max_pool1d" else "avgpool"
         mid, pooled = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
-        if not _check(kind, attrs, [mid], pooled):
+        if not shape_fits(kind, attrs, [mid], pooled):
             return None
         return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_pool", {"type": kind, **attrs}, ["_in2d"]),
                 ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
@@ -515,7 +502,7 @@ def _map_pool(ctx: _Context, node: Any, ins: list, out: tuple) -> Mapped | None:
         if _arg(node, 6, "divisor_override") is not None:
             return None
         kind = "avgpool"
-    if not _check(kind, attrs, ins, out):
+    if not shape_fits(kind, attrs, ins, out):
         return None
     return [("", {"type": kind, **attrs}, None)]
 
