@@ -64,3 +64,34 @@ def test_no_feasible_reason_mixed_limits():
         "none of the 3 strategies is feasible: 1 cannot be built: first, a on 8 GPUs: tp x pp = 3 x 1 = 3 does not "
         "divide 8; 2 run out of memory: the closest, b on 8 GPUs, needs 3 GiB per device against 2 GiB usable "
         "(over by 1 GiB, 150% of capacity)")
+
+
+def test_global_batch_without_a_microbatch_size_is_derived_as_simulate_does_and_stated(cli, tmp_path):
+    from dlsim.api.simulate import simulate
+    js = tmp_path / "gb.json"
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "tp=1,2", "--gpus", "8",
+                         "--global-batch", "64", "--json", js)
+    assert code == 0, err
+    rec = json.loads(js.read_text())
+    by = {e["name"]: e for e in rec["entries"]}
+    for name, tp in (("tp1", 1), ("tp2", 2)):
+        sim = simulate("gpt2", "dgx-h100", tp=tp, dp=8 // tp, global_batch=64, overrides=OVERRIDES)
+        assert (by[name]["strategy"]["microbatch_size"], by[name]["strategy"]["num_microbatches"]) == (
+            sim.strategy["microbatch_size"], sim.strategy["num_microbatches"]) == (64 * tp // 8, 1)
+        assert by[name]["iteration_time_s"] == pytest.approx(sim.iteration_time_s, rel=1e-12)
+        assert "one micro-batch per replica" in by[name]["assumed"]["microbatch_size"]
+    assert rec["assumed"]["microbatch_size"].endswith(": tp1, tp2")
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "tp=1,2", "--gpus", "8",
+                         "--global-batch", "64")
+    assert "assumed microbatch_size: global batch / dp samples, one micro-batch per replica" in out
+
+
+def test_a_strategy_that_sets_its_microbatches_keeps_them_and_assumes_nothing():
+    rec = compare("gpt2", "dgx-h100", grid="tp=2 num_microbatches=4", gpus=[8], global_batch=64, overrides=OVERRIDES)
+    e = rec["entries"][0]
+    assert (e["strategy"]["microbatch_size"], e["strategy"]["num_microbatches"]) == (4, 4)  # 64 / (dp 4 x 4)
+    assert "assumed" not in e and "assumed" not in rec
+    rec = compare("gpt2", "dgx-h100", grid="tp=2 microbatch_size=2", gpus=[8], global_batch=64, overrides=OVERRIDES)
+    e = rec["entries"][0]
+    assert (e["strategy"]["microbatch_size"], e["strategy"]["num_microbatches"]) == (2, 8)
+    assert "assumed" not in rec

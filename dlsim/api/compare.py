@@ -14,9 +14,13 @@ or the strategy's own, is the batch at the smallest count: samples per replica s
 Speedup = throughput / throughput at the strategy's smallest feasible GPU count; parallel
 efficiency = speedup / (GPUs / that count); the ideal is the GPU ratio and 100 %.
 
-Batch sizes. With a global batch given (or derived for scaling), each strategy keeps its
-micro-batch size (1 when it sets none) and its number of micro-batches follows:
-``num_microbatches = global_batch / (dp x microbatch_size)``.
+Batch sizes. With a global batch given (or derived for scaling), a strategy that sets its
+micro-batch size keeps it and its number of micro-batches follows
+(``num_microbatches = global_batch / (dp x microbatch_size)``); one that sets only its number of
+micro-batches keeps that (``microbatch_size = global_batch / (dp x num_microbatches)``); one that
+sets neither gets what `dlsim simulate --global-batch` derives: one micro-batch of
+``global_batch / dp`` samples per replica, an assumption the record states under ``assumed`` (per
+entry and for the comparison) and the printed table below its rows.
 
 The record (``kind: "comparison"``) holds per entry the summary the report draws (breakdown in
 seconds, memory per simulated device and its capacity, throughput, feasibility and reason);
@@ -93,20 +97,22 @@ def _fields_for(fields: Mapping[str, Any], gpus: int | None, global_batch: int |
                             f"{gpus % (tp * pp)})")
         out["dp"] = dp
     if global_batch is not None:
-        mbs = out.get("microbatch_size")
-        if mbs is None:
-            mbs = _own_microbatch(fields)
-        out.pop("num_microbatches", None)
-        out.update(microbatch_size=mbs, global_batch=global_batch)
+        if "microbatch_size" in out:  # kept; the count follows
+            out.pop("num_microbatches", None)
+        out["global_batch"] = global_batch  # with neither set: as simulate derives (see batch_assumption)
     return out
 
 
-def _own_microbatch(fields: Mapping[str, Any]) -> int:
-    """A strategy's micro-batch size when it sets only a global batch (and maybe micro-batches)."""
-    if "global_batch" in fields:
-        per, m = fields["global_batch"] // max(fields.get("dp", 1), 1), fields.get("num_microbatches", 1)
-        return max(per // max(m, 1), 1) if isinstance(per, int) and isinstance(m, int) else 1
-    return 1
+ASSUMED_MICROBATCH = ("global batch / dp samples, one micro-batch per replica (as dlsim simulate derives it "
+                      "from a global batch; set microbatch_size or num_microbatches to choose)")
+
+
+def batch_assumption(fields: Mapping[str, Any], global_batch: int | None) -> dict[str, str]:
+    """What a run assumes about its micro-batches: nothing when the strategy sets a micro-batch size
+    or count (or no global batch is imposed), else `ASSUMED_MICROBATCH`."""
+    if global_batch is None or "microbatch_size" in fields or "num_microbatches" in fields:
+        return {}
+    return {"microbatch_size": ASSUMED_MICROBATCH}
 
 
 def _own_batch(fields: Mapping[str, Any]) -> int | None:
@@ -136,6 +142,9 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     """One entry of the comparison (runs in a worker process when a pool is used)."""
     entry = {"name": job["name"], "gpus": job["gpus"], "source": job["source"]}
     try:
+        assumed = batch_assumption(job["fields"], job["global_batch"])
+        if assumed:
+            entry["assumed"] = assumed
         fields = _fields_for(job["fields"], None if job.get("gpus_fixed") else job["gpus"], job["global_batch"])
         sim = run_simulation(job["model"], job["cluster"], None, measured=job["measured"], nodes=job["nodes"],
                              overrides=job["overrides"], **fields)
@@ -242,6 +251,10 @@ def compare(model: str | Path, cluster: str | Path, strategies: Sequence[str | P
               "fixed": " ".join(f"{k}={v}" for k, v in fixed_axes.items()), "entries": entries,
               "feasible": sum(1 for e in entries if e["feasible"]), "infeasible": sum(1 for e in entries
                                                                                       if not e["feasible"])}
+    assumed = [e["name"] for e in entries if e.get("assumed")]
+    if assumed:
+        record["assumed"] = {"microbatch_size": f"{ASSUMED_MICROBATCH}: "
+                                                f"{', '.join(dict.fromkeys(assumed))}"}
     if scaling:
         record["scaling_curves"] = scaling_curves(record)
     return record

@@ -106,6 +106,7 @@ def comparison_table(rec: dict[str, Any]) -> str:
         where += f", {rec['scaling']} scaling"
     lines = [f"{where}: {len(rec['entries'])} simulations, {rec['feasible']} feasible; times in seconds",
              table(head, rows, right)]
+    lines += [f"assumed {key}: {why}" for key, why in (rec.get("assumed") or {}).items()]
     bad = [e for e in rec["entries"] if not e["feasible"]]
     if bad:
         lines.append("")
@@ -152,7 +153,8 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
               help="GPU counts: dp = N / (tp x pp) on enough nodes (a grid with dp keeps the combinations using N).")
 @click.option("--scaling", type=click.Choice(["strong", "weak"]),
               help="Scaling study over --gpus: strong keeps the global batch, weak grows it with the GPUs.")
-@click.option("--global-batch", type=int, help="Samples per iteration for every strategy (micro-batch size kept).")
+@click.option("--global-batch", type=int, help="Samples per iteration for every strategy: its micro-batch size (or count) kept; with neither, "
+                   "one micro-batch of global batch / dp per replica, as simulate derives it (stated as assumed).")
 @click.option("--nodes", type=int, help="Resize the cluster to this many nodes (default: the profile's, or "
                                          "enough for each --gpus count).")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
