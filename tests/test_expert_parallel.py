@@ -276,3 +276,31 @@ def test_ep_must_divide_the_experts_and_needs_experts(cli, tmp_path):
     code, _, err = cli("simulate", "gpt2", "--cluster", "dgx-h100", "--dp", "2", "--ep", "2",
                        "--microbatch-size", "1", "--num-microbatches", "1")
     assert code == 1 and "needs a model with mixture-of-experts layers" in err
+
+
+def test_latent_attention_params_and_flops_equal_pytorch():
+    """DeepSeek-V2/V3's multi-head latent attention (`mla`): parameters by the closed form, forward
+    FLOPs equal to FlopCounterMode on the equivalent module run on real tensors (with and without Q
+    compression)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dlsim.spec.model import build_model
+    from dlsim.validate.torch_model import build_torch_model, example_batch
+
+    d, h, cq, ckv, nope, rope, v = 64, 4, 24, 16, 8, 4, 6
+    layers = [{"name": "e", "type": "embedding", "vocab": 50, "dim": d},
+              {"name": "a", "type": "mla", "heads": h, "q_lora": cq, "kv_lora": ckv, "qk_nope_dim": nope,
+               "qk_rope_dim": rope, "v_head_dim": v, "causal": True},
+              {"name": "b", "type": "mla", "heads": h, "kv_lora": ckv, "qk_nope_dim": nope, "qk_rope_dim": rope,
+               "v_head_dim": v}]
+    model = build_model("mla", "fp32", [16], "tokens", layers)
+    kv = d * (ckv + rope) + ckv + ckv * h * (nope + v) + h * v * d
+    assert model.layer("a").params == d * cq + cq + cq * h * (nope + rope) + kv
+    assert model.layer("b").params == d * h * (nope + rope) + kv
+    net = build_torch_model(model)
+    x, _ = example_batch(model, 2)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        net(x)
+    assert counter.get_total_flops() == sum(layer_cost(layer, 2).matmul_flops for layer in model.layers)
+    assert sum(p.numel() for p in net.parameters()) == model.params

@@ -68,6 +68,8 @@ layers:
   - {name: swiglu, type: swiglu}
   - {name: up2, type: linear, out_features: 32}
   - {name: geglu, type: geglu}
+  - {name: moe, type: moe, experts: 4, top_k: 2, ffn_hidden: 8, shared_experts: 1}
+  - {name: mla, type: mla, heads: 2, q_lora: 8, kv_lora: 6, qk_nope_dim: 4, qk_rope_dim: 2, v_head_dim: 4, causal: true}
   - {name: lstm, type: lstm, hidden: 8, layers: 2, bidirectional: true}
   - {name: gru, type: gru, hidden: 16}
   - {name: rnn, type: rnn, hidden: 16, bias: false}

@@ -106,7 +106,7 @@ def _check_fits(model: Model, cluster: Cluster, s: Strategy, entries: tuple[Laye
                               f"{cluster.name} has {cluster.num_devices} ({s.devices - cluster.num_devices} short)")
     for e in entries:
         layer = model.layers[e.index]
-        if e.tp_degree > 1 and e.tp.compute_sharded and layer.type == "attention":
+        if e.tp_degree > 1 and e.tp.compute_sharded and layer.type in ("attention", "mla"):
             for key in ("heads", "kv_heads"):
                 heads = layer.attrs.get(key)
                 if heads and heads % e.tp_degree:

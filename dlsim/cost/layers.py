@@ -368,6 +368,50 @@ def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()
     return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores)
 
 
+def _mla(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
+    """Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1.2-2.1.3; DeepSeek-V3 §2.1.1),
+    R = N·L rows, H heads, score width d_qk = nope + rope, value width d_v, latent widths c_q, c_kv:
+    Q down (R, c_q, D) and RMSNorm, Q up (R, H·d_qk, c_q) (one (R, H·d_qk, D) without Q compression);
+    KV down (R, c_kv + rope, D) and RMSNorm of the c_kv part, KV up (R, H·(nope + d_v), c_kv); rotary
+    embeddings on the R·H·rope query and the R·rope shared key elements (3 FLOP/element); scores
+    QKᵀ (L, L, d_qk)×N·H, softmax, context (L, d_v, L)×N·H, output (R, D, H·d_v). Training runs the
+    projections unabsorbed (the report's §2.1.2 absorption is an inference optimisation). ∇x and ∇w
+    as `_attention` (four core GEMMs backward, five with `flash_attention`, which keeps no scores).
+    Kept: x, the two latents, Q, K, V, the context and the softmax output (or one fp32 log-sum-exp
+    per row and head with flash attention)."""
+    a, (steps, d) = layer.attrs, layer.in_shapes[0]
+    h, cq, ckv = a["heads"], a["q_lora"], a["kv_lora"]
+    rope, dqk, dv = a["qk_rope_dim"], a["qk_nope_dim"] + a["qk_rope_dim"], a["v_head_dim"]
+    rows, bh = n * steps, n * h
+    scores = bh * steps * steps
+    flash = "flash_attention" in fused
+    proj = ([(cq, d), (h * dqk, cq)] if cq else [(h * dqk, d)]) + [(ckv + rope, d), (h * (a["qk_nope_dim"] + dv), ckv)]
+    fwd_g = tuple(Gemm(rows, o, i) for o, i in proj) + (Gemm(steps, steps, dqk, bh), Gemm(steps, dv, steps, bh),
+                                                          Gemm(rows, d, h * dv))
+    bx_g = (Gemm(rows, h * dv, d),) + (Gemm(steps, steps, dqk, bh),) * (5 if flash else 4) + \
+        tuple(Gemm(rows, i, o) for o, i in reversed(proj))
+    bw_g = (Gemm(d, h * dv, rows),) + tuple(Gemm(o, i, rows) for o, i in reversed(proj))
+    norms = rows * (cq + ckv)
+    rope_el = rows * (h + 1) * rope
+    w_bytes = layer.params * b
+    act = rows * (d + cq + ckv + rope + h * (dqk + dqk + dv) + h * dv) * b  # x, latents, Q, K, V, context
+    score_traffic = 0 if flash else scores * b
+    fwd_parts, bwd_parts = _attention_parts(scores, rows * h * dv, b, False, bool(a["causal"]), fused)
+    extra_f = [("rmsnorm", "forward", _elementwise(norms, b, 4, reads=2)), ("rope", "forward", _elementwise(rope_el, b, 3))]
+    extra_b = [("rope", "forward", _elementwise(rope_el, b, 3)), ("rmsnorm", "backward_data", _elementwise(norms, b, 8, reads=4))]
+    fwd_parts, bwd_parts = tuple(extra_f) + fwd_parts, bwd_parts + tuple(extra_b)
+    depth = clog2(d) + clog2(dqk) + 3 * clog2(steps) + clog2(h * dv)
+    def gemm_pass(gemms: tuple[Gemm, ...], parts, reads: float, writes: float) -> PassCost:
+        flops = sum(g.flops for g in gemms) + sum(p[2].flops for p in parts)
+        return PassCost(flops, flops / 2, depth, reads, writes, gemms, "gemm", kernels=len(gemms) + len(parts),
+                        parts=tuple(parts))
+    fwd = gemm_pass(fwd_g, fwd_parts, rows * d * b + w_bytes + act + 2 * score_traffic, act + 2 * score_traffic)
+    bwd_x = gemm_pass(bx_g, bwd_parts, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
+    bwd_w = gemm_pass(bw_g, (), 2 * act, w_bytes)
+    kept_scores = bh * steps * 4 if flash else scores * b
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores)
+
+
 def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, causal: bool,
                      fused: frozenset[str] = frozenset()) -> tuple[tuple[tuple[str, str, PassCost], ...],
                                                                    tuple[tuple[str, str, PassCost], ...]]:
@@ -617,6 +661,8 @@ def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[s
         return _attention(layer, batch, DTYPE_BYTES[dtype], fused)
     if layer.type == "moe":
         return _moe(layer, batch, DTYPE_BYTES[dtype], ep)
+    if layer.type == "mla":
+        return _mla(layer, batch, DTYPE_BYTES[dtype], fused)
     return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])
 
 

@@ -86,7 +86,7 @@ def _divisors(n: int) -> list[int]:
 def _heads(model: Model) -> list[int]:
     out = []
     for layer in model.layers:
-        if layer.type == "attention":
+        if layer.type in ("attention", "mla"):
             for key in ("heads", "kv_heads"):
                 if layer.attrs.get(key):
                     out.append(int(layer.attrs[key]))

@@ -75,7 +75,7 @@ class TPLayer:
 
 def _rows(layer: Layer, batch: int) -> int:
     shape = layer.in_shapes[0] if layer.in_shapes else layer.out_shape
-    return batch * math.prod(shape[:-1]) if layer.type in ("linear", "attention", "moe") else -1
+    return batch * math.prod(shape[:-1]) if layer.type in ("linear", "attention", "moe", "mla") else -1
 
 
 def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer, ...] | None = None,
@@ -143,7 +143,7 @@ def _classify_sequence_parallel(layer: Layer, ins: list[bool], seq_ins: list[boo
                                overlap="wgrad"),)
     if kind in _SPLITTABLE and not (kind == "conv2d" and layer.attrs["groups"] != 1):
         return TPLayer("column", True, True, True, before=gather_in, before_bwd=regather, after_bwd=scatter_grad)
-    if kind in ("attention", "moe"):  # a mixture of experts splits each expert like an MLP
+    if kind in ("attention", "moe", "mla"):  # a mixture of experts splits each expert like an MLP
         return TPLayer("attention", True, True, True, before=gather_in, after_fwd=scatter_out,
                        before_bwd=gather_grad + regather, after_bwd=scatter_grad, seq_out=True)
     if kind in _PER_TOKEN and all(seq_ins):
@@ -164,7 +164,7 @@ def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_by
             return TPLayer("column", True, True, True, after_bwd=in_grad)
         return TPLayer("row", True, True, False,
                        after_fwd=(Collective("allreduce", out, f"g: output of {layer.name}"),))
-    if kind in ("attention", "moe"):
+    if kind in ("attention", "moe", "mla"):  # MLA: heads split, its down projections too (approximation)
         return TPLayer("attention", True, True, False, before=gathers,
                        after_fwd=(Collective("allreduce", out, f"g: output of {layer.name}"),),
                        after_bwd=in_grad)

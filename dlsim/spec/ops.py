@@ -202,6 +202,18 @@ def _attention(a: dict, ins: list[Shape]) -> Shape:
     return x
 
 
+def _mla(a: dict, ins: list[Shape]) -> Shape:
+    x = _single(ins)
+    _expect_rank(x, (2,), "L, D")
+    _positive(a["heads"], "heads")
+    _positive(a["q_lora"], "q_lora", allow_zero=True)
+    for key in ("kv_lora", "qk_nope_dim", "qk_rope_dim", "v_head_dim"):
+        _positive(a[key], key)
+    if a["qk_rope_dim"] % 2:
+        raise _Fail(f"qk_rope_dim must be even (rotary pairs), got {a['qk_rope_dim']}")
+    return x
+
+
 def _glu(a: dict, ins: list[Shape]) -> Shape:
     x = _single(ins)
     if len(x) == 0 or x[-1] % 2:
@@ -370,6 +382,17 @@ def _norm_params(a: dict, ins: list[Shape], out: Shape) -> int:
     return 2 * channels if a["affine"] else 0
 
 
+def _mla_params(a: dict, ins: list[Shape], out: Shape) -> int:
+    """Multi-head latent attention (DeepSeek-V2 §2.1): Q down D·q_lora, its RMSNorm q_lora, Q up
+    q_lora·H·(nope + rope) (D·H·(nope + rope) without Q compression); KV down D·(kv_lora + rope), its
+    RMSNorm kv_lora, KV up kv_lora·H·(nope + v); output H·v·D. No biases."""
+    d, h, q = ins[0][-1], a["heads"], a["q_lora"]
+    qk, v = a["qk_nope_dim"] + a["qk_rope_dim"], a["v_head_dim"]
+    query = d * q + q + q * h * qk if q else d * h * qk
+    return query + d * (a["kv_lora"] + a["qk_rope_dim"]) + a["kv_lora"] + a["kv_lora"] * h * (a["qk_nope_dim"] + v) \
+        + h * v * d
+
+
 def _rmsnorm_params(a: dict, ins: list[Shape], out: Shape) -> int:
     return ins[0][-1] if a["affine"] else 0
 
@@ -481,6 +504,11 @@ OPS: dict[str, OpType] = {op.name: op for op in [
            _moe, _moe_params, "mixture of experts: router, top_k of `experts` MLPs (ffn_hidden wide) per token, "
                               "shared experts; capacity_factor (null: dropless), imbalance (busiest expert "
                               "rank's load / mean), aux_loss (load-balancing loss)", _moe_active),
+    OpType("mla", {"heads": REQUIRED, "q_lora": 0, "kv_lora": REQUIRED, "qk_nope_dim": REQUIRED,
+                   "qk_rope_dim": REQUIRED, "v_head_dim": REQUIRED, "causal": False},
+           _mla, _mla_params, "multi-head latent attention (DeepSeek-V2): low-rank compressed Q (q_lora, 0: none) "
+                              "and KV (kv_lora), decoupled rotary keys of qk_rope_dim, heads of qk_nope_dim + "
+                              "qk_rope_dim (scores) and v_head_dim (values)"),
     OpType("cross_entropy", {}, _loss, doc="softmax cross-entropy loss against integer labels"),
     OpType("relu6", {}, _same, doc="min(max(0, x), 6) (MobileNetV2)"),
     OpType("silu", {}, _same, doc="x·sigmoid(x) (swish)"),

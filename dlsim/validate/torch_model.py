@@ -150,12 +150,48 @@ def _classes() -> SimpleNamespace:
             return self.out(ctx.transpose(1, 2).reshape(n, steps, dim))
 
         def _rope(self, x: Any) -> Any:
-            steps, half = x.shape[-2], self.head_dim // 2
-            inv = 10000.0 ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
-            angle = torch.arange(steps, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
-            cos, sin = torch.cat([angle.cos()] * 2, -1).to(x.dtype), torch.cat([angle.sin()] * 2, -1).to(x.dtype)
-            x1, x2 = x[..., :half], x[..., half:]
-            return x * cos + torch.cat([-x2, x1], -1) * sin
+            return rotary(x)
+
+    def rotary(x: Any) -> Any:
+        """Rotary position embeddings (Su et al. 2021) over the last dimension, rotate-half form."""
+        steps, half = x.shape[-2], x.shape[-1] // 2
+        inv = 10000.0 ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
+        angle = torch.arange(steps, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
+        cos, sin = torch.cat([angle.cos()] * 2, -1).to(x.dtype), torch.cat([angle.sin()] * 2, -1).to(x.dtype)
+        x1, x2 = x[..., :half], x[..., half:]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    class LatentAttention(nn.Module):
+        """dlsim's `mla`: multi-head latent attention (DeepSeek-V2), projections unabsorbed, math path."""
+
+        def __init__(self, dim: int, heads: int, q_lora: int, kv_lora: int, nope: int, rope: int, v: int,
+                     causal: bool):
+            super().__init__()
+            self.heads, self.nope, self.rope, self.v, self.kv_lora, self.causal = heads, nope, rope, v, kv_lora, causal
+            self.q_down = nn.Sequential(nn.Linear(dim, q_lora, bias=False), nn.RMSNorm(q_lora)) if q_lora else None
+            self.q_up = nn.Linear(q_lora or dim, heads * (nope + rope), bias=False)
+            self.kv_down = nn.Linear(dim, kv_lora + rope, bias=False)
+            self.kv_norm = nn.RMSNorm(kv_lora)
+            self.kv_up = nn.Linear(kv_lora, heads * (nope + v), bias=False)
+            self.out = nn.Linear(heads * v, dim, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            n, steps, _ = x.shape
+            h = self.heads
+            q = self.q_up(self.q_down(x) if self.q_down is not None else x)
+            q_nope, q_rope = q.reshape(n, steps, h, -1).transpose(1, 2).split([self.nope, self.rope], dim=-1)
+            latent, k_rope = self.kv_down(x).split([self.kv_lora, self.rope], dim=-1)
+            kv = self.kv_up(self.kv_norm(latent)).reshape(n, steps, h, -1).transpose(1, 2)
+            k_nope, v = kv.split([self.nope, self.v], dim=-1)
+            k_rope = rotary(k_rope[:, None]).expand(n, h, steps, self.rope)
+            q = torch.cat([q_nope, rotary(q_rope)], dim=-1)
+            k = torch.cat([k_nope, k_rope], dim=-1)
+            scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+            if self.causal:
+                future = torch.ones(steps, steps, dtype=torch.bool, device=x.device).triu(1)
+                scores = scores.masked_fill(future, float("-inf"))
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+            return self.out(ctx.transpose(1, 2).reshape(n, steps, h * self.v))
 
     class GatedUnit(nn.Module):
         """silu(a)·b (SwiGLU) or gelu(a)·b (GeGLU) of the two halves of the last dimension."""
@@ -273,7 +309,7 @@ def _classes() -> SimpleNamespace:
     return SimpleNamespace(Add=Add, Concat=Concat, Reshape=Reshape, GlobalPool=GlobalPool, Embedding=Embedding,
                            Recurrent=Recurrent, Attention=Attention, GatedUnit=GatedUnit, CrossEntropy=CrossEntropy,
                            MatMul=MatMul, Sdpa=Sdpa,
-                           MixtureOfExperts=MixtureOfExperts, Net=Net)
+                           MixtureOfExperts=MixtureOfExperts, LatentAttention=LatentAttention, Net=Net)
 
 
 def _fail(layer: Layer, reason: str) -> SpecError:
@@ -350,6 +386,9 @@ def _layer_module(layer: Layer, attention: str) -> Any:
             raise SpecError(f"attention must be 'math' or 'sdpa', got {attention!r}", field="attention")
         return c.Attention(x[-1], a["heads"], a["kv_heads"] or a["heads"], a["causal"], a["bias"], a["dropout"],
                            fused=attention == "sdpa", rotary=bool(a["rotary"]))
+    if t == "mla":
+        return c.LatentAttention(x[-1], a["heads"], a["q_lora"], a["kv_lora"], a["qk_nope_dim"], a["qk_rope_dim"],
+                                 a["v_head_dim"], a["causal"])
     if t == "moe":
         return c.MixtureOfExperts(x[-1], a["experts"], a["top_k"], a["ffn_hidden"], a["shared_experts"],
                                   a["shared_ffn_hidden"] or a["ffn_hidden"], a["activation"], a["bias"],
