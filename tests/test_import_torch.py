@@ -35,6 +35,15 @@ class Spectral(nn.Module):
         return self.fc(torch.fft.fft(x).abs())
 
 
+class Fixed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(x.reshape(2, -1))  # a hard-coded batch: torch.export specialises it
+
+
 class Branchy(nn.Module):
     def __init__(self):
         super().__init__()
@@ -95,3 +104,11 @@ def test_data_dependent_control_flow_is_one_line(tmp_path, cli):
     src.write_text(NET)
     code, _, err = cli("import", "torch", f"{src}:Branchy", "--input-shape", "8")
     assert code == 1 and "data-dependent control flow" in err and err.count("\n") == 1, err
+
+
+def test_specialised_batch_is_imported_with_a_note(tmp_path, cli):
+    src = tmp_path / "fixed.py"
+    src.write_text(NET)
+    code, out, err = cli("import", "torch", f"{src}:Fixed", "--input-shape", "16")
+    assert code == 0, err
+    assert "input:\n  shape: [16]" in out and "specialised by torch.export" in err

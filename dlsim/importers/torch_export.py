@@ -90,7 +90,8 @@ def export_module(module: Any, example: tuple) -> tuple[Any, bool]:
         module.train(was_training)
     user = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     node = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == user[0].arg.name)
-    return ep, isinstance(node.meta["val"].shape[0], torch.SymInt)
+    first = node.meta["val"].shape[0]
+    return ep, isinstance(first, torch.SymInt) and bool(getattr(first.node.expr, "free_symbols", ()))
 
 
 class _Shapes:
