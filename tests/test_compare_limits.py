@@ -95,3 +95,61 @@ def test_a_strategy_that_sets_its_microbatches_keeps_them_and_assumes_nothing():
     e = rec["entries"][0]
     assert (e["strategy"]["microbatch_size"], e["strategy"]["num_microbatches"]) == (2, 8)
     assert "assumed" not in rec
+
+
+@pytest.mark.parametrize("sync,extra", [("ps", {}), ("async", {}), ("ssp", {"staleness": 2})])
+def test_parameter_server_modes_run_the_simulation_simulate_runs(sync, extra):
+    from dlsim.api.simulate import simulate
+    rec = compare("gpt2", "dgx-h100", grid="tp=1", gpus=[4], global_batch=16, overrides=OVERRIDES,
+                  fields={"sync": sync, "iterations": 6, **extra})
+    e = rec["entries"][0]
+    assert e["feasible"], e.get("reason")
+    sim = simulate("gpt2", "dgx-h100", dp=4, global_batch=16, sync=sync, iterations=6, overrides=OVERRIDES,
+                   **extra).to_dict()
+    assert sim["kind"] == "async_simulation" and e["sync"] == sync
+    assert e["iteration_time_s"] == pytest.approx(sim["iteration_time_s"], rel=1e-12)
+    assert e["throughput_samples_per_s"] == pytest.approx(sim["throughput_samples_per_s"], rel=1e-12)
+    assert sum(e["breakdown_s"].values()) == pytest.approx(e["iteration_time_s"])  # the split adds up
+    workers = sim["workers_detail"]
+    comm = sum(w["comm_s"] / w["iterations"] for w in workers) / len(workers)
+    assert e["breakdown_s"]["exposed_comm"] == pytest.approx(comm) and comm > 0  # server traffic
+    assert e["breakdown_s"]["compute"] == pytest.approx(sim["iteration_compute_s"])
+    assert e["peak_memory_bytes"] is None and "not simulated" in e["memory_note"]
+    assert rec["fixed"] == " ".join(f"{k}={v}" for k, v in {"sync": sync, "iterations": 6, **extra}.items())
+
+
+def test_compare_cli_sync_ssp_against_allreduce(cli, tmp_path):
+    png, csv_path, js = tmp_path / "ssp.png", tmp_path / "ssp.csv", tmp_path / "ssp.json"
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "staleness=0,4", "--sync", "ssp",
+                         "--iterations", "6", "--gpus", "4", "--global-batch", "16", "--plot", png, "--csv", csv_path,
+                         "--json", js)
+    assert code == 0, err
+    assert "every strategy sync=ssp iterations=6" in out
+    assert "memory per worker not simulated (parameter-server training): staleness=0, staleness=4" in out
+    rows = {r["strategy"]: r for r in __import__("csv").DictReader(csv_path.open())}
+    assert rows["staleness=4"]["sync"] == "ssp" and rows["staleness=4"]["staleness"] == "4"
+    assert float(rows["staleness=4"]["staleness_mean"]) > float(rows["staleness=0"]["staleness_mean"]) == 0.0
+    assert "memory per worker not simulated" in png_text(png)
+    # a mode's own field the other mode would ignore is still refused, one line per entry
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "sync=allreduce,ssp",
+                         "--staleness", "2", "--gpus", "4", "--global-batch", "16")
+    assert code == 0, err
+    assert "x sync=allreduce (4 GPUs): staleness: is the SSP staleness bound and needs sync ssp" in out
+    # varied by the grid and set for all: refused once
+    code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "sync=ps,ssp", "--sync", "ssp")
+    assert code == 1 and err.strip() == "error: sync: sync is set for every strategy and varied by --grid: give it once"
+
+
+def test_plot_redraws_saved_parameter_server_and_allreduce_records_together(cli, tmp_path):
+    recs = []
+    for sync in ("allreduce", "async"):
+        js = tmp_path / f"{sync}.json"
+        code, _, err = cli("simulate", "gpt2", "--cluster", "dgx-h100", "--dp", "4", "--global-batch", "16", "--sync",
+                           sync, *GPT, "--json", js)
+        assert code == 0, err
+        recs.append(js)
+    png = tmp_path / "both.png"
+    code, _, err = cli("plot", *recs, "--out", png)
+    assert code == 0, err
+    text = png_text(png)
+    assert "Strategies compared: gpt2 on dgx-h100" in text and "memory per worker not simulated" in text

@@ -22,6 +22,16 @@ sets neither gets what `dlsim simulate --global-batch` derives: one micro-batch 
 ``global_batch / dp`` samples per replica, an assumption the record states under ``assumed`` (per
 entry and for the comparison) and the printed table below its rows.
 
+Gradient synchronisation. `fields` sets strategy fields for every strategy (over its file and the
+grid), e.g. ``sync="ssp", staleness=2``; parameter-server, asynchronous and stale-synchronous
+strategies (``sync`` ps | async | ssp, from `fields`, a file or the grid) run the same simulation
+as ``dlsim simulate --sync`` (`run_simulation`: many iterations of every worker against the
+server shards). Their entry's time split is per iteration and worker, averaged over the workers:
+compute = the replica's own simulated iteration (its tensor / pipeline parts included), exposed
+communication = pulls and pushes to the servers, idle = the rest of the iteration time (waiting
+for the staleness bound, for the slowest worker); bubble and recomputation are inside the
+replica's iteration. That simulation reports no memory per worker: the entry says so.
+
 The record (``kind: "comparison"``) holds per entry the summary the report draws (breakdown in
 seconds, memory per simulated device and its capacity, throughput, feasibility and reason);
 `dlsim.report.compare_plots` draws it and `dlsim plot` redraws it from the JSON alone.
@@ -138,6 +148,29 @@ def _summary(rec: dict[str, Any]) -> dict[str, Any]:
             "simulated_devices": rec["simulation"]["simulated_devices"], "devices": devices}
 
 
+PS_MEMORY_NOTE = "memory per worker not simulated (parameter-server training)"
+
+
+def _async_summary(rec: dict[str, Any]) -> dict[str, Any]:
+    """What the comparison keeps of a parameter-server / async / SSP record (see the module docstring)."""
+    workers = rec["workers_detail"]
+    count = max(len(workers), 1)
+
+    def per_iteration(key: str) -> float:
+        return sum(w[key] / max(w["iterations"], 1) for w in workers) / count
+    iteration = rec["iteration_time_s"]
+    compute, comm = per_iteration("compute_s"), per_iteration("comm_s")
+    breakdown = {"compute": compute, "recompute": 0.0, "exposed_comm": comm, "bubble": 0.0,
+                 "idle": max(iteration - compute - comm, 0.0)}
+    return {"feasible": True, "reason": "", "limit": "", "iteration_time_s": iteration, "breakdown_s": breakdown,
+            "throughput_samples_per_s": rec["throughput_samples_per_s"],
+            "global_batch": rec["strategy"]["global_batch"], "model_flops_utilisation": None,
+            "peak_memory_bytes": None, "capacity_bytes": None, "measured_share": None, "strategy": rec["strategy"],
+            "dtype": rec["dtype"], "simulated_devices": rec["workers"], "devices": [], "sync": rec["sync"],
+            "staleness_mean": rec["staleness_mean"], "staleness_max": rec["staleness_max"],
+            "updates_per_s": rec["updates_per_s"], "memory_note": PS_MEMORY_NOTE}
+
+
 def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     """One entry of the comparison (runs in a worker process when a pool is used)."""
     entry = {"name": job["name"], "gpus": job["gpus"], "source": job["source"]}
@@ -149,11 +182,7 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
         sim = run_simulation(job["model"], job["cluster"], None, measured=job["measured"], nodes=job["nodes"],
                              overrides=job["overrides"], **fields)
         rec = sim.result.to_dict()
-        if rec.get("kind") != "simulation":
-            raise SpecError(f"sync {rec.get('sync')} runs many asynchronous iterations without a per-iteration "
-                            "breakdown; compare synchronous strategies (simulate it with dlsim simulate)",
-                            field="sync")
-        entry.update(_summary(rec))
+        entry.update(_async_summary(rec) if rec.get("kind") == "async_simulation" else _summary(rec))
     except DlsimError as exc:
         entry.update(feasible=False, reason=" ".join(str(exc).split()), limit="build")
     if entry.get("gpus") is None:
@@ -194,9 +223,10 @@ def compare(model: str | Path, cluster: str | Path, strategies: Sequence[str | P
             grid: str | None = None, gpus: Sequence[int] | None = None, scaling: str | None = None,
             global_batch: int | None = None, nodes: int | None = None, measured: bool = True,
             overrides: Mapping[str, Any] | None = None, jobs: int = 1,
-            on_entry: Any = None) -> dict[str, Any]:
+            on_entry: Any = None, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The comparison record (see the module docstring). `jobs` > 1 simulates on a process pool;
-    `on_entry(entry)` is called as each entry is done (in order)."""
+    `on_entry(entry)` is called as each entry is done (in order); `fields` (strategy keywords, e.g.
+    ``sync="ssp", staleness=2``) are set for every strategy."""
     if scaling is not None and scaling not in SCALINGS:
         raise SpecError(f"unknown scaling {scaling!r} (use strong, weak)", field="scaling")
     counts = sorted(set(gpus)) if gpus else []
@@ -213,6 +243,19 @@ def compare(model: str | Path, cluster: str | Path, strategies: Sequence[str | P
     model_obj, cluster_obj = as_model(model, overrides), as_cluster(cluster)  # bad input fails here, once
     fixed_axes: dict[str, Any] = {}
     sources = _strategy_sources(strategies, grid, fixed_axes)
+    if fields:
+        from dlsim.spec.strategy import Strategy
+        common = dict(fields)
+        unknown = sorted(set(common) - set(Strategy.__dataclass_fields__))
+        if unknown:
+            raise SpecError(f"unknown strategy field {unknown[0]!r}", field="fields")
+        if grid is not None:
+            both = sorted(set(common) & set(parse_grid(grid)[0]))
+            if both:
+                raise SpecError(f"{both[0]} is set for every strategy and varied by --grid: give it once",
+                                field=both[0])
+        sources = [(n, src, {**f, **common}) for n, src, f in sources]
+        fixed_axes.update(fields)
     grid_dp = grid is not None and any(item.partition("=")[0] == "dp" for item in grid.replace(";", " ").split())
     if grid_dp and scaling:
         raise SpecError("a scaling study sets dp = GPUs / (tp x pp): leave dp out of --grid", field="grid")
@@ -353,7 +396,8 @@ def comparison_from_records(records: Sequence[tuple[str, Mapping[str, Any]]]) ->
     """A comparison record from saved simulation records ``(name, record)`` (`dlsim plot A.json B.json`)."""
     entries = []
     for name, rec in records:
-        entry = {"name": name, "source": name, **_summary(dict(rec))}
+        summary = _async_summary if rec.get("kind") == "async_simulation" else _summary
+        entry = {"name": name, "source": name, **summary(dict(rec))}
         s = rec.get("strategy") or {}
         entry["gpus"] = s.get("dp", 1) * s.get("tp", 1) * s.get("pp", 1) if s else None
         entries.append(entry)

@@ -21,12 +21,13 @@ from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import PLOT_FORMATS, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.files import OutputError
+from dlsim.spec.strategy import SYNCS
 
 PARTS = ("compute", "recompute", "exposed_comm", "bubble", "idle")
 CSV_COLUMNS = ("strategy", "gpus", "dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch",
                "schedule", "feasible", "iteration_time_s", "compute_s", "recompute_s", "exposed_comm_s", "bubble_s",
                "idle_s", "throughput_samples_per_s", "model_flops_utilisation", "peak_memory_bytes", "capacity_bytes",
-               "speedup", "parallel_efficiency", "reason")
+               "speedup", "parallel_efficiency", "reason", "sync", "staleness", "staleness_mean")
 
 
 def check_figure_path(path: str, option: str) -> Path:
@@ -104,9 +105,16 @@ def comparison_table(rec: dict[str, Any]) -> str:
     where = f"{rec['model']} on {rec['cluster']} ({rec['device']})"
     if rec.get("scaling"):
         where += f", {rec['scaling']} scaling"
+    if rec.get("fixed"):
+        where += f", every strategy {rec['fixed']}"
     lines = [f"{where}: {len(rec['entries'])} simulations, {rec['feasible']} feasible; times in seconds",
              table(head, rows, right)]
     lines += [f"assumed {key}: {why}" for key, why in (rec.get("assumed") or {}).items()]
+    notes: dict[str, list[str]] = {}
+    for e in rec["entries"]:
+        if e.get("memory_note"):
+            notes.setdefault(e["memory_note"], []).append(e["name"])
+    lines += [f"{note}: {', '.join(dict.fromkeys(names))}" for note, names in notes.items()]
     bad = [e for e in rec["entries"] if not e["feasible"]]
     if bad:
         lines.append("")
@@ -134,7 +142,8 @@ def comparison_csv(rec: dict[str, Any]) -> str:
                                                                    "num_microbatches", "global_batch", "schedule")),
                     e["feasible"], e.get("iteration_time_s"), *(bd.get(k) for k in PARTS),
                     e.get("throughput_samples_per_s"), e.get("model_flops_utilisation"), e.get("peak_memory_bytes"),
-                    e.get("capacity_bytes"), p.get("speedup"), p.get("efficiency"), e.get("reason", "")])
+                    e.get("capacity_bytes"), p.get("speedup"), p.get("efficiency"), e.get("reason", ""),
+                    s.get("sync"), s.get("staleness") if s.get("sync") == "ssp" else None, e.get("staleness_mean")])
     return out.getvalue()
 
 
@@ -155,6 +164,11 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
               help="Scaling study over --gpus: strong keeps the global batch, weak grows it with the GPUs.")
 @click.option("--global-batch", type=int, help="Samples per iteration for every strategy: its micro-batch size (or count) kept; with neither, "
                    "one micro-batch of global batch / dp per replica, as simulate derives it (stated as assumed).")
+@click.option("--sync", type=click.Choice(SYNCS), help="Gradient synchronisation of every strategy: allreduce, or "
+              "parameter servers (ps), asynchronous (async), stale-synchronous (ssp), as dlsim simulate --sync runs them.")
+@click.option("--staleness", type=click.IntRange(0), help="SSP staleness bound s of every strategy (--sync ssp).")
+@click.option("--ps-shards", type=click.IntRange(1), help="Parameter-server shards (--sync ps|async|ssp).")
+@click.option("--iterations", type=click.IntRange(1), help="Iterations per worker (--sync ps|async|ssp; default 20).")
 @click.option("--nodes", type=int, help="Resize the cluster to this many nodes (default: the profile's, or "
                                          "enough for each --gpus count).")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
@@ -168,7 +182,8 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
 @force_option
 @set_option
 def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str | None, gpus_text: str | None,
-                scaling: str | None, global_batch: int | None, nodes: int | None, model_only: bool, jobs: int,
+                scaling: str | None, global_batch: int | None, sync: str | None, staleness: int | None,
+                ps_shards: int | None, iterations: int | None, nodes: int | None, model_only: bool, jobs: int,
                 csv_out: str | None, json_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
     """Compare parallel strategies of MODEL on a cluster: time split, memory, throughput.
 
@@ -186,8 +201,11 @@ def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str
     gpus = _gpus(gpus_text)
     if scaling and not gpus:
         raise SpecError("--scaling needs --gpus with at least two counts, e.g. --gpus 8,16,32", field="gpus")
+    common = {k: v for k, v in (("sync", sync), ("staleness", staleness), ("ps_shards", ps_shards),
+                                ("iterations", iterations)) if v is not None}
     rec = compare(model, cluster, strategies, grid=grid, gpus=gpus, scaling=scaling, global_batch=global_batch,
-                  nodes=nodes, measured=not model_only, overrides=parse_overrides(overrides), jobs=jobs)
+                  nodes=nodes, measured=not model_only, overrides=parse_overrides(overrides), jobs=jobs,
+                  fields=common)
     rec = json_safe(rec)
     if csv_out is not None:
         emit_text(csv_out, comparison_csv(rec), "--csv")

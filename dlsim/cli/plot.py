@@ -58,9 +58,9 @@ def _draw(records: list[tuple[str, dict[str, Any]]], devices: int) -> Any:
     from dlsim.report import compare_plots
     kinds = {_kind(r) for _, r in records}
     if len(records) > 1:
-        if kinds != {"simulation"}:
+        if not kinds <= {"simulation", "async_simulation"}:
             raise SpecError(f"several records are drawn together only when all are simulation records "
-                            f"(got {', '.join(sorted(kinds))})")
+                            f"(simulation or async_simulation; got {', '.join(sorted(kinds))})")
         from dlsim.api.compare import comparison_from_records
         return draw_comparison(comparison_from_records([(Path(p).stem, r) for p, r in records]))
     path, rec = records[0]

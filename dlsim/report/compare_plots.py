@@ -157,6 +157,9 @@ def _memory_panel(ax: Any, rows: Sequence[Mapping[str, Any]], title: str,
     for i, r in enumerate(rows):
         mem = r.get("memory_bytes")
         if not mem:
+            if r.get("memory_note"):  # e.g. parameter-server workers: said, not drawn as zero
+                ax.text(0.02, i, r["memory_note"], va="center", fontsize=7, color="#555555", style="italic",
+                        transform=ax.get_yaxis_transform())
             continue
         parts = _memory_parts(mem)
         left = 0.0
@@ -213,6 +216,14 @@ def _reasons(fig: Any, rows: Sequence[Mapping[str, Any]], y: float) -> None:
              family="monospace")
 
 
+def _legends_below(ax: Any, mx: Any, height: float) -> None:
+    """The time and memory panels' legends under them (a panel with nothing drawn has none)."""
+    for axis, ncol in ((ax, 3), (mx, 2)):
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.7 / height - 0.06), ncol=ncol,
+                        frameon=False)
+
+
 def comparison_figure(record: Mapping[str, Any]) -> Any:
     """Time split (s), memory against capacity and throughput per strategy of a comparison record."""
     plt = _pyplot()
@@ -239,8 +250,7 @@ def comparison_figure(record: Mapping[str, Any]) -> Any:
     tx.set_title("throughput (model FLOPs utilisation)", fontsize=10)
     tx.grid(axis="x", alpha=0.3)
     _row_labels(ax, rows)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.7 / height - 0.06), ncol=3, frameon=False)
-    mx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.7 / height - 0.06), ncol=2, frameon=False)
+    _legends_below(ax, mx, height)
     fig.suptitle(f"Strategies compared: {_where(record)}", fontsize=11)
     fig.subplots_adjust(wspace=0.08, top=1 - 0.55 / height, bottom=1.3 / height)
     _reasons(fig, rows, 0.0)
@@ -379,8 +389,7 @@ def simulation_figure(record: Mapping[str, Any], max_devices: int = 16) -> Any:
     _time_panel(ax, rows, _seconds_unit(record["iteration_time_s"]), "iteration time split per simulated device")
     _memory_panel(mx, rows, "memory per device against capacity", "peak memory of the device (GiB)")
     _row_labels(ax, rows)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.7 / height - 0.06), ncol=3, frameon=False)
-    mx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.7 / height - 0.06), ncol=2, frameon=False)
+    _legends_below(ax, mx, height)
     unit, scale = _seconds_unit(record["iteration_time_s"])
     s = record.get("strategy") or {}
     shape = f"dp {s.get('dp')} x tp {s.get('tp')} x pp {s.get('pp')}" if s else ""
