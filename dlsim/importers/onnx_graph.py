@@ -184,6 +184,18 @@ class _Graph:
         self.owner: dict[str, str] = {}
         self.alias: dict[str, str] = {self.input: INPUT}
         self.nodes: list[Node] = []
+        consumers: dict[str, list] = {}
+        for node in g.node:
+            for i in node.input:
+                consumers.setdefault(i, []).append(node)
+        self.bias_after: dict[str, tuple[str, str]] = {}  # MatMul output -> (Add output, bias initializer)
+        for node in g.node:
+            users = consumers.get(node.output[0], []) if node.op_type == "MatMul" else []
+            if len(users) == 1 and users[0].op_type == "Add":
+                other = [i for i in users[0].input if i != node.output[0]]
+                if len(other) == 1 and other[0] in self.inits and len(self.inits[other[0]].dims) == 1:
+                    self.bias_after[node.output[0]] = (users[0].output[0], other[0])
+        self.fused: dict[str, str] = {}  # Add output -> the MatMul output whose linear layer took its bias
 
     def shape(self, name: str) -> tuple[int, ...]:
         """Per-sample shape (flat elements / batch when the batch is mixed into a dimension)."""
@@ -304,11 +316,12 @@ def _map_matmul(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
             return None
         if src in g.owner:  # a weight shared with an earlier layer (tied output embedding)
             attrs["tied_to"] = g.owner[src]
+        add, bias = g.bias_after.get(node.output[0], (None, None))
+        if bias is not None and bias not in g.owner and list(g.inits[bias].dims) == [attrs["out_features"]]:
+            attrs["bias"] = True  # MatMul + Add of a bias vector: the exporter's form of a linear layer
+            g.fused[add] = node.output[0]
         return [("", {"type": "linear", **attrs}, None)]
     return None
-
-
-_NORM_WEIGHTS = {"BatchNormalization": (1, 2), "LayerNormalization": (1, 2)}
 
 
 def _map_norm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
@@ -328,6 +341,23 @@ def _map_norm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
     if not shape_fits(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
         return None
     return [("", attrs, None)]
+
+
+def _map_instancenorm(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
+    """Instance normalisation of a per-sample (C, ...) tensor is group normalisation with C groups (the
+    exporter's form of GroupNorm: a reshape to (G, -1), instance norm with unit scale, then the affine
+    product and sum as their own operators)."""
+    if len(ins) != 1 or len(ins[0]) < 2:
+        return None
+    scale, bias = node.input[1], node.input[2]
+    weights = [_weight(g, scale), _weight(g, bias)]
+    affine = all(w is not None for w in weights)
+    if not affine and (g.param_of.get(scale) or g.param_of.get(bias)):
+        return None
+    attrs = {"groups": ins[0][0], "affine": affine, "eps": float(f"{_attrs(node).get('epsilon', 1e-5):.6g}")}
+    if not shape_fits("groupnorm", attrs, ins, out):
+        return None
+    return [("", {"type": "groupnorm", **attrs}, None)]
 
 
 def _map_activation(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
@@ -451,7 +481,7 @@ def _map_view(g: _Graph, node: Any, ins: list, out: tuple) -> Mapped | None:
 
 _MAP: dict[str, Callable[[_Graph, Any, list, tuple], Mapped | None]] = {
     "Conv": _map_conv, "ConvTranspose": _map_conv, "Gemm": _map_gemm, "MatMul": _map_matmul,
-    "BatchNormalization": _map_norm, "LayerNormalization": _map_norm,
+    "BatchNormalization": _map_norm, "LayerNormalization": _map_norm, "InstanceNormalization": _map_instancenorm,
     "Relu": _map_activation, "Sigmoid": _map_activation, "Tanh": _map_activation, "Gelu": _map_activation,
     "Clip": _map_activation, "Softmax": _map_softmax, "Dropout": _map_dropout, "Add": _map_add,
     "Concat": _map_concat, "Gather": _map_gather, "LSTM": _map_lstm,
@@ -513,6 +543,9 @@ def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
             continue
         for o in outs:
             g.active.add(o)
+        if outs[0] in g.fused:  # a bias add folded into the linear layer before it
+            g.alias[outs[0]] = g.alias[g.fused[outs[0]]]
+            continue
         nid = outs[0]
         scope = _scope(node.name)
         in_ids = [g.alias[i] for i in node.input if i in g.active and i in g.alias]
@@ -527,7 +560,8 @@ def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
                 inputs = in_ids if local is None else [nid + s if s.startswith("_") else s for s in local]
                 tied = entry.pop("tied_to", None)
                 if entry["type"] != "reshape":
-                    g.claim(sources, lid)
+                    bias = g.bias_after.get(outs[0], (None, None))
+                    g.claim(sources | ({bias[1]} if bias[0] in g.fused else set()), lid)
                 g.nodes.append(Node(lid, entry, inputs, scope, "", node.op_type, tied))
             g.alias[outs[0]] = nid
             for i, o in enumerate(outs[1:], 1):  # further outputs (an LSTM's last states) as views of the layer
