@@ -112,3 +112,25 @@ def test_specialised_batch_is_imported_with_a_note(tmp_path, cli):
     code, out, err = cli("import", "torch", f"{src}:Fixed", "--input-shape", "16")
     assert code == 0, err
     assert "input:\n  shape: [16]" in out and "specialised by torch.export" in err
+
+
+def test_an_operator_that_cannot_be_rerun_is_priced_by_its_tensors(monkeypatch):
+    """A traced network is never refused: an operator the meter cannot re-run alone is priced by the
+    bytes of its tensors, and the import says so."""
+    import dlsim.importers.torch_meter as meter
+    from dlsim.api.importers import import_torch_module
+
+    real = meter.measure_op
+
+    def failing(fn, *args, **kwargs):
+        if "fft" in str(fn):
+            raise RuntimeError("cannot run alone")
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(meter, "measure_op", failing)
+    namespace = {}
+    exec(NET, namespace)
+    result = import_torch_module(namespace["Spectral"](), [torch.randn(2, 8)])
+    fft = next(layer for layer in result.model.layers if layer.attrs.get("op") == "aten.fft_fft")
+    assert fft.attrs["bytes"] > 0 and fft.attrs["flops"] == 0
+    assert any("aten.fft_fft" in note and "tensors' sizes" in note for note in result.notes)

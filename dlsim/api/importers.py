@@ -151,6 +151,8 @@ def import_torch_module(module: Any, example_inputs: Sequence[Any], *, name: str
     description = assemble(name, captured.dtype, captured.input_entry, captured.nodes)
     notes = [] if captured.dynamic else ["the batch dimension was specialised by torch.export; per-sample "
                                          "shapes were taken as dimension 0"]
+    if captured.unmeasured:
+        notes.append(f"could not re-run alone, priced by their tensors' sizes: {', '.join(sorted(set(captured.unmeasured)))}")
     if captured.folded:
         notes.append(f"{captured.folded} operators on weights or constants only folded into their consumers")
     head = header or f"{name}: captured with torch.export (training mode, example batch {captured.batch})"
