@@ -678,7 +678,8 @@ class _Timing:
             else:
                 c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage))
                 if st.kind == "collective":
-                    if same_tier and busy > now:  # waits for the bucket holding the ports, delays the rest
+                    queued = same_tier if st.group != EP else self._ep_queued(stage)
+                    if queued and busy > now:  # waits for the bucket holding the ports, delays the rest
                         start = busy
                         busy = start + c
                         now = busy
@@ -740,6 +741,15 @@ class _Timing:
 
         last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op)
         return last, [state[r][0] for r in range(p)], inside
+
+    def _ep_queued(self, stage: int) -> bool:
+        """Whether an expert-parallel all-to-all shares its link tier with the gradient reductions (of
+        the data-parallel or the expert-data-parallel group) queued on the communication stream."""
+        if self.s.dp == 1:
+            return False
+        tier = self.pricer.tier(self.ev.ep_ranks(self.s, stage))
+        groups = (self.lay.dp_group(0, stage), edp_group(self.lay, self.s.ep, 0, 0, stage))
+        return any(len(g) > 1 and self.pricer.tier(g) == tier for g in groups)
 
     def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
         """The ranks of a step's collective: its expert-parallel group or context-parallel ring, else
@@ -948,6 +958,8 @@ class _Timing:
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
             outside.append("pipeline transfers sharing the tensor-parallel link ports")
+        if p > 1 and s.ep > 1 and self._p2p_shares_ep_ports():
+            outside.append("pipeline transfers sharing the expert-parallel link ports")
         if s.cp > 1 and s.dp == 1:
             outside.append("context parallelism with dp 1 (the gradient reduction over the cp ranks not timed)")
         if s.hybrid_shard:
@@ -958,6 +970,13 @@ class _Timing:
 
     def _buckets_of(self, es):
         return self.ev._buckets(self.s, es)
+
+    def _p2p_shares_ep_ports(self) -> bool:
+        """Whether pipeline transfers use the link tier of the expert-parallel all-to-alls (the
+        simulator serialises the two on the ports; not modelled here)."""
+        lay = self.lay
+        ep_tier = self.pricer.tier(self.ev.ep_ranks(self.s, 0))
+        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == ep_tier for r in range(self.s.pp - 1))
 
     def _p2p_shares_tp_ports(self) -> bool:
         """Whether pipeline transfers use the link tier of the tensor-parallel collectives."""
