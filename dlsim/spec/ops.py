@@ -52,6 +52,24 @@ def _single(ins: list[Shape]) -> Shape:
     return ins[0]
 
 
+def _check_window(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, offsets: dict) -> None:
+    """Kernel, stride and dilation positive; paddings (`offsets`: name -> pair) non-negative."""
+    for v, what in ((kh, "kernel"), (kw, "kernel"), (sh, "stride"), (sw, "stride"), (dh, "dilation"), (dw, "dilation")):
+        _positive(v, what)
+    for what, pair in offsets.items():
+        for v in pair:
+            _positive(v, what, allow_zero=True)
+
+
+def _conv_out_channels(a: dict, x: Shape) -> int:
+    """Output channels of a (transposed) convolution over a (C, H, W) input, groups dividing both."""
+    _expect_rank(x, (3,), "C, H, W")
+    cout, groups = _positive(a["out_channels"], "out_channels"), _positive(a["groups"], "groups")
+    if x[0] % groups or cout % groups:
+        raise _Fail(f"groups={groups} must divide in_channels={x[0]} and out_channels={cout}")
+    return cout
+
+
 def conv_geometry(attrs: dict, in_shape: Shape) -> dict:
     """Kernel, stride, padding, dilation and output size of a conv2d / pooling window.
 
@@ -65,10 +83,7 @@ def conv_geometry(attrs: dict, in_shape: Shape) -> dict:
         ph, pw = (dh * (kh - 1)) // 2, (dw * (kw - 1)) // 2
     else:
         ph, pw = _pair(padding, "padding")
-    for v, what in ((kh, "kernel"), (kw, "kernel"), (sh, "stride"), (sw, "stride"), (dh, "dilation"), (dw, "dilation")):
-        _positive(v, what)
-    for v in (ph, pw):
-        _positive(v, "padding", allow_zero=True)
+    _check_window(kh, kw, sh, sw, dh, dw, {"padding": (ph, pw)})
     _, h, w = in_shape
     def out(n: int, k: int, s: int, p: int, d: int) -> int:
         span = n + 2 * p - d * (k - 1) - 1
@@ -85,10 +100,7 @@ def conv_geometry(attrs: dict, in_shape: Shape) -> dict:
 
 def _conv2d(a: dict, ins: list[Shape]) -> Shape:
     x = _single(ins)
-    _expect_rank(x, (3,), "C, H, W")
-    cout, groups = _positive(a["out_channels"], "out_channels"), _positive(a["groups"], "groups")
-    if x[0] % groups or cout % groups:
-        raise _Fail(f"groups={groups} must divide in_channels={x[0]} and out_channels={cout}")
+    cout = _conv_out_channels(a, x)
     g = conv_geometry(a, x)
     return (cout, g["ho"], g["wo"])
 
@@ -275,10 +287,7 @@ def _conv_transpose2d(a: dict, ins: list[Shape]) -> Shape:
     Visin 2016, "A guide to convolution arithmetic", relationship 14):
     H' = (H - 1)·S - 2P + d(K - 1) + output_padding + 1."""
     x = _single(ins)
-    _expect_rank(x, (3,), "C, H, W")
-    cout, groups = _positive(a["out_channels"], "out_channels"), _positive(a["groups"], "groups")
-    if x[0] % groups or cout % groups:
-        raise _Fail(f"groups={groups} must divide in_channels={x[0]} and out_channels={cout}")
+    cout = _conv_out_channels(a, x)
     g = transposed_geometry(a, x)
     return (cout, g["ho"], g["wo"])
 
@@ -290,10 +299,7 @@ def transposed_geometry(a: dict, in_shape: Shape) -> dict:
     ph, pw = _pair(a.get("padding", 0), "padding")
     dh, dw = _pair(a.get("dilation", 1), "dilation")
     oh, ow = _pair(a.get("output_padding", 0), "output_padding")
-    for v, what in ((kh, "kernel"), (kw, "kernel"), (sh, "stride"), (sw, "stride"), (dh, "dilation"), (dw, "dilation")):
-        _positive(v, what)
-    for v, what in ((ph, "padding"), (pw, "padding"), (oh, "output_padding"), (ow, "output_padding")):
-        _positive(v, what, allow_zero=True)
+    _check_window(kh, kw, sh, sw, dh, dw, {"padding": (ph, pw), "output_padding": (oh, ow)})
     _, h, w = in_shape
     ho = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oh + 1
     wo = (w - 1) * sw - 2 * pw + dw * (kw - 1) + ow + 1
