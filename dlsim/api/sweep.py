@@ -118,7 +118,8 @@ def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = Tru
     """The record of one point: its simulation's figures, or why it could not run (never raises).
     `memo` reuses the worker's remembered comm prices (`_MemoPricer`; the same simulation)."""
     from dlsim.api.simulate import simulate
-    fields = dict(point.fields)
+    from dlsim.io.sweep_fields import simulate_fields
+    fields, given = simulate_fields(dict(point.fields))
     rec: dict[str, Any] = {"id": point.id, "kind": RECORD_KIND, "point": point.to_dict()}
     try:
         model = _model(point.model)
@@ -134,7 +135,7 @@ def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = Tru
         cluster = _cluster(point.cluster, nodes)
         pricer = _pricer((point.cluster, nodes), cluster, fields, not model_only) if memo else None
         r = simulate(model, cluster, measured=not model_only, pricer=pricer, global_batch=point.global_batch,
-                     **fields)
+                     given=given, **fields)
     except InfeasibleError as exc:
         return {**rec, "status": "infeasible", "reason": str(exc)}
     except DlsimError as exc:

@@ -12,6 +12,9 @@
       microbatch_size: [1, 2]
       recompute: [none, selective]
     fixed: {schedule: 1f1b, zero: 1}   # strategy fields set for every point
+    # also in grid or fixed: compression, compression_bits, compression_density,
+    # compression_error_feedback, jitter, jitter_cv, straggler_fraction, straggler_slowdown, seed
+    # (`dlsim.io.sweep_fields`: a field applies only to the points it means something for)
     model_only: false                  # true: price with the roofline model, ignore measured tables
     max_points: 100000                 # refuse a larger grid (at most MAX_POINTS)
 
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dlsim.errors import SpecError
+from dlsim.io.sweep_fields import NESTED_KEYS, applicable, check_nested, check_usable
 from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
 from dlsim.spec.strategy import Strategy
 
@@ -40,6 +44,8 @@ MAX_LIST = 10_000
 # strategy fields a sweep may set: the scalar ones (nested records stay in strategy files)
 _NESTED = {"compression", "variability", "stage_partition", "layer_groups", "fused_kernels"}
 STRATEGY_KEYS = frozenset(set(Strategy.__dataclass_fields__) - _NESTED)
+SWEEP_KEYS = STRATEGY_KEYS | frozenset(NESTED_KEYS)
+"""Keys of grid and fixed: the scalar strategy fields, and the parts of compression and variability."""
 _TOP_KEYS = {"models", "clusters", "gpus", "global_batch", "grid", "fixed", "model_only", "max_points", "name"}
 _INT_KEYS = {k for k, f in Strategy.__dataclass_fields__.items() if f.type in ("int", int)}
 _POSITIVE_KEYS = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
@@ -86,12 +92,16 @@ class SweepSpec:
     def points(self) -> Iterator[SweepPoint]:
         """Every point, in a deterministic order (models, clusters, gpus, batch, then the grid)."""
         keys = [k for k, _ in self.grid]
+        seen: set[str] = set()
         for model, cluster, gpus, batch in itertools.product(self.models, self.clusters, self.gpus or (None,),
                                                              self.global_batch):
             for values in itertools.product(*(v for _, v in self.grid)):
-                fields = tuple(sorted({**dict(self.fixed), **dict(zip(keys, values))}.items()))
+                fields = tuple(sorted(applicable({**dict(self.fixed), **dict(zip(keys, values))}).items()))
                 hashed = fields + ((("~model_only", True),) if self.model_only else ())
-                yield SweepPoint(point_id(model, cluster, gpus, batch, hashed), model, cluster, gpus, batch, fields)
+                pid = point_id(model, cluster, gpus, batch, hashed)
+                if pid not in seen:  # parts that do not apply dropped: equal points are one
+                    seen.add(pid)
+                    yield SweepPoint(pid, model, cluster, gpus, batch, fields)
 
 
 def point_id(model: str, cluster: str, gpus: int | None, global_batch: int, fields: tuple[tuple[str, Any], ...]) -> str:
@@ -126,6 +136,8 @@ def _positive_ints(value: Any, path: Path, field: str) -> tuple[int, ...]:
 
 
 def _check_value(key: str, v: Any, path: Path, field: str) -> Any:
+    if key in NESTED_KEYS:
+        return check_nested(key, v, path, field)
     if key in _INT_KEYS and (isinstance(v, bool) or not isinstance(v, int)):
         raise SpecError(f"must be an integer, got {v!r}"[:120], path=path, field=field)
     if key in _POSITIVE_KEYS and v < 1 or key in _INT_KEYS and v < 0:
@@ -142,7 +154,7 @@ def _check_value(key: str, v: Any, path: Path, field: str) -> Any:
 
 def _strategy_map(value: Any, path: Path, field: str, lists: bool) -> tuple[tuple[str, Any], ...]:
     data = expect_mapping(value if value is not None else {}, path, field)
-    check_keys(data, set(STRATEGY_KEYS), path, field)
+    check_keys(data, set(SWEEP_KEYS), path, field)
     out = []
     for key in sorted(data):
         v = data[key]
@@ -178,6 +190,8 @@ def parse_sweep(data: Any, path: Path | str = "<sweep>") -> SweepSpec:
     both = sorted({k for k, _ in grid} & {k for k, _ in fixed})
     if both:
         raise SpecError("is set in both grid and fixed", path=path, field=f"grid.{both[0]}")
+    values = {**{k: v for k, v in grid}, **{k: (v,) for k, v in fixed}}
+    check_usable(values, path, {**{k: "grid" for k, _ in grid}, **{k: "fixed" for k, _ in fixed}})
     if gpus is not None:
         for section, keys in (("grid", [k for k, _ in grid]), ("fixed", [k for k, _ in fixed])):
             if "dp" in keys:
