@@ -23,6 +23,7 @@ from dlsim.calibrate.compute_plan import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITH
 from dlsim.calibrate.compute_passes import run_passes
 from dlsim.calibrate.compute_run import Backend, RunSummary
 from dlsim.calibrate.compute_timer import KernelTimer, cache_flusher, check_device, set_threads
+from dlsim.calibrate.alloc_probe import allocator_in_use
 from dlsim.calibrate.compute_hostinfo import host_description
 from dlsim.errors import SpecError
 from dlsim.io.files import write_atomic
@@ -298,6 +299,12 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
                                  + (f"; {statistic} over {passes} shuffled passes" if passes > 1 else ""),
                        "warm_tables": f"{statistic} over blocks of back-to-back calls (no flush), for the kernels of "
                                       "models whose training step fits the last-level cache"},
+            "allocator": {"tables": "retained: mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, INT_MAX) "
+                                    "(dlsim.calibrate.compute_timer.warm_allocator); kernels timed without page faults",
+                          "fresh_memory": "device.csv fresh_memory_s_per_byte_t<threads>: a default glibc process's "
+                                          "cost per byte of tensors above the 32 MiB mmap threshold, charged by the "
+                                          "estimate (allocator default)" if device == "cpu" else "not measured",
+                          "process": allocator_in_use()},
             "runs": runs, **{k: meta[k] for k in ("checks",) if k in meta}}
     write_atomic(meta_path, yaml.safe_dump(meta, sort_keys=False, width=120))
     profile = out / "profile.yaml"

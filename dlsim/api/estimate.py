@@ -21,13 +21,16 @@ DEFAULT_OPTIMIZER = "adam"
 
 def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: int | None = None, *,
              dtype: str | None = None, optimizer: str | None = None, measured: bool = True,
-             overrides: Mapping[str, Any] | None = None) -> EstimateResult:
+             overrides: Mapping[str, Any] | None = None, allocator: str | None = None) -> EstimateResult:
     """Predict one training iteration of `model` on one device of `cluster`.
 
     Kernel times come from the profile's measured tables where it has them (`measured=True`)
     and from the roofline model otherwise; every layer's estimate says which. A measured CPU profile
     used on a host other than the one it records gets a one-line warning with the measured speed
-    ratio (`dlsim.api.hostcheck`). Defaults filled in
+    ratio (`dlsim.api.hostcheck`). On a measured CPU profile the step is predicted for a process with
+    `allocator` ``default`` (glibc as it comes: fresh pages for tensors above the mmap threshold are
+    charged at the profile's measured rate, `dlsim.cost.allocation`; the default), ``retained`` or a
+    named allocator; the regime is listed in ``assumed``. Defaults filled in
     (batch 32, the model's dtype, optimizer adam) are listed in the record's ``assumed``.
     """
     model, cluster = as_model(model, overrides), as_cluster(cluster)
@@ -47,10 +50,17 @@ def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: in
         tables, notes = load_kernel_times(cluster)
     warnings: list[str] = []
     host: dict[str, Any] = {}
+    alloc = None
     if tables is not None:
-        from dlsim.api.hostcheck import host_check
+        from dlsim.api.hostcheck import host_check, profile_meta
         warnings, host_notes, host = host_check(cluster)
         notes = [*notes, *host_notes]
+        if (profile_meta(cluster).get("device") or {}).get("kind") == "cpu":
+            from dlsim.io.allocator_table import allocator_cost
+            alloc, alloc_notes = allocator_cost(cluster, allocator or "default")
+            notes = [*notes, *alloc_notes, f"allocator: {alloc.describe()}"]
+            if allocator is None:
+                assumed["allocator"] = alloc.describe()
     result = estimate_iteration(model, cluster, batch, dtype=dtype, optimizer=optimizer, tables=tables,
-                                notes=tuple(notes))
+                                notes=tuple(notes), allocator=alloc)
     return replace(result, assumed=assumed, warnings=tuple(warnings), host=host)

@@ -55,12 +55,13 @@ def error_summary(errors: list[float]) -> dict[str, float]:
 def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, batch: int, *, device: str = "cpu",
                    dtype: str | None = None, optimizer: str = "adam", repeats: int = 5, warmup: int = 2,
                    per_layer: bool = True, threads: int | None = None, overrides: Mapping[str, Any] | None = None,
-                   attention: str = "math", statistic: str = "median", retain_memory: bool = True) -> dict[str, Any]:
+                   attention: str = "math", statistic: str = "median", allocator: str = "default") -> dict[str, Any]:
     """Predicted vs measured training iteration of `model` (see the module docstring); a result record.
 
-    `retain_memory` runs the iterations with the C allocator keeping freed memory, the regime the
-    kernel tables were measured in (`dlsim.calibrate.compute_timer.retain_freed_memory`); False
-    keeps the C library's defaults (glibc: large blocks re-faulted every iteration)."""
+    `allocator` is the process measured and predicted: ``default`` (the C library as it comes; glibc
+    maps large tensors afresh every step and the prediction charges that, `dlsim.cost.allocation`),
+    ``retained`` (freed memory kept, `dlsim.calibrate.compute_timer.retain_freed_memory`, the regime
+    the kernel tables were timed in) or the name of an allocator preloaded into this process."""
     model, cluster = as_model(model, overrides), as_cluster(cluster)
     batch, dtype = check_batch(batch), check_dtype(dtype, model)
     if repeats < 1 or warmup < 0:
@@ -69,18 +70,35 @@ def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, bat
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
     check_device(device)
     set_threads(threads)
-    retained = warm_allocator() if retain_memory else False
-    predicted = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer)
+    regime = set_allocator(allocator)
+    predicted = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer, allocator=regime)
     measured = measure_iteration(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
                                  warmup=warmup, repeats=repeats, per_layer=per_layer, attention=attention)
-    return _model_record(model, cluster, batch, device, dtype, optimizer, predicted, measured, statistic, retained,
+    return _model_record(model, cluster, batch, device, dtype, optimizer, predicted, measured, statistic, regime,
                          repeats)
+
+
+def set_allocator(allocator: str) -> str:
+    """Put this process in the allocator regime `allocator` (see `validate_model`); the regime in effect."""
+    from dlsim.calibrate.alloc_probe import allocator_in_use
+    from dlsim.cost.allocation import REGIMES
+    in_use = allocator_in_use()
+    if allocator not in REGIMES:
+        raise SpecError(f"unknown allocator {allocator!r} (use {', '.join(REGIMES)})", field="allocator")
+    if allocator == "retained":
+        return "retained" if warm_allocator() else in_use
+    if allocator == "default":
+        return "default" if in_use == "glibc" else in_use
+    if allocator != in_use:
+        raise SpecError(f"allocator {allocator} is not loaded in this process (start it with LD_PRELOAD=lib"
+                        f"{allocator}.so)", field="allocator")
+    return allocator
 
 
 def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]], cluster: Cluster | str | Path, *,
                     rounds: int = 5, device: str = "cpu", optimizer: str = "adam", per_layer_repeats: int = 3,
                     threads: int | None = None, attention: str = "math", statistic: str = "min",
-                    min_round_s: float = 0.3, isolate: bool = True,
+                    min_round_s: float = 0.3, isolate: bool = True, allocator: str = "default",
                     progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """`validate_model` for several (model, batch, overrides) at once, their iterations timed in round
     robin (`dlsim.validate.compute_iteration.interleaved_iterations`): drift of a shared machine hits
@@ -94,14 +112,14 @@ def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
     check_device(device)
     threads_used = set_threads(threads)
-    retained = warm_allocator()
+    regime = set_allocator(allocator)
     models = [as_model(m, o) for m, _, o in entries]
     batches = [check_batch(b) for _, b, _ in entries]
     runners: list[Any] = []
     try:
         for m, b, (_, _, o) in zip(models, batches, entries):
             runners.append(WorkerRunner(m, b, overrides=o, device=device, optimizer=optimizer, attention=attention,
-                                        threads=threads_used, retain_memory=retained) if isolate else
+                                        threads=threads_used, retain_memory=regime == "retained") if isolate else
                            IterationRunner(m, b, make_optimizer, device=device, dtype=m.dtype, optimizer=optimizer,
                                            attention=attention))
         measured = interleaved_iterations(runners, rounds, min_round_s=min_round_s, per_layer_repeats=per_layer_repeats,
@@ -112,8 +130,8 @@ def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]
                 run.close()
     out = []
     for m, b, meas in zip(models, batches, measured):
-        predicted = estimate(m, cluster, b, dtype=m.dtype, optimizer=optimizer)
-        rec = _model_record(m, cluster, b, device, m.dtype, optimizer, predicted, meas, statistic, retained,
+        predicted = estimate(m, cluster, b, dtype=m.dtype, optimizer=optimizer, allocator=regime)
+        rec = _model_record(m, cluster, b, device, m.dtype, optimizer, predicted, meas, statistic, regime,
                             len(meas.samples))
         rec["threads"], rec["interleaved_rounds"] = threads_used, rounds
         rec["process"] = "one per model" if isolate else "shared by all models"
@@ -122,7 +140,7 @@ def validate_models(entries: Sequence[tuple[str | Model, int, Mapping[str, Any]]
 
 
 def _model_record(model: Model, cluster: Cluster, batch: int, device: str, dtype: str, optimizer: str,
-                  predicted: Any, measured: Any, statistic: str, retained: bool, repeats: int) -> dict[str, Any]:
+                  predicted: Any, measured: Any, statistic: str, regime: str, repeats: int) -> dict[str, Any]:
     """The validate-model record: predicted vs measured per phase and per layer."""
     threads_used = measured.threads
     pred = predicted.to_dict()
@@ -147,7 +165,7 @@ def _model_record(model: Model, cluster: Cluster, batch: int, device: str, dtype
         "schema_version": SCHEMA_VERSION, "kind": "validate-model", "model": model.name, "cluster": cluster.name,
         "device": device, "batch": batch, "dtype": dtype, "optimizer": optimizer,
         "optimizer_impl": measured.optimizer_impl, "threads": threads_used, "repeats": repeats,
-        "statistic": statistic, "allocator": "retain freed memory" if retained else "C library default",
+        "statistic": statistic, "allocator": regime, "assumed": {**pred.get("assumed", {}), "allocator": regime},
         "predicted": {f"{k}_s": p for k, (p, _) in phases.items()},
         "measured": {**{f"{k}_s": m for k, (_, m) in phases.items()},
                      "iteration_samples_s": list(measured.iteration_samples), "spread": measured.spread},

@@ -9,6 +9,10 @@ Tables (in the output directory; columns in `dlsim.cost.lookup`): ``gemm.csv``, 
   "add"; 3 × 128 MiB, far beyond any cache), bytes counted as 2 reads + 1 write.
 * ``elementwise_flops_per_s``: softmax over 2^22 fp32 elements at dlsim's 5 FLOP per element (the
   attention remainder the roofline prices with vector FLOP/s).
+* ``fresh_memory_s_per_byte_t<N>`` (CPU, N = 1 … threads): what a default glibc process pays per byte
+  of a tensor above the mmap threshold, every step (`dlsim.calibrate.alloc_probe`). The kernels
+  themselves are timed with freed memory retained (`compute_timer.warm_allocator`), so the tables
+  hold no page faults and the estimate adds them where a step allocates such tensors.
 
 A row is written (and fsynced) as soon as it is measured (`compute_store.TableFile`), and a
 restart skips every key already in the tables: an interrupted run loses no measured row and
@@ -26,6 +30,7 @@ from typing import Any, Callable, Iterable
 from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, memory_op, optimizer_step_fn, torch_dtype
 from dlsim.calibrate.compute_plan import ConvTask, GemmTask, MemoryTask, OptimizerTask, Task
 from dlsim.calibrate.compute_store import TableFile
+from dlsim.calibrate.alloc_probe import QUANTITY, fresh_memory_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
     MemoryRow, record
@@ -184,6 +189,10 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
             timing = timer.time(fn)
             value = timing.seconds if unit == "s" else amount / timing.seconds
             dev_table.append({"quantity": quantity, "value": f"{value:.9g}", "unit": unit, "how": how})
+        if backend.name == "cpu" and not dev_table.has({"quantity": QUANTITY.format(threads=1)}):
+            import torch
+            for row in fresh_memory_rows(torch.get_num_threads()):  # what a default process pays per fresh byte
+                dev_table.append(row)
     for i, task in enumerate(todo, start=summary.skipped + 1):
         table = tables[kind_of(task)]
         if table.has(_row(task, None)):  # the same key planned twice (a grid GEMM a model also needs)

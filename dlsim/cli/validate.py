@@ -28,6 +28,12 @@ class _DefaultModelGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
+allocator_option = click.option(
+    "--allocator", type=click.Choice(["default", "retained", "jemalloc", "tcmalloc", "mimalloc"]), default="default",
+    show_default=True, help="The process measured and predicted: the C library as it comes (default), freed memory "
+                            "retained (mallopt), or an allocator preloaded with LD_PRELOAD.")
+
+
 @main.group("validate", cls=_DefaultModelGroup)
 def validate() -> None:
     """Compare predictions with real runs: `dlsim validate MODEL ...` or `dlsim validate kernels ...`."""
@@ -54,7 +60,7 @@ def model_report(rec: dict, top: int | None) -> str:
     big = pl["layers_over_1pct"]
     lines = [f"{rec['model']} batch {rec['batch']} {rec['dtype']} on {rec['cluster']} ({rec['device']}, "
              f"{rec['threads']} threads), {rec['optimizer']} ({rec['optimizer_impl']}), {rec['statistic']} of {rec['repeats']} "
-             f"iterations (spread {100 * m['spread']:.1f}%)", "", body]
+             f"iterations (spread {100 * m['spread']:.1f}%), allocator {rec.get('allocator', 'default')}", "", body]
     if top and len(layers) > top:
         lines.append(f"({len(layers) - top} more layers; --all shows every layer)")
     lines += ["", phases, "",
@@ -81,17 +87,18 @@ def model_report(rec: dict, top: int | None) -> str:
               help="Summarise the timed iterations by their median or (on a busy machine) their minimum.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
 @click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
+@allocator_option
 @set_option
 @json_option
 def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | None, optimizer: str, repeats: int,
               warmup: int, threads: int | None, no_layers: bool, statistic: str, plot: str | None, show_all: bool,
-              overrides: tuple[str, ...], json_out: str | None) -> None:
+              allocator: str, overrides: tuple[str, ...], json_out: str | None) -> None:
     """Time real training iterations of MODEL in PyTorch and compare them with dlsim's prediction."""
     if plot:
         prepare_output(check_plot_path(plot), "--plot")
     rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
                          warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
-                         statistic=statistic)
+                         statistic=statistic, allocator=allocator)
     state_dtype(rec, dtype, rec["dtype"])
     for line in rec.get("warnings", []):
         click.echo(f"warning: {line}", err=True)

@@ -13,20 +13,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsim.cost.gradflow import gradient_free
+from dlsim.cost.allocation import AllocatorCost, step_charges
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, mixed_precision_step_traffic, optimizer_step_traffic, state_bytes_per_param,
                                training_working_set)
 from dlsim.cost.pricing import KernelTimes, price_layer
 from dlsim.cost.roofline import roofline_time
-from dlsim.results import Estimate, EstimateResult, MemoryBreakdown
+from dlsim.results import Estimate, EstimateResult, MemoryBreakdown, Source
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 
 
 def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str | None = None,
                        optimizer: str = "adam", tables: KernelTimes | None = None,
-                       notes: tuple[str, ...] = ()) -> EstimateResult:
-    """Predict one training iteration of `model` with `batch` samples on one device of `cluster`."""
+                       notes: tuple[str, ...] = (), allocator: AllocatorCost | None = None) -> EstimateResult:
+    """Predict one training iteration of `model` with `batch` samples on one device of `cluster`; with a
+    ``default`` `allocator`, each pass also pays the fresh pages of the tensors it allocates above the
+    mmap threshold (`dlsim.cost.allocation`)."""
     dtype = dtype or model.dtype
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}")
@@ -39,11 +42,15 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
         notes = (*notes, regime)
     timings = []
     free = gradient_free(model)
+    charges = step_charges(model, batch, dtype, allocator, free) if allocator is not None else {}
     for layer in model.layers:
         timing = replace(price_layer(layer, batch, dtype, device, tables, costs[layer.name]),
                          activation_bytes=kept[layer.name])
         if all(src in free for src in layer.inputs):
             timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
+        for pass_name, seconds in charges.get(layer.name, {}).items():
+            timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
+                seconds, Source.INTERPOLATED, "fresh pages above the mmap threshold (measured rate x bytes)")})
         timings.append(timing)
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
     tensors = sum(1 for layer in model.layers if layer.params)

@@ -1,0 +1,127 @@
+"""Predicting the default process (issue 15 item 4): fresh pages of tensors above glibc's mmap threshold."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlsim.calibrate.alloc_probe import allocator_in_use
+from dlsim.cost.allocation import MMAP_THRESHOLD_MAX, AllocatorCost, fresh_tensors, step_charges
+from dlsim.errors import SpecError
+from dlsim.io.model_yaml import load_model
+from dlsim.units import MIB
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = """name: mlp
+dtype: fp32
+input: {shape: [1024]}
+layers:
+  - {name: fc1, type: linear, out_features: 4096}
+  - {name: r1, type: relu}
+  - {name: fc2, type: linear, out_features: 4096}
+  - {name: flat, type: flatten}
+  - {name: fc3, type: linear, out_features: 10}
+  - {name: loss, type: cross_entropy}
+"""
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    path = tmp_path / "mlp.yaml"
+    path.write_text(MLP)
+    return load_model(str(path))
+
+
+def test_fresh_tensors_per_pass(mlp):
+    fc1, r1, fc2, flat = mlp.layers[:4]
+    assert fresh_tensors(fc1, 8, "fp32") == {"forward": [8 * 4096 * 4.0], "backward_data": [],
+                                             "backward_weight": [float(fc1.params * 4)]}
+    assert fresh_tensors(r1, 8, "fp32")["backward_data"] == [8 * 4096 * 4.0]
+    assert fresh_tensors(flat, 8, "fp32") == {"forward": [], "backward_data": [], "backward_weight": []}
+
+
+def test_only_tensors_above_the_threshold_are_charged(mlp):
+    rate = 1e-9
+    cost = AllocatorCost("default", rate)
+    assert cost.charge(MMAP_THRESHOLD_MAX) == 0.0
+    assert cost.charge(64 * MIB) == pytest.approx(64 * MIB * rate)
+    assert AllocatorCost("retained", rate).charge(64 * MIB) == 0.0
+    charges = step_charges(mlp, 8, "fp32", cost)
+    # only fc2's weight gradient (4096 x 4096 fp32 = 64 MiB; its bias is 16 KiB) is above 32 MiB at batch 8
+    assert list(charges) == ["fc2"] and list(charges["fc2"]) == ["backward_weight"]
+    assert charges["fc2"]["backward_weight"] == pytest.approx((4096 * 4096 + 4096) * 4 * rate)
+    # at batch 4096 the activations (4096 x 4096 x 4 = 64 MiB) are charged too, forward and backward
+    big = step_charges(mlp, 4096, "fp32", cost)
+    assert set(big["fc1"]) == {"forward"}  # fed by the input (no gradient); its 16 MiB weight is below
+    assert set(big["r1"]) == {"forward", "backward_data"}
+
+
+def _profile_with_rate(tmp_path: Path, rate: float) -> Path:
+    src = ROOT / "hardware_profiles" / "cpu-epyc-2core"
+    out = tmp_path / "prof"
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("passes", "1thread", "median-run", "single-pass-run"))
+    text = (out / "device.csv").read_text()
+    with open(out / "device.csv", "a") as f:
+        f.write("" if text.endswith("\n") else "\n")
+        f.write(f"fresh_memory_s_per_byte_t1,{rate * 3},s/byte,test\nfresh_memory_s_per_byte_t2,{rate},s/byte,test\n")
+    return out
+
+
+def test_estimate_charges_the_default_process(tmp_path, mlp):
+    from dlsim.api.estimate import estimate
+    rate = 5e-10
+    prof = _profile_with_rate(tmp_path, rate)
+    default = estimate(mlp, prof, 8)
+    retained = estimate(mlp, prof, 8, allocator="retained")
+    # the profile's tables were timed with 2 threads: the 2-thread rate is used
+    assert default.iteration_time_s - retained.iteration_time_s == pytest.approx((4096 * 4096 + 4096) * 4 * rate)
+    assert default.assumed["allocator"].startswith("default")
+    assert any(n.startswith("allocator: retained") for n in retained.notes)
+    # a profile without a measured rate charges nothing and says so
+    plain = estimate(mlp, "cpu-epyc-2core", 8)
+    assert any("measured no fresh-memory cost" in n for n in plain.notes)
+    with pytest.raises(SpecError):
+        estimate(mlp, prof, 8, allocator="hoard")
+
+
+def test_allocator_detection():
+    assert allocator_in_use({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}, "") == "jemalloc"
+    assert allocator_in_use({}, "7f00 r-xp /usr/lib/libtcmalloc_minimal.so.4\n") == "tcmalloc"
+    assert allocator_in_use({}, "7f00 r-xp /usr/lib/libc.so.6\n") == "glibc"
+
+
+def test_named_allocator_must_be_loaded():
+    from dlsim.api.validate import set_allocator
+    if allocator_in_use() == "jemalloc":
+        pytest.skip("jemalloc is preloaded here")
+    with pytest.raises(SpecError, match="not loaded"):
+        set_allocator("jemalloc")
+
+
+def test_fresh_memory_rate_is_measured():
+    pytest.importorskip("torch")
+    from dlsim.calibrate.alloc_probe import fresh_memory_cost
+    rate = fresh_memory_cost(1, repeats=2, sizes=(64 * MIB,))
+    # a page fault costs between 0.1 and 100 us per 4 KiB page on any machine dlsim runs on
+    assert 0.1e-6 / 4096 < rate < 100e-6 / 4096
+
+
+def test_calibration_records_the_allocator_regime(tmp_path):
+    pytest.importorskip("torch")
+    from dlsim.api.calibrate_compute import calibrate_compute
+    from dlsim.calibrate.compute_plan import GemmTask
+    import dlsim.api.calibrate_compute as cc
+    from dlsim.cost.layers import Gemm
+    cc_plan = cc.plan
+    try:
+        cc.plan = lambda *a, **k: [GemmTask("fp32", Gemm(64, 64, 64))]
+        calibrate_compute(tmp_path, repeats=1, flush_cache=False, threads=1)
+    finally:
+        cc.plan = cc_plan
+    meta = yaml.safe_load((tmp_path / "meta.yaml").read_text())
+    assert meta["allocator"]["tables"].startswith("retained") and meta["allocator"]["process"] == allocator_in_use()
+    assert meta["host"]["threads"] == 1 and meta["host"]["reference"]["gemm_gflop_per_s"] > 0
+    assert "fresh_memory_s_per_byte_t1" in (tmp_path / "device.csv").read_text()
