@@ -65,3 +65,10 @@ def test_fp8_refused_without_fp8_tensor_cores(cluster, cli):
         simulate("llama3-8b", cluster, dtype="fp8", overrides=TINY)
     code, out, err = cli("simulate", "llama3-8b", "--cluster", cluster, "--dtype", "fp8")
     assert code == 1 and not out and len(err.strip().splitlines()) == 1 and "FP8" in err
+
+
+def test_estimate_points_fp8_to_the_simulator(cli):
+    code, out, err = cli("estimate", "gpt2", "--cluster", "dgx-h100", "--dtype", "fp8")
+    assert code == 1 and "dlsim simulate --dtype fp8" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli("estimate", "gpt2", "--cluster", "dgx-a100", "--dtype", "fp8")
+    assert code == 1 and "no FP8 tensor cores" in err

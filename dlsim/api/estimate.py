@@ -42,6 +42,11 @@ def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: in
     if optimizer is None:
         optimizer = assumed["optimizer"] = DEFAULT_OPTIMIZER
     batch, dtype = check_batch(batch), check_dtype(dtype, model)
+    if dtype == "fp8":  # mixed FP8 / BF16 training is the simulator's (dlsim.plan.fp8), not one precision throughout
+        from dlsim.plan.fp8 import check_fp8
+        check_fp8(cluster.device, cluster.name)
+        raise SpecError("estimate prices one precision throughout; FP8 training (FP8 GEMMs, BF16 elsewhere, as "
+                        "Transformer Engine runs it) is priced by dlsim simulate --dtype fp8", field="dtype")
     if optimizer not in OPTIMIZERS:
         raise SpecError(f"unknown optimizer {optimizer!r} (use {', '.join(OPTIMIZERS)})", field="optimizer")
     tables, notes = None, []
