@@ -79,7 +79,7 @@ def test_comm_and_plan_microbatch(cli, tmp_path):
     bench = tmp_path / "b.csv"
     bench.write_text(BENCH)
     rec = _record(cli, "plan", "microbatch", "--bench-table", bench, "--batch", "2")
-    assert rec["dtype"].startswith("as measured") and rec["assumed"]["workspace_limit"] == "64MiB"
+    assert rec["dtype"].startswith("as in the benchmark table") and rec["assumed"]["workspace_limit"] == "64MiB"
 
 
 @pytest.mark.parametrize("args, field", [
