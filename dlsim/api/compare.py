@@ -98,13 +98,13 @@ def _fields_for(fields: Mapping[str, Any], gpus: int | None, global_batch: int |
     """make_strategy fields of one run: dp from the GPU count, micro-batches from the global batch."""
     out = dict(fields)
     if gpus is not None:
-        tp, pp = out.get("tp", 1), out.get("pp", 1)
-        if not (isinstance(tp, int) and isinstance(pp, int) and tp > 0 and pp > 0):
-            raise SpecError(f"tp and pp must be positive integers, got tp={tp!r} pp={pp!r}")
-        dp, rest = divmod(gpus, tp * pp)
+        tp, pp, cp = out.get("tp", 1), out.get("pp", 1), out.get("cp", 1)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (tp, pp, cp)):
+            raise SpecError(f"tp, pp and cp must be positive integers, got tp={tp!r} pp={pp!r} cp={cp!r}")
+        dp, rest = divmod(gpus, tp * pp * cp)
         if rest or dp == 0:
-            raise SpecError(f"tp x pp = {tp} x {pp} = {tp * pp} does not divide {gpus} GPUs (remainder "
-                            f"{gpus % (tp * pp)})")
+            raise SpecError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide {gpus} GPUs "
+                            f"(remainder {gpus % (tp * pp * cp)})")
         out["dp"] = dp
     if global_batch is not None:
         if "microbatch_size" in out:  # kept; the count follows

@@ -92,13 +92,13 @@ def _pricer(cluster_key: tuple[str, int | None], cluster: Any, fields: dict[str,
     """A remembered pricer per cluster, layout, algorithm and measured-or-not (see `_MemoPricer`)."""
     from dlsim.api.simulate import _default_pricer
     from dlsim.plan.comm import Layout
-    dp, tp, pp = (int(fields.get(k, 1)) for k in ("dp", "tp", "pp"))
+    dp, tp, pp, cp = (int(fields.get(k, 1)) for k in ("dp", "tp", "pp", "cp"))
     algorithm = fields.get("collective", "auto")
-    key = (cluster_key, dp, tp, pp, algorithm, measured)
+    key = (cluster_key, dp, tp, pp, cp, algorithm, measured)
     if key not in _PRICERS:
         if len(_PRICERS) >= MAX_PRICERS:
             _PRICERS.clear()
-        _PRICERS[key] = _MemoPricer(_default_pricer(cluster, Layout(dp, tp, pp, cluster.devices_per_node),
+        _PRICERS[key] = _MemoPricer(_default_pricer(cluster, Layout(dp, tp, pp, cluster.devices_per_node, cp),
                                                     algorithm, measured))
     return _PRICERS[key]
 
@@ -126,11 +126,11 @@ def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = Tru
         nodes = None
         if point.gpus is not None:
             cluster = _cluster(point.cluster, None)
-            tp, pp = int(fields.get("tp", 1)), int(fields.get("pp", 1))
-            if point.gpus % (tp * pp):
-                raise InfeasibleError(f"tp x pp = {tp} x {pp} = {tp * pp} does not divide {point.gpus} GPUs "
-                                      f"(remainder {point.gpus % (tp * pp)})")
-            fields["dp"] = point.gpus // (tp * pp)
+            tp, pp, cp = int(fields.get("tp", 1)), int(fields.get("pp", 1)), int(fields.get("cp", 1))
+            if point.gpus % (tp * pp * cp):
+                raise InfeasibleError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide "
+                                      f"{point.gpus} GPUs (remainder {point.gpus % (tp * pp * cp)})")
+            fields["dp"] = point.gpus // (tp * pp * cp)
             nodes = max(1, math.ceil(point.gpus / cluster.devices_per_node))
         cluster = _cluster(point.cluster, nodes)
         pricer = _pricer((point.cluster, nodes), cluster, fields, not model_only) if memo else None
