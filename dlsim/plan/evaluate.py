@@ -54,7 +54,8 @@ from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.dataparallel import make_buckets
-from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets
+from dlsim.plan.expertparallel import (EDP, EP, edp_group, ep_group, expert_buckets, expert_params_of,
+                                      expert_states, updated_params)
 from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
 from dlsim.plan.layertable import LayerEntry, boundary_bytes, build_layer_table
 from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
@@ -343,7 +344,7 @@ class Evaluator:
         params0 = sum(self._params(t, *ranges[k]) for k in chunks0)
         updated = params0 * optimizer_share(s.zero, s.dp)
         bound += optimizer_timer(self.device, self.dtype, s.optimizer, self.step_kernels(t, p))(updated).seconds
-        if s.dp > 1 and gathers_updated_params(s.zero):
+        if s.dp > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
             bound += sum(self._price(pricer, s, "allgather", self._params(t, *ranges[k]) * self.gb, dp0)
                          for k in chunks0)
@@ -438,6 +439,8 @@ class Evaluator:
             shard = len(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp).shard_group(0, 0, r)) \
                 if s.hybrid_shard else s.dp_cp
             states = model_state_bytes(params, self.dtype, s.optimizer, s.zero, shard)
+            states = expert_states(states, expert_params_of([e for k in chunks for e in chunk_entries[k]]), self.dtype,
+                                   s.optimizer, s.zero, shard, s.ep)
             local = model_state_bytes(tied.get(r, 0), self.dtype, s.optimizer, 0, 1)
             if offloads_optimizer(s.offload):  # in host memory, two of its streamed slices on the device
                 states["optimizer"] = 2 * (states["optimizer"] + local["optimizer"]) / OFFLOAD_SLICES
@@ -742,6 +745,16 @@ class _Timing:
         last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op)
         return last, [state[r][0] for r in range(p)], inside
 
+    def _param_gathers(self, k: int, dp_ranks: list[int], stage: int) -> float:
+        """ZeRO-1/2's all-gathers of chunk k's updated parameters: the dense ones over dp, the routed
+        experts' over the expert-data-parallel group (`dlsim.plan.syncplan`)."""
+        es = self.chunk_entries[k]
+        expert = expert_params_of(es)
+        seconds = self.price("allgather", (sum(e.params for e in es) - expert) * self.ev.gb, dp_ranks)
+        if expert and self.s.dp // self.s.ep > 1:
+            seconds += self.price("allgather", expert * self.ev.gb, edp_group(self.lay, self.s.ep, 0, 0, stage))
+        return seconds
+
     def _ep_queued(self, stage: int) -> bool:
         """Whether an expert-parallel all-to-all shares its link tier with the gradient reductions (of
         the data-parallel or the expert-data-parallel group) queued on the communication stream."""
@@ -933,13 +946,13 @@ class _Timing:
             params = sum(e.params for k in chunks for e in self.chunk_entries[k])
             # the simulator's optimizer step (`dlsim.plan.syncplan`): the stage's own parameters, 1/dp
             # of them under ZeRO; the copy of a tied embedding is not in it
-            updated = params * optimizer_share(s.zero, s.dp)
+            expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
+            updated = updated_params(params - expert, expert, s.zero, s.dp, s.ep)
             opt = optimizer_timer(ev.device, ev.dtype, s.optimizer, ev.step_kernels(self.t, p))(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero):
                 dp_ranks = self.lay.dp_group(0, r)
-                gather = sum(self.price("allgather", sum(e.params for e in self.chunk_entries[k]) * ev.gb, dp_ranks)
-                             for k in chunks)
+                gather = sum(self._param_gathers(k, dp_ranks, r) for k in chunks)
                 end += gather
                 sync_exposed[r] += gather
             totals.append((end, opt))
@@ -960,6 +973,8 @@ class _Timing:
             outside.append("pipeline transfers sharing the tensor-parallel link ports")
         if p > 1 and s.ep > 1 and self._p2p_shares_ep_ports():
             outside.append("pipeline transfers sharing the expert-parallel link ports")
+        if s.ep > 1 and s.zero == 2 and s.dp > 1:
+            outside.append("ZeRO-2 with expert parallelism (per-micro-batch reductions beside the all-to-alls)")
         if s.cp > 1 and s.dp == 1:
             outside.append("context parallelism with dp 1 (the gradient reduction over the cp ranks not timed)")
         if s.hybrid_shard:

@@ -21,8 +21,10 @@ Groups (ranks laid out as `dlsim.plan.comm.Layout`): the ep group of data-parall
 ep consecutive data-parallel ranks of its block (ep divides dp); the expert weights' gradients are
 all-reduced over the expert-data-parallel group, the dp/ep ranks holding the same experts
 (same d mod ep), not over the whole data-parallel group (Megatron-Core's expert data parallelism).
-Not modelled with expert parallelism (refused by `dlsim.spec.strategy`): ZeRO sharding, gradient
-compression, context parallelism, layer groups.
+ZeRO 1 and 2 shard each parameter's optimizer state (and gradients) over the ranks holding it: the
+dense ones over dp, the routed experts' over the expert-data-parallel group (reduce-scatter and
+all-gather there). Not modelled with expert parallelism (refused by `dlsim.spec.strategy`): ZeRO-3,
+hybrid sharding, gradient compression, context parallelism, layer groups.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dlsim.cost.pricing import KernelTimes, price_pass
 from dlsim.errors import SpecError
 from dlsim.plan.dataparallel import Bucket, make_buckets
 from dlsim.plan.tensorparallel import Collective
+from dlsim.plan.zero import model_state_bytes, optimizer_share
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import Layer, Model
 from dlsim.units import DTYPE_BYTES
@@ -161,3 +164,27 @@ def expert_notes(entries: Sequence[Any]) -> list[str]:
     return [f"mixture of experts ({len(names)} layer{'s' if len(names) > 1 else ''}): the busiest of ep {ep} ranks runs {load:g}x the mean routed "
             f"tokens" + (f" and drops {dropped:.1%} of those routed to it (capacity)" if dropped > 0 else "")
             for (ep, load, dropped), names in seen.items()]
+
+
+def expert_params_of(entries: Sequence[Any]) -> int:
+    """Routed experts' parameters among `entries` (per device)."""
+    return sum(e.experts.expert_params for e in entries if e.experts is not None)
+
+
+def expert_states(states: dict[str, float], expert: float, dtype: str, optimizer: str, zero: int, shard: int,
+                  ep: int) -> dict[str, float]:
+    """`states` (`model_state_bytes` of parameters ZeRO-sharded over `shard` ranks) with the states of
+    `expert` of those parameters sharded over the expert-data-parallel shard/ep ranks instead: the
+    distributed optimizer shards each parameter over the ranks that hold it (Megatron-Core's expert
+    data parallelism)."""
+    if not expert or not zero or ep == 1:
+        return states
+    over_dp = model_state_bytes(expert, dtype, optimizer, zero, shard)
+    over_edp = model_state_bytes(expert, dtype, optimizer, zero, max(shard // ep, 1))
+    return {k: states[k] - over_dp[k] + over_edp[k] for k in states}
+
+
+def updated_params(dense: float, expert: float, zero: int, shard: int, ep: int) -> float:
+    """Parameters a device's optimizer step updates: 1/shard of the dense ones and 1/(shard/ep) of its
+    routed experts' under ZeRO, all of them without."""
+    return dense * optimizer_share(zero, shard) + expert * optimizer_share(zero, max(shard // ep, 1))

@@ -22,7 +22,7 @@ from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTRA, CommPricer, Layout
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, make_buckets
-from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets
+from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets, expert_params_of, expert_states
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import host_transfer, offloads_activations, offloads_optimizer
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
@@ -150,6 +150,8 @@ class _Builder:
             params += self._tied_copy(chunks)
             shard = len(lay.shard_group(0, 0, stage)) if s.hybrid_shard else s.dp_cp
             states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, shard)
+            expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
+            states = expert_states(states, expert, x.dtype, s.optimizer, s.zero, shard, s.ep)
             local = model_state_bytes(params - synced, x.dtype, s.optimizer, 0, 1)
             static = [(k, states[k] + local[k]) for k in ("weights", "gradients", "optimizer")]
             if offloads_optimizer(s.offload):  # in host memory; on the device only for its step

@@ -6,7 +6,7 @@ every micro-batch size dividing B / dp (up to `max_microbatch_size`) with the co
 schedule 1F1B (pp > 1 also interleaved with v = 2, 3, 4 where the repeated blocks divide pp·v,
 GPipe only when asked), recomputation none / selective / full, sequence parallelism on and off
 when tp > 1, ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
-degree ep (every divisor of dp that divides each layer's experts; with ZeRO 0, the only stage dlsim
+degree ep (every divisor of dp that divides each layer's experts; with ZeRO 0-2, the stages dlsim
 models beside expert parallelism); when asked (`cp`, `hybrid_shard`, `offload` of the space), the
 context-parallel degree (dp = N / (tp·pp·cp), the sequence cut into 2·cp chunks), hybrid sharding of
 ZeRO 1-3 and offload to host memory (estimates flagged approximate where the evaluator does not price
@@ -160,14 +160,14 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
 
 def _expert_degrees(s: Strategy, experts: list[int], dropped: Counter, allowed) -> Iterator[Strategy]:
     """`s` with every expert-parallel degree of the space (only ep = 1 for a model without experts):
-    divisors of dp dividing every layer's expert count, ep > 1 with ZeRO 0."""
+    divisors of dp dividing every layer's expert count, ep > 1 with ZeRO 0-2."""
     for ep in (_divisors(s.dp) if experts else [1]):
         if not allowed("ep", ep):
             continue
         if any(e % ep for e in experts):
             dropped["ep does not divide the experts"] += 1
-        elif ep > 1 and s.zero:
-            dropped["ep > 1 needs zero 0"] += 1
+        elif ep > 1 and s.zero == 3:
+            dropped["ep > 1 with ZeRO-3"] += 1
         elif ep == 1:
             yield s
         else:

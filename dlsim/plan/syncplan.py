@@ -19,6 +19,7 @@ from typing import Any, Protocol, Sequence
 
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import Bucket
+from dlsim.plan.expertparallel import EDP, expert_params_of, updated_params
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.offload import OFFLOAD_SLICES
 from dlsim.plan.taskgraph import BUFFERS, COMPUTE, STAGING, TRANSIENT_PARAMS
@@ -108,8 +109,14 @@ class DeviceSync:
         self.shard = len(b.group_ranks("shard", *pos)) if self.s.hybrid_shard else self.s.dp_cp
         self.replicas = len(b.group_ranks("replica", *pos)) if self.s.hybrid_shard else 1
 
-    def _chunk_bytes(self, k: int) -> float:
-        return sum(e.params for e in self.b.chunk_entries[k] if self.b.dp_synced(e)) * self.gb
+    def _chunk_bytes(self, k: int, experts: bool = False) -> float:
+        """Bytes of chunk k's parameters reduced over dp (or with `experts` its routed experts', reduced
+        over the expert-data-parallel group)."""
+        es = self.b.chunk_entries[k]
+        expert = expert_params_of(es)
+        if experts:
+            return expert * self.gb
+        return (sum(e.params for e in es if self.b.dp_synced(e)) - expert) * self.gb
 
     # -- per-op hooks: buckets ready, ZeRO-3 parameter units -------------------------------
     def before_op(self) -> list[int]:
@@ -138,6 +145,8 @@ class DeviceSync:
         steps = [(op, nbytes, bucket.group) for op, nbytes in plan.collectives]
         if s.zero:  # uncompressed (compression needs zero 0): sharded, maybe hybrid
             steps = sharded_sync(s.zero, s.hybrid_shard, bucket.nbytes, self.shard, self.replicas)
+            if bucket.group == EDP:  # routed experts' gradients: sharded over the expert-data-parallel group
+                steps = [(op, nbytes, EDP) for op, nbytes, _ in steps]
         deps = [ready]
         buffer = 0.0
         if plan.compress[1] > 0:
@@ -178,7 +187,8 @@ class DeviceSync:
                 waits.append(self._embedding_sync(first_stage, last_stage, nbytes, last_compute))
         params = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage])
         synced = sum(e.params for c in range(b.v) for e in b.chunk_entries[c * b.p + stage] if b.dp_synced(e))
-        updated = synced * optimizer_share(s.zero, self.shard) + (params - synced)
+        expert = expert_params_of([e for c in range(b.v) for e in b.chunk_entries[c * b.p + stage]])
+        updated = updated_params(synced - expert, expert, s.zero, self.shard, s.ep) + (params - synced)
         staged = b.offloaded.get(stage, 0.0)  # optimizer state in host memory: streamed through for the step
         if staged:
             opt = self._offloaded_step(updated, staged, waits)
@@ -191,6 +201,9 @@ class DeviceSync:
                 k = c * b.p + stage
                 b.collective(f"allgather params chunk{k}", "allgather", self._chunk_bytes(k), self.shard_kind, self.pos,
                              ("upd", k), self.ms, [opt], ("U", k))
+                if self._chunk_bytes(k, experts=True) and s.dp_cp // s.ep > 1:
+                    b.collective(f"allgather expert params chunk{k}", "allgather", self._chunk_bytes(k, experts=True),
+                                 EDP, self.pos, ("upd-experts", k), self.ms, [opt], ("U", k))
 
     def _offloaded_step(self, params: float, state: float, waits: list[int]) -> int:
         """The optimizer step over state kept in host memory (`dlsim.plan.offload`): in

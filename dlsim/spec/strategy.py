@@ -310,11 +310,14 @@ def _check_expert_parallel(s: Strategy) -> None:
                         f"data-parallel ranks)", field="ep")
     if s.ep > 1 and s.sync != "allreduce":
         raise SpecError(f"expert parallelism needs sync allreduce, got {s.sync}", field="ep")
-    if s.ep > 1 and s.zero:
-        raise SpecError(f"expert parallelism with ZeRO stage {s.zero} is not modelled (use zero 0 with ep > 1)",
+    if s.ep > 1 and s.zero == 3:
+        raise SpecError("expert parallelism with ZeRO stage 3 is not modelled (use zero 0, 1 or 2 with ep > 1)",
                         field="ep")
     if s.ep > 1 and s.layer_groups:
         raise SpecError("expert parallelism cannot be combined with layer_groups", field="ep")
+    if s.ep > 1 and getattr(s, "hybrid_shard", False):
+        raise SpecError("expert parallelism with hybrid sharding is not modelled (use hybrid_shard false with ep > 1)",
+                        field="ep")
     if s.ep > 1 and s.compression.kind != "none":
         raise SpecError("expert parallelism with gradient compression is not modelled (use compression none)",
                         field="ep")
