@@ -103,8 +103,8 @@ def _fields_for(fields: Mapping[str, Any], gpus: int | None, global_batch: int |
             raise SpecError(f"tp, pp and cp must be positive integers, got tp={tp!r} pp={pp!r} cp={cp!r}")
         dp, rest = divmod(gpus, tp * pp * cp)
         if rest or dp == 0:
-            raise SpecError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide {gpus} GPUs "
-                            f"(remainder {gpus % (tp * pp * cp)})")
+            what = f"tp x pp = {tp} x {pp}" if cp == 1 else f"tp x pp x cp = {tp} x {pp} x {cp}"
+            raise SpecError(f"{what} = {tp * pp * cp} does not divide {gpus} GPUs (remainder {gpus % (tp * pp * cp)})")
         out["dp"] = dp
     if global_batch is not None:
         if "microbatch_size" in out:  # kept; the count follows

@@ -128,8 +128,9 @@ def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = Tru
             cluster = _cluster(point.cluster, None)
             tp, pp, cp = int(fields.get("tp", 1)), int(fields.get("pp", 1)), int(fields.get("cp", 1))
             if point.gpus % (tp * pp * cp):
-                raise InfeasibleError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide "
-                                      f"{point.gpus} GPUs (remainder {point.gpus % (tp * pp * cp)})")
+                what = f"tp x pp = {tp} x {pp}" if cp == 1 else f"tp x pp x cp = {tp} x {pp} x {cp}"
+                raise InfeasibleError(f"{what} = {tp * pp * cp} does not divide {point.gpus} GPUs "
+                                      f"(remainder {point.gpus % (tp * pp * cp)})")
             fields["dp"] = point.gpus // (tp * pp * cp)
             nodes = max(1, math.ceil(point.gpus / cluster.devices_per_node))
         cluster = _cluster(point.cluster, nodes)
