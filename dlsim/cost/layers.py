@@ -286,7 +286,8 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
     """LSTM / GRU / Elman RNN over L steps (S002 §3.1.2, §4.4): per layer and direction one input GEMM for
     all steps (N·L, g·h, F) and L sequential recurrent GEMMs (N, g·h, h), g gates; ≈ 3·g element-wise
     FLOP per hidden unit per step. Depth is sequential in time: L·(⌈log2 (F+h)⌉ + 2). ∇x and ∇w repeat
-    the GEMM volumes (∇w's recurrent part as one GEMM over all steps)."""
+    the GEMM volumes (∇w's recurrent part as one GEMM over all steps), but for the gradient of the zero
+    initial state, which needs none: L − 1 recurrent ∇h GEMMs (PyTorch's autograd skips the first)."""
     a, (steps, feat) = layer.attrs, layer.in_shapes[0]
     gates, h = recurrent_gates(layer.type), a["hidden"]
     dirs = 2 if a["bidirectional"] else 1
@@ -296,7 +297,7 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
     for _ in range(a["layers"]):
         for _ in range(dirs):
             fwd_g += [Gemm(n * steps, gates * h, f_in), Gemm(n, gates * h, h, steps)]
-            bx_g += [Gemm(n * steps, f_in, gates * h), Gemm(n, h, gates * h, steps)]
+            bx_g += [Gemm(n * steps, f_in, gates * h)] + ([Gemm(n, h, gates * h, steps - 1)] if steps > 1 else [])
             bw_g += [Gemm(gates * h, f_in, n * steps), Gemm(gates * h, h, n * steps)]
             flops_el += 3 * gates * h * n * steps
         f_in = h * dirs
