@@ -22,7 +22,8 @@ Engine's `fp8_autocast` with the DelayedScaling recipe (Megatron-LM `--fp8-forma
   the optimizer fp32 master copies and moments), activations kept in BF16; collectives move BF16.
 
 Devices without FP8 tensor cores (no `fp8` in the profile's `peak_tflops`: A100, V100, ...) are
-refused with one line.
+refused with one line. The record's model FLOPs utilisation of an FP8 run is against the BF16 peak
+(the precision of everything but the projection GEMMs); NVIDIA's published FP8 MFU uses the FP8 peak.
 """
 
 from __future__ import annotations
