@@ -88,8 +88,12 @@ class Imported:
 
     def report(self) -> str:
         """Lines for the user: layers, parameters, and the operators priced as generic."""
+        from dlsim.cost.counted import counted_flops
+
         generic = sum(r.layers for r in self.fallbacks)
-        lines = [f"imported {self.model.name}: {len(self.model.layers)} layers, {self.model.params:,} parameters; "
+        fwd, bwd = counted_flops(self.model, 1)
+        lines = [f"imported {self.model.name}: {len(self.model.layers)} layers, {self.model.params:,} parameters, "
+                 f"{fwd:.4g} forward and {bwd:.4g} backward FLOPs per sample (as PyTorch's counter counts them); "
                  f"{generic} generic layers carry {100 * self.fallback_share:.1f}% of the predicted step "
                  f"(batch {self.batch} on {self.priced_on})"]
         for r in self.fallbacks:
