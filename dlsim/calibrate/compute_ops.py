@@ -113,6 +113,7 @@ def _forward(layer: Layer, xs: list, params: dict) -> Any:
         return F.avg_pool2d(x, k, s, p, ceil_mode=bool(a["ceil_mode"]))
     simple = {"global_avgpool": lambda: x.mean((2, 3)), "global_maxpool": lambda: x.amax((2, 3)),
               "relu": lambda: torch.relu(x), "tanh": lambda: torch.tanh(x), "sigmoid": lambda: torch.sigmoid(x),
+              "relu6": lambda: F.relu6(x), "silu": lambda: F.silu(x),
               "gelu": lambda: F.gelu(x, approximate="tanh"), "softmax": lambda: torch.softmax(x, -1),
               "dropout": lambda: F.dropout(x, a["p"], training=True),
               "concat": lambda: torch.cat(xs, a["axis"] + 1 if a["axis"] >= 0 else a["axis"])}
@@ -128,6 +129,10 @@ def _forward(layer: Layer, xs: list, params: dict) -> Any:
                             a["eps"])
     if t == "layernorm":
         return F.layer_norm(x, (x.shape[-1],), params.get("weight"), params.get("bias"), a["eps"])
+    if t == "rmsnorm":
+        return F.rms_norm(x, (x.shape[-1],), params.get("weight"), a["eps"])
+    if t == "groupnorm":
+        return F.group_norm(x, a["groups"], params.get("weight"), params.get("bias"), a["eps"])
     if t == "lrn":
         return F.local_response_norm(x, a["size"], a["alpha"], a["beta"], a["k"])
     if t == "embedding":
@@ -163,10 +168,11 @@ def _inputs(layer: Layer, batch: int, dtype: str, device: Any) -> tuple[list, di
     if layer.type == "cross_entropy":
         logits = layer.in_shapes[0]
         xs.append(torch.randint(0, logits[-1], (batch, *logits[:-1]), generator=gen).to(device))
-    elif layer.type in ("batchnorm", "layernorm"):
-        width = layer.in_shapes[0][0] if layer.type == "batchnorm" else layer.in_shapes[0][-1]
+    elif layer.type in ("batchnorm", "layernorm", "groupnorm", "rmsnorm"):
+        width = layer.in_shapes[0][0] if layer.type in ("batchnorm", "groupnorm") else layer.in_shapes[0][-1]
         if a["affine"]:
-            params = {"weight": floats(width), "bias": floats(width)}
+            params = {"weight": floats(width)} if layer.type == "rmsnorm" else {"weight": floats(width),
+                                                                                "bias": floats(width)}
         if layer.type == "batchnorm":
             params["mean"] = torch.zeros(width, device=device, dtype=t)
             params["var"] = torch.ones(width, device=device, dtype=t)

@@ -39,8 +39,8 @@ def validate() -> None:
     """Compare predictions with real runs: `dlsim validate MODEL ...` or `dlsim validate kernels ...`."""
 
 
-def _pct(x: float) -> str:
-    return "-" if x != x else f"{100 * x:+.1f}%"
+def _pct(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{100 * x:+.1f}%"
 
 
 def model_report(rec: dict, top: int | None) -> str:
@@ -201,3 +201,74 @@ def ddp_cmd(model: str, compute_profile: str, batch: int, rate: str, optimizer: 
                f"measured {format_time(m['iteration_s'])} (spread {100 * m['spread']:.1f}%), predicted "
                f"{format_time(p['iteration_s'])} (compute {format_time(p['breakdown_s']['compute'])}, exposed "
                f"communication {format_time(p['breakdown_s']['exposed_comm'])}), error {_pct(rec['error'])}")
+
+
+def parse_input_shape(text: str) -> list[int]:
+    """``3,224,224`` -> [3, 224, 224]; one line naming the flag otherwise."""
+    from dlsim.errors import SpecError
+    try:
+        shape = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise SpecError(f"--input-shape must be integers like 3,224,224, got {text!r}") from None
+    if not shape or min(shape) < 1:
+        raise SpecError(f"--input-shape must be positive integers like 3,224,224, got {text!r}")
+    return shape
+
+
+def torch_report(rec: dict) -> str:
+    """End to end, per phase and per operator kind, as text."""
+    p, m, e = rec["predicted"], rec["measured"], rec["error"]
+    phases = table(["phase", "predicted", "measured", "error"],
+                   [[k, format_time(p[f"{k}_s"]), format_time(m[f"{k}_s"]), _pct(e[k])]
+                    for k in ("forward", "backward", "optimizer", "iteration")], [False, True, True, True])
+    kinds = table(["operator kind", "predicted", "measured (profiler)", "error"],
+                  [[r["name"], format_time(r["predicted_s"]),
+                    format_time(r["measured_s"]), _pct(r["error"])]
+                   for r in rec["layers"]], [False, True, True, True])
+    imp = rec["imported"]
+    return "\n".join([
+        f"{rec['factory']} ({rec['model']}, {rec['parameters']:,} parameters, {imp['layers']} dlsim layers, "
+        f"{100 * imp['fallback_share']:.1f}% of the predicted time in generic layers) batch {rec['batch']} on "
+        f"{rec['cluster']}, {rec['threads']} threads, {rec['optimizer']} ({rec['optimizer_impl']}), allocator "
+        f"{rec['allocator']}; {rec['statistic']} of {rec['repeats']} plain-loop steps in a fresh process (spread "
+        f"{100 * m['spread']:.1f}%)", "", phases, "", kinds,
+        f"(per operator kind: ATen self times of {rec['per_layer']['operator_kinds'] and 'profiled'} steps; the "
+        f"profiler adds its own cost to small operators)", "",
+        f"end to end: predicted {format_time(p['iteration_s'])}, measured {format_time(m['iteration_s'])}, "
+        f"error {_pct(e['iteration'])}"])
+
+
+@validate.command("torch")
+@click.argument("factory")
+@click.option("--input-shape", required=True, help="Per-sample input shape, e.g. 3,224,224 (or L for --tokens).")
+@click.option("--batch", type=click.IntRange(min=1), required=True, help="Samples per training step.")
+@click.option("--cluster", "-c", required=True, help="Hardware profile (with measured tables) to predict with.")
+@click.option("--tokens", is_flag=True, help="The input is integer token ids.")
+@click.option("--vocab", type=int, default=2, show_default=True, help="Token ids are drawn below this (--tokens).")
+@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True, help="Timed steps.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's).")
+@click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@allocator_option
+@json_option
+def torch_cmd(factory: str, input_shape: str, batch: int, cluster: str, tokens: bool, vocab: int, optimizer: str,
+              repeats: int, warmup: int, threads: int | None, statistic: str, plot: str | None, allocator: str,
+              json_out: str | None) -> None:
+    """Time YOUR PyTorch module (FILE.py:FACTORY) in a plain training loop and compare with dlsim's prediction."""
+    from dlsim.api.validate_torch import validate_torch
+    if plot:
+        prepare_output(check_plot_path(plot), "--plot")
+    rec = validate_torch(factory, parse_input_shape(input_shape), batch, cluster, tokens=tokens, vocab=vocab,
+                         optimizer=optimizer, repeats=repeats, warmup=warmup, threads=threads, statistic=statistic,
+                         allocator=allocator)
+    for line in rec.get("warnings", []):
+        click.echo(f"warning: {line}", err=True)
+    if plot:
+        from dlsim.report.validation_plots import plot_model_validation
+        emit_plot(plot, lambda tmp: plot_model_validation(rec, tmp))
+    if json_out is not None:
+        emit_json(rec, json_out)
+    if wants_summary(json_out):
+        click.echo(torch_report(rec))

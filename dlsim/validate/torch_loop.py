@@ -1,0 +1,164 @@
+"""A user's own PyTorch module trained in a plain loop, timed as its user runs it.
+
+One step is what a training script writes::
+
+    opt.zero_grad(set_to_none=True); out = net(x); loss = F.cross_entropy(out.reshape(-1, C), y)
+    loss.backward(); opt.step()
+
+The loss is cross-entropy over the output's last dimension C (classes of a classifier, vocabulary of a
+language model; an output of any other layout is trained the same way, every position a sample),
+with random targets. The optimizer is PyTorch's (`dlsim.calibrate.compute_ops.make_optimizer`, the
+implementation calibration timed). Nothing in the process is tuned: no mallopt, the allocator as it
+comes, unless the caller puts the process in another regime first.
+
+`run_loop` runs in a process of its own (`time_in_worker`: spawned, so nothing of the caller's heap,
+threads or imports is inherited) and returns per-step (forward + loss, backward, optimizer) seconds
+and, from `profile_steps` steps under ``torch.profiler``, the self time of every ATen operator per
+step, grouped onto dlsim operator kinds (`op_kind`).
+
+torch is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from dlsim.errors import DlsimError
+
+KINDS = ("convolution", "matmul", "attention", "normalization", "recurrent", "embedding", "loss", "optimizer",
+         "memory-bound")
+"""Operator kinds the per-operator comparison uses, each both a set of dlsim layer types and of ATen ops."""
+
+_LAYER_KIND = {"conv2d": "convolution", "conv1d": "convolution", "conv_transpose2d": "convolution",
+               "linear": "matmul", "matmul": "matmul", "sdpa": "attention", "attention": "attention",
+               "batchnorm": "normalization", "layernorm": "normalization", "groupnorm": "normalization",
+               "rmsnorm": "normalization", "lrn": "normalization", "lstm": "recurrent", "gru": "recurrent",
+               "rnn": "recurrent", "embedding": "embedding", "cross_entropy": "loss"}
+_ATEN_KIND = (("convolution", "convolution"), ("conv", "convolution"), ("scaled_dot_product", "attention"),
+              ("flash_attention", "attention"), ("addmm", "matmul"), ("bmm", "matmul"), ("aten::mm", "matmul"),
+              ("matmul", "matmul"), ("linear", "matmul"), ("batch_norm", "normalization"),
+              ("layer_norm", "normalization"), ("group_norm", "normalization"), ("rms_norm", "normalization"),
+              ("lstm", "recurrent"), ("gru", "recurrent"), ("rnn", "recurrent"), ("embedding", "embedding"),
+              ("nll_loss", "loss"), ("log_softmax", "loss"), ("cross_entropy", "loss"), ("_fused_adam", "optimizer"),
+              ("_fused_sgd", "optimizer"), ("_foreach", "optimizer"))
+
+
+def layer_kind(layer_type: str) -> str:
+    """The operator kind of a dlsim layer type (anything else is memory-bound, generic included)."""
+    return _LAYER_KIND.get(layer_type, "memory-bound")
+
+
+def op_kind(aten_name: str) -> str:
+    """The operator kind of an ATen operator name as the profiler reports it (``aten::addmm``)."""
+    name = aten_name.lower()
+    for key, kind in _ATEN_KIND:
+        if key in name:
+            return kind
+    return "memory-bound"
+
+
+def loss_of(out: Any, target: Any) -> Any:
+    import torch.nn.functional as F
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+
+def make_batch(input_shape: Sequence[int], batch: int, tokens: bool, vocab: int, seed: int = 0) -> Any:
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    full = (batch, *input_shape)
+    return torch.randint(0, vocab, full, generator=gen) if tokens else torch.randn(full, generator=gen)
+
+
+class PlainLoop:
+    """The module, its batch, random targets and optimizer, ready for timed steps."""
+
+    def __init__(self, module: Any, x: Any, optimizer: str, seed: int = 0):
+        import torch
+        from dlsim.calibrate.compute_ops import make_optimizer
+        torch.manual_seed(seed)
+        self.net, self.x = module.train(), x
+        with torch.no_grad():
+            out = self.net(x)
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.dim() < 2:
+            raise DlsimError("the module's output must be one floating-point tensor (batch, ..., classes) to train "
+                             "with cross-entropy")
+        gen = torch.Generator().manual_seed(seed)
+        self.target = torch.randint(0, out.shape[-1], out.shape[:-1], generator=gen)
+        self.opt, self.impl = make_optimizer(optimizer, self.net.parameters())
+        self.threads = torch.get_num_threads()
+
+    def step(self) -> tuple[float, float, float]:
+        clock = time.perf_counter
+        t0 = clock()
+        self.opt.zero_grad(set_to_none=True)
+        loss = loss_of(self.net(self.x), self.target)
+        t1 = clock()
+        loss.backward()
+        t2 = clock()
+        self.opt.step()
+        return t1 - t0, t2 - t1, clock() - t2
+
+    def op_times(self, steps: int) -> dict[str, float]:
+        """Seconds per step by operator kind: ATen self CPU times of `steps` profiled steps."""
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                self.step()
+        out = {k: 0.0 for k in KINDS}
+        for ev in prof.key_averages():
+            if ev.key.startswith("aten::") or ev.key.startswith("Optimizer"):
+                kind = "optimizer" if ev.key.startswith("Optimizer") else op_kind(ev.key)
+                out[kind] += ev.self_cpu_time_total * 1e-6 / steps
+        return out
+
+
+def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Callable[[str], Any],
+             tokens: bool = False, vocab: int = 2, optimizer: str = "adam", warmup: int = 3, steps: int = 10,
+             profile_steps: int = 3, threads: int | None = None, allocator: str = "default",
+             min_seconds: float = 0.0) -> dict[str, Any]:
+    """Build the module `loader(factory)` gives (``FILE.py:NAME``), time `steps` plain steps after `warmup`
+    (and more until `min_seconds` of timed steps), then `profile_steps` profiled ones; a plain record."""
+    import torch
+    from dlsim.calibrate.compute_timer import set_threads, warm_allocator
+    set_threads(threads)
+    if allocator == "retained":
+        warm_allocator()
+    torch.manual_seed(0)
+    loop = PlainLoop(loader(factory), make_batch(input_shape, batch, tokens, vocab), optimizer)
+    for _ in range(warmup):
+        loop.step()
+    samples, begin = [], time.perf_counter()
+    while len(samples) < steps or time.perf_counter() - begin < min_seconds:
+        samples.append(loop.step())
+    ops = loop.op_times(profile_steps) if profile_steps else {}
+    return {"samples": samples, "ops": ops, "threads": loop.threads, "optimizer_impl": loop.impl,
+            "parameters": sum(p.numel() for p in loop.net.parameters())}
+
+
+def _worker(conn: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
+    try:
+        conn.send(("ok", run_loop(*args, **kwargs)))
+    except Exception as exc:  # reported to the caller as one line
+        conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0]))
+
+
+def time_in_worker(factory: str, input_shape: Sequence[int], batch: int, **kwargs: Any) -> dict[str, Any]:
+    """`run_loop` in a spawned process of its own (a fresh process, as a training job is)."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_worker, args=(child, (factory, list(input_shape), batch), kwargs), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        status, payload = parent.recv()
+    except EOFError:
+        raise DlsimError(f"the process timing {factory} stopped (exit code {proc.exitcode})") from None
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+    if status == "error":
+        raise DlsimError(f"timing {factory} failed: {payload}")
+    return payload

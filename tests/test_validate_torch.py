@@ -1,0 +1,87 @@
+"""dlsim validate torch (issue 15 item 3): a user's module in a plain loop against the prediction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlsim.validate.torch_loop import layer_kind, op_kind
+
+ROOT = Path(__file__).resolve().parents[1]
+NETS = """
+import torch.nn as nn
+
+def mlp():
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+
+def seg():  # (batch, C, H, W) output: trained with cross-entropy over the last dimension, as the loop does
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1))
+
+def tuple_out():
+    class T(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+        def forward(self, x):
+            return self.fc(x), x
+    return T()
+"""
+
+
+def test_kinds_map_both_sides():
+    assert op_kind("aten::addmm") == op_kind("aten::mm") == layer_kind("linear") == "matmul"
+    assert op_kind("aten::convolution_backward") == layer_kind("conv_transpose2d") == "convolution"
+    assert op_kind("aten::native_group_norm_backward") == layer_kind("groupnorm") == "normalization"
+    assert op_kind("aten::_scaled_dot_product_flash_attention_for_cpu") == layer_kind("sdpa") == "attention"
+    assert op_kind("aten::threshold_backward") == layer_kind("relu") == layer_kind("generic") == "memory-bound"
+    assert op_kind("aten::nll_loss_forward") == layer_kind("cross_entropy") == "loss"
+
+
+@pytest.fixture
+def nets(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "nets.py"
+    path.write_text(NETS)
+    return path
+
+
+def test_training_model_appends_the_loops_loss(nets):
+    from dlsim.api.validate_torch import training_model
+    model, imported = training_model(f"{nets}:seg", [3, 6, 6])
+    assert model.params == imported.model.params == (3 * 9 * 8 + 8) + (8 * 4 + 4)
+    view, loss = model.layers[-2:]
+    assert loss.type == "cross_entropy" and view.type == "reshape" and view.out_shape == (4 * 6, 6)
+    model, _ = training_model(f"{nets}:mlp", [32])
+    assert model.layers[-1].type == "cross_entropy" and model.layers[-1].in_shapes == ((10,),)
+
+
+def test_validate_torch_end_to_end(nets, tmp_path, cli):
+    out = tmp_path / "rec.json"
+    plot = tmp_path / "rec.png"
+    code, text, err = cli("validate", "torch", f"{nets}:mlp", "--input-shape", "32", "--batch", "4",
+                          "-c", "cpu-epyc-2core", "--repeats", "3", "--warmup", "1", "--json", out, "--plot", plot)
+    assert code == 0, err
+    rec = json.loads(out.read_text())
+    assert rec["kind"] == "validate-torch" and rec["allocator"] in ("default", "jemalloc", "tcmalloc", "mimalloc")
+    assert len(rec["measured"]["iteration_samples_s"]) == 3 and rec["measured"]["iteration_s"] > 0
+    assert rec["predicted"]["iteration_s"] > 0 and rec["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
+    kinds = {r["name"]: r for r in rec["layers"]}
+    assert {"matmul", "loss", "optimizer"} <= set(kinds)
+    assert kinds["matmul"]["measured_s"] > 0 and kinds["matmul"]["predicted_s"] > 0
+    assert rec["error"]["iteration"] == pytest.approx(rec["predicted"]["iteration_s"] / rec["measured"]["iteration_s"]
+                                                      - 1)
+    assert plot.stat().st_size > 0
+
+
+def test_untrainable_output_is_one_line(nets, cli):
+    code, _, err = cli("validate", "torch", f"{nets}:tuple_out", "--input-shape", "8", "--batch", "2",
+                       "-c", "cpu-epyc-2core", "--repeats", "1")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_shape_is_one_line(nets, cli):
+    code, _, err = cli("validate", "torch", f"{nets}:mlp", "--input-shape", "3x", "--batch", "2",
+                       "-c", "cpu-epyc-2core")
+    assert code == 1 and "--input-shape" in err
