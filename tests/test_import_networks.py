@@ -158,3 +158,25 @@ def test_onnx_bad_file_is_one_line(tmp_path, cli):
     bad.write_bytes(b"not a protobuf")
     code, _, err = cli("import", "onnx", bad)
     assert code == 1 and err.count("\n") == 1 and "not a valid ONNX model" in err
+
+
+def test_onnx_export_with_a_fixed_batch_imports(imported, tmp_path):
+    """An export without a dynamic batch cannot be re-inferred at another batch: the samples are taken
+    along dimension 0, with a note, and the counts still match."""
+    pytest.importorskip("onnx")
+    import warnings
+
+    from dlsim.api.importers import import_onnx_file
+    from dlsim.cost.counted import counted_flops
+
+    net, x = torchnets.build("gpt")
+    path = tmp_path / "gpt-static.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (x,), str(path), dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+    result = import_onnx_file(path)
+    want = imported["gpt"][2].model
+    assert result.model.params == want.params
+    assert counted_flops(result.model, 2)[0] == counted_flops(want, 2)[0]
+    assert any("batch is fixed at 2" in note for note in result.notes)

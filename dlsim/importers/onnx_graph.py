@@ -125,9 +125,12 @@ def _evaluate(model: Any, batch: int, names: list[str]) -> dict[str, list[int]]:
     return {n: list(np.shape(v)) for n, v in zip(names, values)}
 
 
-def _per_sample(a: list[int] | None, b: list[int] | None) -> tuple[tuple[int, ...] | None, int | None]:
+def _per_sample(a: list[int] | None, b: list[int] | None, static: int = 0) -> tuple[tuple[int, ...] | None, int | None]:
     """(per-sample shape, index of the batch dimension or None when folded into another) from the
-    shapes at batches 2 and 3; (None, None) for a tensor that does not hold the batch."""
+    shapes at batches 2 and 3; (None, None) for a tensor that does not hold the batch. A graph whose
+    batch is fixed (`static`, its size) has only `a`: the samples are taken along dimension 0."""
+    if static:
+        return (tuple(a[1:]), 0) if a and a[0] == static else (None, None)
     if a is None or b is None or len(a) != len(b):
         return None, None
     out, where, found = [], None, False
@@ -165,20 +168,19 @@ class _Graph:
         if len(inputs) != 1:
             raise SpecError(f"a dlsim model has one input; the graph has {len(inputs)}", path=path)
         self.input = inputs[0].name
-        s2, self.types = _shapes(model, BATCHES[0])
-        s3, _ = _shapes(model, BATCHES[1])
-        unknown = [n for n in s2 if n not in self.inits and (s2[n] is None or s3.get(n) is None)]
-        produced = {o for node in g.node for o in node.output if o}
-        unknown += [o for o in produced if o not in s2]
         self.notes: list[str] = []
-        if unknown:
-            names = sorted({n for n in unknown if n in produced})
-            e2, e3 = _evaluate(model, BATCHES[0], names), _evaluate(model, BATCHES[1], names)
-            s2.update(e2)
-            s3.update(e3)
-            self.notes.append(f"{len(names)} tensor shapes left unknown by shape inference taken from onnx's "
-                              f"reference evaluator")
-        self.s2, self.s3 = s2, s3
+        self.batch, self.static = BATCHES[0], 0
+        try:
+            self.s2, self.s3 = self._shapes_at(model, BATCHES)
+        except SpecError:  # a graph exported with a fixed batch cannot run at another one
+            dims = inputs[0].type.tensor_type.shape.dim
+            fixed = dims[0].dim_value if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 1 else 0
+            if not fixed:
+                raise
+            self.batch = self.static = fixed
+            self.s2, _ = self._shapes_at(model, (fixed,))
+            self.s3 = {}
+            self.notes.append(f"the graph's batch is fixed at {fixed}: per-sample shapes taken along dimension 0")
         self.active: set[str] = {self.input}
         self.param_of: dict[str, set[str]] = {n: {n} for n in self.inits}
         self.owner: dict[str, str] = {}
@@ -197,17 +199,35 @@ class _Graph:
                     self.bias_after[node.output[0]] = (users[0].output[0], other[0])
         self.fused: dict[str, str] = {}  # Add output -> the MatMul output whose linear layer took its bias
 
+    def _shapes_at(self, model: Any, batches: tuple[int, ...]) -> tuple[dict, dict]:
+        """Shapes of every tensor at each batch size (shape inference, the reference evaluator for the rest)."""
+        found = []
+        for b in batches:
+            shapes, self.types = _shapes(model, b)
+            found.append(shapes)
+        produced = {o for node in model.graph.node for o in node.output if o}
+        unknown = sorted(n for n in produced if any(s.get(n) is None for s in found))
+        if unknown:
+            for b, shapes in zip(batches, found):
+                shapes.update(_evaluate(model, b, unknown))
+            self.notes.append(f"{len(unknown)} tensor shapes left unknown by shape inference taken from onnx's "
+                              f"reference evaluator")
+        return found[0], (found[1] if len(found) > 1 else {})
+
+    def split(self, name: str) -> tuple[tuple[int, ...] | None, int | None]:
+        return _per_sample(self.s2.get(name), self.s3.get(name), self.static)
+
     def shape(self, name: str) -> tuple[int, ...]:
         """Per-sample shape (flat elements / batch when the batch is mixed into a dimension)."""
-        shape, _ = _per_sample(self.s2.get(name), self.s3.get(name))
+        shape, _ = self.split(name)
         if shape is not None:
             return shape
         a = self.s2.get(name)
         numel = math.prod(a) if a is not None else 0
-        return (numel // BATCHES[0],) if numel >= BATCHES[0] and numel % BATCHES[0] == 0 else ()
+        return (numel // self.batch,) if numel >= self.batch and numel % self.batch == 0 else ()
 
     def axis(self, name: str, dim: int) -> int | None:
-        shape, where = _per_sample(self.s2.get(name), self.s3.get(name))
+        shape, where = self.split(name)
         if shape is None:
             return None
         rank = len(self.s2[name])
@@ -575,7 +595,7 @@ def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
         moved = sum(g.nbytes(i) for i in node.input if i in g.active) + sum(g.nbytes(o) for o in outs)
         needs = sum(1 for i in node.input if i in g.active) + (1 if nparams else 0)
         entry = {"type": "generic", "op": node.op_type, "shape": list(out), "params": nparams}
-        per = BATCHES[0]
+        per = g.batch
         for key, value in (("flops", flops), ("bytes", moved), ("grad_flops", flops * needs),
                            ("grad_bytes", moved + sum(g.nbytes(i) for i in node.input if i in g.active))):
             if value:
@@ -599,7 +619,7 @@ def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
     floats = [i.data_type for i in g.inits.values() if i.data_type in (1, 10, 16)]
     if floats:
         dtype = {1: "fp32", 10: "fp16", 16: "bf16"}[max(set(floats), key=floats.count)]
-    return OnnxGraph(g.nodes, input_entry, dtype, params, batch or BATCHES[0], notes)
+    return OnnxGraph(g.nodes, input_entry, dtype, params, batch or g.batch, notes)
 
 
 def _scope(name: str) -> str:
