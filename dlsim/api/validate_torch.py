@@ -12,6 +12,7 @@ validate-torch`` and per-kind rows in ``layers``.
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 from pathlib import Path
@@ -21,7 +22,8 @@ from dlsim.api.estimate import estimate
 from dlsim.api.importers import import_torch_file, load_factory
 from dlsim.api.models import as_cluster, check_batch
 from dlsim.api.validate import _model_record, rel_error, set_allocator
-from dlsim.calibrate.compute_timer import STATISTICS, check_device
+from dlsim.calibrate.compute_ops import make_optimizer
+from dlsim.calibrate.compute_timer import STATISTICS, check_device, set_threads, warm_allocator
 from dlsim.errors import SpecError
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
@@ -70,11 +72,18 @@ def validate_torch(factory: str, input_shape: Sequence[int], batch: int, cluster
     regime = set_allocator(allocator) if allocator != "retained" else "retained"
     model, imported = training_model(factory, input_shape, tokens=tokens, vocab=vocab, cluster=cluster, name=name)
     predicted = estimate(model, cluster, batch, optimizer=optimizer, allocator=regime)
-    run = time_in_worker(factory, input_shape, batch, loader=load_factory, tokens=tokens, vocab=vocab,
-                         optimizer=optimizer, warmup=warmup, steps=repeats, profile_steps=profile_steps,
-                         threads=threads, allocator=regime)
+    run = time_in_worker(factory, input_shape, batch, loader=load_factory, make_optimizer=make_optimizer,
+                         prepare=functools.partial(prepare_process, threads, regime), tokens=tokens, vocab=vocab,
+                         optimizer=optimizer, warmup=warmup, steps=repeats, profile_steps=profile_steps)
     return torch_record(model, imported, cluster, batch, optimizer, predicted, run, statistic, regime, factory,
                         list(input_shape))
+
+
+def prepare_process(threads: int | None, regime: str) -> None:
+    """In the timing process: the intra-op threads and, for ``retained``, the allocator tuned as calibration runs."""
+    set_threads(threads)
+    if regime == "retained":
+        warm_allocator()
 
 
 def kind_rows(predicted: Any, model: Model, ops: dict[str, float]) -> list[dict[str, Any]]:

@@ -7,9 +7,9 @@ One step is what a training script writes::
 
 The loss is cross-entropy over the output's last dimension C (classes of a classifier, vocabulary of a
 language model; an output of any other layout is trained the same way, every position a sample),
-with random targets. The optimizer is PyTorch's (`dlsim.calibrate.compute_ops.make_optimizer`, the
-implementation calibration timed). Nothing in the process is tuned: no mallopt, the allocator as it
-comes, unless the caller puts the process in another regime first.
+with random targets. The optimizer is PyTorch's, built by the caller's `make_optimizer` (the API passes
+the calibration's, so the step validated is the step calibrated). Nothing in the process is tuned: no
+mallopt, the allocator as it comes, unless the caller's `prepare` puts it in another regime first.
 
 `run_loop` runs in a process of its own (`time_in_worker`: spawned, so nothing of the caller's heap,
 threads or imports is inherited) and returns per-step (forward + loss, backward, optimizer) seconds
@@ -74,9 +74,9 @@ def make_batch(input_shape: Sequence[int], batch: int, tokens: bool, vocab: int,
 class PlainLoop:
     """The module, its batch, random targets and optimizer, ready for timed steps."""
 
-    def __init__(self, module: Any, x: Any, optimizer: str, seed: int = 0):
+    def __init__(self, module: Any, x: Any, optimizer: str, make_optimizer: Callable[[str, Any], tuple[Any, str]],
+                 seed: int = 0):
         import torch
-        from dlsim.calibrate.compute_ops import make_optimizer
         torch.manual_seed(seed)
         self.net, self.x = module.train(), x
         with torch.no_grad():
@@ -115,18 +115,18 @@ class PlainLoop:
 
 
 def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Callable[[str], Any],
+             make_optimizer: Callable[[str, Any], tuple[Any, str]], prepare: Callable[[], Any] | None = None,
              tokens: bool = False, vocab: int = 2, optimizer: str = "adam", warmup: int = 3, steps: int = 10,
-             profile_steps: int = 3, threads: int | None = None, allocator: str = "default",
-             min_seconds: float = 0.0) -> dict[str, Any]:
-    """Build the module `loader(factory)` gives (``FILE.py:NAME``), time `steps` plain steps after `warmup`
-    (and more until `min_seconds` of timed steps), then `profile_steps` profiled ones; a plain record."""
+             profile_steps: int = 3, min_seconds: float = 0.0) -> dict[str, Any]:
+    """Run `prepare()` (threads, allocator regime), build the module `loader(factory)` gives (``FILE.py:NAME``),
+    time `steps` plain steps after `warmup` (and more until `min_seconds` of timed steps), then
+    `profile_steps` profiled ones; a plain record. The callables are module-level functions (or partials of
+    them), so that a spawned worker can receive them."""
     import torch
-    from dlsim.calibrate.compute_timer import set_threads, warm_allocator
-    set_threads(threads)
-    if allocator == "retained":
-        warm_allocator()
+    if prepare is not None:
+        prepare()
     torch.manual_seed(0)
-    loop = PlainLoop(loader(factory), make_batch(input_shape, batch, tokens, vocab), optimizer)
+    loop = PlainLoop(loader(factory), make_batch(input_shape, batch, tokens, vocab), optimizer, make_optimizer)
     for _ in range(warmup):
         loop.step()
     samples, begin = [], time.perf_counter()
