@@ -85,3 +85,23 @@ def test_bad_shape_is_one_line(nets, cli):
     code, _, err = cli("validate", "torch", f"{nets}:mlp", "--input-shape", "3x", "--batch", "2",
                        "-c", "cpu-epyc-2core")
     assert code == 1 and "--input-shape" in err
+
+
+def test_calibrate_exactly_the_factorys_kernels(nets, tmp_path, cli):
+    """calibrate compute --model FILE.py:FACTORY (issue 15 item 6): its GEMMs, resumable, nothing overwritten."""
+    import csv
+    out = tmp_path / "prof"
+    args = ("calibrate", "compute", "--out", out, "--model", f"{nets}:mlp", "--input-shape", "32", "--batch", "4",
+            "--no-grid", "--repeats", "1", "--no-flush-cache", "--threads", "1", "-q")
+    code, text, err = cli(*args)
+    assert code == 0, err
+    gemms = {(int(r["m"]), int(r["n"]), int(r["k"])) for r in csv.DictReader(open(out / "gemm.csv"))}
+    # forward y = x W^T of both linears at batch 4, and their weight gradients (out x in over the batch)
+    assert {(4, 64, 32), (4, 10, 64)} <= gemms and len(gemms) >= 4
+    memory = (out / "memory.csv").read_text()
+    assert "cross_entropy" in memory and "relu" in memory
+    before = (out / "gemm.csv").read_text()
+    code, text, _ = cli(*args)
+    assert code == 0 and "0 kernels measured" in text and (out / "gemm.csv").read_text() == before
+    code, _, err = cli("calibrate", "compute", "--out", out, "--model", f"{nets}:mlp", "--batch", "4")
+    assert code == 1 and "--input-shape" in err

@@ -30,6 +30,7 @@ from dlsim.io.files import write_atomic
 from dlsim.io.kernel_tables import read_table
 from dlsim.io.profile_write import add_tables, write_new_profile
 from dlsim.io.yamlfile import read_yaml
+from dlsim.spec.model import Model
 from dlsim.units import GBYTE_PER_S, GFLOPS, GIB, MIB, TFLOPS, US
 
 TABLES = {"gemm": "gemm.csv", "conv": "conv.csv", "memory": "memory.csv"}
@@ -60,12 +61,13 @@ def framework_param_sizes(model: Any) -> tuple[int, ...] | None:
     return tuple(p.numel() for p in net.parameters())
 
 
-def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: Mapping[str, Any] | None = None,
+def plan(models: Sequence[str | Model] = (), batches: Sequence[int] = (), *, overrides: Mapping[str, Any] | None = None,
          device: str = "cpu", dtypes: Sequence[str] = ("fp32",), grid: bool = True,
          algorithms: Sequence[str] | None = None,
          only: Callable[[Any, int, str], bool] | None = None) -> list[Task]:
     """The kernels to measure: the generic grids (`grid`) and every kernel of each model at its batch size.
 
+    `models` are zoo names, YAML paths or `Model`s (an imported network: exactly its kernels).
     `batches` has one batch size per model, or one for all. `overrides` (model parameters such as
     ``seq_len``) apply to each model that has the parameter; a key no model has is an error.
     `only(model, batch, dtype)` (optional) keeps the kernels of the models it accepts.
@@ -87,7 +89,7 @@ def plan(models: Sequence[str] = (), batches: Sequence[int] = (), *, overrides: 
         model = as_model(name)
         own = {k: v for k, v in (overrides or {}).items() if k in model.params_used}
         used.update(own)
-        model = as_model(name, own) if own else model
+        model = as_model(name, own) if own and not isinstance(name, Model) else model
         sizes = framework_param_sizes(model)
         for dtype in dtypes:
             if only is not None and not only(model, batch, dtype):
@@ -215,7 +217,7 @@ tables: {{{', '.join(f'{k}: {v}' for k, v in tables.items())}}}
 """
 
 
-def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[str] = (), batches: Sequence[int] = (1,),
+def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[str | Model] = (), batches: Sequence[int] = (1,),
                       overrides: Mapping[str, Any] | None = None, dtypes: Sequence[str] = ("fp32",), grid: bool = True,
                       algorithms: Sequence[str] | None = None, threads: int | None = None, repeats: int = 5,
                       flush_cache: bool = True, statistic: str = "median", warm: str = "auto", passes: int = 1,
@@ -281,7 +283,8 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             warnings.append(f"this run added rows on a host other than the one meta.yaml records (differs in "
                             f"{', '.join(same.differences)}): the tables now mix two hosts")
     runs = list(meta.get("runs", [])) + [{
-        "date": started, "command": command or " ".join(sys.argv), "models": list(models), "batches": list(batches),
+        "date": started, "command": command or " ".join(sys.argv),
+        "models": [m if isinstance(m, str) else m.name for m in models], "batches": list(batches),
         "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "threads": threads_used,
         "flush_cache": flush_cache, "statistic": statistic, "passes": passes, "tasks": len(tasks),
         "warm": warm, "warm_models_working_set_bytes": warm_models,

@@ -33,7 +33,12 @@ def print_warnings(warnings: list[str]) -> None:
 @calibrate.command("compute")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--out", "-o", required=True, help="Profile directory (created; a rerun resumes and keeps what exists).")
-@click.option("--model", "models", multiple=True, help="Also measure exactly the kernels of this model (repeatable).")
+@click.option("--model", "models", multiple=True,
+              help="Also measure exactly the kernels of this model (repeatable): a zoo name, a YAML file (e.g. from "
+                   "dlsim import torch) or a PyTorch FILE.py:FACTORY (captured with torch.export, with --input-shape).")
+@click.option("--input-shape", default=None, help="Per-sample input shape of a FILE.py:FACTORY model, e.g. 3,224,224.")
+@click.option("--tokens", is_flag=True, help="The FILE.py:FACTORY model's input is integer token ids.")
+@click.option("--vocab", type=int, default=2, show_default=True, help="Token ids are drawn below this (--tokens).")
 @click.option("--batch", "batches", type=int, multiple=True, help="Batch size per --model (one for all, or one each).")
 @click.option("--dtype", "dtypes", multiple=True, help="Data types to measure (repeatable; default fp32).")
 @click.option("--no-grid", is_flag=True, help="Skip the generic GEMM grid and memory-bound sweep (model shapes only).")
@@ -58,7 +63,8 @@ def print_warnings(warnings: list[str]) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (it is drawn only on a terminal anyway).")
 @set_option
 @json_option
-def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[int, ...], dtypes: tuple[str, ...],
+def compute_cmd(device: str, out: str, models: tuple[str, ...], input_shape: str | None, tokens: bool, vocab: int,
+                batches: tuple[int, ...], dtypes: tuple[str, ...],
                 no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool,
                 statistic: str, warm: str, passes: int, quick: bool, quiet: bool,
                 overrides: tuple[str, ...], json_out: str | None) -> None:
@@ -75,8 +81,9 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], batches: tuple[i
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
     if passes < 1:
         raise click.BadParameter("must be at least 1", param_hint="--passes")
+    chosen = [_factory_model(m, input_shape, tokens, vocab) if ".py:" in m else m for m in models]
     with Progress(enabled=False if quiet else None) as bar:
-        rec = calibrate_compute(out, device=device, models=models, batches=batches or (1,),
+        rec = calibrate_compute(out, device=device, models=chosen, batches=batches or (1,),
                                 overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
                                 algorithms=algorithms or None, threads=threads, repeats=repeats,
                                 flush_cache=flush_cache, statistic=statistic, warm=warm, passes=passes,
@@ -112,3 +119,13 @@ def _quick(out: str, json_out: str | None) -> None:
         click.echo(f"  {e['entry']}: recorded {format_time(e['recorded_s'])}, now {format_time(e['fresh_s'])} "
                    f"({100 * (e['ratio'] - 1):+.1f}%)")
     click.echo(f"{rec['line']} (checked in {rec['wall_s']:.1f} s)")
+
+
+def _factory_model(spec: str, input_shape: str | None, tokens: bool, vocab: int):
+    """A PyTorch FILE.py:FACTORY captured at the operator level with the plain training loop's loss."""
+    from dlsim.api.validate_torch import training_model
+    from dlsim.cli.validate import parse_input_shape
+    from dlsim.errors import SpecError
+    if input_shape is None:
+        raise SpecError(f"--model {spec} needs --input-shape (the per-sample input, e.g. 3,224,224)")
+    return training_model(spec, parse_input_shape(input_shape), tokens=tokens, vocab=vocab)[0]
