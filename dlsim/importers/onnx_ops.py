@@ -1,0 +1,314 @@
+"""Which dlsim operator an ONNX node is, and the FLOPs of one that is none.
+
+`MAP` maps an ONNX operator type to a function of (graph state, node, per-sample input shapes,
+per-sample output shape) that returns the dlsim layers it becomes — as (id suffix, layer entry,
+input ids or None for the node's own) — or None when its attributes or inputs do not fit a dlsim
+operator; every mapping is checked by dlsim's shape rule (`dlsim.importers.graph.shape_fits`).
+`matrix_flops` counts a node's forward FLOPs as PyTorch's counter counts its torch equivalent.
+
+The graph state (`dlsim.importers.onnx_graph._Graph`) gives `inits` (initializers), `consts`
+(constant values), `owner` (initializers already counted, by layer id), `param_of` (tensor ->
+initializers it was computed from), `active` (tensors that depend on the input), `alias`,
+`s2` (shapes at the first batch size), `shape`/`axis` (per-sample) and the fused bias adds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from dlsim.importers.graph import shape_fits
+from dlsim.spec.ops import OPS, infer
+
+Mapped = list[tuple[str, dict, list[str] | None]]
+G = Any  # dlsim.importers.onnx_graph._Graph
+
+
+def _attrs(node: Any) -> dict:
+    import onnx
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _pair(v: Any) -> Any:
+    v = [int(x) for x in v]
+    return v[0] if len(v) == 2 and v[0] == v[1] else v
+
+
+def _weight(g: G, name: str) -> str | None:
+    """The initializer `name` is, when it is one not yet counted."""
+    return name if name in g.inits and name not in g.owner else None
+
+
+def _map_conv(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    w = _weight(g, node.input[1])
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if w is None or (bias is not None and _weight(g, bias) is None) or len(ins) != 1:
+        return None
+    dims = list(g.inits[w].dims)
+    k = len(dims) - 2
+    pads = list(a.get("pads", [0] * 2 * k))
+    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or pads[:k] != pads[k:]:
+        return None
+    groups = int(a.get("group", 1))
+    strides, dilations = list(a.get("strides", [1] * k)), list(a.get("dilations", [1] * k))
+    transposed = node.op_type == "ConvTranspose"
+    if transposed:
+        if k != 2 or "output_shape" in a:
+            return None
+        attrs = {"type": "conv_transpose2d", "out_channels": dims[1] * groups, "kernel": _pair(dims[2:]),
+                 "stride": _pair(strides), "padding": _pair(pads[:2]),
+                 "output_padding": _pair(a.get("output_padding", [0, 0])), "dilation": _pair(dilations),
+                 "groups": groups, "bias": bias is not None}
+    elif k == 2:
+        attrs = {"type": "conv2d", "out_channels": dims[0], "kernel": _pair(dims[2:]), "stride": _pair(strides),
+                 "padding": _pair(pads[:2]), "dilation": _pair(dilations), "groups": groups, "bias": bias is not None}
+    elif k == 1 and len(ins[0]) == 2 and len(out) == 2:
+        attrs = {"type": "conv2d", "out_channels": dims[0], "kernel": [1, dims[2]], "stride": [1, strides[0]],
+                 "padding": [0, pads[0]], "dilation": [1, dilations[0]], "groups": groups, "bias": bias is not None}
+        mid, conv_out = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
+        if not shape_fits("conv2d", {k2: v for k2, v in attrs.items() if k2 != "type"}, [mid], conv_out):
+            return None
+        return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_conv", attrs, ["_in2d"]),
+                ("", {"type": "reshape", "shape": list(out)}, ["_conv"])]
+    else:
+        return None
+    if not shape_fits(attrs["type"], {k2: v for k2, v in attrs.items() if k2 != "type"}, ins, out):
+        return None
+    return [("", attrs, None)]
+
+
+def _map_gemm(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    if a.get("transA", 0) or float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
+        return None
+    w = _weight(g, node.input[1])
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if w is None or len(ins) != 1 or (bias is not None and _weight(g, bias) is None):
+        return None
+    dims = list(g.inits[w].dims)
+    attrs = {"out_features": dims[0] if a.get("transB", 0) else dims[1], "bias": bias is not None}
+    if not shape_fits("linear", attrs, ins, out):
+        return None
+    return [("", {"type": "linear", **attrs}, None)]
+
+
+def _map_matmul(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    x, y = node.input[:2]
+    if x in g.active and y in g.active and shape_fits("matmul", {}, ins, out):
+        return [("", {"type": "matmul"}, None)]
+    if x in g.active and y not in g.active:
+        sources = g.param_of.get(y, set())
+        if len(sources) != 1 or g.s2.get(y) is None or len(g.s2[y]) != 2:
+            return None
+        (src,) = sources
+        attrs = {"out_features": g.s2[y][1], "bias": False}
+        if not shape_fits("linear", attrs, ins, out) or math.prod(g.inits[src].dims) != math.prod(g.s2[y]):
+            return None
+        if src in g.owner:  # a weight shared with an earlier layer (tied output embedding)
+            attrs["tied_to"] = g.owner[src]
+        add, bias = g.bias_after.get(node.output[0], (None, None))
+        if bias is not None and bias not in g.owner and list(g.inits[bias].dims) == [attrs["out_features"]]:
+            attrs["bias"] = True  # MatMul + Add of a bias vector: the exporter's form of a linear layer
+            g.fused[add] = node.output[0]
+        return [("", {"type": "linear", **attrs}, None)]
+    return None
+
+
+def _map_norm(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    if len(ins) != 1:
+        return None
+    scale = node.input[1] if len(node.input) > 1 else ""
+    bias = node.input[2] if len(node.input) > 2 else ""
+    if not scale or not bias or _weight(g, scale) is None or _weight(g, bias) is None:
+        return None
+    if node.op_type == "BatchNormalization":
+        attrs = {"type": "batchnorm", "affine": True, "eps": float(f"{a.get('epsilon', 1e-5):.6g}")}
+    else:
+        if g.axis(node.input[0], int(a.get("axis", -1))) != len(ins[0]) - 1:
+            return None
+        attrs = {"type": "layernorm", "affine": True, "eps": float(f"{a.get('epsilon', 1e-5):.6g}")}
+    if not shape_fits(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
+        return None
+    return [("", attrs, None)]
+
+
+def _map_instancenorm(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    """Instance normalisation of a per-sample (C, ...) tensor is group normalisation with C groups (the
+    exporter's form of GroupNorm: a reshape to (G, -1), instance norm with unit scale, then the affine
+    product and sum as their own operators)."""
+    if len(ins) != 1 or len(ins[0]) < 2:
+        return None
+    scale, bias = node.input[1], node.input[2]
+    weights = [_weight(g, scale), _weight(g, bias)]
+    affine = all(w is not None for w in weights)
+    if not affine and (g.param_of.get(scale) or g.param_of.get(bias)):
+        return None
+    attrs = {"groups": ins[0][0], "affine": affine, "eps": float(f"{_attrs(node).get('epsilon', 1e-5):.6g}")}
+    if not shape_fits("groupnorm", attrs, ins, out):
+        return None
+    return [("", {"type": "groupnorm", **attrs}, None)]
+
+
+def _map_activation(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1 or tuple(ins[0]) != tuple(out) or not out:
+        return None
+    kind = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu"}.get(node.op_type)
+    if node.op_type == "Clip":
+        lo = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        hi = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        kind = "relu6" if lo is not None and hi is not None and (float(lo), float(hi)) == (0.0, 6.0) else None
+    return [("", {"type": kind}, None)] if kind else None
+
+
+def _map_softmax(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    axis = int(_attrs(node).get("axis", -1))
+    if len(ins) != 1 or g.axis(node.input[0], axis) != len(ins[0]) - 1 or tuple(ins[0]) != tuple(out):
+        return None
+    return [("", {"type": "softmax"}, None)]
+
+
+def _map_dropout(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    ratio = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    training = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    p = float(ratio) if ratio is not None else 0.5
+    if len(ins) != 1 or training is None or not bool(training) or not 0 <= p < 1 or tuple(ins[0]) != tuple(out):
+        return None
+    return [("", {"type": "dropout", "p": p}, None)]
+
+
+def _map_add(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 2 or not all(i in g.active for i in node.input) or not (tuple(ins[0]) == tuple(ins[1]) == tuple(out)):
+        return None
+    return [("", {"type": "add"}, None)]
+
+
+def _map_concat(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) < 2 or not all(i in g.active for i in node.input):
+        return None
+    axis = g.axis(node.input[0], int(_attrs(node)["axis"]))
+    if axis is None or not shape_fits("concat", {"axis": axis}, ins, out):
+        return None
+    return [("", {"type": "concat", "axis": axis}, None)]
+
+
+def _map_gather(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    table, ids = node.input[:2]
+    if int(_attrs(node).get("axis", 0)) != 0 or _weight(g, table) is None or ids not in g.active or len(ins) != 1:
+        return None
+    dims = list(g.inits[table].dims)
+    attrs = {"vocab": dims[0], "dim": dims[1]} if len(dims) == 2 else None
+    if attrs is None or not shape_fits("embedding", attrs, ins, out):
+        return None
+    return [("", {"type": "embedding", **attrs}, None)]
+
+
+def _map_lstm(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    a = _attrs(node)
+    if node.input[0] not in g.active or a.get("layout", 0) or "clip" in a or a.get("input_forget", 0):
+        return None
+    direction = a.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("forward", "bidirectional"):
+        return None
+    if any(i in g.active for i in node.input[1:] if i):
+        return None
+    hidden = int(a["hidden_size"])
+    attrs = {"hidden": hidden, "layers": 1, "bias": len(node.input) > 3 and bool(node.input[3]),
+             "bidirectional": direction == "bidirectional"}
+    xin = g.shape(node.input[0])
+    want = (xin[0], hidden * (2 if attrs["bidirectional"] else 1)) if len(xin) == 2 else None
+    if want is None or not shape_fits("lstm", attrs, [xin], want):
+        return None
+    sources = set().union(*(g.param_of.get(i, set()) for i in node.input[1:4] if i))
+    if any(s in g.owner for s in sources):
+        return None
+    op = OPS["lstm"]
+    _, params = infer(op, {**op.attrs, **attrs}, [xin], "check")
+    if params != sum(int(math.prod(g.inits[s].dims)) for s in sources):
+        return None
+    return [("", {"type": "lstm", **attrs}, [g.alias[node.input[0]]])]
+
+
+def _map_pool(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1:
+        return None
+    if node.op_type == "GlobalAveragePool":
+        if len(ins[0]) != 3 or tuple(out) != (ins[0][0], 1, 1):
+            return None
+        return [("_pool", {"type": "global_avgpool"}, None), ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
+    a = _attrs(node)
+    kernel = list(a["kernel_shape"])
+    k = len(kernel)
+    pads = list(a.get("pads", [0] * 2 * k))
+    if pads[:k] != pads[k:] or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        return None
+    kind = "maxpool" if node.op_type == "MaxPool" else "avgpool"
+    strides = list(a.get("strides", [1] * k))
+    attrs = {"kernel": kernel, "stride": strides, "padding": pads[:k], "ceil_mode": bool(a.get("ceil_mode", 0))}
+    if kind == "maxpool":
+        attrs["dilation"] = list(a.get("dilations", [1] * k))
+    if k == 1:
+        attrs = {key: ([1] + v if key != "padding" else [0] + v) if isinstance(v, list) else v for key, v in attrs.items()}
+        if len(ins[0]) != 2 or len(out) != 2:
+            return None
+        mid, pooled = (ins[0][0], 1, ins[0][1]), (out[0], 1, out[1])
+        if not shape_fits(kind, attrs, [mid], pooled):
+            return None
+        return [("_in2d", {"type": "reshape", "shape": list(mid)}, None), ("_pool", {"type": kind, **attrs}, ["_in2d"]),
+                ("", {"type": "reshape", "shape": list(out)}, ["_pool"])]
+    attrs = {key: _pair(v) if isinstance(v, list) else v for key, v in attrs.items()}
+    if not shape_fits(kind, attrs, ins, out):
+        return None
+    return [("", {"type": kind, **attrs}, None)]
+
+
+def _map_view(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    if len(ins) != 1 or not out or math.prod(ins[0]) != math.prod(out) or node.input[0] not in g.active:
+        return None
+    return [("", {"type": "reshape", "shape": list(out)}, None)]
+
+
+MAP: dict[str, Callable[[G, Any, list, tuple], Mapped | None]] = {
+    "Conv": _map_conv, "ConvTranspose": _map_conv, "Gemm": _map_gemm, "MatMul": _map_matmul,
+    "BatchNormalization": _map_norm, "LayerNormalization": _map_norm, "InstanceNormalization": _map_instancenorm,
+    "Relu": _map_activation, "Sigmoid": _map_activation, "Tanh": _map_activation, "Gelu": _map_activation,
+    "Clip": _map_activation, "Softmax": _map_softmax, "Dropout": _map_dropout, "Add": _map_add,
+    "Concat": _map_concat, "Gather": _map_gather, "LSTM": _map_lstm,
+    "MaxPool": _map_pool, "AveragePool": _map_pool, "GlobalAveragePool": _map_pool,
+    "Flatten": _map_view, "Reshape": _map_view, "Transpose": _map_view, "Squeeze": _map_view,
+    "Unsqueeze": _map_view, "Identity": _map_view,
+}
+
+
+def matrix_flops(g: G, node: Any) -> float:
+    """Forward FLOPs of a node as PyTorch's counter counts its torch equivalent (batch 2)."""
+    shape = g.s2.get
+    op = node.op_type
+    if op in ("MatMul", "Gemm"):
+        a, b = shape(node.input[0]), shape(node.output[0])
+        if a is None or b is None:
+            return 0.0
+        k = a[0] if op == "Gemm" and _attrs(node).get("transA", 0) else a[-1]
+        return 2.0 * math.prod(b) * k
+    if op in ("Conv", "ConvTranspose"):
+        w, x, y = shape(node.input[1]), shape(node.input[0]), shape(node.output[0])
+        if w is None or x is None or y is None:
+            return 0.0
+        spatial = x[2:] if op == "ConvTranspose" else y[2:]
+        return 2.0 * x[0] * math.prod(w) * math.prod(spatial)
+    if op == "Einsum":
+        eq = _attrs(node)["equation"]
+        eq = eq.decode() if isinstance(eq, bytes) else eq
+        lhs = eq.replace(" ", "").split("->")[0].split(",")
+        if len(lhs) != 2:
+            return 0.0
+        sizes: dict[str, int] = {}
+        for term, name in zip(lhs, node.input):
+            dims = shape(name)
+            if dims is None or "." in term or len(term) != len(dims):
+                return 0.0
+            sizes.update(zip(term, dims))
+        return 2.0 * math.prod(sizes.values())
+    return 0.0
