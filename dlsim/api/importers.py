@@ -205,6 +205,8 @@ def import_onnx_file(path: str | Path, *, name: str | None = None, out: Path | N
     from dlsim.importers.graph import assemble
 
     path = Path(path)
+    if batch is not None and batch < 1:
+        raise SpecError(f"--batch must be positive, got {batch}")
     if out is not None and Path(out).exists() and not force:
         raise SpecError("exists; pass --force to overwrite it", path=out)
     graph = read_onnx(path, batch=batch)

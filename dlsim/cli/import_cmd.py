@@ -57,7 +57,7 @@ def torch_cmd(factory: str, input_shape: str, tokens: bool, vocab: int, batch: i
 
 @import_group.command("onnx")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--batch", type=int, default=None, help="Batch size for a symbolic batch dimension (default: 2).")
+@click.option("--batch", type=int, default=None, help="Batch the report prices the step at (default: 2, or the graph's fixed batch).")
 @click.option("--name", default=None, help="Model name (default: the file's name).")
 @click.option("--cluster", default=None, help=_CLUSTER_HELP)
 @click.option("--out", "-o", type=click.Path(path_type=Path), default=None, help="Write the YAML here (default: print).")
