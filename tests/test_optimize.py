@@ -186,3 +186,31 @@ def test_cli_plot_writes_a_png(tmp_path):
         im.verify()
         assert "Pareto" in im.info.get("Description", "") or "memory per device" in im.info.get("Description", "")
     assert run(args + ["--plot", str(tmp_path / "x.txt")]) != 0
+
+
+def test_approximate_flags_are_known_before_timing(simulated_space):
+    """The search prunes by the tolerance of a candidate not yet timed: `maybe_approximate` must flag
+    every candidate whose estimate comes flagged approximate."""
+    (profile, nodes, batch, opts), model, cluster, rows = simulated_space
+    tables = load_kernel_times(cluster)[0] if cluster.tables else None
+    ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), tables)
+    assert any(e.approximate for _, e, _ in rows)
+    for s, e, _ in rows:
+        if e.approximate:
+            assert ev.maybe_approximate(s), (s, e.approximate)
+    assert ev.maybe_approximate(replace(rows[0][0], offload="optimizer"))
+
+
+def test_evaluator_tables_equal_the_simulators():
+    """The evaluator builds one layer table per micro-batch size and adds each micro-batch count's
+    gradient accumulation to it: the same entries as the simulator's table for that count."""
+    from dlsim.cost.memory import grad_accumulation_bytes
+    from dlsim.plan.layertable import build_layer_table
+    model, cluster = as_model("gpt3-175b", SMALL_GPT), as_cluster("dgx-a100")
+    ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), None)
+    for m in (1, 4):
+        acc = grad_accumulation_bytes("autograd", "fp16", m)
+        got = ev.table(2, True, 2, accumulation=acc).entries
+        assert got == build_layer_table(model, cluster.device, "fp16", batch=2, tp=2, sequence_parallel=True,
+                                        grad_accumulation=acc)
+    assert ev.table(2, True, 2, accumulation=acc).entries != ev.table(2, True, 2).entries

@@ -2,11 +2,16 @@
 analytic evaluator (`dlsim.plan.evaluate`); the best candidates are simulated event by event
 (`dlsim.api.simulate`) and the ranking is the simulation's.
 
-Which candidates are simulated: the `top` best by the evaluator, every candidate the evaluator puts
-within its tolerance of the best (the evaluator is held within `EVALUATOR_TOLERANCE` of the
-simulation on its validated space, so a candidate further off cannot be the simulated optimum),
-and candidates outside that space (`Evaluation.approximate`) within the wider `APPROXIMATE_TOLERANCE`;
-at most `max_simulations` in all.
+Which candidates are simulated (objective time): in ascending order of the estimate, the `top`
+best and every later one whose estimate is below (1 + tolerance) × the fastest simulation so far,
+and below (1 + tolerance) × the least estimate / (1 − tolerance) of a candidate sure to fit: the
+evaluator is held within `EVALUATOR_TOLERANCE` of the simulation on its validated space, so a
+candidate whose estimate exceeds either cannot be simulated faster than the optimum; candidates
+outside that space (`Evaluation.approximate`) get the wider `APPROXIMATE_TOLERANCE`; at most
+`max_simulations` in all. The search does not time a candidate whose lower bound already puts it
+beyond that (`dlsim.plan.search.Prune`).
+Objective memory: the `top` best by estimated memory and those within the tolerance band of the
+best estimate.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.api.simulate import _default_pricer, run_simulation
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.plan.evaluate import Evaluation, Evaluator
-from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, Prune, SearchSpace, search
+from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, Prune, SearchSpace, search, upper_bound
 from dlsim.results import SCHEMA_VERSION
 from dlsim.results_sim import SimResult
 from dlsim.spec.cluster import Cluster
@@ -321,14 +326,20 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
                         offload=tuple(dict.fromkeys(offload)))
     limit = evaluator.capacity * max_memory_fraction
-    prune = Prune(objective, top, _band(APPROXIMATE_TOLERANCE)) if prune_bound else None
+    prune = _prune(objective, top, evaluator.capacity)
+    if not prune_bound:
+        prune = None
     outcome = search(evaluator, model, space, limit, prune)
     t_eval = time.perf_counter() - t0
     if not outcome.evaluations:
         raise _no_feasible(outcome, space, cluster, limit, max_memory_fraction)
-    chosen = _to_simulate(outcome.evaluations, objective, top, max_simulations)
-    ranked = [Candidate(e.strategy, e, sim) for e, sim in zip(chosen, _simulate_all(model, cluster, chosen, measured,
-                                                                                 jobs))]
+    if objective == "time":
+        upper = upper_bound(outcome.evaluations, _prune(objective, top, evaluator.capacity))
+        pairs = _simulate_by_time(model, cluster, outcome.evaluations, top, max_simulations, measured, jobs, upper)
+    else:
+        chosen = _to_simulate(outcome.evaluations, objective, top, max_simulations)
+        pairs = list(zip(chosen, _simulate_all(model, cluster, chosen, measured, jobs)))
+    ranked = [Candidate(e.strategy, e, sim) for e, sim in pairs]
     ranked.sort(key=lambda c: c.key(objective))
     t_sim = time.perf_counter() - t0 - t_eval
     if not ranked[0].result.feasible:
@@ -386,6 +397,81 @@ def _simulate_all(model: Model, cluster: Cluster, chosen: list[Evaluation], meas
             gc.unfreeze()
     finally:
         _WORK.clear()
+
+
+SURE_FIT = 0.97
+"""A candidate whose estimated memory is at most this share of the device's fits in the simulation
+too (the evaluator's memory is at least the simulation's, ZeRO-3's at least 97% of it)."""
+
+
+def _prune(objective: str, top: int, capacity: float) -> Prune:
+    """What the search must keep for the simulations `optimize` runs (`dlsim.plan.search.Prune`)."""
+    return Prune(objective, top, _band(APPROXIMATE_TOLERANCE), tolerance=EVALUATOR_TOLERANCE,
+                 approximate_tolerance=APPROXIMATE_TOLERANCE, sure_fit_bytes=SURE_FIT * capacity)
+
+
+def _may_win(e: Evaluation, best_s: float) -> bool:
+    """Whether candidate `e` can still be simulated faster than `best_s`: its simulation is at least
+    its estimate / (1 + tolerance) when the estimate is within the tolerance of it."""
+    tol = APPROXIMATE_TOLERANCE if e.approximate else EVALUATOR_TOLERANCE
+    return e.iteration_time_s < best_s * (1 + tol)
+
+
+def _simulate_by_time(model: Model, cluster: Cluster, evals: list[Evaluation], top: int, cap: int, measured: bool,
+                      jobs: int, upper: float = math.inf) -> list[tuple[Evaluation, SimResult]]:
+    """Objective time: in ascending order of the estimate, the first `top` candidates and every later
+    one that may still beat the fastest simulated before it and `upper`, a bound of the simulated
+    optimum from the estimates (`dlsim.plan.search.upper_bound`), at most max(cap, top) (`_may_win`).
+
+    Simulated `jobs` at a time (a batch is chosen knowing the batches before it, so it may hold a
+    candidate the one-by-one rule would have skipped); the one-by-one rule then keeps exactly the
+    candidates it would have simulated, so that the result does not depend on `jobs`."""
+    order = sorted(evals, key=lambda e: (e.iteration_time_s, e.peak_memory_bytes))
+    limit = max(cap, top)
+    results: dict[int, SimResult] = {}
+
+    def eligible(j: int, best_s: float) -> bool:
+        return j < top or _may_win(order[j], best_s)
+
+    def run(batch: list[int], pool) -> None:
+        if pool is None:
+            results.update((j, _simulate_one(j)) for j in batch)
+        else:
+            results.update(zip(batch, pool.map(_simulate_one, batch)))
+
+    _WORK[:] = [(model, cluster, e.strategy, measured) for e in order]
+    pool = None
+    try:
+        if jobs >= 2 and "fork" in mp.get_all_start_methods() and len(order) >= POOL_MIN_SIMULATIONS:
+            gc.freeze()  # the workers then leave the inherited heap untouched (no copy-on-write by the collector)
+            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
+        best, j = upper, 0
+        width = top if pool is None else max(jobs, 1)
+        while j < len(order) and len(results) < limit:
+            batch = []
+            while j < len(order) and len(batch) < max(width, 1) and len(results) + len(batch) < limit:
+                if eligible(j, best):
+                    batch.append(j)
+                j += 1
+            if not batch:
+                break
+            run(batch, pool)
+            width = jobs if pool is not None else 1
+            best = min([best] + [results[i].iteration_time_s for i in batch if results[i].feasible])
+    finally:
+        if pool is not None:
+            pool.shutdown()
+            gc.unfreeze()
+        _WORK.clear()
+    kept, best = [], upper
+    for i in sorted(results):
+        if len(kept) >= limit:
+            break
+        if eligible(i, best):
+            kept.append((order[i], results[i]))
+            if results[i].feasible:
+                best = min(best, results[i].iteration_time_s)
+    return kept
 
 
 def _to_simulate(evals: list[Evaluation], objective: str, top: int, cap: int) -> list[Evaluation]:

@@ -57,7 +57,7 @@ from dlsim.plan.dataparallel import make_buckets
 from dlsim.plan.expertparallel import (EDP, EP, edp_group, ep_group, expert_buckets, expert_params_of,
                                       expert_states, updated_params)
 from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
-from dlsim.plan.layertable import LayerEntry, boundary_bytes, build_layer_table
+from dlsim.plan.layertable import LayerEntry, boundary_bytes, build_layer_table, with_grad_accumulation
 from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
 from dlsim.plan.partition import partition
 from dlsim.plan.pipeline import BACKWARD, FORWARD, peak_inflight, stage_ops
@@ -177,11 +177,13 @@ class Evaluator:
         self._pricer = pricer
         self._pricers: dict[tuple, CommPricer] = {}
         self._layer_tables: dict[tuple, _Table] = {}
+        self._base_entries: dict[tuple, tuple[LayerEntry, ...]] = {}
         self._prices: dict[tuple, float] = {}
         self._groups: dict[tuple, tuple[str, int]] = {}
         self._cache: dict[tuple, object] = {}
         self.instance = recompute_layers(model)
         self.gb = DTYPE_BYTES[dtype]
+        self._defaults: dict | None = None
 
     # -- cached pieces -------------------------------------------------------------------------
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
@@ -190,8 +192,13 @@ class Evaluator:
         t = self._layer_tables.get(key)
         if t is None:
             local = split_sequence(self.model, cp)  # context parallelism: one rank's share of the sequence
-            entries = build_layer_table(local, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep, ep_overlap=ep_overlap,
-                                        sequence_parallel=sp, fused=frozenset(fused), grad_accumulation=accumulation)
+            bkey = (tp, sp, mbs, fused, ep, ep_overlap, cp)
+            base = self._base_entries.get(bkey)
+            if base is None:  # shared by every micro-batch count: the accumulation is added to it
+                base = self._base_entries[bkey] = build_layer_table(
+                    local, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep, ep_overlap=ep_overlap,
+                    sequence_parallel=sp, fused=frozenset(fused))
+            entries = with_grad_accumulation(base, self.device, accumulation)
             entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, frozenset(fused))
             if self.fp8:
                 entries = apply_fp8(entries, local, self.device, microbatches, self.tables, frozenset(fused))
@@ -482,6 +489,33 @@ class Evaluator:
                                                s.bucket_size, s.first_bucket_size), s, self.gb)
 
     # -- time ----------------------------------------------------------------------------------
+    def maybe_approximate(self, s: Strategy) -> bool:
+        """Whether `evaluate(s)` may come flagged `Evaluation.approximate`, known before timing `s` (a
+        superset, for the search's pruning): a field other than those of the validated space off its
+        default, a pipeline timed by its closed form, ZeRO-2/3 not walked pass by pass, interleaved
+        with m = pp, pipeline transfers on the tensor-parallel link tier."""
+        if self._defaults is None:
+            self._defaults = {k: v for k, v in Strategy().to_dict().items() if k not in VALIDATED_FIELDS + ("global_batch",)}
+        d = s.to_dict()
+        if any(d.get(k) != v for k, v in self._defaults.items()):
+            return True
+        p, m, v = s.pp, s.num_microbatches, s.virtual_stages
+        if p * m * v > WALK_OPS and (p > 1 or (s.zero >= 2 and s.dp > 1)):
+            return True
+        if s.schedule == "interleaved" and m == p:
+            return True
+        if p > 1 and s.tp > 1:
+            key = ("p2p tier", s.dp, s.tp, p, s.collective)
+            got = self._cache.get(key)
+            if got is None:
+                lay = Layout(s.dp, s.tp, p, self.cluster.devices_per_node)
+                pricer = self.pricer(s)
+                tier = pricer.tier(lay.tp_group(0, 0))
+                got = self._cache[key] = any(pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == tier
+                                             for r in range(p - 1))
+            return bool(got)
+        return False
+
     def evaluate(self, s: Strategy, memory: tuple[StageMemory, ...] | None = None) -> Evaluation:
         """Iteration time and memory of `s` (see the module docstring)."""
         t = self.strategy_table(s)
@@ -490,6 +524,10 @@ class Evaluator:
         return _Timing(self, s, t, ranges, memory).run()
 
 
+VALIDATED_FIELDS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages",
+                    "recompute", "sequence_parallel", "zero")
+"""The strategy fields of the space tests/test_optimize.py holds the evaluator to the simulation on
+(every other field at its default there)."""
 WALK_OPS = 1024
 """Pipelines with at most this many (stage, chunk, micro-batch) passes are timed by walking the
 schedules' op orders (`pipeline_walk`); longer ones (many balanced stages) by the closed forms."""
@@ -598,14 +636,31 @@ class _Timing:
         self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.cp)
         self.sigma = ev.sigma
         self.chunk_entries = [t.entries[a:b] for a, b in ranges]
+        self._tpg: dict[int, list[int]] = {}
+        self._dpg: dict[int, list[int]] = {}
+        self._same_tier: dict[int, bool] = {}
 
     def price(self, op: str, nbytes: float, ranks: list[int]) -> float:
         return self.ev._price(self.pricer, self.s, op, nbytes, ranks)
 
+    def tpg(self, stage: int) -> list[int]:
+        """The tensor-parallel group of replica 0's `stage` (cached)."""
+        got = self._tpg.get(stage)
+        if got is None:
+            got = self._tpg[stage] = self.lay.tp_group(0, stage)
+        return got
+
+    def dpg(self, stage: int) -> list[int]:
+        """The data-parallel group of tensor rank 0's `stage` (cached)."""
+        got = self._dpg.get(stage)
+        if got is None:
+            got = self._dpg[stage] = self.lay.dp_group(0, stage)
+        return got
+
     def steps_time(self, steps: list[Step], stage: int) -> tuple[float, float, float]:
         """(seconds, compute seconds, communication seconds) of a step list run alone."""
         total = comp = comm = 0.0
-        ranks = self.lay.tp_group(0, stage)
+        ranks = self.tpg(stage)
         for st in steps:
             if st.kind == "compute":
                 total += st.duration
@@ -643,9 +698,11 @@ class _Timing:
         collective on the data-parallel link tier waits for the queue that holds its ports. Returns
         (end, stream busy until, seconds compute was slowed, end of the first step)."""
         sigma = self.sigma
-        tp_ranks = self.lay.tp_group(0, stage)
-        dp_ranks = self.lay.dp_group(0, stage)
-        same_tier = self.s.dp > 1 and self.s.tp > 1 and self.pricer.tier(tp_ranks) == self.pricer.tier(dp_ranks)
+        tp_ranks = self.tpg(stage)
+        same_tier = self._same_tier.get(stage)
+        if same_tier is None:
+            same_tier = self._same_tier[stage] = self.s.dp > 1 and self.s.tp > 1 and \
+                self.pricer.tier(tp_ranks) == self.pricer.tier(self.dpg(stage))
         slowed = 0.0
         unit = None
         dep = first_dep  # what the next unit's gather waits for
@@ -761,7 +818,7 @@ class _Timing:
         if self.s.dp == 1:
             return False
         tier = self.pricer.tier(self.ev.ep_ranks(self.s, stage))
-        groups = (self.lay.dp_group(0, stage), edp_group(self.lay, self.s.ep, 0, 0, stage))
+        groups = (self.dpg(stage), edp_group(self.lay, self.s.ep, 0, 0, stage))
         return any(len(g) > 1 and self.pricer.tier(g) == tier for g in groups)
 
     def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
@@ -772,7 +829,7 @@ class _Timing:
         return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
 
     def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
-        dp_ranks = self.lay.dp_group(0, stage)
+        dp_ranks = self.dpg(stage)
         edp_ranks = edp_group(self.lay, self.s.ep, 0, 0, stage)
         base = gradient_collective(self.s.zero)
         out: dict[int, list[float]] = {}
@@ -789,7 +846,7 @@ class _Timing:
         Cached per evaluator by everything it depends on."""
         s, ev = self.s, self.ev
         p, tp, r = s.pp, s.tp, k % s.pp
-        tp_ranks, dp_ranks = self.lay.tp_group(0, r), self.lay.dp_group(0, r)
+        tp_ranks, dp_ranks = self.tpg(r), self.dpg(r)
         groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
                   self.lay.ranks_per_node(dp_ranks)) if s.dp > 1 or s.tp > 1 else ()
         a, b = self.ranges[k]
@@ -848,7 +905,7 @@ class _Timing:
         chunk_sync = sum(sum(x) for x in launches.values())  # type: ignore[union-attr]
         gathers = None
         if zero3:
-            dp_ranks = self.lay.dp_group(0, r)
+            dp_ranks = self.dpg(r)
             gathers = [self.price("allgather", bu.nbytes, dp_ranks) for bu in buckets]
             wf, qf, sf = self._walk(fwd_u, r, {}, gathers)
             wb, qb, sb = self._walk(bwd, r, launches, gathers)
@@ -901,7 +958,7 @@ class _Timing:
             comm[r] += f_m + r_m + b_m
         # pipeline: when each stage's last backward pass of each local chunk ends
         c_fwd = self._p2p_times()
-        programs = per_mb and p * m * v <= WALK_OPS
+        programs = per_mb and p * m * v <= WALK_OPS and (zero3 or comm_bound)
         if programs:  # every pass walked beside the stage's communication stream, which carries over
             last, queue_end, busy_s = self._programs(parts, c_fwd)
             comm = [(busy_s[r] - m * (comp[r] + recomp[r])) / m for r in range(p)]
@@ -951,7 +1008,7 @@ class _Timing:
             opt = optimizer_timer(ev.device, ev.dtype, s.optimizer, ev.step_kernels(self.t, p))(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero):
-                dp_ranks = self.lay.dp_group(0, r)
+                dp_ranks = self.dpg(r)
                 gather = sum(self._param_gathers(k, dp_ranks, r) for k in chunks)
                 end += gather
                 sync_exposed[r] += gather
@@ -963,6 +1020,8 @@ class _Timing:
         ex = sum(m * comm[r] + sync_exposed[r] for r in range(p)) / p
         bubble = max(0.0, T - cmp - rc - ex)
         outside = []
+        if p > 1 and p * m * v > WALK_OPS:
+            outside.append("pipeline timed by its closed form (p·m·v beyond WALK_OPS)")
         if zero3 and not programs:
             outside.append("ZeRO-3 parameter gathers beside compute")
         if comm_bound and not programs:

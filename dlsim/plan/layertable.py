@@ -158,13 +158,26 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         plan = plans.get(layer.name)
         if plan is not None:
             params = plan.params
-        if grad_accumulation > 0 and params > 0:
-            add = roofline_time(0.0, params * grad_accumulation, device, "fp32", matrix=False, kernels=1,
-                                kernel="grad_accumulation")
-            bwd, wgrad = bwd + add, wgrad + add
         out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
                               layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
                               wgrad, windows, experts=plan))
+    return with_grad_accumulation(tuple(out), device, grad_accumulation)
+
+
+def with_grad_accumulation(entries: tuple[LayerEntry, ...], device: Device,
+                           grad_accumulation: float) -> tuple[LayerEntry, ...]:
+    """`entries` with each layer's gradient accumulation, `grad_accumulation` bytes per parameter
+    (`dlsim.cost.memory.grad_accumulation_bytes`), added to its weight-gradient pass: one memory-bound
+    fp32 kernel (roofline) per layer with parameters. The same entries when it is 0."""
+    if grad_accumulation <= 0:
+        return entries
+    out = []
+    for e in entries:
+        if e.params > 0:
+            add = roofline_time(0.0, e.params * grad_accumulation, device, "fp32", matrix=False, kernels=1,
+                                kernel="grad_accumulation")
+            e = replace(e, backward=e.backward + add, backward_weight=e.backward_weight + add)
+        out.append(e)
     return tuple(out)
 
 

@@ -248,6 +248,24 @@ class Prune:
     """A simulated candidate's point on the front is the simulation's: a dominator that may be
     simulated must stay one when its time and memory are off their estimates by these factors (the
     evaluator's observed worst outside its validated space)."""
+    tolerance: float | None = None
+    approximate_tolerance: float = 0.0
+    sure_fit_bytes: float = 0.0
+    """Objective time with `tolerance` (the evaluator's bound on its error, `approximate_tolerance`
+    for an estimate flagged approximate): the caller simulates, beyond the `keep` best, only a
+    candidate whose estimate is below (1 + its tolerance) × `upper_bound`, the least estimate /
+    (1 − tolerance) of the candidates whose memory estimate is at most `sure_fit_bytes` (each
+    such candidate's simulation is at most that, so the simulated optimum is too); `band` is not
+    used then."""
+
+    def tol(self, approximate: bool) -> float:
+        return self.approximate_tolerance if approximate else self.tolerance  # type: ignore[return-value]
+
+
+def upper_bound(evaluations, prune: Prune) -> float:
+    """An upper bound of the simulated optimum's time from `evaluations` (see `Prune.tolerance`)."""
+    return min((e.iteration_time_s / (1 - prune.tol(bool(e.approximate))) for e in evaluations
+                if e.peak_memory_bytes <= prune.sure_fit_bytes), default=float("inf"))
 
 
 def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit: float,
@@ -279,10 +297,15 @@ def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evalua
     """Evaluate `fits` in ascending order of the objective's lower bound, skipping a candidate X
     when (1) an evaluated candidate is faster than X's lower bound with no more memory, by the
     margins (X is off the Pareto front), (2) at least `keep` evaluated candidates come before X by the objective, and (3)
-    X's bound on the objective exceeds `band` × the best value evaluated. The best value only falls
-    and the evaluated set only grows as the search goes on, so no skipped candidate could have
-    been kept by the final evaluations."""
+    X's bound on the objective exceeds `band` × the best value evaluated (objective time with a
+    `tolerance`: X's lower bound is at least (1 + X's tolerance) × the evaluated `upper_bound`,
+    X's tolerance the approximate one where `Evaluator.maybe_approximate` says its estimate may be
+    flagged). The best value and the upper bound only fall and the evaluated set only grows as the
+    search goes on, so no skipped candidate could have been kept by the final evaluations (nor
+    lowered the upper bound)."""
     by_memory = prune.objective == "memory"
+    by_bound = not by_memory and prune.tolerance is not None
+    upper = float("inf")
     rows = []
     for i, (s, mem) in enumerate(fits):
         need = max(x.total for x in mem)
@@ -298,8 +321,11 @@ def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evalua
         if len(values) >= prune.keep:
             bound = need if by_memory else lb
             j = bisect_left(front_t, lb) - 1  # the front point fastest below lb has the least memory there
-            if j >= 0 and front_m[j] <= need and bisect_left(values, bound) >= prune.keep \
-                    and bound > values[0] * prune.band:
+            if by_bound:
+                beyond = bound >= upper * (1 + prune.tol(evaluator.maybe_approximate(s)))
+            else:
+                beyond = bound > values[0] * prune.band
+            if j >= 0 and front_m[j] <= need and bisect_left(values, bound) >= prune.keep and beyond:
                 skipped += 1
                 continue
         e = evaluator.evaluate(s, mem)
@@ -307,7 +333,12 @@ def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evalua
         value = e.peak_memory_bytes if by_memory else e.iteration_time_s
         insort(values, value)
         t, m = e.iteration_time_s, e.peak_memory_bytes
-        if bisect_left(values, value) < prune.keep or value <= values[0] * prune.band:
+        if by_bound:
+            upper = min(upper, upper_bound([e], prune))
+            inside = value < upper * (1 + prune.tol(bool(e.approximate)))
+        else:
+            inside = value <= values[0] * prune.band
+        if bisect_left(values, value) < prune.keep or inside:
             # it may be simulated and its point move: a dominator by the margins. A candidate outside
             # (not among the best `keep`, beyond the band) stays outside as the search goes on.
             t, m = t * prune.time_margin, m * prune.memory_margin
