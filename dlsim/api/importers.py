@@ -94,7 +94,7 @@ class Imported:
         fwd, bwd = counted_flops(self.model, 1)
         lines = [f"imported {self.model.name}: {len(self.model.layers)} layers, {self.model.params:,} parameters, "
                  f"{fwd:.4g} forward and {bwd:.4g} backward FLOPs per sample (as PyTorch's counter counts them); "
-                 f"{generic} generic layer{'' if generic == 1 else 's'} carry {100 * self.fallback_share:.1f}% of the "
+                 f"{generic} generic layer{' carries' if generic == 1 else 's carry'} {100 * self.fallback_share:.1f}% of the "
                  f"predicted step "
                  f"(batch {self.batch} on {self.priced_on})"]
         for r in self.fallbacks:
