@@ -214,3 +214,22 @@ def test_evaluator_tables_equal_the_simulators():
         assert got == build_layer_table(model, cluster.device, "fp16", batch=2, tp=2, sequence_parallel=True,
                                         grad_accumulation=acc)
     assert ev.table(2, True, 2, accumulation=acc).entries != ev.table(2, True, 2).entries
+
+
+def test_memory_floor_skips_only_what_cannot_matter(simulated_space):
+    """The search drops a candidate by `memory_floor` without its exact memory only when it is over the
+    limit and no closer to it than the closest miss: the floor never exceeds the exact peak, and the
+    closest miss is the exhaustive one."""
+    from dlsim.plan.search import search
+    (profile, nodes, batch, opts), model, cluster, rows = simulated_space
+    tables = load_kernel_times(cluster)[0] if cluster.tables else None
+    ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), tables)
+    for s, e, _ in rows:
+        assert ev.memory_floor(s) <= e.peak_memory_bytes
+    big, a100 = as_model("gpt3-175b"), as_cluster("dgx-a100")
+    ev = Evaluator(big, a100, "fp16", lambda lay, algo: _default_pricer(a100, lay, algo, True))
+    space = SearchSpace(8, 16, 8)
+    out = search(ev, big, space, ev.capacity)
+    assert not out.evaluations and out.dropped["out of memory"] == out.enumerated
+    exhaustive = min(max(x.total for x in ev.memory(s)) for s in candidates(big, space, Counter()))
+    assert out.closest_oom[0] == exhaustive

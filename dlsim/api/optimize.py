@@ -21,7 +21,7 @@ import math
 import multiprocessing as mp
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -423,21 +423,16 @@ def _simulate_by_time(model: Model, cluster: Cluster, evals: list[Evaluation], t
     one that may still beat the fastest simulated before it and `upper`, a bound of the simulated
     optimum from the estimates (`dlsim.plan.search.upper_bound`), at most max(cap, top) (`_may_win`).
 
-    Simulated `jobs` at a time (a batch is chosen knowing the batches before it, so it may hold a
-    candidate the one-by-one rule would have skipped); the one-by-one rule then keeps exactly the
-    candidates it would have simulated, so that the result does not depend on `jobs`."""
+    On `jobs` processes, a free worker takes the next candidate eligible by the simulations finished
+    so far (so it may run one the one-by-one rule would have skipped, never skip one it would run);
+    the one-by-one rule then keeps exactly the candidates it would have simulated, so that the result
+    does not depend on `jobs` or on which simulation finishes first."""
     order = sorted(evals, key=lambda e: (e.iteration_time_s, e.peak_memory_bytes))
     limit = max(cap, top)
     results: dict[int, SimResult] = {}
 
     def eligible(j: int, best_s: float) -> bool:
         return j < top or _may_win(order[j], best_s)
-
-    def run(batch: list[int], pool) -> None:
-        if pool is None:
-            results.update((j, _simulate_one(j)) for j in batch)
-        else:
-            results.update(zip(batch, pool.map(_simulate_one, batch)))
 
     _WORK[:] = [(model, cluster, e.strategy, measured) for e in order]
     pool = None
@@ -446,18 +441,25 @@ def _simulate_by_time(model: Model, cluster: Cluster, evals: list[Evaluation], t
             gc.freeze()  # the workers then leave the inherited heap untouched (no copy-on-write by the collector)
             pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
         best, j = upper, 0
-        width = top if pool is None else max(jobs, 1)
-        while j < len(order) and len(results) < limit:
-            batch = []
-            while j < len(order) and len(batch) < max(width, 1) and len(results) + len(batch) < limit:
+        running: dict = {}  # future -> candidate index: a worker takes the next eligible one as soon as it is free
+        while True:
+            while j < len(order) and len(results) + len(running) < limit and (pool is None or len(running) < jobs):
                 if eligible(j, best):
-                    batch.append(j)
+                    if pool is None:
+                        results[j] = _simulate_one(j)
+                        if results[j].feasible:
+                            best = min(best, results[j].iteration_time_s)
+                    else:
+                        running[pool.submit(_simulate_one, j)] = j
                 j += 1
-            if not batch:
+            if not running:
                 break
-            run(batch, pool)
-            width = jobs if pool is not None else 1
-            best = min([best] + [results[i].iteration_time_s for i in batch if results[i].feasible])
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                i = running.pop(f)
+                results[i] = f.result()
+                if results[i].feasible:
+                    best = min(best, results[i].iteration_time_s)
     finally:
         if pool is not None:
             pool.shutdown()

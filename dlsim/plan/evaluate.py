@@ -384,6 +384,25 @@ class Evaluator:
         ranges = self.ranges(s, t)
         return self._memory(s, t, ranges)
 
+    def _off_default(self, s: Strategy) -> bool:
+        """Whether a field outside `VALIDATED_FIELDS` is off its default."""
+        if self._defaults is None:
+            self._defaults = {k: v for k, v in Strategy().to_dict().items()
+                              if k not in VALIDATED_FIELDS + ("global_batch",)}
+        d = s.to_dict()
+        return any(d.get(k) != v for k, v in self._defaults.items())
+
+    def memory_floor(self, s: Strategy) -> float:
+        """A lower bound of max(x.total for x in memory(s)) without partitioning: the model states
+        (`model_state_bytes`, linear in the parameters) of a stage holding the mean share 1/pp of the
+        parameters, which the stage holding the most reaches at least. 0 for a strategy outside the
+        validated fields (sharding, offload and expert placement change what a device holds)."""
+        if self._off_default(s):
+            return 0.0
+        t = self.strategy_table(s)
+        states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, s.dp)
+        return (states["weights"] + states["gradients"] + states["optimizer"]) * (1 - 1e-9)
+
     def _chunk_acts(self, s: Strategy, t: _Table, ranges) -> list[tuple[float, float, float]]:
         key = ("acts", id(t), tuple(ranges), s.recompute, s.recompute_layers)
         got = self._cache.get(key)
@@ -494,10 +513,7 @@ class Evaluator:
         superset, for the search's pruning): a field other than those of the validated space off its
         default, a pipeline timed by its closed form, ZeRO-2/3 not walked pass by pass, interleaved
         with m = pp, pipeline transfers on the tensor-parallel link tier."""
-        if self._defaults is None:
-            self._defaults = {k: v for k, v in Strategy().to_dict().items() if k not in VALIDATED_FIELDS + ("global_batch",)}
-        d = s.to_dict()
-        if any(d.get(k) != v for k, v in self._defaults.items()):
+        if self._off_default(s):
             return True
         p, m, v = s.pp, s.num_microbatches, s.virtual_stages
         if p * m * v > WALK_OPS and (p > 1 or (s.zero >= 2 and s.dp > 1)):

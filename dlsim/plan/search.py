@@ -279,6 +279,9 @@ def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit:
     n = 0
     for s in candidates(model, space, dropped):
         n += 1
+        if closest is not None and evaluator.memory_floor(s) >= closest[0] * memory_limit / closest[1]:
+            dropped[OUT_OF_MEMORY] += 1  # over the limit, and no closer to it than the closest miss
+            continue
         mem = evaluator.memory(s)
         need = max(x.total for x in mem)
         if need > memory_limit:
