@@ -130,6 +130,15 @@ def test_cli_no_feasible_exits_1_with_one_line(capsys):
     assert run(["optimize", "gpt3-175b", "-c", "dgx-a100", "--gpus", "8", "--global-batch", "16"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "out of memory" in err and "over by" in err
+    # pinned degrees that cannot make the device count: the limit and by how much, before any search
+    small = ["--set", "layers=4", "--set", "hidden=1024", "--set", "heads=16", "--set", "seq_len=1024"]
+    for fix, words in ((["tp=3"], "tp 3) does not divide --gpus 8 (remainder 2)"),
+                       (["tp=4", "pp=4"], "tp x pp = 16) does not divide --gpus 8 (remainder 8)"),
+                       (["dp=2", "tp=2", "pp=1"], "uses 4 devices, --gpus is 8 (4 left over)")):
+        args = ["optimize", "gpt3-175b", *small, "-c", "dgx-a100", "--gpus", "8", "--global-batch", "16"]
+        assert run(args + [x for f in fix for x in ("--fix", f)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err, err
 
 
 def test_cli_table_json_csv(tmp_path, capsys):

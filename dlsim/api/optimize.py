@@ -249,6 +249,22 @@ def parse_fix(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]
     return out
 
 
+def _check_fixed_degrees(fixed: Mapping[str, Any], gpus: int) -> None:
+    """Pinned parallel degrees whose product does not divide the devices: no candidate can be built;
+    say so with the remainder, before searching."""
+    pinned = {k: fixed[k] for k in ("dp", "tp", "pp", "cp") if isinstance(fixed.get(k), int) and fixed[k] > 0}
+    product = math.prod(pinned.values())
+    if pinned and gpus % product:
+        names = " x ".join(pinned)
+        what = f"{names} = {product}" if len(pinned) > 1 else f"{names} {product}"
+        raise InfeasibleError(f"no candidate strategy can be built: --fix {' '.join(f'{k}={v}' for k, v in pinned.items())}"
+                              f" ({what}) does not divide --gpus {gpus} (remainder {gpus % product})")
+    if set(pinned) >= {"dp", "tp", "pp"} and product != gpus:
+        raise InfeasibleError(f"no candidate strategy can be built: --fix {' '.join(f'{k}={v}' for k, v in pinned.items())}"
+                              f" uses {product} devices, --gpus is {gpus} ({abs(gpus - product)} "
+                              f"{'short' if product > gpus else 'left over'})")
+
+
 def _no_feasible(outcome, space: SearchSpace, cluster: Cluster, memory_limit: float, fraction: float) -> InfeasibleError:
     d = outcome.dropped
     if outcome.enumerated == 0:
@@ -314,6 +330,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
         raise InfeasibleError(f"--gpus {gpus} but {cluster.name} has {cluster.num_devices} devices "
                               f"({gpus - cluster.num_devices} short)")
     fixed = parse_fix(fix)
+    _check_fixed_degrees(fixed, gpus)
     dtype = check_dtype(fixed.get("dtype"), model)
     tables = None
     if measured and cluster.tables:
