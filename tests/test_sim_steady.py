@@ -156,18 +156,19 @@ def test_reduced_run_is_the_longer_run_before_divergence(monkeypatch, case):
 
 
 def test_counts_tried_smallest_first(monkeypatch):
-    """pp + 6 micro-batches first; the larger count only where no cut passed before the divergence."""
+    """pp + FIRST_MARGIN micro-batches first; the larger count only where no cut passed before the divergence."""
     import dlsim.sim.steady as steady
 
     tried = []
     real = steady.build_iteration
     monkeypatch.setattr(steady, "build_iteration", lambda x: (tried.append(x.strategy.num_microbatches), real(x))[1])
     assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **CASES[0]))
-    assert tried == [10]
+    assert tried == [4 + steady.FIRST_MARGIN]
     tried.clear()
-    # this timeline's transient outlasts the first count (without gradient-accumulation kernels): second count
-    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **CASES[1], grad_accumulation="none"))
-    assert tried == [10, 15]
+    # an 8-stage pipeline whose transient outlasts the first count: the second count
+    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 24}, nodes=8, microbatch_size=1,
+                              schedule="1f1b", pp=8, tp=2, dp=1, num_microbatches=96, grad_accumulation="none"))
+    assert tried == [8 + steady.FIRST_MARGIN, 8 + 2 + steady.MARGIN]
 
 
 def test_no_cut_past_the_divergence(monkeypatch):

@@ -39,7 +39,8 @@ from dlsim.sim.analysis import critical_path, device_times, task_seconds, window
 from dlsim.sim.engine import Timeline, execute
 from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
 
-FIRST_MARGIN = 6  # the first try: micro-batches simulated beyond pp (cuts at pp and pp + 1)
+FIRST_MARGIN = 8  # the first try: micro-batches simulated beyond pp (cuts at pp to pp + 3; with 6, a 64-stage
+# pipeline whose backward adds gradient-accumulation kernels settles one micro-batch after the last cut)
 MARGIN = 10  # extra micro-batches simulated beyond pp + pp // 4 (the last stage lags the first by about
 # pp·t_f/(t_f + t_b) micro-batches; the warm-up's transient dies out over a few more)
 MB_LABELS = frozenset({"F", "R", "B", "SF", "SB", "G", "C", "AG"})  # labels (kind, chunk, micro-batch, ...)
@@ -49,7 +50,7 @@ TOLERANCE = 1e-9  # periodicity checked to this fraction of the makespan
 def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
     """Micro-batch counts to try for the extension, smallest first; () where it does not apply.
 
-    The first, pp + FIRST_MARGIN, leaves room for cuts at micro-batch pp and pp + 1 (a 1F1B pipeline's
+    The first, pp + FIRST_MARGIN, leaves room for cuts at micro-batches pp to pp + 3 (a 1F1B pipeline's
     first stage leaves its warm-up at micro-batch pp − 1); where no cut passes there, the larger count
     pp + pp // 4 + MARGIN follows. A count is tried where it is at most a third of the micro-batches
     (a failed check costs its reduced run)."""
