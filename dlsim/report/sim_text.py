@@ -34,7 +34,8 @@ def _strategy_line(s: dict[str, Any]) -> str:
 
 # Defaults worth a line in the summary when the user did not give them (the record lists them all).
 _HEADLINE_DEFAULTS = {"recompute": None, "zero": None, "fused_kernels": None, "overlap": "dp",
-                      "collective": "dp", "schedule": "pp", "sequence_parallel": "tp"}
+                      "collective": "dp", "schedule": "pp", "sequence_parallel": "tp",
+                      "grad_accumulation": "num_microbatches"}
 
 
 def precision_line(rec: dict[str, Any]) -> str:
