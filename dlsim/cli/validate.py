@@ -7,7 +7,7 @@ shapes. Other validations attach to the `validate` group.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -100,6 +100,11 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
                          warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
                          statistic=statistic, allocator=allocator)
     state_dtype(rec, dtype, rec["dtype"])
+    _emit_model_validation(rec, plot, json_out, lambda: model_report(rec, None if show_all else 25))
+
+
+def _emit_model_validation(rec: dict, plot: str | None, json_out: str | None, report: Callable[[], str]) -> None:
+    """Warnings on stderr, then the plot, the JSON record and the text report of a model validation."""
     for line in rec.get("warnings", []):
         click.echo(f"warning: {line}", err=True)
     if plot:
@@ -108,7 +113,7 @@ def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | No
     if json_out is not None:
         emit_json(rec, json_out)
     if wants_summary(json_out):
-        click.echo(model_report(rec, None if show_all else 25))
+        click.echo(report())
 
 
 @validate.command("kernels")
@@ -263,12 +268,4 @@ def torch_cmd(factory: str, input_shape: str, batch: int, cluster: str, tokens: 
     rec = validate_torch(factory, parse_input_shape(input_shape), batch, cluster, tokens=tokens, vocab=vocab,
                          optimizer=optimizer, repeats=repeats, warmup=warmup, threads=threads, statistic=statistic,
                          allocator=allocator)
-    for line in rec.get("warnings", []):
-        click.echo(f"warning: {line}", err=True)
-    if plot:
-        from dlsim.report.validation_plots import plot_model_validation
-        emit_plot(plot, lambda tmp: plot_model_validation(rec, tmp))
-    if json_out is not None:
-        emit_json(rec, json_out)
-    if wants_summary(json_out):
-        click.echo(torch_report(rec))
+    _emit_model_validation(rec, plot, json_out, lambda: torch_report(rec))
