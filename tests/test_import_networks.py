@@ -180,3 +180,20 @@ def test_onnx_export_with_a_fixed_batch_imports(imported, tmp_path):
     assert result.model.params == want.params
     assert counted_flops(result.model, 2)[0] == counted_flops(want, 2)[0]
     assert any("batch is fixed at 2" in note for note in result.notes)
+
+
+def test_force_never_lets_the_output_replace_the_input(onnx_files, tmp_path, cli):
+    """`--out` naming the ONNX file or the factory's own .py is refused in one line, --force or not;
+    both inputs are left as they were."""
+    onnx_copy = tmp_path / "wide.onnx"
+    onnx_copy.write_bytes(onnx_files["wide_mlp"].read_bytes())
+    before = onnx_copy.read_bytes()
+    code, _, err = cli("import", "onnx", onnx_copy, "-o", onnx_copy, "--force")
+    assert code == 1 and err.count("\n") == 1 and "is an input of this run" in err
+    assert onnx_copy.read_bytes() == before
+    src = tmp_path / "mlp.py"
+    src.write_text("import torch\n\ndef make():\n    return torch.nn.Linear(4, 3)\n")
+    text = src.read_text()
+    code, _, err = cli("import", "torch", f"{src}:make", "--input-shape", "4", "-o", src, "--force")
+    assert code == 1 and err.count("\n") == 1 and "is an input of this run" in err
+    assert src.read_text() == text

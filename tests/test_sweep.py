@@ -145,6 +145,22 @@ def test_cli_table_csv_plot_and_bad_spec(tmp_path, capsys):
     assert run(["sweep", str(path), "--scheduler", "tcp://127.0.0.1:1", "--dask-local", "2"]) == 2
 
 
+def test_results_never_go_into_an_input(tmp_path, capsys):
+    """--out naming the spec, or a file of a profile directory it sweeps, is refused in one line
+    (results are appended, so --force does not apply) and the input is left as it was."""
+    import shutil
+    profile = tmp_path / "prof"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "hardware_profiles" / "dgx-a100", profile)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(dict(SMALL, models=["lenet5"], clusters=[str(profile)], gpus=[8])))
+    for target in (path, profile / "profile.yaml"):
+        before = target.read_bytes()
+        assert run(["sweep", str(path), "--out", str(target), "--jobs", "1", "--force"]) == 1
+        err = capsys.readouterr().err
+        assert "is an input of this run" in err and err.count("\n") == 1
+        assert target.read_bytes() == before
+
+
 def test_reason_kind_groups_alike():
     assert reason_kind("tp x pp = 3 x 1 = 3 does not divide 8 GPUs (remainder 2)") == \
         reason_kind("tp x pp = 3 x 2 = 6 does not divide 16 GPUs (remainder 4)")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dlsim.errors import SpecError
-from dlsim.io.files import write_atomic
+from dlsim.io.files import check_output, write_atomic
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 
@@ -180,13 +180,14 @@ def import_torch_file(factory: str, input_shape: list[int], *, batch: int = 2, t
                       vocab: int = 2, name: str | None = None, out: Path | None = None, force: bool = False,
                       cluster: Cluster | str | Path | None = None) -> Imported:
     """Trace the module built by `factory` on a random input of (batch, *input_shape); write the YAML to
-    `out` (never overwriting an existing file unless `force`)."""
+    `out` (never the factory's own file; an existing file only with `force`)."""
     try:
         import torch  # noqa: F401
     except ModuleNotFoundError:
         raise SpecError("importing from PyTorch needs torch (pip install torch)") from None
-    if out is not None and Path(out).exists() and not force:
-        raise SpecError("exists; pass --force to overwrite it", path=out)
+    source = factory.rpartition(":")[0]
+    if out is not None:
+        check_output(out, inputs=(source,) if source.endswith(".py") else (), force=force, option="--out")
     if batch < 2:
         raise SpecError(f"--batch must be at least 2 (the batch dimension is traced as dynamic), got {batch}")
     module = load_factory(factory)
@@ -201,15 +202,16 @@ def import_torch_file(factory: str, input_shape: list[int], *, batch: int = 2, t
 
 def import_onnx_file(path: str | Path, *, name: str | None = None, out: Path | None = None, force: bool = False,
                      cluster: Cluster | str | Path | None = None, batch: int | None = None) -> Imported:
-    """Import an ONNX file (shapes by onnx's shape inference); write the YAML to `out` unless it exists."""
+    """Import an ONNX file (shapes by onnx's shape inference); write the YAML to `out` (never the ONNX
+    file itself; an existing file only with `force`)."""
     from dlsim.importers.onnx_graph import read_onnx
     from dlsim.importers.graph import assemble
 
     path = Path(path)
     if batch is not None and batch < 1:
         raise SpecError(f"--batch must be positive, got {batch}")
-    if out is not None and Path(out).exists() and not force:
-        raise SpecError("exists; pass --force to overwrite it", path=out)
+    if out is not None:
+        check_output(out, inputs=(path,), force=force, option="--out")
     graph = read_onnx(path, batch=batch)
     label = name or path.stem
     description = assemble(label, graph.dtype, graph.input_entry, graph.nodes)

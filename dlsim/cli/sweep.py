@@ -13,6 +13,7 @@ import click
 from dlsim.api.sweep import run_sweep, summarize
 from dlsim.cli import main
 from dlsim.cli.output import check_plot_path, emit_plot, emit_text, force_option
+from dlsim.io.files import check_output
 from dlsim.io.sweep_spec import load_sweep
 from dlsim.progress import Progress
 
@@ -75,6 +76,10 @@ def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | Non
         check_plot_path(plot_out)
     s = load_sweep(spec)
     results = Path(out) if out else Path(spec).with_suffix(".results.jsonl")
+    # an existing results file is resumed (appended to), never an input: the spec, its models or profiles
+    named = [Path(n) for n in s.models + s.clusters]
+    inputs = (spec,) + tuple(f for p in named for f in ([p] if p.is_file() else p.glob("*") if p.is_dir() else []))
+    check_output(results, inputs=inputs, force=True, option="--out")
     with Progress() as bar:
         outcome = run_sweep(s, results, jobs=jobs, scheduler=scheduler, dask_local=dask_local,
                             progress=lambda done, total: bar.update(done, total, "points"))
