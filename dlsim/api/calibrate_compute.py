@@ -26,6 +26,7 @@ from dlsim.calibrate.compute_timer import KernelTimer, cache_flusher, check_devi
 from dlsim.calibrate.alloc_probe import allocator_in_use
 from dlsim.calibrate.compute_hostinfo import host_description
 from dlsim.errors import SpecError
+from dlsim.cost.pricing import WHOLE_KERNEL_OPS
 from dlsim.io.files import write_atomic
 from dlsim.io.kernel_tables import read_table
 from dlsim.io.profile_write import add_tables, write_new_profile
@@ -126,7 +127,7 @@ def _fits(out: Path, dtypes: Iterable[str], device_rows: dict[str, float],
             fits[d] = fit
     memory = read_table("memory", out / TABLES["memory"])
     bw = device_rows.get("stream_bandwidth_bytes_per_s")
-    streaming = [r for r in memory if r.dtype == "fp32" and r.pass_name != "step"]
+    streaming = [r for r in memory if r.dtype == "fp32" and r.pass_name != "step" and r.op not in WHOLE_KERNEL_OPS]
     mem = fit_memory(streaming, bw, launch) if bw else None
     curves: dict[str, Any] = {"matrix": {}}
     for d, fit in fits.items():

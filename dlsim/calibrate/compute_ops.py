@@ -12,7 +12,8 @@ its output allocation, as a framework pays them in a training step:
   dlsim layer type (the same ones `dlsim.validate.torch_model` builds its modules from): forward,
   and backward as ``torch.autograd.grad`` of the retained graph with respect to every float input
   and parameter, which is the operator's whole backward (for batch and layer norm it includes ∇γ
-  and ∇β, which dlsim's cost model counts in the ∇x pass).
+  and ∇β, which dlsim's cost model counts in the ∇x pass). A scaled dot-product attention is timed the
+  same way, as ``F.scaled_dot_product_attention`` forward and its autograd backward.
 
 torch is imported inside the functions only.
 """
@@ -119,6 +120,16 @@ def _forward(layer: Layer, xs: list, params: dict) -> Any:
               "concat": lambda: torch.cat(xs, a["axis"] + 1 if a["axis"] >= 0 else a["axis"])}
     if t in simple:
         return simple[t]()
+    if t == "sdpa":  # the fused operator; with dropout PyTorch's CPU dispatch runs the math path
+        return F.scaled_dot_product_attention(xs[0], xs[1], xs[2], dropout_p=float(a["dropout"]),
+                                              is_causal=bool(a["causal"]))
+    if t in RECURRENT:  # what nn.LSTM / nn.GRU / nn.RNN call: all steps and layers in one operator
+        hx = torch.zeros(a["layers"] * (2 if a["bidirectional"] else 1), x.shape[0], a["hidden"], dtype=x.dtype,
+                         device=x.device)
+        run = getattr(torch._VF, RECURRENT[t])
+        state = (hx, torch.zeros_like(hx)) if t == "lstm" else hx
+        return run(x, state, list(params.values()), bool(a["bias"]), a["layers"], 0.0, True,
+                   bool(a["bidirectional"]), True)[0]
     if t == "add":
         out = xs[0]
         for other in xs[1:]:
@@ -147,6 +158,27 @@ def _forward(layer: Layer, xs: list, params: dict) -> Any:
     raise DlsimError(f"layer {layer.name!r}: {t} is not a memory-bound operator dlsim calibrates")
 
 
+RECURRENT = {"lstm": "lstm", "gru": "gru", "rnn": "rnn_tanh"}
+"""dlsim's recurrent layer types and the ``torch._VF`` operators their PyTorch modules call."""
+
+
+def _recurrent_weights(layer: Layer, floats: Callable[..., Any]) -> dict:
+    """Per layer and direction w_ih (g·h, F), w_hh (g·h, h) and the biases b_ih, b_hh (g·h), in nn.LSTM's
+    flat-weight order (g gates: `dlsim.spec.ops.recurrent_gates`)."""
+    from dlsim.spec.ops import recurrent_gates
+    a = layer.attrs
+    g, h, dirs = recurrent_gates(layer.type), a["hidden"], 2 if a["bidirectional"] else 1
+    out, feat = {}, layer.in_shapes[0][-1]
+    for i in range(a["layers"]):
+        for d in range(dirs):
+            tag = f"l{i}" + ("_reverse" if d else "")
+            out[f"weight_ih_{tag}"], out[f"weight_hh_{tag}"] = floats(g * h, feat), floats(g * h, h)
+            if a["bias"]:
+                out[f"bias_ih_{tag}"], out[f"bias_hh_{tag}"] = floats(g * h), floats(g * h)
+        feat = h * dirs
+    return out
+
+
 def _inputs(layer: Layer, batch: int, dtype: str, device: Any) -> tuple[list, dict]:
     import torch
     gen = torch.Generator().manual_seed(0)
@@ -165,6 +197,8 @@ def _inputs(layer: Layer, batch: int, dtype: str, device: Any) -> tuple[list, di
         return [ids], params
     xs = [floats(batch, *s) for s in layer.in_shapes]
     params: dict = {}
+    if layer.type in RECURRENT:
+        params = _recurrent_weights(layer, floats)
     if layer.type == "cross_entropy":
         logits = layer.in_shapes[0]
         xs.append(torch.randint(0, logits[-1], (batch, *logits[:-1]), generator=gen).to(device))

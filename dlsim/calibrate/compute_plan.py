@@ -23,7 +23,8 @@ Pure planning, no PyTorch: a list of tasks, each the key of one table row.
   16 tensors, and over each model's own parameter tensors (one per layer with parameters, the
   count dlsim's cost model uses).
 * A model at a batch size (`model_tasks`): for every layer, `dlsim.cost.layers.layer_cost` gives
-  the GEMMs of linear, attention and recurrent layers, the geometry of each convolution (measured
+  the GEMMs of linear, attention and recurrent layers (scaled dot-product attention and recurrent layers,
+  `WHOLE_KERNEL_OPS`, as their one fused operator, forward and whole backward), the geometry of each convolution (measured
   per pass and per algorithm the library offers) and the memory-bound passes; identical shapes
   are measured once.
 """
@@ -38,7 +39,7 @@ from dlsim.cost.layers import Gemm, layer_cost
 from dlsim.cost.memory import OPTIMIZERS, optimizer_step_traffic
 from dlsim.cost.conv_methods import ConvGeometry
 from dlsim.cost.lookup import shape_of
-from dlsim.cost.pricing import PASSES
+from dlsim.cost.pricing import PASSES, WHOLE_KERNEL_OPS
 from dlsim.spec.model import INPUT, Layer, Model, build_model
 
 CONV_ALGORITHMS = {"cpu": ("mkldnn", "native"), "cuda": ("cudnn-default", "cudnn-benchmark", "cudnn-deterministic")}
@@ -142,7 +143,13 @@ def model_tasks(model: Model, batch: int, dtype: str, device: str = "cpu", algor
             p = getattr(cost, pass_name)
             if p.kernels == 0 and p.flops == 0 and p.bytes == 0:
                 continue
-            if p.kind == "conv" and cost.conv is not None:
+            if layer.type in WHOLE_KERNEL_OPS:  # the fused operator: forward, and its whole backward as ∇x
+                if pass_name == "backward_weight":
+                    continue
+                sig = signature(layer, batch)
+                t = MemoryTask(dtype, layer, batch, pass_name, sig, p.bytes, p.flops, set_name)
+                tasks.setdefault(("memory", dtype, layer.type, pass_name, sig), t)
+            elif p.kind == "conv" and cost.conv is not None:
                 shape = shape_of(cost.conv)
                 for algo in algos:
                     t = ConvTask(dtype, pass_name, algo, batch, shape, set_name)

@@ -17,6 +17,14 @@ from dlsim.spec.model import Layer
 from dlsim.units import DTYPE_BYTES
 
 PASSES = ("forward", "backward_data", "backward_weight")
+WHOLE_KERNEL_OPS = ("sdpa", "lstm", "gru", "rnn")
+"""Layer types PyTorch runs as one fused operator whose time is not the sum of its products: scaled
+dot-product attention (a flash kernel on CPU, or the math path under dropout, which draws a random
+mask over every score) and the recurrent layers (``aten::lstm`` and friends: oneDNN's RNN primitive
+on CPU, one call for all steps and layers, whose backward computes ∇x and ∇w together). A calibration
+times the operator itself, forward and whole backward (`dlsim.calibrate.compute_ops.memory_op`, rows
+of the memory table); `whole_kernel_times` prices the layer from those rows when both were measured
+for exactly its shapes, the ∇w pass then being inside the ∇x row; otherwise the GEMMs price it."""
 GENERIC_LIKE = ("relu", "forward")
 """The measured curve a memory-bound pass of a `generic` operator (an imported operator dlsim has no
 model for) is priced by: an element-wise kernel's time over the bytes it moves. A generic pass with
@@ -103,10 +111,25 @@ def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str) -> Estimate:
     return estimate
 
 
+def whole_kernel_times(layer: Layer, cost: LayerCost, dtype: str,
+                       tables: KernelTimes | None) -> list[Estimate] | None:
+    """[forward, ∇x, ∇w] of a `WHOLE_KERNEL_OPS` layer from the rows timing its fused operator (forward,
+    and the whole backward as the ∇x row; ∇w 0, inside it), or None unless both rows are exact
+    measurements of the layer's own shapes (no interpolation between attention or RNN shapes)."""
+    if tables is None or layer.type not in WHOLE_KERNEL_OPS:
+        return None
+    fwd = tables.memory_bound(layer.type, "forward", cost.forward, dtype)
+    bwd = tables.memory_bound(layer.type, "backward_data", cost.backward_data, dtype)
+    if fwd is None or bwd is None or fwd.source != Source.MEASURED or bwd.source != Source.MEASURED:
+        return None
+    return [fwd, bwd, Estimate(0.0, Source.MEASURED, f"inside the fused {layer.type} backward (the ∇x row)")]
+
+
 def price_layer(layer: Layer, batch: int, dtype: str, device: Device, tables: KernelTimes | None = None,
                 cost: LayerCost | None = None) -> LayerTiming:
     """Forward, ∇x and ∇w time of one layer for `batch` samples on `device`."""
     cost = cost or layer_cost(layer, batch, dtype)
-    times = [price_pass(getattr(cost, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
+    times = whole_kernel_times(layer, cost, dtype, tables) or \
+        [price_pass(getattr(cost, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
     return LayerTiming(layer.name, layer.type, times[0], times[1], times[2], cost.flops, layer.params, 0.0,
                        layer.out_shape)
