@@ -212,17 +212,20 @@ def test_approximate_flags_are_known_before_timing(simulated_space):
 
 def test_evaluator_tables_equal_the_simulators():
     """The evaluator builds one layer table per micro-batch size and adds each micro-batch count's
-    gradient accumulation to it: the same entries as the simulator's table for that count."""
+    gradient accumulation to it: the same entries as the simulator's table for that count, and one
+    stage partition (on the costs without accumulation) shared by every count."""
     from dlsim.cost.memory import grad_accumulation_bytes
-    from dlsim.plan.layertable import build_layer_table
+    from dlsim.plan.layertable import build_layer_table, with_grad_accumulation
     model, cluster = as_model("gpt3-175b", SMALL_GPT), as_cluster("dgx-a100")
     ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), None)
+    base = build_layer_table(model, cluster.device, "fp16", batch=2, tp=2, sequence_parallel=True)
     for m in (1, 4):
         acc = grad_accumulation_bytes("autograd", "fp16", m)
-        got = ev.table(2, True, 2, accumulation=acc).entries
-        assert got == build_layer_table(model, cluster.device, "fp16", batch=2, tp=2, sequence_parallel=True,
-                                        grad_accumulation=acc)
+        got = ev.table(2, True, 2, accumulation=acc)
+        assert got.entries == with_grad_accumulation(base, cluster.device, acc)
+        assert got.costs == [e.forward.seconds + e.backward.seconds for e in base]
     assert ev.table(2, True, 2, accumulation=acc).entries != ev.table(2, True, 2).entries
+    assert ev.table(2, True, 2, accumulation=acc).key == ev.table(2, True, 2).key
 
 
 def test_memory_floor_skips_only_what_cannot_matter(simulated_space):

@@ -21,7 +21,7 @@ from dlsim.plan.offload import host_link
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
 from dlsim.plan.expertparallel import check_expert_parallel, expert_notes
-from dlsim.plan.layertable import LayerEntry, build_layer_table
+from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
 from dlsim.plan.partition import partition
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
 from dlsim.plan.variability import apply_variability
@@ -213,8 +213,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     full_model, model = model, split_sequence(model, s.cp)
     entries = build_layer_table(model, device, dtype, batch=batches, tp=degrees, tables=tables, ep=s.ep, ep_overlap=s.ep_overlap,
                                 overrides=mb_overrides,
-                                sequence_parallel=s.sequence_parallel, fused=frozenset(s.fused_kernels),
-                                grad_accumulation=grad_accumulation_bytes(s.grad_accumulation, dtype, s.num_microbatches))
+                                sequence_parallel=s.sequence_parallel, fused=frozenset(s.fused_kernels))
     if s.layer_groups:
         entries = add_transitions(model, entries, modes, s.dp, s.microbatch_size, dtype)
     entries = add_rings(entries, model, device, dtype, s.cp, tables, frozenset(s.fused_kernels))
@@ -223,7 +222,11 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         notes.append(fp8_note)
     notes += expert_notes(entries)
     _check_fits(model, cluster, s, entries)
+    # balanced on the per-micro-batch work without the gradient accumulation: one partition for every
+    # micro-batch count (the search's evaluator shares it the same way)
     ranges = partition(model, [e.forward.seconds + e.backward.seconds for e in entries], s.chunks, s.stage_partition)
+    entries = with_grad_accumulation(entries, device,
+                                     grad_accumulation_bytes(s.grad_accumulation, dtype, s.num_microbatches))
     layout = Layout(s.dp, s.tp, s.pp, cluster.devices_per_node, s.cp)
     pricer = pricer or _default_pricer(cluster, layout, s.collective, measured)
     explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"

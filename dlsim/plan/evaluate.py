@@ -36,7 +36,8 @@ simulation on every candidate of small GPT spaces (dp × tp × pp with tensor pa
 node, 1F1B / interleaved, recomputation none / selective / full, sequence parallelism, ZeRO 0-3;
 2.3% at most there). Flagged `Evaluation.approximate` (only the simulation should decide): ZeRO-2/3
 pipelines too long to walk pass by pass (p·m·v > WALK_OPS: the per-chunk leftover of the reduction
-queue is hidden under the next forward pass instead), interleaved with m = pp, pipeline transfers
+queue is hidden under the next forward pass instead), other pipelines too long to walk
+(p·m·v > WALK_PLAIN_OPS: the closed forms), interleaved with m = pp, pipeline transfers
 on the tensor-parallel link tier (their port contention is not modelled; within 2.3% on the test
 spaces). Not modelled: gradient compression's kernels (`supports` says no), layer groups, run-time
 variability, parameter-server training; `supports` refuses them.
@@ -57,9 +58,10 @@ from dlsim.plan.dataparallel import make_buckets
 from dlsim.plan.expertparallel import (EDP, EP, edp_group, ep_group, expert_buckets, expert_params_of,
                                       expert_states, updated_params)
 from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
-from dlsim.plan.layertable import LayerEntry, boundary_bytes, build_layer_table, with_grad_accumulation
+from dlsim.plan.layertable import (LayerEntry, boundary_bytes, build_layer_table, grad_accumulation_times,
+                                  with_grad_accumulation)
 from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
-from dlsim.plan.partition import partition
+from dlsim.plan.partition import partition, single_tensor_cuts
 from dlsim.plan.pipeline import BACKWARD, FORWARD, peak_inflight, stage_ops
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
 from dlsim.plan.steptime import optimizer_timer, step_kernels
@@ -142,11 +144,20 @@ def supports(s: Strategy) -> str:
 
 @dataclass
 class _Table:
+    """A layer table and what the evaluator caches about it. `key` names the table without the
+    gradient accumulation (`base`): what does not depend on timing (the stage partition, balanced
+    on the costs without accumulation as the simulator balances them; parameters, activations,
+    buckets) is cached under it and shared by every micro-batch count."""
+
     entries: tuple[LayerEntry, ...]
     costs: list[float]
     partitions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     sigs: list[int] | None = None
     prefix: dict[str, list[float]] = field(default_factory=dict)
+    key: int = 0
+
+    def __post_init__(self) -> None:
+        self.key = self.key or id(self)
 
     def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
         """What a chunk's timing depends on (chunks of identical layers share their timing)."""
@@ -177,33 +188,52 @@ class Evaluator:
         self._pricer = pricer
         self._pricers: dict[tuple, CommPricer] = {}
         self._layer_tables: dict[tuple, _Table] = {}
-        self._base_entries: dict[tuple, tuple[LayerEntry, ...]] = {}
+        self._base_tables: dict[tuple, _Table] = {}
         self._prices: dict[tuple, float] = {}
         self._groups: dict[tuple, tuple[str, int]] = {}
         self._cache: dict[tuple, object] = {}
         self.instance = recompute_layers(model)
         self.gb = DTYPE_BYTES[dtype]
         self._defaults: dict | None = None
+        self._cuts: list[int] | None = None
 
     # -- cached pieces -------------------------------------------------------------------------
-    def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
-              ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1) -> _Table:
-        key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0)
-        t = self._layer_tables.get(key)
+    def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
+                   ep_overlap: bool = False, cp: int = 1, microbatches: int = 1) -> _Table:
+        """The layer table without gradient accumulation (tensor and context parallelism, fusions,
+        experts; FP8 casts, which depend on the micro-batch count)."""
+        key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0)
+        t = self._base_tables.get(key)
         if t is None:
             local = split_sequence(self.model, cp)  # context parallelism: one rank's share of the sequence
-            bkey = (tp, sp, mbs, fused, ep, ep_overlap, cp)
-            base = self._base_entries.get(bkey)
-            if base is None:  # shared by every micro-batch count: the accumulation is added to it
-                base = self._base_entries[bkey] = build_layer_table(
-                    local, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep, ep_overlap=ep_overlap,
-                    sequence_parallel=sp, fused=frozenset(fused))
-            entries = with_grad_accumulation(base, self.device, accumulation)
+            entries = build_layer_table(local, self.device, self.dtype, batch=mbs, tp=tp, tables=self.tables, ep=ep,
+                                        ep_overlap=ep_overlap, sequence_parallel=sp, fused=frozenset(fused))
             entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, frozenset(fused))
             if self.fp8:
                 entries = apply_fp8(entries, local, self.device, microbatches, self.tables, frozenset(fused))
-            t = self._layer_tables[key] = _Table(entries, [e.forward.seconds + e.backward.seconds for e in entries])
+            t = self._base_tables[key] = _Table(entries, [e.forward.seconds + e.backward.seconds for e in entries])
         return t
+
+    def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
+              ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1) -> _Table:
+        """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
+        micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
+        key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0)
+        t = self._layer_tables.get(key)
+        if t is None:
+            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches)
+            if accumulation <= 0:
+                t = base
+            else:
+                t = _Table(with_grad_accumulation(base.entries, self.device, accumulation), base.costs,
+                           base.partitions, prefix=base.prefix, key=base.key)
+            self._layer_tables[key] = t
+        return t
+
+    def strategy_base(self, s: Strategy) -> _Table:
+        """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
+        return self.base_table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
+                               s.cp, s.num_microbatches)
 
     def strategy_table(self, s: Strategy) -> _Table:
         """The layer table `s` runs on (tp, sequence parallelism, micro-batch, fusions, ep, accumulation)."""
@@ -216,7 +246,9 @@ class Evaluator:
             return partition(self.model, t.costs, s.chunks, s.stage_partition)
         r = t.partitions.get(s.chunks)
         if r is None:
-            r = t.partitions[s.chunks] = partition(self.model, t.costs, s.chunks)
+            if self._cuts is None:
+                self._cuts = single_tensor_cuts(self.model)
+            r = t.partitions[s.chunks] = partition(self.model, t.costs, s.chunks, cuts=self._cuts)
         return r
 
     def pricer(self, s: Strategy) -> CommPricer:
@@ -313,13 +345,22 @@ class Evaluator:
         which the schedule walk and the 1F1B / GPipe closed forms respect; where the evaluator
         takes the interleaved closed form, that form itself (m·max W + (Σ W − max W)/v). Then stage
         0's optimizer step and ZeRO-1/2 parameter all-gather. Point-to-point transfers, the
-        tied-embedding all-reduce and data-parallel reductions are left out."""
-        t = self.strategy_table(s)
+        tied-embedding all-reduce and data-parallel reductions are left out of that bound.
+
+        ZeRO-3 walked pass by pass (p·m·v ≤ WALK_OPS) has a second bound: each stage's communication
+        stream runs, one after another, every pass's parameter gathers (forward and backward) and
+        every backward pass's reduce-scatters, and the stage ends after its stream has emptied and
+        its optimizer step: T ≥ max_r (m·Σ_{k of r} (2·G_k + R_k) + step_r)."""
+        t = self.strategy_base(s)  # the gradient accumulation is added per chunk below
         ranges = self.ranges(s, t)
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
         lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
         pricer = self.pricer(s)
         zero3 = s.zero == 3 and s.dp > 1
+        # each layer's accumulation kernel adds its seconds to the backward pass; beside an
+        # asynchronous collective it may hide some of it, so it is left out there
+        acc = None if s.tp_async_backward else \
+            self._accumulation_prefix(t, grad_accumulation_bytes(s.grad_accumulation, self.dtype, m))
         per_stage = []
         for r in range(p):
             ranks = lay.tp_group(0, r)
@@ -334,12 +375,14 @@ class Evaluator:
         for k, (a, b) in enumerate(ranges):
             fw, rc, bw = per_stage[k % p]
             f, x, y = fw[b] - fw[a], rc[b] - rc[a], bw[b] - bw[a]
+            if acc is not None:
+                y += acc[b] - acc[a]
             if zero3:
                 g = self._gathers(s, t, a, b, lay.dp_group(0, k % p))
                 f, y = max(f, g), max(y, g)
             work[k % p] += f + x + y
             passes.append(f + x + y)
-        walked = p > 1 and p * m * v <= WALK_OPS
+        walked = p > 1 and p * m * v <= WALK_PLAIN_OPS
         if v > 1 and not walked:
             bound = m * max(work) + (sum(work) - max(work)) / v
         else:
@@ -348,14 +391,35 @@ class Evaluator:
                 bound = max(bound, fill + m * work[r])
                 fill += passes[r]
         chunks0 = [c * p for c in range(v)]
-        params0 = sum(self._params(t, *ranges[k]) for k in chunks0)
-        updated = params0 * optimizer_share(s.zero, s.dp)
-        bound += optimizer_timer(self.device, self.dtype, s.optimizer, self.step_kernels(t, p))(updated).seconds
+        step = optimizer_timer(self.device, self.dtype, s.optimizer, self.step_kernels(t, p))
+        share = optimizer_share(s.zero, s.dp)
+        bound += step(sum(self._params(t, *ranges[k]) for k in chunks0) * share).seconds
+        if zero3 and p * m * v <= WALK_OPS and s.ep == 1 and s.compression.kind == "none":
+            for r in range(p):
+                dp_r = lay.dp_group(0, r)
+                chunks = range(r, len(ranges), p)
+                stream = sum(2 * self._gathers(s, t, *ranges[k], dp_r) + self._reductions(s, t, *ranges[k], dp_r)
+                             for k in chunks)
+                bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
         if s.dp > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
             bound += sum(self._price(pricer, s, "allgather", self._params(t, *ranges[k]) * self.gb, dp0)
                          for k in chunks0)
         return bound * (1 - 1e-9)
+
+    def _accumulation_prefix(self, t: _Table, accumulation: float) -> list[float] | None:
+        """Prefix sums of the seconds `with_grad_accumulation` adds to each entry of base table `t`
+        (None when it adds nothing; cached)."""
+        if accumulation <= 0:
+            return None
+        key = ("accumulation", t.key, accumulation)
+        got = self._cache.get(key)
+        if got is None:
+            got = [0.0]
+            for add in grad_accumulation_times(t.entries, self.device, accumulation):
+                got.append(got[-1] + (add.seconds if add is not None else 0.0))
+            self._cache[key] = got
+        return got  # type: ignore[return-value]
 
     def _params(self, t: _Table, a: int, b: int) -> int:
         pre = t.prefix.get("params")
@@ -366,10 +430,24 @@ class Evaluator:
             t.prefix["params"] = pre  # type: ignore[assignment]
         return pre[b] - pre[a]  # type: ignore[return-value]
 
+    def _reductions(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
+        """Seconds of the gradient reductions of the buckets of entries a..b over `dp_ranks` (one
+        backward pass's, as `_Timing._bucket_launches` prices them; cached)."""
+        pricer = self.pricer(s)
+        key = ("reductions", t.key, a, b, s.dp, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
+               pricer.tier(dp_ranks), len(dp_ranks))
+        got = self._cache.get(key)
+        if got is None:
+            base = gradient_collective(s.zero)
+            got = self._cache[key] = sum(self._price(pricer, s, op, n, dp_ranks)
+                                         for nbytes in self._bucket_bytes(s, t, a, b)
+                                         for op, n in plan_sync(s.compression, nbytes, self.gb, s.dp, base).collectives)
+        return got  # type: ignore[return-value]
+
     def _gathers(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
         """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b (cached)."""
         pricer = self.pricer(s)
-        key = ("gathers", id(t), a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, pricer.tier(dp_ranks),
+        key = ("gathers", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, pricer.tier(dp_ranks),
                len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
@@ -380,9 +458,8 @@ class Evaluator:
     # -- memory --------------------------------------------------------------------------------
     def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
         """Peak memory of each stage's devices (as the simulator's memory tracker counts it)."""
-        t = self.strategy_table(s)
-        ranges = self.ranges(s, t)
-        return self._memory(s, t, ranges)
+        t = self.strategy_base(s)
+        return self._memory(s, t, self.ranges(s, t))
 
     def _off_default(self, s: Strategy) -> bool:
         """Whether a field outside `VALIDATED_FIELDS` is off its default."""
@@ -399,12 +476,12 @@ class Evaluator:
         validated fields (sharding, offload and expert placement change what a device holds)."""
         if self._off_default(s):
             return 0.0
-        t = self.strategy_table(s)
+        t = self.strategy_base(s)
         states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, s.dp)
         return (states["weights"] + states["gradients"] + states["optimizer"]) * (1 - 1e-9)
 
     def _chunk_acts(self, s: Strategy, t: _Table, ranges) -> list[tuple[float, float, float]]:
-        key = ("acts", id(t), tuple(ranges), s.recompute, s.recompute_layers)
+        key = ("acts", t.key, tuple(ranges), s.recompute, s.recompute_layers)
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = self._chunk_acts_uncached(s, t, ranges)
@@ -412,7 +489,7 @@ class Evaluator:
 
     def boundaries(self, t: _Table, ranges) -> list[float]:
         """`boundary_bytes` of the table cut at `ranges` (cached)."""
-        key = ("bounds", id(t), tuple(ranges))
+        key = ("bounds", t.key, tuple(ranges))
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = boundary_bytes(self.model, t.entries, ranges)
@@ -420,14 +497,14 @@ class Evaluator:
 
     def step_kernels(self, t: _Table, pp: int) -> int:
         """`step_kernels` of the table's entries for `pp` stages (cached)."""
-        key = ("kernels", id(t), pp)
+        key = ("kernels", t.key, pp)
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = step_kernels(t.entries, pp)
         return got  # type: ignore[return-value]
 
     def tied(self, t: _Table, ranges, pp: int) -> dict[int, int]:
-        key = ("tied", id(t), tuple(ranges), pp)
+        key = ("tied", t.key, tuple(ranges), pp)
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = _tied_params(self.model, t.entries, ranges, pp)
@@ -451,7 +528,7 @@ class Evaluator:
         acts = self._chunk_acts(s, t, ranges)
         chunk_entries = [t.entries[a:b] for a, b in ranges]
         tied = self.tied(t, ranges, s.pp)
-        skey = ("stages", id(t), tuple(ranges), s.pp, s.virtual_stages)
+        skey = ("stages", t.key, tuple(ranges), s.pp, s.virtual_stages)
         stages = self._cache.get(skey)
         if stages is None:  # per stage: parameters, workspace
             stages = self._cache[skey] = [
@@ -495,7 +572,7 @@ class Evaluator:
 
     def _bucket_bytes(self, s: Strategy, t: _Table, a: int, b: int) -> list[float]:
         """Bytes of the gradient buckets (ZeRO-3 parameter units) of entries a..b (cached)."""
-        key = ("bucket bytes", id(t), a, b, s.dp > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size)
+        key = ("bucket bytes", t.key, a, b, s.dp > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size)
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = [bu.nbytes for bu in self._buckets(s, t.entries[a:b])]
@@ -516,7 +593,7 @@ class Evaluator:
         if self._off_default(s):
             return True
         p, m, v = s.pp, s.num_microbatches, s.virtual_stages
-        if p * m * v > WALK_OPS and (p > 1 or (s.zero >= 2 and s.dp > 1)):
+        if (p > 1 and p * m * v > WALK_PLAIN_OPS) or (p * m * v > WALK_OPS and s.zero >= 2 and s.dp > 1):
             return True
         if s.schedule == "interleaved" and m == p:
             return True
@@ -544,9 +621,16 @@ VALIDATED_FIELDS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "sc
                     "recompute", "sequence_parallel", "zero")
 """The strategy fields of the space tests/test_optimize.py holds the evaluator to the simulation on
 (every other field at its default there)."""
-WALK_OPS = 1024
-"""Pipelines with at most this many (stage, chunk, micro-batch) passes are timed by walking the
-schedules' op orders (`pipeline_walk`); longer ones (many balanced stages) by the closed forms."""
+WALK_OPS = 16384
+"""ZeRO-2/3 pipelines with at most this many (stage, chunk, micro-batch) passes have every pass walked
+beside the communication stream (`_Timing._programs`, memoised per relative stream state: tens of
+milliseconds at this size); longer ones hide each chunk's reduction leftover under the next forward
+pass (flagged approximate). Walking them instead of flagging them spares the simulations the
+approximate tolerance would otherwise call for (benchmarks/bench_optimize.py)."""
+_COMPUTE, _COLLECTIVE, _OVERLAP = 0, 1, 2  # step kinds of a priced program (`_Timing._program`)
+WALK_PLAIN_OPS = 1 << 15
+"""Pipelines whose passes are walked without the communication stream (no ZeRO-2/3 walk pass by
+pass) are timed by walking the op orders up to this many passes (a few microseconds each)."""
 WALK_MEMORY_OPS = 256
 """Interleaved schedules with at most this many chunk-micro-batches per stage have their activation
 peak walked op by op; longer ones use `peak_inflight` with the largest chunk."""
@@ -655,6 +739,8 @@ class _Timing:
         self._tpg: dict[int, list[int]] = {}
         self._dpg: dict[int, list[int]] = {}
         self._same_tier: dict[int, bool] = {}
+        self._programs_of: dict[tuple, list] = {}
+        self._keep: list = []
 
     def price(self, op: str, nbytes: float, ranks: list[int]) -> float:
         return self.ev._price(self.pricer, self.s, op, nbytes, ranks)
@@ -700,6 +786,35 @@ class _Timing:
         now, busy, slowed, _ = self.walk_steps(steps, stage, launches, gathers, 0.0, queue_start, 0.0)
         return now, max(busy, now), slowed
 
+    def _program(self, steps: list[Step], stage: int) -> list[tuple[int, float, float, bool, int]]:
+        """`steps` priced once for `walk_steps` (which runs them many times): per step (kind, kernel
+        seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,
+        whether a collective queues behind the communication stream, parameter unit)."""
+        key = (id(steps), stage)
+        got = self._programs_of.get(key)
+        if got is not None:
+            return got
+        tp_ranks = self.tpg(stage)
+        same_tier = self._same_tier.get(stage)
+        if same_tier is None:
+            same_tier = self._same_tier[stage] = self.s.dp > 1 and self.s.tp > 1 and \
+                self.pricer.tier(tp_ranks) == self.pricer.tier(self.dpg(stage))
+        out = []
+        for st in steps:
+            if st.kind == "compute":
+                out.append((_COMPUTE, st.duration, 0.0, False, st.unit))
+                continue
+            c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage))
+            if st.kind == "collective":
+                queued = same_tier if st.group != EP else self._ep_queued(stage)
+                out.append((_COLLECTIVE, 0.0, c, queued, st.unit))
+            else:
+                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
+        self._programs_of[key] = out
+        self._keep.append(steps)  # the key holds its id: keep it alive as long as the program
+        return out
+
     def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
                    gathers: list[float] | None, now: float, busy: float, first_dep: float,
                    first_gather: float | None = None) -> tuple[float, float, float, float]:
@@ -714,11 +829,7 @@ class _Timing:
         collective on the data-parallel link tier waits for the queue that holds its ports. Returns
         (end, stream busy until, seconds compute was slowed, end of the first step)."""
         sigma = self.sigma
-        tp_ranks = self.tpg(stage)
-        same_tier = self._same_tier.get(stage)
-        if same_tier is None:
-            same_tier = self._same_tier[stage] = self.s.dp > 1 and self.s.tp > 1 and \
-                self.pricer.tier(tp_ranks) == self.pricer.tier(self.dpg(stage))
+        program = self._program(steps, stage)
         slowed = 0.0
         unit = None
         dep = first_dep  # what the next unit's gather waits for
@@ -729,17 +840,16 @@ class _Timing:
         if gathers is not None and not launches:  # nothing queued between a unit's gather and the next one's:
             order = [st.unit for st in steps if st.unit >= 0]  # it is queued once the unit's first step ends
             nxt = {a: b for a, b in zip(order, order[1:]) if a != b}
-        for pos, st in enumerate(steps):
-            if gathers is not None and st.unit >= 0 and st.unit != unit:
+        for pos, (kind, d, c, queued, st_unit) in enumerate(program):
+            if gathers is not None and st_unit >= 0 and st_unit != unit:
                 if unit is None and first_gather is not None:
                     busy = max(busy, first_gather)
-                elif st.unit != ahead:
-                    busy = max(busy, dep) + gathers[st.unit]
-                unit = st.unit
+                elif st_unit != ahead:
+                    busy = max(busy, dep) + gathers[st_unit]
+                unit = st_unit
                 now = max(now, busy)
                 unit_first = True
-            if st.kind == "compute":
-                d = st.duration
+            if kind == _COMPUTE:
                 if busy > now and sigma > 0:
                     window = busy - now
                     if d * (1 + sigma) <= window:
@@ -751,19 +861,14 @@ class _Timing:
                         now = busy + (d - done)
                 else:
                     now += d
-            else:
-                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage))
-                if st.kind == "collective":
-                    queued = same_tier if st.group != EP else self._ep_queued(stage)
-                    if queued and busy > now:  # waits for the bucket holding the ports, delays the rest
-                        start = busy
-                        busy = start + c
-                        now = busy
-                    else:
-                        now += c
+            elif kind == _COLLECTIVE:
+                if queued and busy > now:  # waits for the bucket holding the ports, delays the rest
+                    busy += c
+                    now = busy
                 else:
-                    extra, exposed = overlap_cost(st.duration, c, sigma)
-                    now += st.duration + extra + exposed
+                    now += c
+            else:
+                now += d + c  # overlap: its kernels and what the collective beside them adds (`_program`)
             if unit_first:
                 dep, unit_first = now, False
                 if unit in nxt:
@@ -771,8 +876,9 @@ class _Timing:
                     busy = max(busy, dep) + gathers[ahead]  # type: ignore[index]
             if first_end < 0:
                 first_end = now
-            for dur in launches.get(pos, ()):
-                busy = max(busy, now) + dur
+            if launches:
+                for dur in launches.get(pos, ()):
+                    busy = max(busy, now) + dur
         return now, busy, slowed, first_end if first_end >= 0 else now
 
     def _programs(self, parts: list[tuple], c: list[float]) -> tuple[list[list[float]], list[float], list[float]]:
@@ -787,16 +893,21 @@ class _Timing:
         inside = [0.0] * p
         memo: dict[tuple, tuple[float, float, float]] = {}
 
+        first_unit: dict[tuple, int] = {}  # (chunk, kind) -> the pass's first parameter unit (-1: none)
+
         def run_op(r: int, op, k: int, t: float) -> float:
             busy, dep = state[r]
             fwd, rec, bwd, launches, gathers = parts[k]
-            steps = fwd if op.kind == FORWARD else bwd
             # passes are time-invariant: keyed by relative times, a stream idle before the start and a
             # first gather (issued once the previous pass's first step ended) done before it are alike
             gather = None
-            unit = next((st.unit for st in steps if st.unit >= 0), -1) if gathers else -1
-            if unit >= 0:
-                gather = max(0.0, max(busy, dep) - t + gathers[unit])
+            if gathers:
+                unit = first_unit.get((k, op.kind))
+                if unit is None:
+                    steps = fwd if op.kind == FORWARD else bwd
+                    unit = first_unit[(k, op.kind)] = next((st.unit for st in steps if st.unit >= 0), -1)
+                if unit >= 0:
+                    gather = max(0.0, max(busy, dep) - t + gathers[unit])
             key = (k, op.kind, max(0.0, busy - t), gather)
             got = memo.get(key)
             if got is None:
@@ -978,7 +1089,7 @@ class _Timing:
         if programs:  # every pass walked beside the stage's communication stream, which carries over
             last, queue_end, busy_s = self._programs(parts, c_fwd)
             comm = [(busy_s[r] - m * (comp[r] + recomp[r])) / m for r in range(p)]
-        elif p > 1 and p * m * v <= WALK_OPS:
+        elif p > 1 and p * m * v <= WALK_PLAIN_OPS:
             last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
         else:
             last = self._pipeline_ends(f, bk, c_fwd)
@@ -1036,8 +1147,8 @@ class _Timing:
         ex = sum(m * comm[r] + sync_exposed[r] for r in range(p)) / p
         bubble = max(0.0, T - cmp - rc - ex)
         outside = []
-        if p > 1 and p * m * v > WALK_OPS:
-            outside.append("pipeline timed by its closed form (p·m·v beyond WALK_OPS)")
+        if p > 1 and p * m * v > WALK_PLAIN_OPS:
+            outside.append("pipeline timed by its closed form (p·m·v beyond WALK_PLAIN_OPS)")
         if zero3 and not programs:
             outside.append("ZeRO-3 parameter gathers beside compute")
         if comm_bound and not programs:

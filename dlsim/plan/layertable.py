@@ -78,15 +78,12 @@ def _key(layer, batch: int, tp: int, role: str) -> tuple:
 def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
                       tables: KernelTimes | None = None, ep: int = 1, ep_overlap: bool = False,
                       overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None,
-                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset(),
-                      grad_accumulation: float = 0.0) -> tuple[LayerEntry, ...]:
+                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset()) -> tuple[LayerEntry, ...]:
     """The per-device cost of every layer of `model`.
 
     `sequence_parallel` splits the layers between tensor-parallel regions along the sequence;
-    `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`);
-    `grad_accumulation` the bytes per parameter each micro-batch's gradient accumulation moves
-    (`dlsim.cost.memory.grad_accumulation_bytes`), one memory-bound kernel per layer with
-    parameters, added to its weight-gradient pass.
+    `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`). The
+    gradient accumulation is added afterwards (`with_grad_accumulation`), once the stages are cut.
 
     `ep` spreads the experts of mixture-of-experts layers over that many ranks
     (`dlsim.plan.expertparallel`): each is priced as its busiest rank runs it, its shared experts
@@ -161,22 +158,43 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
                               layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
                               wgrad, windows, experts=plan))
-    return with_grad_accumulation(tuple(out), device, grad_accumulation)
+    return tuple(out)
+
+
+def grad_accumulation_times(entries: Sequence[LayerEntry], device: Device,
+                            grad_accumulation: float) -> list[Estimate | None]:
+    """Per entry, the gradient accumulation of `grad_accumulation` bytes per parameter
+    (`dlsim.cost.memory.grad_accumulation_bytes`): one memory-bound fp32 kernel (roofline) per
+    layer with parameters, None for a layer without."""
+    out: list[Estimate | None] = []
+    by_size: dict[int, Estimate] = {}  # repeated blocks: the same sizes again and again
+    for e in entries:
+        if e.params > 0 and grad_accumulation > 0:
+            add = by_size.get(e.params)
+            if add is None:
+                add = by_size[e.params] = roofline_time(0.0, e.params * grad_accumulation, device, "fp32",
+                                                        matrix=False, kernels=1, kernel="grad_accumulation")
+            out.append(add)
+        else:
+            out.append(None)
+    return out
 
 
 def with_grad_accumulation(entries: tuple[LayerEntry, ...], device: Device,
                            grad_accumulation: float) -> tuple[LayerEntry, ...]:
-    """`entries` with each layer's gradient accumulation, `grad_accumulation` bytes per parameter
-    (`dlsim.cost.memory.grad_accumulation_bytes`), added to its weight-gradient pass: one memory-bound
-    fp32 kernel (roofline) per layer with parameters. The same entries when it is 0."""
+    """`entries` with each layer's gradient accumulation (`grad_accumulation_times`) added to its
+    weight-gradient pass. The same entries when it is 0."""
     if grad_accumulation <= 0:
         return entries
     out = []
-    for e in entries:
-        if e.params > 0:
-            add = roofline_time(0.0, e.params * grad_accumulation, device, "fp32", matrix=False, kernels=1,
-                                kernel="grad_accumulation")
-            e = replace(e, backward=e.backward + add, backward_weight=e.backward_weight + add)
+    sums: dict[tuple, tuple[Estimate, Estimate]] = {}
+    for e, add in zip(entries, grad_accumulation_times(entries, device, grad_accumulation)):
+        if add is not None:
+            key = (e.backward, e.backward_weight, add)
+            got = sums.get(key)
+            if got is None:
+                got = sums[key] = (e.backward + add, e.backward_weight + add)
+            e = replace(e, backward=got[0], backward_weight=got[1])
         out.append(e)
     return tuple(out)
 

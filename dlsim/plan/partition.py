@@ -78,12 +78,12 @@ def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
 
 
 def partition(model: Model, layer_costs: Sequence[float], chunks: int,
-              counts: Sequence[int] | None = None) -> list[tuple[int, int]]:
+              counts: Sequence[int] | None = None, cuts: Sequence[int] | None = None) -> list[tuple[int, int]]:
     """(first, end) layer index ranges of each chunk, end exclusive.
 
     `counts` (layers per chunk) is used as given; otherwise the chunks are balanced by
     `layer_costs` (seconds per layer: forward + backward), cutting only where one tensor crosses if
-    that leaves enough places.
+    that leaves enough places (`cuts`: the model's `single_tensor_cuts`, when the caller has them).
     """
     n = len(model.layers)
     if counts is not None:
@@ -98,7 +98,7 @@ def partition(model: Model, layer_costs: Sequence[float], chunks: int,
     if chunks > n:
         raise InfeasibleError(f"pp x virtual_stages = {chunks} chunks but {model.name} has only {n} layers "
                               f"({chunks - n} too many)")
-    cuts = single_tensor_cuts(model)
+    cuts = single_tensor_cuts(model) if cuts is None else cuts
     if len(cuts) + 1 < chunks:
         cuts = list(range(1, n))
     bounds = [0] + cuts + [n]
