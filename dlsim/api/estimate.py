@@ -55,17 +55,20 @@ def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: in
         tables, notes = load_kernel_times(cluster)
     warnings: list[str] = []
     host: dict[str, Any] = {}
-    alloc = None
+    alloc = hostops = None
     if tables is not None:
         from dlsim.api.hostcheck import host_check, profile_meta
         warnings, host_notes, host = host_check(cluster)
         notes = [*notes, *host_notes]
         if (profile_meta(cluster).get("device") or {}).get("kind") == "cpu":
-            from dlsim.io.allocator_table import allocator_cost
+            from dlsim.io.allocator_table import allocator_cost, host_op_cost
             alloc, alloc_notes = allocator_cost(cluster, allocator or "default")
             notes = [*notes, *alloc_notes, f"allocator: {alloc.describe()}"]
+            if any(layer.attrs.get("host_ops") for layer in model.layers):
+                hostops, host_op_notes = host_op_cost(cluster)
+                notes = [*notes, *host_op_notes]
             if allocator is None:
                 assumed["allocator"] = alloc.describe()
     result = estimate_iteration(model, cluster, batch, dtype=dtype, optimizer=optimizer, tables=tables,
-                                notes=tuple(notes), allocator=alloc)
+                                notes=tuple(notes), allocator=alloc, host=hostops)
     return replace(result, assumed=assumed, warnings=tuple(warnings), host=host)

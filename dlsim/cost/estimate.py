@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from dlsim.cost.gradflow import gradient_free
 from dlsim.cost.allocation import AllocatorCost, step_charges
+from dlsim.cost.hostops import HostOpCost
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, mixed_precision_step_traffic, optimizer_step_traffic, state_bytes_per_param,
                                training_working_set)
@@ -26,10 +27,12 @@ from dlsim.spec.model import Model
 
 def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str | None = None,
                        optimizer: str = "adam", tables: KernelTimes | None = None,
-                       notes: tuple[str, ...] = (), allocator: AllocatorCost | None = None) -> EstimateResult:
+                       notes: tuple[str, ...] = (), allocator: AllocatorCost | None = None,
+                       host: HostOpCost | None = None) -> EstimateResult:
     """Predict one training iteration of `model` with `batch` samples on one device of `cluster`; with a
     ``default`` `allocator`, each pass also pays the fresh pages of the tensors it allocates above the
-    mmap threshold (`dlsim.cost.allocation`)."""
+    mmap threshold (`dlsim.cost.allocation`); with `host`, each captured layer pays the measured host
+    time of the ATen operators it dispatches (`dlsim.cost.hostops`)."""
     dtype = dtype or model.dtype
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}")
@@ -51,6 +54,9 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
         for pass_name, seconds in charges.get(layer.name, {}).items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
                 seconds, Source.INTERPOLATED, "fresh pages above the mmap threshold (measured rate x bytes)")})
+        for pass_name, seconds in (host.charges(layer) if host is not None else {}).items():
+            timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
+                seconds, Source.INTERPOLATED, "host time of the ATen operators dispatched (measured rate x operators)")})
         timings.append(timing)
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
     tensors = sum(1 for layer in model.layers if layer.params)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from dlsim.errors import SpecError
+from dlsim.importers.torch_meter import dispatch_counter
 from dlsim.importers.graph import Node
 from dlsim.importers.torch_ops import MAPPERS
 from dlsim.spec.model import INPUT
@@ -225,8 +226,11 @@ def _op_name(node: Any) -> str:
     return name
 
 
-def _run(ep: Any, example: tuple, params: dict) -> dict:
-    """Every node's value on the example input (parameters as leaves that need gradients)."""
+def _run(ep: Any, example: tuple, params: dict, counts: dict[str, list[int]] | None = None) -> dict:
+    """Every node's value on the example input (parameters as leaves that need gradients); with `counts`,
+    also per node [ATen operators its forward dispatches, ATen operators its backward dispatches] (the
+    backward run from every output that needs a gradient; an operator the autograd engine runs is
+    attributed to the node whose forward created the autograd node running it)."""
     import torch
     import torch.fx
 
@@ -245,14 +249,43 @@ def _run(ep: Any, example: tuple, params: dict) -> dict:
             args.append(ep.constants[spec.target].detach().clone() if isinstance(ep.constants[spec.target], torch.Tensor)
                         else ep.constants[spec.target])
 
+    forward: dict[str, int] = {}
+    owner: dict[Any, str] = {}  # autograd node -> the graph node whose operators created it
+
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n: Any) -> Any:
-            out = super().run_node(n)
+            with dispatch_counter() as counter:
+                out = super().run_node(n)
+            forward[n.name] = counter.count
             values[n.name] = out
+            _claim_autograd_nodes(out, n.name, owner)
             return out
 
-    Recorder(ep.graph_module).run(*args)
+    out = Recorder(ep.graph_module).run(*args)
+    if counts is not None:
+        counts.update({name: [n, 0] for name, n in forward.items()})
+        from torch.utils._pytree import tree_flatten
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+        if outs:
+            with dispatch_counter(owner) as counter:
+                torch.autograd.backward(outs, [torch.randn_like(t) for t in outs], retain_graph=True)
+            for name, n in counter.by_owner.items():
+                counts[name][1] += n
     return values
+
+
+def _claim_autograd_nodes(out: Any, name: str, owner: dict) -> None:
+    """Every autograd node reachable from `out`'s grad_fn that no earlier graph node claimed belongs to
+    `name` (its backward runs on behalf of that operator; a parameter's AccumulateGrad goes to its first
+    reader)."""
+    from torch.utils._pytree import tree_flatten
+    stack = [t.grad_fn for t in tree_flatten(out)[0] if getattr(t, "grad_fn", None) is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in owner:
+            continue
+        owner[node] = name
+        stack.extend(f for f, _ in node.next_functions)
 
 
 def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
@@ -283,8 +316,9 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
             seen[id(held)] = pname
             params[pname] = held.detach().clone().requires_grad_(True)
     input_name = next(name for name, s in spec_of.items() if s.kind.name == "USER_INPUT")
+    dispatched: dict[str, list[int]] = {}
     try:
-        values = _run(ep, example, params)
+        values = _run(ep, example, params, dispatched)
     except Exception as exc:  # noqa: BLE001 - the captured graph fails on its own example: one line
         raise SpecError(f"the captured graph does not run on the example input ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
@@ -307,6 +341,7 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
             live.add(n.name)
             stack.extend(_fx_args(n))
 
+    unplaced = [0, 0]  # operators of folded nodes not yet charged to a layer
     for node in ep.graph.nodes:
         if node.op != "call_function":
             continue
@@ -316,6 +351,8 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
             ctx.param_of[node.name] = _node_params(ctx, node)
             if isinstance(value, torch.Tensor):
                 ctx.folded += 1
+            if node.name in dispatched:  # run every step all the same (a batch norm's counter += 1): the next layer pays
+                unplaced = [u + v for u, v in zip(unplaced, dispatched.pop(node.name))]
             continue
         leaves = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
         if not leaves:  # symbolic sizes and other non-tensor values are arguments, not layers
@@ -343,6 +380,8 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
                 tied = entry.pop("tied_to", None)
                 if entry["type"] not in ("reshape",):
                     ctx.claim(_node_params(ctx, node), nid)
+                if suffix == "" and node.name in dispatched:
+                    entry["host_ops"], unplaced = [u + v for u, v in zip(unplaced, dispatched[node.name])], [0, 0]
                 ctx.nodes.append(Node(nid, entry, inputs, scope, cls, op, tied))
             ctx.alias[node.name] = node.name
             continue
@@ -370,6 +409,8 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
                     entry[key] = float(f"{v:.6g}")
         if not in_ids:
             in_ids = [INPUT]
+        if node.name in dispatched:
+            entry["host_ops"], unplaced = [u + v for u, v in zip(unplaced, dispatched[node.name])], [0, 0]
         ctx.nodes.append(Node(node.name, entry, in_ids, scope, cls, entry["op"]))
         ctx.alias[node.name] = node.name
         ctx.fallbacks[entry["op"]] = ctx.fallbacks.get(entry["op"], 0) + 1

@@ -15,8 +15,9 @@ weight-gradient costs. torch is imported here only, and only when called.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 # kernels that allocate or re-label a tensor without reading or writing its elements
 _NO_DATA = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
@@ -105,6 +106,32 @@ def make_meter() -> Any:
             return out
 
     return Meter()
+
+
+@contextmanager
+def dispatch_counter(owner: dict | None = None) -> Iterator[Any]:
+    """A dispatch mode counting the ATen operators run inside it (`count`); with `owner` (autograd node ->
+    name), also per name the operators run while the autograd engine executes one of its nodes
+    (`by_owner`; the engine's own operators outside any node are not attributed)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+            self.by_owner: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            self.count += 1
+            if owner is not None:
+                name = owner.get(torch._C._current_autograd_node())
+                if name is not None:
+                    self.by_owner[name] = self.by_owner.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter() as counter:
+        yield counter
 
 
 @dataclass(frozen=True)

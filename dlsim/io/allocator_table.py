@@ -1,4 +1,5 @@
-"""The allocator regime a prediction assumes, and the measured fresh-memory rate it charges.
+"""The allocator regime a prediction assumes, and the measured fresh-memory rate it charges; the measured
+host cost per ATen operator (`host_op_cost`).
 
 ``device.csv`` beside a calibrated CPU profile holds ``fresh_memory_s_per_byte_t<N>`` rows
 (`dlsim.calibrate.alloc_probe`), one per thread count; the rate for the thread count the profile's
@@ -10,8 +11,10 @@ from __future__ import annotations
 import csv
 import re
 from pathlib import Path
+from typing import Callable
 
 from dlsim.cost.allocation import REGIMES, AllocatorCost
+from dlsim.cost.hostops import QUANTITIES as HOST_QUANTITIES, HostOpCost
 from dlsim.errors import SpecError
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster
@@ -19,16 +22,17 @@ from dlsim.spec.cluster import Cluster
 _QUANTITY = re.compile(r"^fresh_memory_s_per_byte_t(\d+)$")
 
 
-def fresh_memory_rates(profile_dir: Path) -> dict[int, float]:
-    """Thread count -> measured seconds per byte (empty when the profile has none)."""
+def device_quantities(profile_dir: Path, keep: Callable[[str], bool]) -> dict[str, float]:
+    """Quantity -> value of the ``device.csv`` rows whose quantity `keep` accepts (each a non-negative
+    number; empty when the profile has no device.csv)."""
     path = profile_dir / "device.csv"
     if not path.exists():
         return {}
-    rates = {}
+    out = {}
     with open(path) as handle:
         for line, row in enumerate(csv.DictReader(handle), 2):
-            m = _QUANTITY.match((row.get("quantity") or "").strip())
-            if m:
+            quantity = (row.get("quantity") or "").strip()
+            if keep(quantity):
                 try:
                     value = float(row["value"])
                 except (TypeError, ValueError):
@@ -36,8 +40,28 @@ def fresh_memory_rates(profile_dir: Path) -> dict[int, float]:
                                     field=f"line {line}") from None
                 if not value >= 0:
                     raise SpecError(f"value must be non-negative, got {value}", path=path, field=f"line {line}")
-                rates[int(m.group(1))] = value
-    return rates
+                out[quantity] = value
+    return out
+
+
+def fresh_memory_rates(profile_dir: Path) -> dict[int, float]:
+    """Thread count -> measured seconds per byte (empty when the profile has none)."""
+    rows = device_quantities(profile_dir, lambda q: _QUANTITY.match(q) is not None)
+    return {int(_QUANTITY.match(q).group(1)): v for q, v in rows.items()}  # type: ignore[union-attr]
+
+
+def host_op_cost(cluster: Cluster) -> tuple[HostOpCost | None, list[str]]:
+    """The profile's measured host seconds per ATen operator (``host_op_forward_s``, ``host_op_backward_s``
+    in device.csv, `dlsim.calibrate.host_ops`), or None and a note when it measured none."""
+    profile_dir = Path(cluster.source).parent if cluster.source else None
+    rows = device_quantities(profile_dir, lambda q: q in HOST_QUANTITIES) if profile_dir else {}
+    if len(rows) < len(HOST_QUANTITIES):
+        return None, ["host: the profile measured no host cost per ATen operator (dlsim calibrate compute adds "
+                      "it): captured layers pay their kernels only"]
+    f, b = (rows[q] for q in HOST_QUANTITIES)
+    return HostOpCost(f, b, "measured by the host probe, device.csv"), \
+        [f"host: {f * 1e6:.2f} us forward, {b * 1e6:.2f} us backward per ATen operator a captured layer dispatches "
+         "(measured, device.csv)"]
 
 
 def allocator_cost(cluster: Cluster, regime: str = "default") -> tuple[AllocatorCost, list[str]]:

@@ -90,6 +90,18 @@ def _check_attr(kind: str, key: str, value: Any, default: Any, source: Any, wher
             raise SpecError(f"a dropout probability must be in [0, 1), got {value!r}", path=source, field=f"{where}.{key}")
 
 
+HOST_OPS = "host_ops"
+"""A field any layer may carry: [forward, backward] ATen operators the layer dispatches in an eager step
+(set by the PyTorch importer; priced by `dlsim.cost.hostops`)."""
+
+
+def _check_host_ops(value: Any, source: str, where: str) -> None:
+    if not (isinstance(value, (list, tuple)) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+        raise SpecError(f"host_ops must be [forward, backward] operator counts (non-negative integers), got {value!r}",
+                        path=source, field=f"{where}.{HOST_OPS}")
+
+
 def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: str,
                 entries: list[dict], *, source: str = "", params_used: Mapping | None = None) -> Model:
     """Validate layer entries and infer shapes through the DAG.
@@ -122,7 +134,9 @@ def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: s
         for key, value in entry.items():
             if key in ("name", "type", "inputs", "where"):
                 continue
-            if key not in op.attrs:
+            if key == HOST_OPS:
+                _check_host_ops(value, source, where)
+            elif key not in op.attrs:
                 raise SpecError(f"unknown field for {kind} (known: {', '.join(op.attrs) or 'none'})",
                                 path=source, field=f"{where}.{key}")
             attrs[key] = value

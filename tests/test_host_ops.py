@@ -1,0 +1,58 @@
+"""Host time per ATen operator: counted per captured layer, measured by a probe, charged by the estimate
+(`dlsim.importers.torch_export`, `dlsim.calibrate.host_ops`, `dlsim.cost.hostops`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dlsim.errors import SpecError
+from dlsim.spec.model import build_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_captured_layers_count_the_operators_an_eager_step_dispatches():
+    torch = pytest.importorskip("torch")
+    import torchnets
+    from dlsim.importers.torch_export import capture
+    from dlsim.importers.torch_meter import dispatch_counter
+    for name in ("tensor_ops", "resnet"):  # resnet: the batch norms' counters (folded nodes) are charged too
+        net, x = torchnets.build(name)
+        captured = capture(net, (x,), measure=False)
+        counts = [n.entry["host_ops"] for n in captured.nodes if "host_ops" in n.entry]
+        with dispatch_counter() as fwd:
+            y = net(x)
+        with dispatch_counter() as bwd:
+            torch.autograd.backward([y], [torch.randn_like(y)])
+        assert sum(c[0] for c in counts) == fwd.count
+        # the engine's own operator outside any autograd node (the output gradient's copy) is nobody's
+        assert bwd.count - 1 <= sum(c[1] for c in counts) <= bwd.count
+
+
+def test_estimate_charges_the_measured_rate_per_operator(tmp_path):
+    from dlsim.api.estimate import estimate
+    prof = tmp_path / "prof"
+    shutil.copytree(ROOT / "hardware_profiles" / "cpu-epyc-2core", prof,
+                    ignore=shutil.ignore_patterns("passes", "1thread", "median-run", "single-pass-run"))
+    entries = [{"name": "fc", "type": "linear", "out_features": 8, "host_ops": [3, 7]},
+               {"name": "act", "type": "relu", "host_ops": [1, 2]},
+               {"name": "view", "type": "reshape", "shape": [2, 4], "host_ops": [1, 1]}]
+    model = build_model("m", "fp32", (16,), "tensor", entries)
+    before = estimate(model, prof, 4, optimizer="sgd")
+    with open(prof / "device.csv", "a") as handle:
+        handle.write("host_op_forward_s,1e-05,s,probe\nhost_op_backward_s,2e-06,s,probe\n")
+    after = estimate(model, prof, 4, optimizer="sgd")
+    extra = {t.name: (a.forward.seconds - t.forward.seconds, a.backward_data.seconds - t.backward_data.seconds)
+             for t, a in zip(before.layers, after.layers)}
+    assert extra["fc"] == pytest.approx((3e-5, 14e-6), rel=1e-9)
+    assert extra["act"] == pytest.approx((1e-5, 4e-6), rel=1e-9)
+    assert extra["view"] == pytest.approx((1e-5, 2e-6), rel=1e-9)
+    assert any("per ATen operator" in n for n in after.notes)
+
+
+def test_bad_host_ops_is_one_line():
+    with pytest.raises(SpecError, match="host_ops must be"):
+        build_model("m", "fp32", (16,), "tensor", [{"name": "a", "type": "relu", "host_ops": [1, -2]}])
