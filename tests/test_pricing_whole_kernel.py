@@ -16,13 +16,14 @@ from dlsim.spec.model import build_model
 
 SDPA = {"name": "att", "type": "sdpa", "inputs": ["input", "input", "input"], "causal": True, "dropout": 0.0}
 LSTM = {"name": "rnn", "type": "lstm", "hidden": 16, "layers": 2, "bias": True, "bidirectional": True}
+UP = {"name": "up", "type": "conv_transpose2d", "out_channels": 4, "kernel": 2, "stride": 2, "bias": True}
 
 
 def layer(entry: dict, shape: tuple) -> object:
     return build_model("m", "fp32", shape, "tensor", [entry]).layers[0]
 
 
-@pytest.mark.parametrize("entry,shape", [(SDPA, (4, 8, 16)), (LSTM, (6, 8))])
+@pytest.mark.parametrize("entry,shape", [(SDPA, (4, 8, 16)), (LSTM, (6, 8)), (UP, (8, 5, 5))])
 def test_plan_times_the_operator_forward_and_whole_backward(entry, shape):
     lay = layer(entry, shape)
     tasks = model_tasks(build_model("m", "fp32", shape, "tensor", [entry]), 3, "fp32")
@@ -31,8 +32,8 @@ def test_plan_times_the_operator_forward_and_whole_backward(entry, shape):
     fwd = memory_op(lay, 3, "forward", "fp32", "cpu")()
     assert tuple(fwd.shape) == (3, *lay.out_shape)
     grads = memory_op(lay, 3, "backward_data", "fp32", "cpu")()
-    # sdpa: ∇q, ∇k, ∇v; lstm: ∇x and the 2 layers x 2 directions x 4 weight tensors
-    assert len(grads) == (3 if entry["type"] == "sdpa" else 1 + 2 * 2 * 4)
+    # sdpa: ∇q, ∇k, ∇v; lstm: ∇x and the 2 layers x 2 directions x 4 weight tensors; transposed conv: ∇x, ∇w, ∇b
+    assert len(grads) == {"sdpa": 3, "lstm": 1 + 2 * 2 * 4, "conv_transpose2d": 3}[entry["type"]]
 
 
 def test_priced_from_its_rows_with_wgrad_inside_and_gemms_without_them():

@@ -13,7 +13,8 @@ its output allocation, as a framework pays them in a training step:
   and backward as ``torch.autograd.grad`` of the retained graph with respect to every float input
   and parameter, which is the operator's whole backward (for batch and layer norm it includes ∇γ
   and ∇β, which dlsim's cost model counts in the ∇x pass). A scaled dot-product attention is timed the
-  same way, as ``F.scaled_dot_product_attention`` forward and its autograd backward.
+  same way, as ``F.scaled_dot_product_attention`` forward and its autograd backward; so are a transposed
+  convolution (``F.conv_transpose2d``) and the recurrent layers (``torch._VF.lstm`` / ``gru`` / ``rnn_tanh``).
 
 torch is imported inside the functions only.
 """
@@ -28,7 +29,7 @@ from dlsim.cost.layers import Gemm, layer_cost
 from dlsim.cost.conv_methods import ConvGeometry
 from dlsim.errors import DlsimError
 from dlsim.spec.model import Layer
-from dlsim.spec.ops import conv_geometry
+from dlsim.spec.ops import conv_geometry, transposed_geometry
 
 TORCH_DTYPES = {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -123,6 +124,11 @@ def _forward(layer: Layer, xs: list, params: dict) -> Any:
     if t == "sdpa":  # the fused operator; with dropout PyTorch's CPU dispatch runs the math path
         return F.scaled_dot_product_attention(xs[0], xs[1], xs[2], dropout_p=float(a["dropout"]),
                                               is_causal=bool(a["causal"]))
+    if t == "conv_transpose2d":
+        g, pad = transposed_geometry(dict(a), layer.in_shapes[0]), a.get("output_padding", 0)
+        out_pad = (pad, pad) if isinstance(pad, int) else tuple(pad)
+        return F.conv_transpose2d(x, params["weight"], params.get("bias"), (g["sh"], g["sw"]), (g["ph"], g["pw"]),
+                                  out_pad, a["groups"], (g["dh"], g["dw"]))
     if t in RECURRENT:  # what nn.LSTM / nn.GRU / nn.RNN call: all steps and layers in one operator
         hx = torch.zeros(a["layers"] * (2 if a["bidirectional"] else 1), x.shape[0], a["hidden"], dtype=x.dtype,
                          device=x.device)
@@ -199,6 +205,11 @@ def _inputs(layer: Layer, batch: int, dtype: str, device: Any) -> tuple[list, di
     params: dict = {}
     if layer.type in RECURRENT:
         params = _recurrent_weights(layer, floats)
+    elif layer.type == "conv_transpose2d":  # weight (C_in, C_out/g, K_y, K_x), as nn.ConvTranspose2d holds it
+        g = transposed_geometry(dict(a), layer.in_shapes[0])
+        params = {"weight": floats(layer.in_shapes[0][0], a["out_channels"] // a["groups"], g["kh"], g["kw"])}
+        if a["bias"]:
+            params["bias"] = floats(a["out_channels"])
     if layer.type == "cross_entropy":
         logits = layer.in_shapes[0]
         xs.append(torch.randint(0, logits[-1], (batch, *logits[:-1]), generator=gen).to(device))

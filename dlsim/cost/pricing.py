@@ -17,11 +17,13 @@ from dlsim.spec.model import Layer
 from dlsim.units import DTYPE_BYTES
 
 PASSES = ("forward", "backward_data", "backward_weight")
-WHOLE_KERNEL_OPS = ("sdpa", "lstm", "gru", "rnn")
+WHOLE_KERNEL_OPS = ("sdpa", "lstm", "gru", "rnn", "conv_transpose2d")
 """Layer types PyTorch runs as one fused operator whose time is not the sum of its products: scaled
 dot-product attention (a flash kernel on CPU, or the math path under dropout, which draws a random
 mask over every score) and the recurrent layers (``aten::lstm`` and friends: oneDNN's RNN primitive
-on CPU, one call for all steps and layers, whose backward computes ∇x and ∇w together). A calibration
+on CPU, one call for all steps and layers, whose backward computes ∇x and ∇w together), and the
+transposed convolution (oneDNN's deconvolution primitive, not the convolution-gradient GEMMs the
+FLOP count describes; no row of the convolution tables holds it). A calibration
 times the operator itself, forward and whole backward (`dlsim.calibrate.compute_ops.memory_op`, rows
 of the memory table); `whole_kernel_times` prices the layer from those rows when both were measured
 for exactly its shapes, the ∇w pass then being inside the ∇x row; otherwise the GEMMs price it."""
