@@ -134,3 +134,23 @@ def test_an_operator_that_cannot_be_rerun_is_priced_by_its_tensors(monkeypatch):
     fft = next(layer for layer in result.model.layers if layer.attrs.get("op") == "aten.fft_fft")
     assert fft.attrs["bytes"] > 0 and fft.attrs["flops"] == 0
     assert any("aten.fft_fft" in note and "tensors' sizes" in note for note in result.notes)
+
+
+class Reshapes(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):                               # (B, 3, 4)
+        flat = self.fc(x).reshape(x.shape[0], 12)       # contiguous: a view
+        moved = self.fc(x).transpose(1, 2).reshape(x.shape[0], 12)  # non-contiguous: reshape copies
+        return flat + moved
+
+
+def test_a_reshape_that_copies_is_a_priced_copy_and_a_view_stays_free():
+    from dlsim.importers.torch_export import capture
+    nodes = capture(Reshapes(), (torch.randn(2, 3, 4),)).nodes
+    views = sorted(n.source for n in nodes if n.entry["type"] == "reshape")
+    copies = [n for n in nodes if n.entry["type"] == "generic" and n.entry["op"] == "aten.reshape"]
+    assert views == ["aten.reshape", "aten.transpose"] and len(copies) == 1
+    assert copies[0].entry["bytes"] == 2 * 12 * 4  # per sample: 12 fp32 elements read and 12 written

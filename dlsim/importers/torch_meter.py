@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 # kernels that allocate or re-label a tensor without reading or writing its elements
 _NO_DATA = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
-            "lift_fresh", "lift_fresh_copy", "sym_size", "sym_numel", "sym_stride", "_local_scalar_dense"}
+            "lift_fresh", "lift_fresh_copy", "sym_size", "sym_numel", "sym_stride", "_local_scalar_dense",
+            "_unsafe_view"}  # _unsafe_view: a view of a fresh tensor (reshape's last step), not flagged as a view
 
 
 def _corrections() -> dict:

@@ -321,8 +321,22 @@ _VIEWS = {"view", "reshape", "_unsafe_view", "flatten", "unflatten", "permute", 
           "squeeze", "swapaxes", "movedim", "view_as", "reshape_as"}
 
 
+def _copies(ctx: Ctx, node: Any) -> bool:
+    """Whether the operator wrote a new tensor instead of a view of its input, as ``reshape`` (or
+    ``flatten``) of a non-contiguous tensor does: the output holds other storage than the input."""
+    import torch
+    src, value = ctx.values.get(node.args[0].name), ctx.values.get(node.name)
+    return isinstance(src, torch.Tensor) and isinstance(value, torch.Tensor) and \
+        value.untyped_storage().data_ptr() != src.untyped_storage().data_ptr()
+
+
 def _map_view(ctx: Ctx, node: Any, ins: list, out: tuple) -> Mapped | None:
+    """A view: dlsim's ``reshape`` (no kernel). One that copied its input (a reshape of a non-contiguous
+    tensor) is no view: None, so the importer prices it as the generic operator its kernels are (the
+    copy's bytes, metered)."""
     if len(ins) != 1 or not out or math.prod(ins[0]) != math.prod(out) or node.args[0].name not in ctx.active:
+        return None
+    if _copies(ctx, node):
         return None
     return [("", {"type": "reshape", "shape": list(out)}, None)]
 
