@@ -346,7 +346,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     prune = _prune(objective, top, evaluator.capacity)
     if not prune_bound:
         prune = None
-    outcome = search(evaluator, model, space, limit, prune)
+    outcome = search(evaluator, model, space, limit, prune, jobs)
     t_eval = time.perf_counter() - t0
     if not outcome.evaluations:
         raise _no_feasible(outcome, space, cluster, limit, max_memory_fraction)

@@ -155,9 +155,11 @@ class _Table:
     sigs: list[int] | None = None
     prefix: dict[str, list[float]] = field(default_factory=dict)
     key: int = 0
+    base: "_Table | None" = None
 
     def __post_init__(self) -> None:
         self.key = self.key or id(self)
+        self.base = self.base or self
 
     def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
         """What a chunk's timing depends on (chunks of identical layers share their timing)."""
@@ -226,7 +228,7 @@ class Evaluator:
                 t = base
             else:
                 t = _Table(with_grad_accumulation(base.entries, self.device, accumulation), base.costs,
-                           base.partitions, prefix=base.prefix, key=base.key)
+                           base.partitions, prefix=base.prefix, key=base.key, base=base)
             self._layer_tables[key] = t
         return t
 
@@ -378,7 +380,14 @@ class Evaluator:
             if acc is not None:
                 y += acc[b] - acc[a]
             if zero3:
-                g = self._gathers(s, t, a, b, lay.dp_group(0, k % p))
+                dp_k = lay.dp_group(0, k % p)
+                g = self._gathers(s, t, a, b, dp_k)
+                spans, unit_gathers = self._unit_spans(s, t, a, b, dp_k)
+                if spans:
+                    cf = [fw[j] - fw[i] for i, j in spans]
+                    cb = [bw[j] - bw[i] + (acc[j] - acc[i] if acc is not None else 0.0) for i, j in spans]
+                    f = max(f, _gather_chain(cf, unit_gathers))
+                    y = max(y, _gather_chain(cb[::-1], unit_gathers[::-1]))
                 f, y = max(f, g), max(y, g)
             work[k % p] += f + x + y
             passes.append(f + x + y)
@@ -429,6 +438,34 @@ class Evaluator:
                 pre.append(pre[-1] + e.params)
             t.prefix["params"] = pre  # type: ignore[assignment]
         return pre[b] - pre[a]  # type: ignore[return-value]
+
+    def _unit_spans(self, s: Strategy, t: _Table, a: int, b: int,
+                    dp_ranks: list[int]) -> tuple[list[tuple[int, int]], list[float]]:
+        """ZeRO-3's parameter units of entries a..b in layer order (`units_of`): each one's entry
+        range and the seconds of its all-gather (cached; empty without units)."""
+        pricer = self.pricer(s)
+        key = ("units", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, pricer.tier(dp_ranks),
+               len(dp_ranks))
+        got = self._cache.get(key)
+        if got is None:
+            es = t.entries[a:b]
+            buckets = self._buckets(s, es)
+            unit = units_of(es, buckets) if buckets else {}
+            spans: list[tuple[int, int]] = []
+            ids: list[int] = []
+            for i, e in enumerate(es, start=a):
+                u = unit.get(e.index, -1)
+                if u < 0:
+                    spans, ids = [], []
+                    break
+                if ids and ids[-1] == u:
+                    spans[-1] = (spans[-1][0], i + 1)
+                else:
+                    spans.append((i, i + 1))
+                    ids.append(u)
+            got = self._cache[key] = (spans, [self._price(pricer, s, "allgather", buckets[u].nbytes, dp_ranks)
+                                              for u in ids])
+        return got  # type: ignore[return-value]
 
     def _reductions(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
         """Seconds of the gradient reductions of the buckets of entries a..b over `dp_ranks` (one
@@ -659,6 +696,15 @@ def _activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
             peak = max(peak, now)
             now -= kept + re_extra
     return peak
+
+
+def _gather_chain(compute: Sequence[float], gathers: Sequence[float]) -> float:
+    """A lower bound of a ZeRO-3 pass over parameter units run in this order, unit i computing
+    compute[i] seconds alone: unit i + 1's gather is queued once unit i's first step has ended and
+    unit i + 1 starts once it is done (`_Timing.walk_steps`), so from the start of unit i to the
+    start of unit i + 1 passes at least max(compute[i], gathers[i + 1]); the pass takes at least
+    Σ_{i<n−1} max(compute[i], gathers[i + 1]) + compute[n − 1]."""
+    return sum(max(c, g) for c, g in zip(compute, gathers[1:])) + compute[-1]
 
 
 def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float],
@@ -991,26 +1037,32 @@ class _Timing:
         # recomputation, ZeRO stage or data-parallel degree share their step lists and pass times
         sig, tpg, dpg = key[1], groups[:2], groups[2:]
         has_buckets = dp_sync or bool(s.zero)
-        pkey = ("passes", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
+        # forward and recomputation steps do not depend on the gradient accumulation: keyed by the
+        # chunk of the table without it, shared by every micro-batch count
+        fsig = self.t.base.signature(a, b, ev.instance)  # type: ignore[union-attr]
+        fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets, zero3)
+        forward = ev._cache.get(fkey)
+        if forward is None:
+            es = self.chunk_entries[k]
+            buckets = self._buckets_of(es)
+            fwd = forward_steps(es, tp)
+            units = units_of(es, buckets) if zero3 and buckets else None
+            fwd_u = forward_steps(es, tp, unit_of=units) if units is not None else fwd
+            forward = ev._cache[fkey] = (buckets, units, fwd_u, self.steps_time(fwd, r))
+        buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
+        pkey = ("backward", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
                 zero3)
         passes = ev._cache.get(pkey)
         if passes is None:
             es = self.chunk_entries[k]
-            buckets = self._buckets_of(es)
-            fwd = forward_steps(es, tp)
             ready: dict[int, tuple[int, ...]] = {}
             for j, bu in enumerate(buckets):
                 ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
-            units = units_of(es, buckets) if zero3 and buckets else None
-            if units is not None:
-                fwd_u = forward_steps(es, tp, unit_of=units)
-                bwd = backward_steps(es, tp, ready, units, overlap=overlap)
-            else:
-                fwd_u = fwd
-                bwd = backward_steps(es, tp, ready, overlap=overlap)
-            passes = ev._cache[pkey] = (buckets, fwd_u, bwd, self.steps_time(fwd, r), self.steps_time(bwd, r))
-        buckets, fwd_u, bwd, (f_t, f_c, f_m), (b_t, b_c, b_m) = passes  # type: ignore[misc]
-        rkey = ("recompute", sig, tp, tpg, s.collective, s.recompute)
+            bwd = backward_steps(es, tp, ready, units, overlap=overlap) if units is not None else \
+                backward_steps(es, tp, ready, overlap=overlap)
+            passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
+        bwd, (b_t, b_c, b_m) = passes  # type: ignore[misc]
+        rkey = ("recompute", fsig, tp, tpg, s.collective, s.recompute)
         rec_time = ev._cache.get(rkey)
         if rec_time is None:
             es = self.chunk_entries[k]

@@ -20,7 +20,10 @@ ruled everything out.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+import gc
+import multiprocessing as mp
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
@@ -269,34 +272,77 @@ def upper_bound(evaluations, prune: Prune) -> float:
 
 
 def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit: float,
-           prune: Prune | None = None) -> SearchOutcome:
+           prune: Prune | None = None, jobs: int = 1) -> SearchOutcome:
     """Enumerate `space`, drop what does not fit `memory_limit` bytes per device (memory first, no
     timing for those), evaluate the rest (with `prune`, all but those the lower bound shows cannot
-    matter; they are counted in `SearchOutcome.pruned`). Evaluations come in enumeration order."""
+    matter; they are counted in `SearchOutcome.pruned`). Evaluations come in enumeration order.
+    The memory and lower bounds of the candidates are computed on `jobs` forked processes where
+    there are enough candidates to pay for them (`_sized`); the outcome is the same whatever `jobs`."""
     dropped: Counter = Counter()
-    fits: list[tuple[Strategy, tuple]] = []
+    pool = list(candidates(model, space, dropped))
+    bounded = prune is not None
+    if jobs > 1 and len(pool) >= PARALLEL_MIN_CANDIDATES and "fork" in mp.get_all_start_methods():
+        _SIZING[:] = [evaluator, pool, memory_limit, bounded]
+        try:
+            step = -(-len(pool) // (4 * jobs))
+            gc.freeze()  # the workers leave the inherited heap untouched (no copy-on-write by the collector)
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as workers:
+                parts = list(workers.map(_sized_part, range(0, len(pool), step), [step] * len(range(0, len(pool), step))))
+        finally:
+            gc.unfreeze()
+            _SIZING.clear()
+    else:
+        parts = [_sized(evaluator, pool, memory_limit, bounded, 0, len(pool))]
+    fits: list[tuple[Strategy, float, float]] = []
     closest = None
-    n = 0
-    for s in candidates(model, space, dropped):
-        n += 1
-        if closest is not None and evaluator.memory_floor(s) >= closest[0] * memory_limit / closest[1]:
-            dropped[OUT_OF_MEMORY] += 1  # over the limit, and no closer to it than the closest miss
-            continue
-        mem = evaluator.memory(s)
-        need = max(x.total for x in mem)
-        if need > memory_limit:
-            dropped[OUT_OF_MEMORY] += 1
-            if closest is None or need / memory_limit < closest[0] / closest[1]:
-                closest = (need, memory_limit, s)
-            continue
-        fits.append((s, mem))
+    for part_fits, part_oom, part_closest in parts:
+        fits += [(pool[i], need, lb) for i, need, lb in part_fits]
+        dropped[OUT_OF_MEMORY] += part_oom
+        if part_closest is not None and (closest is None or part_closest[0] < closest[0]):
+            closest = part_closest  # (ratio, index, need): the first of the least ratio, as one pass finds it
+    closest_oom = None if closest is None else (closest[2], memory_limit, pool[closest[1]])
     if prune is None:
-        return SearchOutcome([evaluator.evaluate(s, mem) for s, mem in fits], dropped, n, closest)
-    evaluations, skipped = _pruned(evaluator, fits, prune)
-    return SearchOutcome(evaluations, dropped, n, closest, skipped)
+        return SearchOutcome([evaluator.evaluate(s) for s, _, _ in fits], dropped, len(pool), closest_oom)
+    evaluations, skipped = _pruned(evaluator, fits, prune, jobs)
+    return SearchOutcome(evaluations, dropped, len(pool), closest_oom, skipped)
 
 
-def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evaluation], int]:
+PARALLEL_MIN_CANDIDATES = 1000
+"""Fewer candidates than this are sized in one process (a fork costs more than it saves)."""
+_SIZING: list = []
+"""(evaluator, candidates, memory limit, with lower bounds) for the forked sizing workers."""
+
+
+def _sized_part(first: int, count: int) -> tuple:
+    evaluator, pool, limit, bounded = _SIZING
+    return _sized(evaluator, pool, limit, bounded, first, min(first + count, len(pool)))
+
+
+def _sized(evaluator: Evaluator, pool: list[Strategy], memory_limit: float, bounded: bool, first: int,
+           end: int) -> tuple[list[tuple[int, float, float]], int, tuple[float, int, float] | None]:
+    """Candidates first..end sized: (index, peak memory, lower bound of the time or 0) of those that
+    fit, the count out of memory, and the closest miss as (need / limit, index, need). A candidate whose
+    memory floor is over the limit and no closer to it than the closest miss so far is not sized
+    further (it can be neither)."""
+    fits = []
+    oom = 0
+    closest: tuple[float, int, float] | None = None
+    for i in range(first, end):
+        s = pool[i]
+        if closest is not None and evaluator.memory_floor(s) >= closest[0] * memory_limit:
+            oom += 1
+            continue
+        need = max(x.total for x in evaluator.memory(s))
+        if need > memory_limit:
+            oom += 1
+            if closest is None or need / memory_limit < closest[0]:
+                closest = (need / memory_limit, i, need)
+            continue
+        fits.append((i, need, evaluator.lower_bound(s) if bounded else 0.0))
+    return fits, oom, closest
+
+
+def _pruned(evaluator: Evaluator, fits: list, prune: Prune, jobs: int = 1) -> tuple[list[Evaluation], int]:
     """Evaluate `fits` in ascending order of the objective's lower bound, skipping a candidate X
     when (1) an evaluated candidate is faster than X's lower bound with no more memory, by the
     margins (X is off the Pareto front), (2) at least `keep` evaluated candidates come before X by the objective, and (3)
@@ -305,46 +351,104 @@ def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evalua
     X's tolerance the approximate one where `Evaluator.maybe_approximate` says its estimate may be
     flagged). The best value and the upper bound only fall and the evaluated set only grows as the
     search goes on, so no skipped candidate could have been kept by the final evaluations (nor
-    lowered the upper bound)."""
+    lowered the upper bound).
+
+    On `jobs` forked processes the next `EVALUATION_BATCH` × jobs candidates not skipped yet are
+    evaluated at once, then taken in order by the same rule (one skipped by an evaluation earlier in
+    its batch is dropped: the skips only grow, so every candidate the rule keeps was evaluated): the
+    same evaluations as one process makes."""
     by_memory = prune.objective == "memory"
-    by_bound = not by_memory and prune.tolerance is not None
-    upper = float("inf")
-    rows = []
-    for i, (s, mem) in enumerate(fits):
-        need = max(x.total for x in mem)
-        lb = evaluator.lower_bound(s)
-        rows.append(((need, lb) if by_memory else (lb, need), i, s, mem, need, lb))
+    rows = [((need, lb) if by_memory else (lb, need), i, s, need, lb) for i, (s, need, lb) in enumerate(fits)]
     rows.sort(key=lambda r: (r[0], r[1]))
+    state = _PruneState(evaluator, prune)
     out: list[tuple[int, Evaluation]] = []
-    front_t: list[float] = []  # the evaluated Pareto front, widened by the margins: time ascending,
-    front_m: list[float] = []  # memory descending
-    values: list[float] = []  # the evaluated objective values, ascending
-    skipped = 0
-    for key, i, s, mem, need, lb in rows:
-        if len(values) >= prune.keep:
-            bound = need if by_memory else lb
-            j = bisect_left(front_t, lb) - 1  # the front point fastest below lb has the least memory there
-            if by_bound:
-                beyond = bound >= upper * (1 + prune.tol(evaluator.maybe_approximate(s)))
-            else:
-                beyond = bound > values[0] * prune.band
-            if j >= 0 and front_m[j] <= need and bisect_left(values, bound) >= prune.keep and beyond:
-                skipped += 1
-                continue
-        e = evaluator.evaluate(s, mem)
-        out.append((i, e))
-        value = e.peak_memory_bytes if by_memory else e.iteration_time_s
+    if jobs < 2 or len(rows) < PARALLEL_MIN_EVALUATIONS or "fork" not in mp.get_all_start_methods():
+        for _, i, s, need, lb in rows:
+            if not state.skips(s, need, lb):
+                e = evaluator.evaluate(s)
+                out.append((i, e))
+                state.add(e)
+    else:
+        _EVALUATING[:] = [evaluator, rows]
+        batch = EVALUATION_BATCH * jobs
+        gc.freeze()
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as workers:
+                j = 0
+                while j < len(rows):
+                    chosen, k = [], j
+                    while k < len(rows) and len(chosen) < batch:
+                        if not state.skips(rows[k][2], rows[k][3], rows[k][4]):
+                            chosen.append(k)
+                        k += 1
+                    got = dict(zip(chosen, workers.map(_evaluate_row, chosen)))
+                    for r in range(j, k):
+                        _, i, s, need, lb = rows[r]
+                        if r in got and not state.skips(s, need, lb):
+                            out.append((i, got[r]))
+                            state.add(got[r])
+                    j = k
+        finally:
+            gc.unfreeze()
+            _EVALUATING.clear()
+    out.sort(key=lambda x: x[0])
+    return [e for _, e in out], len(rows) - len(out)
+
+
+PARALLEL_MIN_EVALUATIONS = 200
+"""Fewer fitting candidates than this are evaluated in one process."""
+EVALUATION_BATCH = 2
+"""Candidates per process evaluated at once by `_pruned` (more: fewer round trips, more evaluations
+that an earlier one in the batch would have skipped)."""
+_EVALUATING: list = []
+"""(evaluator, rows) for the forked evaluation workers."""
+
+
+def _evaluate_row(r: int) -> Evaluation:
+    evaluator, rows = _EVALUATING
+    return evaluator.evaluate(rows[r][2])
+
+
+class _PruneState:
+    """What `_pruned` has learnt from the evaluations so far: the objective values, the upper bound,
+    the Pareto front widened by the margins; `skips` says whether a candidate can still matter."""
+
+    def __init__(self, evaluator: Evaluator, prune: Prune):
+        self.evaluator, self.prune = evaluator, prune
+        self.by_memory = prune.objective == "memory"
+        self.by_bound = not self.by_memory and prune.tolerance is not None
+        self.upper = float("inf")
+        self.front_t: list[float] = []  # the evaluated Pareto front, widened by the margins: time ascending,
+        self.front_m: list[float] = []  # memory descending
+        self.values: list[float] = []  # the evaluated objective values, ascending
+
+    def skips(self, s: Strategy, need: float, lb: float) -> bool:
+        prune, values = self.prune, self.values
+        if len(values) < prune.keep:
+            return False
+        bound = need if self.by_memory else lb
+        j = bisect_left(self.front_t, lb) - 1  # the front point fastest below lb has the least memory there
+        if self.by_bound:
+            beyond = bound >= self.upper * (1 + prune.tol(self.evaluator.maybe_approximate(s)))
+        else:
+            beyond = bound > values[0] * prune.band
+        return j >= 0 and self.front_m[j] <= need and bisect_left(values, bound) >= prune.keep and beyond
+
+    def add(self, e: Evaluation) -> None:
+        prune, values = self.prune, self.values
+        value = e.peak_memory_bytes if self.by_memory else e.iteration_time_s
         insort(values, value)
         t, m = e.iteration_time_s, e.peak_memory_bytes
-        if by_bound:
-            upper = min(upper, upper_bound([e], prune))
-            inside = value < upper * (1 + prune.tol(bool(e.approximate)))
+        if self.by_bound:
+            self.upper = min(self.upper, upper_bound([e], prune))
+            inside = value < self.upper * (1 + prune.tol(bool(e.approximate)))
         else:
             inside = value <= values[0] * prune.band
         if bisect_left(values, value) < prune.keep or inside:
             # it may be simulated and its point move: a dominator by the margins. A candidate outside
             # (not among the best `keep`, beyond the band) stays outside as the search goes on.
             t, m = t * prune.time_margin, m * prune.memory_margin
+        front_t, front_m = self.front_t, self.front_m
         j = bisect_right(front_t, t)
         if j == 0 or front_m[j - 1] > m:  # not dominated: insert, drop the points it dominates
             k = j
@@ -352,5 +456,3 @@ def _pruned(evaluator: Evaluator, fits: list, prune: Prune) -> tuple[list[Evalua
                 k += 1
             front_t[j:k] = [t]
             front_m[j:k] = [m]
-    out.sort(key=lambda x: x[0])
-    return [e for _, e in out], skipped
