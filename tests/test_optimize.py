@@ -182,6 +182,28 @@ def test_fast_paths_equal_the_slow_ones(simulated_space):
     assert fast.pareto == slow.pareto
 
 
+def test_parallel_search_equals_one_process(simulated_space, monkeypatch):
+    """Sizing and evaluating on forked processes (forced here on a small space) gives exactly the
+    evaluations, drops, pruned count and closest miss of one process, for both objectives."""
+    import dlsim.plan.search as search_mod
+    from dlsim.api.optimize import _prune
+    (profile, nodes, batch, opts), model, cluster, rows = simulated_space
+    space = SearchSpace(8 * nodes, batch, cluster.devices_per_node, max_microbatch_size=opts["max_microbatch_size"],
+                        fixed=dict(opts.get("fix", {})))
+    monkeypatch.setattr(search_mod, "PARALLEL_MIN_CANDIDATES", 1)
+    monkeypatch.setattr(search_mod, "PARALLEL_MIN_EVALUATIONS", 1)
+    for objective in ("time", "memory"):
+        out = []
+        for jobs in (1, 2):
+            ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), None)
+            limit = sorted(e.peak_memory_bytes for _, e, _ in rows)[len(rows) // 2]  # half out of memory
+            o = search_mod.search(ev, model, space, limit, _prune(objective, 3, ev.capacity), jobs)
+            out.append(([(e.strategy, e.iteration_time_s, e.memory) for e in o.evaluations], o.dropped, o.pruned,
+                        o.closest_oom, o.enumerated))
+        assert out[0][0] and out[0][3] is not None
+        assert out[0] == out[1]
+
+
 def test_cli_plot_writes_a_png(tmp_path):
     out = tmp_path / "pareto.png"
     args = ["optimize", "gpt3-175b", "--set", "layers=4", "--set", "hidden=1024", "--set", "heads=16", "--set",

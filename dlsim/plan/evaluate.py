@@ -501,10 +501,10 @@ class Evaluator:
     def _off_default(self, s: Strategy) -> bool:
         """Whether a field outside `VALIDATED_FIELDS` is off its default."""
         if self._defaults is None:
-            self._defaults = {k: v for k, v in Strategy().to_dict().items()
-                              if k not in VALIDATED_FIELDS + ("global_batch",)}
-        d = s.to_dict()
-        return any(d.get(k) != v for k, v in self._defaults.items())
+            default = Strategy()
+            self._defaults = {k: getattr(default, k) for k in Strategy.__dataclass_fields__
+                              if k not in VALIDATED_FIELDS}
+        return any(getattr(s, k) != v for k, v in self._defaults.items())
 
     def memory_floor(self, s: Strategy) -> float:
         """A lower bound of max(x.total for x in memory(s)) without partitioning: the model states
@@ -563,28 +563,33 @@ class Evaluator:
 
     def _memory(self, s: Strategy, t: _Table, ranges) -> tuple[StageMemory, ...]:
         acts = self._chunk_acts(s, t, ranges)
-        chunk_entries = [t.entries[a:b] for a, b in ranges]
-        tied = self.tied(t, ranges, s.pp)
-        skey = ("stages", t.key, tuple(ranges), s.pp, s.virtual_stages)
+        key = tuple(ranges)
+        skey = ("stages", t.key, key, s.pp, s.virtual_stages)
         stages = self._cache.get(skey)
-        if stages is None:  # per stage: parameters, workspace
-            stages = self._cache[skey] = [
-                (sum(e.params for k in ch for e in chunk_entries[k]),
-                 max((e.workspace for k in ch for e in chunk_entries[k]), default=0.0))
-                for ch in ([c * s.pp + r for c in range(s.virtual_stages)] for r in range(s.pp))]
+        if stages is None:  # per stage: parameters, workspace, routed-expert parameters, tied copies
+            tied = self.tied(t, ranges, s.pp)
+            stages = []
+            for r in range(s.pp):
+                es = [e for c in range(s.virtual_stages) for e in t.entries[slice(*ranges[c * s.pp + r])]]
+                stages.append((sum(e.params for e in es), max((e.workspace for e in es), default=0.0),
+                               expert_params_of(es), tied.get(r, 0)))
+            self._cache[skey] = stages
+        zero3 = s.zero == 3 and s.dp > 1
+        offload = offloads_optimizer(s.offload)
+        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp) if s.hybrid_shard else None
         out = []
         for r in range(s.pp):
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
-            params, workspace = stages[r]  # type: ignore[index]
-            shard = len(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp).shard_group(0, 0, r)) \
-                if s.hybrid_shard else s.dp_cp
-            states = model_state_bytes(params, self.dtype, s.optimizer, s.zero, shard)
-            states = expert_states(states, expert_params_of([e for k in chunks for e in chunk_entries[k]]), self.dtype,
-                                   s.optimizer, s.zero, shard, s.ep)
-            local = model_state_bytes(tied.get(r, 0), self.dtype, s.optimizer, 0, 1)
-            if offloads_optimizer(s.offload):  # in host memory, two of its streamed slices on the device
-                states["optimizer"] = 2 * (states["optimizer"] + local["optimizer"]) / OFFLOAD_SLICES
-                local["optimizer"] = 0.0
+            params, workspace, expert, tied_params = stages[r]  # type: ignore[index]
+            shard = len(lay.shard_group(0, 0, r)) if lay is not None else s.dp_cp
+            states = self._states(params, s.optimizer, s.zero, shard)
+            if expert:
+                states = expert_states(states, expert, self.dtype, s.optimizer, s.zero, shard, s.ep)
+            local = self._states(tied_params, s.optimizer, 0, 1)
+            weights, gradients = states["weights"] + local["weights"], states["gradients"] + local["gradients"]
+            optimizer = states["optimizer"] + local["optimizer"]
+            if offload:  # in host memory, two of its streamed slices on the device
+                optimizer = 2 * optimizer / OFFLOAD_SLICES
             if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
                 k = chunks[0]
@@ -600,12 +605,19 @@ class Evaluator:
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
             transient = 0.0
-            if s.zero == 3 and s.dp > 1:  # the unit being used and the one prefetched, (dp-1)/dp of each
+            if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each
                 units = sorted((n for k in chunks for n in self._bucket_bytes(s, t, *ranges[k])), reverse=True)
                 transient = sum(units[:2]) * (s.dp - 1) / s.dp
-            out.append(StageMemory(states["weights"] + local["weights"], states["gradients"] + local["gradients"],
-                                   states["optimizer"] + local["optimizer"], activations, transient, workspace))
+            out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
         return tuple(out)
+
+    def _states(self, params: float, optimizer: str, zero: int, shard: int) -> dict[str, float]:
+        """`model_state_bytes` (cached: the stages of a pipeline mostly hold the same parameters)."""
+        key = ("states", params, optimizer, zero, shard)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = model_state_bytes(params, self.dtype, optimizer, zero, shard)
+        return got  # type: ignore[return-value]
 
     def _bucket_bytes(self, s: Strategy, t: _Table, a: int, b: int) -> list[float]:
         """Bytes of the gradient buckets (ZeRO-3 parameter units) of entries a..b (cached)."""
