@@ -198,6 +198,7 @@ class Evaluator:
         self.gb = DTYPE_BYTES[dtype]
         self._defaults: dict | None = None
         self._cuts: list[int] | None = None
+        self._keep: list = []  # step lists whose ids key cached programs (`_Timing._program`)
 
     # -- cached pieces -------------------------------------------------------------------------
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
@@ -349,6 +350,13 @@ class Evaluator:
         0's optimizer step and ZeRO-1/2 parameter all-gather. Point-to-point transfers, the
         tied-embedding all-reduce and data-parallel reductions are left out of that bound.
 
+        Under ZeRO-3 a backward pass walks its parameter units one after another, each unit's
+        gather queued on the communication stream when the unit is reached, behind the
+        reduce-scatter the previous unit launched when it finished (`_Timing.walk_steps`): between
+        the end of one unit and the start of the next pass at least that reduce-scatter and that
+        gather, so b_j ≥ its steps alone + Σ gathers − the largest + Σ reduce-scatters − the
+        largest (`_unit_chain`).
+
         ZeRO-3 walked pass by pass (p·m·v ≤ WALK_OPS) has a second bound: each stage's communication
         stream runs, one after another, every pass's parameter gathers (forward and backward) and
         every backward pass's reduce-scatters, and the stage ends after its stream has emptied and
@@ -372,6 +380,8 @@ class Evaluator:
             if got is None:
                 got = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
             per_stage.append(got)
+        dp_groups = [lay.dp_group(0, r) for r in range(p)] if zero3 else []
+        bwd_chain = zero3 and s.ep == 1 and s.compression.kind == "none"
         work = [0.0] * p
         passes = []
         for k, (a, b) in enumerate(ranges):
@@ -380,15 +390,11 @@ class Evaluator:
             if acc is not None:
                 y += acc[b] - acc[a]
             if zero3:
-                dp_k = lay.dp_group(0, k % p)
-                g = self._gathers(s, t, a, b, dp_k)
-                spans, unit_gathers = self._unit_spans(s, t, a, b, dp_k)
-                if spans:
-                    cf = [fw[j] - fw[i] for i, j in spans]
-                    cb = [bw[j] - bw[i] + (acc[j] - acc[i] if acc is not None else 0.0) for i, j in spans]
-                    f = max(f, _gather_chain(cf, unit_gathers))
-                    y = max(y, _gather_chain(cb[::-1], unit_gathers[::-1]))
-                f, y = max(f, g), max(y, g)
+                g = self._gathers(s, t, a, b, dp_groups[k % p])
+                f = max(f, g)
+                if bwd_chain:
+                    y += self._unit_chain(s, t, a, b, dp_groups[k % p])
+                y = max(y, g)
             work[k % p] += f + x + y
             passes.append(f + x + y)
         walked = p > 1 and p * m * v <= WALK_PLAIN_OPS
@@ -405,7 +411,7 @@ class Evaluator:
         bound += step(sum(self._params(t, *ranges[k]) for k in chunks0) * share).seconds
         if zero3 and p * m * v <= WALK_OPS and s.ep == 1 and s.compression.kind == "none":
             for r in range(p):
-                dp_r = lay.dp_group(0, r)
+                dp_r = dp_groups[r]
                 chunks = range(r, len(ranges), p)
                 stream = sum(2 * self._gathers(s, t, *ranges[k], dp_r) + self._reductions(s, t, *ranges[k], dp_r)
                              for k in chunks)
@@ -415,6 +421,15 @@ class Evaluator:
             bound += sum(self._price(pricer, s, "allgather", self._params(t, *ranges[k]) * self.gb, dp0)
                          for k in chunks0)
         return bound * (1 - 1e-9)
+
+    def _tier(self, pricer: CommPricer, ranks: list[int]) -> object:
+        """`pricer.tier(ranks)`, cached by the group's first rank, size and last rank (a layout's
+        groups are arithmetic progressions)."""
+        key = ("tier", id(pricer), ranks[0], len(ranks), ranks[-1])
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = pricer.tier(ranks)
+        return got
 
     def _accumulation_prefix(self, t: _Table, accumulation: float) -> list[float] | None:
         """Prefix sums of the seconds `with_grad_accumulation` adds to each entry of base table `t`
@@ -439,32 +454,23 @@ class Evaluator:
             t.prefix["params"] = pre  # type: ignore[assignment]
         return pre[b] - pre[a]  # type: ignore[return-value]
 
-    def _unit_spans(self, s: Strategy, t: _Table, a: int, b: int,
-                    dp_ranks: list[int]) -> tuple[list[tuple[int, int]], list[float]]:
-        """ZeRO-3's parameter units of entries a..b in layer order (`units_of`): each one's entry
-        range and the seconds of its all-gather (cached; empty without units)."""
+    def _unit_chain(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
+        """Σ gathers − the largest + Σ reduce-scatters − the largest over the ZeRO-3 parameter units of
+        entries a..b: what a backward pass's chain of units adds at least to its steps alone (see
+        `lower_bound`; cached)."""
         pricer = self.pricer(s)
-        key = ("units", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, pricer.tier(dp_ranks),
-               len(dp_ranks))
+        key = ("unit chain", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective,
+               self._tier(pricer, dp_ranks), len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
-            es = t.entries[a:b]
-            buckets = self._buckets(s, es)
-            unit = units_of(es, buckets) if buckets else {}
-            spans: list[tuple[int, int]] = []
-            ids: list[int] = []
-            for i, e in enumerate(es, start=a):
-                u = unit.get(e.index, -1)
-                if u < 0:
-                    spans, ids = [], []
-                    break
-                if ids and ids[-1] == u:
-                    spans[-1] = (spans[-1][0], i + 1)
-                else:
-                    spans.append((i, i + 1))
-                    ids.append(u)
-            got = self._cache[key] = (spans, [self._price(pricer, s, "allgather", buckets[u].nbytes, dp_ranks)
-                                              for u in ids])
+            base = gradient_collective(s.zero)
+            gathers, reductions = [], []
+            for nbytes in self._bucket_bytes(s, t, a, b):
+                gathers.append(self._price(pricer, s, "allgather", nbytes, dp_ranks))
+                reductions.append(sum(self._price(pricer, s, op, n, dp_ranks)
+                                      for op, n in plan_sync(s.compression, nbytes, self.gb, s.dp, base).collectives))
+            got = self._cache[key] = (sum(gathers) - max(gathers, default=0.0)
+                                      + sum(reductions) - max(reductions, default=0.0))
         return got  # type: ignore[return-value]
 
     def _reductions(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
@@ -472,7 +478,7 @@ class Evaluator:
         backward pass's, as `_Timing._bucket_launches` prices them; cached)."""
         pricer = self.pricer(s)
         key = ("reductions", t.key, a, b, s.dp, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
-               pricer.tier(dp_ranks), len(dp_ranks))
+               self._tier(pricer, dp_ranks), len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
             base = gradient_collective(s.zero)
@@ -484,7 +490,7 @@ class Evaluator:
     def _gathers(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
         """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b (cached)."""
         pricer = self.pricer(s)
-        key = ("gathers", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, pricer.tier(dp_ranks),
+        key = ("gathers", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, self._tier(pricer, dp_ranks),
                len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
@@ -710,15 +716,6 @@ def _activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
     return peak
 
 
-def _gather_chain(compute: Sequence[float], gathers: Sequence[float]) -> float:
-    """A lower bound of a ZeRO-3 pass over parameter units run in this order, unit i computing
-    compute[i] seconds alone: unit i + 1's gather is queued once unit i's first step has ended and
-    unit i + 1 starts once it is done (`_Timing.walk_steps`), so from the start of unit i to the
-    start of unit i + 1 passes at least max(compute[i], gathers[i + 1]); the pass takes at least
-    Σ_{i<n−1} max(compute[i], gathers[i + 1]) + compute[n − 1]."""
-    return sum(max(c, g) for c, g in zip(compute, gathers[1:])) + compute[-1]
-
-
 def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float],
                   c: Sequence[float], run_op: Callable | None = None) -> list[list[float]]:
     """When each stage's last backward pass of each local chunk ends: the stages' op orders
@@ -797,8 +794,7 @@ class _Timing:
         self._tpg: dict[int, list[int]] = {}
         self._dpg: dict[int, list[int]] = {}
         self._same_tier: dict[int, bool] = {}
-        self._programs_of: dict[tuple, list] = {}
-        self._keep: list = []
+        self._programs_of = ev._cache  # priced programs are shared by the evaluations of one layout
 
     def price(self, op: str, nbytes: float, ranks: list[int]) -> float:
         return self.ev._price(self.pricer, self.s, op, nbytes, ranks)
@@ -848,7 +844,8 @@ class _Timing:
         """`steps` priced once for `walk_steps` (which runs them many times): per step (kind, kernel
         seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,
         whether a collective queues behind the communication stream, parameter unit)."""
-        key = (id(steps), stage)
+        s = self.s
+        key = ("program", id(steps), stage, s.dp, s.tp, s.pp, s.cp, s.ep, s.collective)
         got = self._programs_of.get(key)
         if got is not None:
             return got
@@ -870,7 +867,7 @@ class _Timing:
                 extra, exposed = overlap_cost(st.duration, c, self.sigma)
                 out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
         self._programs_of[key] = out
-        self._keep.append(steps)  # the key holds its id: keep it alive as long as the program
+        self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program
         return out
 
     def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],

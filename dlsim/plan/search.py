@@ -281,41 +281,102 @@ def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit:
     dropped: Counter = Counter()
     pool = list(candidates(model, space, dropped))
     bounded = prune is not None
-    if jobs > 1 and len(pool) >= PARALLEL_MIN_CANDIDATES and "fork" in mp.get_all_start_methods():
-        _SIZING[:] = [evaluator, pool, memory_limit, bounded]
-        try:
-            step = -(-len(pool) // (4 * jobs))
-            gc.freeze()  # the workers leave the inherited heap untouched (no copy-on-write by the collector)
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as workers:
-                parts = list(workers.map(_sized_part, range(0, len(pool), step), [step] * len(range(0, len(pool), step))))
-        finally:
-            gc.unfreeze()
-            _SIZING.clear()
-    else:
-        parts = [_sized(evaluator, pool, memory_limit, bounded, 0, len(pool))]
-    fits: list[tuple[Strategy, float, float]] = []
-    closest = None
-    for part_fits, part_oom, part_closest in parts:
-        fits += [(pool[i], need, lb) for i, need, lb in part_fits]
-        dropped[OUT_OF_MEMORY] += part_oom
-        if part_closest is not None and (closest is None or part_closest[0] < closest[0]):
-            closest = part_closest  # (ratio, index, need): the first of the least ratio, as one pass finds it
-    closest_oom = None if closest is None else (closest[2], memory_limit, pool[closest[1]])
-    if prune is None:
-        return SearchOutcome([evaluator.evaluate(s) for s, _, _ in fits], dropped, len(pool), closest_oom)
-    evaluations, skipped = _pruned(evaluator, fits, prune, jobs)
+    with _Workers(evaluator, pool, memory_limit, bounded, jobs) as workers:
+        parts = workers.sized()
+        fits: list[tuple[int, float, float]] = []
+        closest = None
+        for part_fits, part_oom, part_closest in parts:
+            fits += part_fits
+            dropped[OUT_OF_MEMORY] += part_oom
+            if part_closest is not None and (closest is None or part_closest[0] < closest[0]):
+                closest = part_closest  # (ratio, index, need): the first of the least ratio, as one pass finds it
+        closest_oom = None if closest is None else (closest[2], memory_limit, pool[closest[1]])
+        if prune is None:
+            return SearchOutcome(workers.evaluate([i for i, _, _ in fits]), dropped, len(pool), closest_oom)
+        evaluations, skipped = _pruned(evaluator, pool, fits, prune, workers)
     return SearchOutcome(evaluations, dropped, len(pool), closest_oom, skipped)
 
 
 PARALLEL_MIN_CANDIDATES = 1000
-"""Fewer candidates than this are sized in one process (a fork costs more than it saves)."""
-_SIZING: list = []
-"""(evaluator, candidates, memory limit, with lower bounds) for the forked sizing workers."""
+"""Fewer candidates than this are sized and evaluated in one process (forks cost more than they save)."""
+_SHARED: list = []
+"""(evaluator, candidates, memory limit, with lower bounds) for the forked workers."""
+
+
+class _Workers:
+    """The candidates' sizing and evaluation, in this process or on `jobs` forked ones. Worker w sizes
+    the w-th contiguous share of the candidates and evaluates, as far as the shares stay even, the
+    candidates of that share, so that the caches it built sizing them (layer tables, partitions)
+    serve it again; results come in the order asked, the same whatever `jobs`."""
+
+    def __init__(self, evaluator: Evaluator, pool: list[Strategy], memory_limit: float, bounded: bool, jobs: int):
+        self.args = (evaluator, pool, memory_limit, bounded)
+        self.jobs = jobs if len(pool) >= PARALLEL_MIN_CANDIDATES and "fork" in mp.get_all_start_methods() else 1
+        self.executors: list[ProcessPoolExecutor] = []
+
+    def __enter__(self) -> "_Workers":
+        if self.jobs > 1:
+            _SHARED[:] = self.args
+            gc.freeze()  # the workers leave the inherited heap untouched (no copy-on-write by the collector)
+            self.executors = [ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork"))
+                              for _ in range(self.jobs)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.executors:
+            for ex in self.executors:
+                ex.shutdown()
+            gc.unfreeze()
+            _SHARED.clear()
+
+    def owner(self, i: int) -> int:
+        """The worker of candidate `i`."""
+        return i * self.jobs // len(self.args[1])
+
+    def sized(self) -> list[tuple]:
+        """`_sized` over all candidates, one contiguous share per worker."""
+        n = len(self.args[1])
+        if not self.executors:
+            return [_sized(*self.args, 0, n)]
+        bounds = [w * n // self.jobs for w in range(self.jobs + 1)]
+        futures = [ex.submit(_sized_part, bounds[w], bounds[w + 1] - bounds[w]) for w, ex in enumerate(self.executors)]
+        return [f.result() for f in futures]
+
+    def evaluate(self, indices: list[int]) -> list[Evaluation]:
+        """The evaluations of candidates `indices`, each by its owner."""
+        if not self.executors:
+            return [_evaluate_candidate(i, self.args) for i in indices]
+        mine: dict[int, list[int]] = {w: [] for w in range(self.jobs)}
+        fair = -(-len(indices) // self.jobs)  # each worker's share; its own candidates first
+        spill = []
+        for i in indices:
+            w = self.owner(i)
+            (mine[w] if len(mine[w]) < fair else spill).append(i)
+        for i in spill:
+            min(mine.values(), key=len).append(i)
+        mine = {w: ids for w, ids in mine.items() if ids}
+        futures = {w: self.executors[w].submit(_evaluate_candidates, ids) for w, ids in mine.items()}
+        got = {i: e for w, f in futures.items() for i, e in zip(mine[w], f.result())}
+        return [got[i] for i in indices]
+
+    @property
+    def batch(self) -> int:
+        """Candidates a round of `_pruned` evaluates at most."""
+        return EVALUATION_BATCH * self.jobs if self.executors else 1
 
 
 def _sized_part(first: int, count: int) -> tuple:
-    evaluator, pool, limit, bounded = _SIZING
+    evaluator, pool, limit, bounded = _SHARED
     return _sized(evaluator, pool, limit, bounded, first, min(first + count, len(pool)))
+
+
+def _evaluate_candidate(i: int, shared: tuple | None = None) -> Evaluation:
+    evaluator, pool = (shared or _SHARED)[:2]
+    return evaluator.evaluate(pool[i])
+
+
+def _evaluate_candidates(indices: list[int]) -> list[Evaluation]:
+    return [_evaluate_candidate(i) for i in indices]
 
 
 def _sized(evaluator: Evaluator, pool: list[Strategy], memory_limit: float, bounded: bool, first: int,
@@ -342,8 +403,10 @@ def _sized(evaluator: Evaluator, pool: list[Strategy], memory_limit: float, boun
     return fits, oom, closest
 
 
-def _pruned(evaluator: Evaluator, fits: list, prune: Prune, jobs: int = 1) -> tuple[list[Evaluation], int]:
-    """Evaluate `fits` in ascending order of the objective's lower bound, skipping a candidate X
+def _pruned(evaluator: Evaluator, pool: list[Strategy], fits: list[tuple[int, float, float]], prune: Prune,
+            workers: _Workers) -> tuple[list[Evaluation], int]:
+    """Evaluate the candidates `fits` ((index in `pool`, peak memory, lower bound)) in ascending order
+    of the objective's lower bound, skipping a candidate X
     when (1) an evaluated candidate is faster than X's lower bound with no more memory, by the
     margins (X is off the Pareto front), (2) at least `keep` evaluated candidates come before X by the objective, and (3)
     X's bound on the objective exceeds `band` × the best value evaluated (objective time with a
@@ -353,60 +416,36 @@ def _pruned(evaluator: Evaluator, fits: list, prune: Prune, jobs: int = 1) -> tu
     search goes on, so no skipped candidate could have been kept by the final evaluations (nor
     lowered the upper bound).
 
-    On `jobs` forked processes the next `EVALUATION_BATCH` × jobs candidates not skipped yet are
-    evaluated at once, then taken in order by the same rule (one skipped by an evaluation earlier in
-    its batch is dropped: the skips only grow, so every candidate the rule keeps was evaluated): the
-    same evaluations as one process makes."""
+    With parallel `workers` the next `EVALUATION_BATCH` per worker not skipped yet are evaluated at
+    once, then taken in order by the same rule (one skipped by an evaluation earlier in its batch is
+    dropped: the skips only grow, so every candidate the rule keeps was evaluated): the same
+    evaluations as one process makes."""
     by_memory = prune.objective == "memory"
-    rows = [((need, lb) if by_memory else (lb, need), i, s, need, lb) for i, (s, need, lb) in enumerate(fits)]
+    rows = [((need, lb) if by_memory else (lb, need), i, pool[i], need, lb) for i, need, lb in fits]
     rows.sort(key=lambda r: (r[0], r[1]))
     state = _PruneState(evaluator, prune)
     out: list[tuple[int, Evaluation]] = []
-    if jobs < 2 or len(rows) < PARALLEL_MIN_EVALUATIONS or "fork" not in mp.get_all_start_methods():
-        for _, i, s, need, lb in rows:
-            if not state.skips(s, need, lb):
-                e = evaluator.evaluate(s)
-                out.append((i, e))
-                state.add(e)
-    else:
-        _EVALUATING[:] = [evaluator, rows]
-        batch = EVALUATION_BATCH * jobs
-        gc.freeze()
-        try:
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as workers:
-                j = 0
-                while j < len(rows):
-                    chosen, k = [], j
-                    while k < len(rows) and len(chosen) < batch:
-                        if not state.skips(rows[k][2], rows[k][3], rows[k][4]):
-                            chosen.append(k)
-                        k += 1
-                    got = dict(zip(chosen, workers.map(_evaluate_row, chosen)))
-                    for r in range(j, k):
-                        _, i, s, need, lb = rows[r]
-                        if r in got and not state.skips(s, need, lb):
-                            out.append((i, got[r]))
-                            state.add(got[r])
-                    j = k
-        finally:
-            gc.unfreeze()
-            _EVALUATING.clear()
+    j = 0
+    while j < len(rows):
+        chosen, k = [], j
+        while k < len(rows) and len(chosen) < workers.batch:
+            if not state.skips(rows[k][2], rows[k][3], rows[k][4]):
+                chosen.append(k)
+            k += 1
+        got = dict(zip(chosen, workers.evaluate([rows[r][1] for r in chosen])))
+        for r in range(j, k):
+            _, i, s, need, lb = rows[r]
+            if r in got and (r == chosen[0] or not state.skips(s, need, lb)):
+                out.append((i, got[r]))
+                state.add(got[r])
+        j = k
     out.sort(key=lambda x: x[0])
     return [e for _, e in out], len(rows) - len(out)
 
 
-PARALLEL_MIN_EVALUATIONS = 200
-"""Fewer fitting candidates than this are evaluated in one process."""
-EVALUATION_BATCH = 2
+EVALUATION_BATCH = 6
 """Candidates per process evaluated at once by `_pruned` (more: fewer round trips, more evaluations
 that an earlier one in the batch would have skipped)."""
-_EVALUATING: list = []
-"""(evaluator, rows) for the forked evaluation workers."""
-
-
-def _evaluate_row(r: int) -> Evaluation:
-    evaluator, rows = _EVALUATING
-    return evaluator.evaluate(rows[r][2])
 
 
 class _PruneState:
