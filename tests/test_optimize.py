@@ -191,7 +191,6 @@ def test_parallel_search_equals_one_process(simulated_space, monkeypatch):
     space = SearchSpace(8 * nodes, batch, cluster.devices_per_node, max_microbatch_size=opts["max_microbatch_size"],
                         fixed=dict(opts.get("fix", {})))
     monkeypatch.setattr(search_mod, "PARALLEL_MIN_CANDIDATES", 1)
-    monkeypatch.setattr(search_mod, "PARALLEL_MIN_EVALUATIONS", 1)
     for objective in ("time", "memory"):
         out = []
         for jobs in (1, 2):
