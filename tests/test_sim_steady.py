@@ -61,6 +61,8 @@ CASES = [
     # period of 2 micro-batches (overlapped collectives and stage-to-stage sends share the NVLink ports)
     dict(pp=6, tp=2, dp=1, num_microbatches=90, recompute="full", **MEGATRON_2022),
     dict(pp=4, tp=2, dp=1, num_microbatches=60, recompute="selective", sequence_parallel=True),
+    # ZeRO-3: parameter gathers and gradient reduce-scatters every pass, on one communication stream
+    dict(pp=4, tp=2, dp=2, num_microbatches=48, recompute="full", zero=3),
 ]
 KW = dict(overrides={"layers": 12}, nodes=8, microbatch_size=1, schedule="1f1b")
 
@@ -169,6 +171,21 @@ def test_counts_tried_smallest_first(monkeypatch):
     assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 24}, nodes=8, microbatch_size=1,
                               schedule="1f1b", pp=8, tp=2, dp=1, num_microbatches=96, grad_accumulation="none"))
     assert tried == [8 + steady.FIRST_MARGIN, 8 + 2 + steady.MARGIN]
+
+
+def test_zero3_pipeline_extended_from_its_longer_count(monkeypatch):
+    """A ZeRO-3 pipeline whose communication backlog outlasts both short counts is extended from
+    ZERO3_DEPTHS·pp micro-batches, and equals the full simulation."""
+    import dlsim.sim.steady as steady
+
+    tried = []
+    real = steady.build_iteration
+    monkeypatch.setattr(steady, "build_iteration", lambda x: (tried.append(x.strategy.num_microbatches), real(x))[1])
+    kwargs = dict(nodes=128, tp=8, pp=8, dp=16, microbatch_size=1, num_microbatches=96, schedule="1f1b",
+                  recompute="full", sequence_parallel=True, zero=3)
+    fast = simulate("gpt3-175b", "dgx-a100", **kwargs)
+    assert _extended(fast) and tried[-1] == steady.ZERO3_DEPTHS * 8
+    _close(_record(fast), _record(_full(monkeypatch, "gpt3-175b", "dgx-a100", **kwargs)))
 
 
 def test_no_cut_past_the_divergence(monkeypatch):

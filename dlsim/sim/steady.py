@@ -10,7 +10,7 @@ length λ inserted there: everything before τ unchanged, everything after τ la
 micro-batch index higher by Δ.
 
 `simulate_steady` simulates m' micro-batches event by event, first m' = pp + FIRST_MARGIN, then, where
-no cut passes there, pp + pp // 4 + MARGIN (each when m ≥ 3m'), checks that periodicity on a window of
+no cut passes there, pp + pp // 4 + MARGIN, and for ZeRO-3 then ZERO3_DEPTHS·pp (each when m ≥ 3m'), checks that periodicity on a window of
 three periods around τ (every task touching it is a micro-batch task whose next counterpart is
 exactly λ later, within 1e-9 of the makespan, and ends before `divergence`: up to then the m'-run is
 the m-run event for event, so the window checked is the m-run's own and any m' finds the same cut
@@ -43,6 +43,9 @@ FIRST_MARGIN = 8  # the first try: micro-batches simulated beyond pp (cuts at pp
 # pipeline whose backward adds gradient-accumulation kernels settles one micro-batch after the last cut)
 MARGIN = 10  # extra micro-batches simulated beyond pp + pp // 4 (the last stage lags the first by about
 # pp·t_f/(t_f + t_b) micro-batches; the warm-up's transient dies out over a few more)
+ZERO3_DEPTHS = 4  # ZeRO-3 pipelines (every pass gathers its parameter units and reduce-scatters its gradients on
+# one communication stream): the backlog settles later; a third count of this many pipeline depths (GPT-3 175B,
+# pp 8 and 32: periodic from 4·pp micro-batches, not from 2·pp or 3·pp)
 MB_LABELS = frozenset({"F", "R", "B", "SF", "SB", "G", "C", "AG"})  # labels (kind, chunk, micro-batch, ...)
 TOLERANCE = 1e-9  # periodicity checked to this fraction of the makespan
 
@@ -52,8 +55,8 @@ def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
 
     The first, pp + FIRST_MARGIN, leaves room for cuts at micro-batches pp to pp + 3 (a 1F1B pipeline's
     first stage leaves its warm-up at micro-batch pp − 1); where no cut passes there, the larger count
-    pp + pp // 4 + MARGIN follows. A count is tried where it is at most a third of the micro-batches
-    (a failed check costs its reduced run)."""
+    pp + pp // 4 + MARGIN follows, and for ZeRO-3 ZERO3_DEPTHS·pp. A count is tried where it is at most a
+    third of the micro-batches (a failed check costs its reduced run)."""
     s = x.strategy
     if s.schedule != "1f1b" or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
         return ()
@@ -62,7 +65,10 @@ def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
         # passes there, yet the extension was found 0.05-0.07% off the full simulation
         # (tests/test_sim_steady.py); run in full until the check captures what it misses
         return ()
-    counts = sorted({s.pp + FIRST_MARGIN, s.pp + s.pp // 4 + MARGIN})
+    counts = {s.pp + FIRST_MARGIN, s.pp + s.pp // 4 + MARGIN}
+    if s.zero == 3 and s.dp > 1:
+        counts.add(ZERO3_DEPTHS * s.pp)
+    counts = sorted(counts)
     return tuple(m1 for m1 in counts if s.num_microbatches >= 3 * m1)
 
 
