@@ -296,7 +296,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `cp` the
     context-parallel degrees, `hybrid_shard` also hybrid sharding, `offload` the offload choices
     searched (`dlsim.plan.search`); `jobs` processes
-    run the simulations (default: the machine's cores, at most `MAX_JOBS`; the same result with 1). Raises `InfeasibleError` naming the limit
+    size, evaluate and simulate the candidates (default: the machine's cores, at most `MAX_JOBS`; the
+    same result with 1). Raises `InfeasibleError` naming the limit
     when nothing can be built or fits."""
     t0 = time.perf_counter()
     model, cluster = as_model(model, overrides), as_cluster(cluster)

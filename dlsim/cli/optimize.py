@@ -70,7 +70,8 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @click.option("--max-simulations", type=click.IntRange(1, 10000), default=24, show_default=True,
               help="At most this many candidates are simulated.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=None,
-              help="Processes running the simulations [default: the machine's cores, at most 8].")
+              help="Processes sizing, evaluating and simulating the candidates (the same result with 1) "
+                   "[default: the machine's cores, at most 8].")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="Print the record as JSON (or write it to FILE).")

@@ -413,8 +413,8 @@ class Evaluator:
             for r in range(p):
                 dp_r = dp_groups[r]
                 chunks = range(r, len(ranges), p)
-                stream = sum(2 * self._gathers(s, t, *ranges[k], dp_r) + self._reductions(s, t, *ranges[k], dp_r)
-                             for k in chunks)
+                stream = sum(2 * sum(g) + sum(red) for g, red in
+                             (self._unit_prices(s, t, *ranges[k], dp_r) for k in chunks))
                 bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
         if s.dp > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
@@ -454,49 +454,34 @@ class Evaluator:
             t.prefix["params"] = pre  # type: ignore[assignment]
         return pre[b] - pre[a]  # type: ignore[return-value]
 
-    def _unit_chain(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
-        """Σ gathers − the largest + Σ reduce-scatters − the largest over the ZeRO-3 parameter units of
-        entries a..b: what a backward pass's chain of units adds at least to its steps alone (see
-        `lower_bound`; cached)."""
+    def _unit_prices(self, s: Strategy, t: _Table, a: int, b: int,
+                     dp_ranks: list[int]) -> tuple[list[float], list[float]]:
+        """Per gradient bucket (ZeRO-3 parameter unit) of entries a..b over `dp_ranks`: the seconds of
+        its all-gather and of its reduction (one backward pass's, as `_Timing._bucket_launches` prices
+        them); cached."""
         pricer = self.pricer(s)
-        key = ("unit chain", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective,
-               self._tier(pricer, dp_ranks), len(dp_ranks))
+        key = ("unit prices", t.key, a, b, s.dp, s.zero, s.compression, s.bucket_size, s.first_bucket_size,
+               s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
             base = gradient_collective(s.zero)
-            gathers, reductions = [], []
-            for nbytes in self._bucket_bytes(s, t, a, b):
-                gathers.append(self._price(pricer, s, "allgather", nbytes, dp_ranks))
-                reductions.append(sum(self._price(pricer, s, op, n, dp_ranks)
-                                      for op, n in plan_sync(s.compression, nbytes, self.gb, s.dp, base).collectives))
-            got = self._cache[key] = (sum(gathers) - max(gathers, default=0.0)
-                                      + sum(reductions) - max(reductions, default=0.0))
-        return got  # type: ignore[return-value]
-
-    def _reductions(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
-        """Seconds of the gradient reductions of the buckets of entries a..b over `dp_ranks` (one
-        backward pass's, as `_Timing._bucket_launches` prices them; cached)."""
-        pricer = self.pricer(s)
-        key = ("reductions", t.key, a, b, s.dp, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
-               self._tier(pricer, dp_ranks), len(dp_ranks))
-        got = self._cache.get(key)
-        if got is None:
-            base = gradient_collective(s.zero)
-            got = self._cache[key] = sum(self._price(pricer, s, op, n, dp_ranks)
-                                         for nbytes in self._bucket_bytes(s, t, a, b)
-                                         for op, n in plan_sync(s.compression, nbytes, self.gb, s.dp, base).collectives)
+            nbytes = self._bucket_bytes(s, t, a, b)
+            got = self._cache[key] = (
+                [self._price(pricer, s, "allgather", n, dp_ranks) for n in nbytes],
+                [sum(self._price(pricer, s, op, m, dp_ranks)
+                     for op, m in plan_sync(s.compression, n, self.gb, s.dp, base).collectives) for n in nbytes])
         return got  # type: ignore[return-value]
 
     def _gathers(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
-        """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b (cached)."""
-        pricer = self.pricer(s)
-        key = ("gathers", t.key, a, b, s.dp, s.bucket_size, s.first_bucket_size, s.collective, self._tier(pricer, dp_ranks),
-               len(dp_ranks))
-        got = self._cache.get(key)
-        if got is None:
-            got = self._cache[key] = sum(self._price(pricer, s, "allgather", n, dp_ranks)
-                                         for n in self._bucket_bytes(s, t, a, b))
-        return got  # type: ignore[return-value]
+        """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b."""
+        return sum(self._unit_prices(s, t, a, b, dp_ranks)[0])
+
+    def _unit_chain(self, s: Strategy, t: _Table, a: int, b: int, dp_ranks: list[int]) -> float:
+        """Σ gathers − the largest + Σ reductions − the largest over the ZeRO-3 parameter units of
+        entries a..b: what a backward pass's chain of units adds at least to its steps alone (see
+        `lower_bound`)."""
+        gathers, reductions = self._unit_prices(s, t, a, b, dp_ranks)
+        return sum(gathers) - max(gathers, default=0.0) + sum(reductions) - max(reductions, default=0.0)
 
     # -- memory --------------------------------------------------------------------------------
     def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
