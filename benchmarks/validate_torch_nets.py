@@ -5,15 +5,17 @@ networks is predicted with median |error| <= 10% and worst <= 20%.
 
 1. Profile: a scratch copy of a measured CPU profile (default: hardware_profiles/cpu-epyc-2core, whose
    generic GEMM grid and memory sweep were measured on this machine) into --workdir; this run calibrates
-   exactly the ten networks' kernels into it (`calibrate_compute` with the imported models: resumable),
-   and the fresh-memory rate and host record that calibration adds.
+   exactly the ten networks' kernels into it, cold and warm (`calibrate_compute` with the imported
+   models: resumable), and the fresh-memory rate, heap re-fault fraction (probe networks of the
+   calibration's own) and host record that calibration adds.
 2. Prediction: each network captured with torch.export plus the loop's cross-entropy loss
    (`dlsim.api.validate_torch.training_model`), `estimate` with allocator ``default``.
 3. Measurement: each network in a fresh spawned process running the plain loop (zero_grad, forward,
    loss, backward, step; glibc as it comes), `--rounds` rounds, the networks in a new shuffled order each
    round, each piece holding `--lock` exclusively (a shared machine's other timed work waits); per piece
    the median of its steps (3 warm-up steps, then at least 5 steps and 0.3 s), per network the median
-   over rounds and the spread (max - min) / median of the round medians.
+   over rounds and the spread (max - min) / median of the round medians; the minor page faults of
+   each piece's timed steps are recorded beside (not used by the prediction).
 
 Prints one JSON record; --report writes reports/validation-torch-nets.md.
 
@@ -86,7 +88,7 @@ def main() -> None:
     from dlsim.api.validate_torch import prepare_process, training_model
     from dlsim.api.models import as_cluster
     from dlsim.calibrate.compute_ops import make_optimizer
-    from dlsim.cost.allocation import step_charges
+    from dlsim.cost.allocation import fresh_tensors, requested_bytes, step_charges
     from dlsim.io.allocator_table import allocator_cost
     from dlsim.validate.torch_loop import time_in_worker
     import functools
@@ -112,6 +114,7 @@ def main() -> None:
                  for n, m in models.items()}
     rounds: dict[str, list[float]] = {n: [] for n in chosen}
     phases: dict[str, list[list[float]]] = {n: [] for n in chosen}
+    faulted: dict[str, list[float]] = {n: [] for n in chosen}
     order = list(chosen)
     for r in range(args.rounds):
         random.Random(r).shuffle(order)
@@ -123,6 +126,7 @@ def main() -> None:
                                      vocab=vocab, optimizer=args.optimizer, warmup=3, steps=5, profile_steps=0,
                                      min_seconds=0.3)
             steps = [sum(s) for s in run["samples"]]
+            faulted[name].append(run["faulted_bytes_per_step"])
             rounds[name].append(statistics.median(steps))
             phases[name].append([statistics.median(s[i] for s in run["samples"]) for i in range(3)])
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -143,10 +147,15 @@ def main() -> None:
                      "measured_share": pred.to_dict()["measured_share"],
                      "fresh_pages_ms": 1e3 * sum(sum(c.values()) for c in step_charges(
                          models[name], chosen[name][4], models[name].dtype, alloc).values()),
+                     "requested_mib": sum(sum(requested_bytes(layer, chosen[name][4], fresh_tensors(
+                         layer, chosen[name][4], models[name].dtype)).values()) for layer in models[name].layers) / 2**20,
+                     "faulted_mib_per_step": [round(v / 2**20, 2) for v in faulted[name]],
+                     "cache_regime": next((n for n in pred.notes if n.startswith("cache regime")), ""),
                      "params": models[name].params})
     errors = [abs(r["error"]) for r in rows]
     rec = {"kind": "validate-torch-nets", "profile": str(prof), "rounds": args.rounds, "optimizer": args.optimizer,
-           "allocator": "default (glibc as it comes)", "calibrate_s": calibrate_s,
+           "allocator": "default (glibc as it comes)", "allocator_model": alloc.describe(),
+           "refault_fraction": alloc.refault_fraction, "calibrate_s": calibrate_s,
            "calibrated_kernels": cal["measured"], "already_measured": cal["already_measured"],
            "calibration_warnings": cal["warnings"],
            "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
@@ -178,13 +187,31 @@ def write_report(rec: dict, source: str = "") -> None:
                   f"{rec['calibrate_s']:.0f} s.", ""]
     if rec["calibration_warnings"]:
         lines += ["Calibration warnings: " + "; ".join(rec["calibration_warnings"]), ""]
-    lines += ["What the prediction holds: each layer's kernels from the tables calibrated in this run (scaled "
-              "dot-product attention, LSTM and transposed convolution timed as the one operator PyTorch runs, "
-              "forward and whole backward); plus, per ATen operator the captured layer dispatches forward and "
-              "backward (counted at capture), the host time an eager step pays beyond the operator's kernel "
-              "(Python and module calls, autograd, views), measured by the calibration's host probe, a network of "
-              "none of these ten (`dlsim.calibrate.host_ops`, device.csv `host_op_forward_s`, "
-              "`host_op_backward_s`); plus fresh pages of tensors above 32 MiB.", ""]
+    lines += ["What the prediction holds, and where each input comes from:", "",
+              "* each layer's kernels from the tables calibrated in this run, cold (flushed cache) and warm (back "
+              "to back), mixed per step as warm + m x (cold - warm) with m = max(0, 1 - C / W) the share of the "
+              "step's working set W the last-level cache C cannot hold (`dlsim.cost.lookup.CacheAwareKernelTimes`); "
+              "scaled dot-product attention, LSTM and transposed convolution timed as the one operator PyTorch "
+              "runs, forward and whole backward;",
+              "* per ATen operator the captured layer dispatches forward and backward (counted at capture), the "
+              "host time an eager step pays beyond the operator's kernel (Python and module calls, autograd, "
+              "views), measured by the calibration's host probe, a network of none of these ten "
+              "(`dlsim.calibrate.host_ops`, device.csv `host_op_forward_s`, `host_op_backward_s`);",
+              "* fresh pages of the default process: the bytes each layer's operators request, measured at "
+              "capture (PyTorch's allocator, at two batch sizes), times the heap re-fault fraction alpha "
+              f"({rec.get('refault_fraction', 0):.3f}) measured by the calibration on four probe networks of its own "
+              "in fresh default processes (`dlsim.calibrate.refault_probe`), plus tensors above 32 MiB in full; "
+              "each fresh byte at the rate the calibration's mmap probe measured (`dlsim.calibrate.alloc_probe`).",
+              "", f"Allocator model: {rec.get('allocator_model', '')}.", ""]
+    if rec["networks"] and "faulted_mib_per_step" in rec["networks"][0]:
+        lines += ["Fresh pages, measured (minor faults x 4 KiB per timed step, one value per round) against the "
+                  "prediction (alpha x requested):", "",
+                  "| network | requested per step (MiB) | predicted fresh (MiB) | measured fresh per round (MiB) |",
+                  "|---|---|---|---|"]
+        for r in rec["networks"]:
+            lines.append(f"| {r['network']} | {r['requested_mib']:.1f} | {rec['refault_fraction'] * r['requested_mib']:.1f} "
+                         f"| {', '.join(f'{v:.1f}' for v in r['faulted_mib_per_step'])} |")
+        lines += [""]
     off = [r for r in rec["networks"] if abs(r["error"]) > 0.10]
     if off:
         def phase_errors(r: dict) -> str:

@@ -19,3 +19,13 @@ def cli(capsys):
         captured = capsys.readouterr()
         return code, captured.out, captured.err
     return invoke
+
+
+@pytest.fixture(autouse=True)
+def quick_refault_probe(monkeypatch):
+    """A calibration in a test measures the heap re-fault fraction on one probe process (the MLP), not
+    eight; tests/test_refault_probe.py runs the probe itself."""
+    import functools
+
+    from dlsim.calibrate import compute_run, refault_probe
+    monkeypatch.setattr(compute_run, "refault_rows", functools.partial(refault_probe.refault_rows, 1, ("mlp",)))

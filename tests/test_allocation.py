@@ -1,4 +1,5 @@
-"""Predicting the default process (issue 15 item 4): fresh pages of tensors above glibc's mmap threshold."""
+"""Predicting the default process (issue 15 item 4): fresh pages of tensors above glibc's mmap ceiling, and
+the expected share of the heap's bytes re-faulted as glibc trims it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from dlsim.calibrate.alloc_probe import allocator_in_use
-from dlsim.cost.allocation import MMAP_THRESHOLD_MAX, AllocatorCost, fresh_tensors, step_charges
+from dlsim.cost.allocation import MMAP_THRESHOLD_MAX, AllocatorCost, fresh_tensors, requested_bytes, step_charges
 from dlsim.errors import SpecError
 from dlsim.io.model_yaml import load_model
 from dlsim.units import MIB
@@ -43,12 +44,12 @@ def test_fresh_tensors_per_pass(mlp):
     assert fresh_tensors(flat, 8, "fp32") == {"forward": [], "backward_data": [], "backward_weight": []}
 
 
-def test_only_tensors_above_the_threshold_are_charged(mlp):
+def test_mapped_tensors_pay_in_full_and_heap_bytes_their_refault_share(mlp):
     rate = 1e-9
-    cost = AllocatorCost("default", rate)
+    cost = AllocatorCost("default", rate)  # no measured re-fault fraction: mapped tensors only
     assert cost.charge(MMAP_THRESHOLD_MAX) == 0.0
-    assert cost.charge(64 * MIB) == pytest.approx(64 * MIB * rate)
-    assert AllocatorCost("retained", rate).charge(64 * MIB) == 0.0
+    assert cost.charge(64 * MIB, 64 * MIB) == pytest.approx(64 * MIB * rate)
+    assert AllocatorCost("retained", rate, 0.5).charge(64 * MIB, 64 * MIB) == 0.0
     charges = step_charges(mlp, 8, "fp32", cost)
     # only fc2's weight gradient (4096 x 4096 fp32 = 64 MiB; its bias is 16 KiB) is above 32 MiB at batch 8
     assert list(charges) == ["fc2"] and list(charges["fc2"]) == ["backward_weight"]
@@ -57,9 +58,31 @@ def test_only_tensors_above_the_threshold_are_charged(mlp):
     big = step_charges(mlp, 4096, "fp32", cost)
     assert set(big["fc1"]) == {"forward"}  # fed by the input (no gradient); its 16 MiB weight is below
     assert set(big["r1"]) == {"forward", "backward_data"}
+    # with a re-fault fraction every pass that allocates pays that share of its bytes below the ceiling
+    alpha = 0.25
+    shared = step_charges(mlp, 8, "fp32", AllocatorCost("default", rate, alpha))
+    assert shared["r1"]["forward"] == pytest.approx(alpha * 8 * 4096 * 4 * rate)
+    assert shared["fc2"]["backward_weight"] == pytest.approx((4096 * 4096 + 4096) * 4 * rate)  # mapped: in full
+    assert "flat" not in shared  # a view allocates nothing
 
 
-def _profile_with_rate(tmp_path: Path, rate: float) -> Path:
+def test_measured_allocations_replace_the_layer_model(tmp_path):
+    text = MLP.replace("{name: r1, type: relu}", "{name: r1, type: relu, allocated_bytes: [100, 4096, 0, 8192]}")
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    r1 = load_model(str(path)).layers[1]
+    modeled = fresh_tensors(r1, 8, "fp32")
+    assert requested_bytes(r1, 8, modeled) == {"forward": 100 + 8 * 4096, "backward_data": 8 * 8192,
+                                               "backward_weight": 0.0}
+    charges = step_charges(load_model(str(path)), 8, "fp32", AllocatorCost("default", 1e-9, 0.5))
+    assert charges["r1"] == {"forward": pytest.approx(0.5 * (100 + 8 * 4096) * 1e-9),
+                             "backward_data": pytest.approx(0.5 * 8 * 8192 * 1e-9)}
+    path.write_text(MLP.replace("{name: r1, type: relu}", "{name: r1, type: relu, allocated_bytes: [1, 2]}"))
+    with pytest.raises(SpecError, match="allocated_bytes"):
+        load_model(str(path))
+
+
+def _profile_with_rate(tmp_path: Path, rate: float, alpha: float | None = None) -> Path:
     src = ROOT / "hardware_profiles" / "cpu-epyc-2core"
     out = tmp_path / "prof"
     shutil.copytree(src, out, ignore=shutil.ignore_patterns("passes", "1thread", "median-run", "single-pass-run"))
@@ -67,6 +90,8 @@ def _profile_with_rate(tmp_path: Path, rate: float) -> Path:
     with open(out / "device.csv", "a") as f:
         f.write("" if text.endswith("\n") else "\n")
         f.write(f"fresh_memory_s_per_byte_t1,{rate * 3},s/byte,test\nfresh_memory_s_per_byte_t2,{rate},s/byte,test\n")
+        if alpha is not None:
+            f.write(f"heap_refault_fraction,{alpha},fraction,test\n")
     return out
 
 
@@ -80,6 +105,14 @@ def test_estimate_charges_the_default_process(tmp_path, mlp):
     assert default.iteration_time_s - retained.iteration_time_s == pytest.approx((4096 * 4096 + 4096) * 4 * rate)
     assert default.assumed["allocator"].startswith("default")
     assert any(n.startswith("allocator: retained") for n in retained.notes)
+    assert any("no heap re-fault fraction" in n for n in default.notes)
+    # with the measured re-fault fraction, every allocating pass pays its share below the ceiling
+    alpha = 0.1
+    heap = estimate(mlp, _profile_with_rate(tmp_path / "a", rate, alpha), 8)
+    below = sum(sum(b for b in bs if b <= MMAP_THRESHOLD_MAX) for layer in mlp.layers
+                for bs in fresh_tensors(layer, 8, "fp32", frozenset({"input"})).values())
+    assert heap.iteration_time_s - default.iteration_time_s == pytest.approx(alpha * below * rate)
+    assert "0.100 of the bytes" in heap.assumed["allocator"]
     # a profile without a measured rate charges nothing and says so
     plain = estimate(mlp, "cpu-epyc-2core", 8)
     assert any("measured no fresh-memory cost" in n for n in plain.notes)

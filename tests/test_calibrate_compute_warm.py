@@ -1,4 +1,4 @@
-"""Warm tables: the kernels of models whose training step fits the last-level cache, timed back to back."""
+"""Warm tables: the kernels of models whose training step the estimate prices partly warm, timed back to back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_auto_warm_tables_for_a_model_that_fits_and_resume(tmp_path):
-    from dlsim.api.calibrate_compute import calibrate_compute, fits_cache
+    from dlsim.api.calibrate_compute import calibrate_compute, warm_matters
     from dlsim.api.estimate import estimate
     from dlsim.api.models import as_model
     from dlsim.io.kernel_tables import read_table
@@ -22,7 +22,7 @@ def test_auto_warm_tables_for_a_model_that_fits_and_resume(tmp_path):
     assert {r.key for r in warm} == {r.key for r in cold}  # the model's own kernels, both regimes
     assert read_table("conv_warm", out / "conv-warm.csv") and not (out / "device-warm.csv").exists()
     meta = read_yaml(out / "meta.yaml")
-    fits, ws = fits_cache(as_model("lenet5"), 2, "fp32", meta["device"]["last_level_cache_bytes"])
+    fits, ws = warm_matters(as_model("lenet5"), 2, "fp32", meta["device"]["last_level_cache_bytes"])
     assert fits and meta["runs"][-1]["warm_models_working_set_bytes"] == {"lenet5 batch 2 fp32": ws}
     assert {"gemm_warm", "conv_warm", "memory_warm"} <= set(load_profile(out).tables)
     notes = estimate("lenet5", out, 2).notes
@@ -33,10 +33,11 @@ def test_auto_warm_tables_for_a_model_that_fits_and_resume(tmp_path):
 
 
 def test_warm_none_and_a_model_too_big_for_the_cache(tmp_path):
-    from dlsim.api.calibrate_compute import fits_cache, plan
+    from dlsim.api.calibrate_compute import WARM_REACH, plan, warm_matters
     from dlsim.api.models import as_model
-    assert not fits_cache(as_model("alexnet"), 4, "fp32", 32 * 2**20)[0]
-    assert fits_cache(as_model("lenet5"), 64, "fp32", 32 * 2**20)[0]
+    matters, ws = warm_matters(as_model("alexnet"), 4, "fp32", 32 * 2**20)
+    assert not matters and ws > WARM_REACH * 32 * 2**20  # priced within 1/8 of cold: no warm rows
+    assert warm_matters(as_model("lenet5"), 64, "fp32", 32 * 2**20)[0]
     kept = plan(["lenet5", "alexnet"], [2, 1], grid=False, only=lambda m, b, d: m.name == "lenet5")
     assert kept == plan(["lenet5"], [2], grid=False)
     from dlsim.api.calibrate_compute import calibrate_compute

@@ -35,18 +35,21 @@ def test_training_working_set_by_hand():
     assert kept > 0
 
 
-def test_rule_picks_warm_only_when_the_step_fits_and_warm_tables_exist():
+def test_rule_mixes_warm_and_cold_by_the_share_of_the_working_set_the_cache_cannot_hold():
     cold = MeasuredKernelTimes([GemmRow("fp32", 4, 16, 32, 1, 2e-5, set="model")])
     warm = MeasuredKernelTimes([GemmRow("fp32", 4, 16, 32, 1, 1e-5, set="model")])
     from dlsim.cost.layers import Gemm
     g = Gemm(4, 16, 32)
     both = CacheAwareKernelTimes(cold, warm, cache_bytes=1000.0)
-    assert both.gemm(g, "fp32").seconds == 2e-5  # no regime chosen yet: cold
+    assert both.gemm(g, "fp32").seconds == 2e-5  # no share set yet: cold
     fits, note = both.for_working_set(1000.0)
     assert fits.regime == "warm" and "warm" in note and fits.gemm(g, "fp32").seconds == 1e-5
     assert fits.gemm(g, "fp32").note.startswith("warm ")
-    big, note = both.for_working_set(1001.0)
-    assert big.regime == "cold" and "> last-level cache" in note and big.gemm(g, "fp32").seconds == 2e-5
+    over, note = both.for_working_set(1250.0)  # the cache holds 1000 of 1250 bytes: a fifth misses
+    assert over.regime == "mixed" and "0.20" in note
+    assert over.gemm(g, "fp32").seconds == pytest.approx(1e-5 + 0.2 * 1e-5)
+    huge, _ = both.for_working_set(1e9)
+    assert huge.gemm(g, "fp32").seconds == pytest.approx(2e-5, rel=1e-5)
     no_warm, note = CacheAwareKernelTimes(cold, None, 1000.0).for_working_set(10.0)
     assert no_warm.regime == "cold" and "no warm tables" in note
     unknown, note = CacheAwareKernelTimes(cold, warm, None).for_working_set(10.0)
@@ -61,7 +64,7 @@ def test_warm_regime_falls_back_to_cold_for_unmeasured_kernels():
     est = w.gemm(Gemm(8, 8, 8), "fp32")
     assert est.seconds == 3e-5 and est.source == Source.MEASURED and "no warm row" in est.note
     with pytest.raises(ValueError):
-        CacheAwareKernelTimes(cold, warm, 1.0, regime="lukewarm")
+        CacheAwareKernelTimes(cold, warm, 1.0, cold_share=1.5)
 
 
 def _profile_with_warm(folder, cache_bytes):
@@ -82,15 +85,20 @@ def _profile_with_warm(folder, cache_bytes):
     return model, folder
 
 
-@pytest.mark.parametrize("cache_bytes, forward", [(32 * 2**20, 0.5e-5), (1000, 1e-5), (None, 1e-5)])
-def test_estimate_chooses_tables_by_working_set(tmp_path, cache_bytes, forward):
+@pytest.mark.parametrize("cache_bytes", [32 * 2**20, 1000, None])
+def test_estimate_chooses_tables_by_working_set(tmp_path, cache_bytes):
     from dlsim.api.estimate import estimate
+    from dlsim.cost.memory import training_working_set
     model, folder = _profile_with_warm(tmp_path / "p", cache_bytes)
     times, notes = load_kernel_times(load_profile(folder))
     assert isinstance(times, CacheAwareKernelTimes) and times.warm is not None
     assert "warm tables" in notes[0]
     result = estimate(model, folder, 4, optimizer="sgd")
-    assert result.layers[0].forward.seconds == forward
+    costs = {layer.name: layer_cost(layer, 4) for layer in model.layers}
+    ws = training_working_set(model, costs, 4, "fp32", "sgd")
+    share = 1.0 if cache_bytes is None else max(0.0, 1 - cache_bytes / ws)
+    assert ws > 1000 and (cache_bytes is None or cache_bytes > ws or share > 0.5)
+    assert result.layers[0].forward.seconds == pytest.approx(0.5e-5 + share * 0.5e-5)
     assert any(n.startswith("cache regime:") for n in result.notes)
 
 

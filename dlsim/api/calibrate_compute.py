@@ -37,18 +37,24 @@ from dlsim.units import GBYTE_PER_S, GFLOPS, GIB, MIB, TFLOPS, US
 TABLES = {"gemm": "gemm.csv", "conv": "conv.csv", "memory": "memory.csv"}
 WARM_TABLES = {"gemm_warm": "gemm-warm.csv", "conv_warm": "conv-warm.csv", "memory_warm": "memory-warm.csv"}
 WARM_CHOICES = ("auto", "none", "all")
-"""Which models' kernels are also timed warm (back to back, no flush): those whose training step fits
-the last-level cache (`fits_cache`, the rule the estimate applies), none, or all given."""
+"""Which models' kernels are also timed warm (back to back, no flush): those whose training step the
+estimate prices partly warm (`warm_matters`), none, or all given."""
 
 
-def fits_cache(model: Any, batch: int, dtype: str, cache_bytes: float, optimizer: str = "adam") -> tuple[bool, float]:
-    """Whether a training step of `model` fits in `cache_bytes` (`dlsim.cost.memory.training_working_set`),
-    and its working set in bytes."""
+WARM_REACH = 8
+"""Warm rows are timed for steps up to this many times the last-level cache: beyond it a kernel is
+priced within 1/8 of its warm-cold gap of cold (`dlsim.cost.lookup.CacheAwareKernelTimes`)."""
+
+
+def warm_matters(model: Any, batch: int, dtype: str, cache_bytes: float, optimizer: str = "adam") -> tuple[bool, float]:
+    """Whether a training step of `model` is priced partly from warm tables, its working set
+    (`dlsim.cost.memory.training_working_set`) being at most `WARM_REACH` times `cache_bytes`; and
+    the working set in bytes."""
     from dlsim.cost.layers import layer_cost
     from dlsim.cost.memory import training_working_set
     costs = {layer.name: layer_cost(layer, batch, dtype) for layer in model.layers}
     ws = training_working_set(model, costs, batch, dtype, optimizer)
-    return ws <= cache_bytes, ws
+    return ws <= WARM_REACH * cache_bytes, ws
 
 
 def framework_param_sizes(model: Any) -> tuple[int, ...] | None:
@@ -225,10 +231,10 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
                       command: str = "", progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
     """Measure kernels into the profile directory `out` (see the module docstring); returns a summary record.
 
-    `warm` ("auto", "none", "all"): the kernels of the models whose training step fits the
-    last-level cache ("auto"), of none, or of all given models are also timed warm (back to back,
-    no flush) into the ``-warm`` tables, the regime `dlsim.cost.lookup.CacheAwareKernelTimes` picks
-    for such steps.
+    `warm` ("auto", "none", "all"): the kernels of the models whose training step the estimate
+    prices partly from warm tables ("auto": `warm_matters`), of none, or of all given models are
+    also timed warm (back to back, no flush) into the ``-warm`` tables, which
+    `dlsim.cost.lookup.CacheAwareKernelTimes` mixes with the cold ones.
 
     `passes` > 1 times every kernel once per pass, in a fresh random order each pass, and keeps the
     `statistic` over the passes (`dlsim.calibrate.compute_passes`: time-correlated noise of a shared
@@ -253,7 +259,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         from dlsim.calibrate.compute_timer import last_level_cache_bytes
         cache = float(last_level_cache_bytes(device))
         def keep(model: Any, batch: int, dtype: str) -> bool:
-            fits, ws = fits_cache(model, batch, dtype, cache)
+            fits, ws = warm_matters(model, batch, dtype, cache)
             if fits or warm == "all":
                 warm_models[f"{model.name} batch {batch} {dtype}"] = ws
             return fits or warm == "all"
@@ -302,12 +308,13 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
                                   f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls"
                                  + (f"; {statistic} over {passes} shuffled passes" if passes > 1 else ""),
                        "warm_tables": f"{statistic} over blocks of back-to-back calls (no flush), for the kernels of "
-                                      "models whose training step fits the last-level cache"},
+                                      "models whose training step is at most 8x the last-level cache"},
             "allocator": {"tables": "retained: mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, INT_MAX) "
                                     "(dlsim.calibrate.compute_timer.warm_allocator); kernels timed without page faults",
                           "fresh_memory": "device.csv fresh_memory_s_per_byte_t<threads>: a default glibc process's "
-                                          "cost per byte of tensors above the 32 MiB mmap threshold, charged by the "
-                                          "estimate (allocator default)" if device == "cpu" else "not measured",
+                                          "cost per fresh byte; heap_refault_fraction: the share of a step's "
+                                          "allocated bytes it faults in again; charged by the estimate (allocator "
+                                          "default)" if device == "cpu" else "not measured",
                           "process": allocator_in_use()},
             "runs": runs, **{k: meta[k] for k in ("checks",) if k in meta}}
     write_atomic(meta_path, yaml.safe_dump(meta, sort_keys=False, width=120))

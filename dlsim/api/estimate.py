@@ -28,8 +28,9 @@ def estimate(model: Model | str | Path, cluster: Cluster | str | Path, batch: in
     and from the roofline model otherwise; every layer's estimate says which. A measured CPU profile
     used on a host other than the one it records gets a one-line warning with the measured speed
     ratio (`dlsim.api.hostcheck`). On a measured CPU profile the step is predicted for a process with
-    `allocator` ``default`` (glibc as it comes: fresh pages for tensors above the mmap threshold are
-    charged at the profile's measured rate, `dlsim.cost.allocation`; the default), ``retained`` or a
+    `allocator` ``default`` (glibc as it comes: fresh pages for tensors above the mmap ceiling and the
+    measured re-fault share of the heap's bytes are charged at the profile's measured rate,
+    `dlsim.cost.allocation`; the default), ``retained`` or a
     named allocator; the regime is listed in ``assumed``. Defaults filled in
     (batch 32, the model's dtype, optimizer adam) are listed in the record's ``assumed``.
     """

@@ -40,7 +40,7 @@ from dlsim.cost.memory import OPTIMIZERS, optimizer_step_traffic
 from dlsim.cost.conv_methods import ConvGeometry
 from dlsim.cost.lookup import shape_of
 from dlsim.cost.pricing import PASSES, WHOLE_KERNEL_OPS
-from dlsim.spec.model import HOST_OPS, INPUT, Layer, Model, build_model
+from dlsim.spec.model import ALLOCATED_BYTES, HOST_OPS, INPUT, Layer, Model, build_model
 
 CONV_ALGORITHMS = {"cpu": ("mkldnn", "native"), "cuda": ("cudnn-default", "cudnn-benchmark", "cudnn-deterministic")}
 """Convolution algorithm choices the library exposes: oneDNN on or off on a CPU
@@ -124,7 +124,7 @@ def _dims(shape: Iterable[int]) -> str:
 def signature(layer: Layer, batch: int) -> str:
     """A text key for a memory-bound kernel: type, batch, input shapes and the attributes that change it."""
     attrs = ";".join(f"{k}={_dims(v) if isinstance(v, (list, tuple)) else v}" for k, v in sorted(layer.attrs.items())
-                     if k not in ("eps", "affine", HOST_OPS))
+                     if k not in ("eps", "affine", HOST_OPS, ALLOCATED_BYTES))
     ins = "+".join(_dims(s) for s in layer.in_shapes)
     return f"{layer.type}|n{batch}|{ins}|{attrs}".replace(",", ";").replace(" ", "")
 

@@ -13,6 +13,9 @@ Tables (in the output directory; columns in `dlsim.cost.lookup`): ``gemm.csv``, 
   of a tensor above the mmap threshold, every step (`dlsim.calibrate.alloc_probe`). The kernels
   themselves are timed with freed memory retained (`compute_timer.warm_allocator`), so the tables
   hold no page faults and the estimate adds them where a step allocates such tensors.
+* ``heap_refault_fraction`` (CPU): the share of a step's allocated bytes below the mmap ceiling that a
+  default process faults in again as glibc trims and regrows its heap, the median over probe
+  networks of the calibration's own in fresh processes (`dlsim.calibrate.refault_probe`).
 * ``host_op_forward_s``, ``host_op_backward_s`` (CPU): what an eager step pays per ATen operator beyond
   the operator's kernel (Python and module calls, autograd recording and its engine, views), forward
   and backward (`dlsim.calibrate.host_ops`).
@@ -34,6 +37,7 @@ from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, memory
 from dlsim.calibrate.compute_plan import ConvTask, GemmTask, MemoryTask, OptimizerTask, Task
 from dlsim.calibrate.compute_store import TableFile
 from dlsim.calibrate.alloc_probe import QUANTITY, fresh_memory_rows
+from dlsim.calibrate.refault_probe import QUANTITY as REFAULT_QUANTITY, refault_rows
 from dlsim.calibrate.host_ops import QUANTITIES as HOST_QUANTITIES, host_op_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
@@ -196,6 +200,9 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
         if backend.name == "cpu" and not dev_table.has({"quantity": QUANTITY.format(threads=1)}):
             import torch
             for row in fresh_memory_rows(torch.get_num_threads()):  # what a default process pays per fresh byte
+                dev_table.append(row)
+        if backend.name == "cpu" and not dev_table.has({"quantity": REFAULT_QUANTITY}):
+            for row in refault_rows():  # the share of a step's allocated bytes a default process faults in again
                 dev_table.append(row)
         if backend.name == "cpu" and not dev_table.has({"quantity": HOST_QUANTITIES[0]}):
             for row in host_op_rows():  # what an eager step pays per ATen operator beyond its kernel

@@ -1,21 +1,32 @@
-"""The allocator's share of a CPU training step: fresh pages for tensors above glibc's mmap threshold.
+"""The allocator's share of a CPU training step: the fresh pages a default (glibc) process faults in.
 
-A process as it comes (glibc malloc, no tuning) maps every tensor above the mmap threshold afresh
-each step and unmaps it when freed; the threshold rises with freed mapped chunks up to
-DEFAULT_MMAP_THRESHOLD_MAX = 32 MiB on 64-bit (glibc malloc/malloc.c). Each such tensor costs
+PyTorch's CPU allocator (c10::alloc_cpu, posix_memalign) goes through glibc malloc, and a process as
+it comes pays page faults (the kernel zeroing and mapping 4 KiB pages) for memory glibc hands back
+to the kernel and takes again (glibc malloc/malloc.c):
 
-    t_fresh = bytes · r(threads)        for bytes > 32 MiB, else 0
+* **Above the mmap ceiling.** A request above DEFAULT_MMAP_THRESHOLD_MAX = 32 MiB (64-bit) that no
+  free chunk holds is a fresh mapping, unmapped when freed: every page is fresh every step.
+* **Below it: heap trimming.** Smaller tensors come from the heap, which glibc trims (``systrim``)
+  whenever a free leaves more than the trim threshold (twice the dynamic mmap threshold) free at its
+  top, and grows again (``sbrk``) when the next allocations need the room: those pages fault again.
+  Which steps trim, and by how much, follows from the exact order and size of every allocation of
+  the process (Python's and the libraries' too) and changes from one run to the next: the same
+  network re-faulted 8 to 19.5 MiB per step in five fresh processes (reports/validation-torch-nets-notes.md).
+  dlsim charges its expectation: a fraction α of the bytes the step requests,
 
-where r is the measured rate (page faults, zeroing, unmapping; `dlsim.calibrate.alloc_probe`).
-The kernel tables are timed with freed memory retained (no faults), so the estimate adds t_fresh
-to the pass that allocates the tensor:
+    t_fresh = r(threads) · (Σ_{tensors > 32 MiB} bytes + α · Σ_{other requests} bytes)
 
-* forward: the layer's output (views — flatten, reshape — allocate nothing);
-* backward ∇x: the gradient of each input that needs one (not the network's input; an ``add``
-  passes its output gradient through);
-* backward ∇w: the weight gradient (``zero_grad(set_to_none=True)`` frees it every step).
+  where r is the measured cost of a fresh byte (`dlsim.calibrate.alloc_probe.fresh_memory_cost`) and
+  α the median fraction measured on probe networks in default processes on the same host
+  (`dlsim.calibrate.alloc_probe.refault_fraction`); requests of at most SMALL_REQUEST_BYTES are left
+  out (glibc's per-thread caches recycle them).
 
-Regimes: ``default`` charges t_fresh; ``retained`` (``mallopt(M_MMAP_MAX, 0)`` and no trimming, as
+The bytes a pass requests are those PyTorch's allocator handed out for the layer's operators at
+capture (``allocated_bytes``, `dlsim.spec.model.ALLOCATED_BYTES`: kernel workspaces included), else
+the tensors dlsim's layer model says it allocates (`fresh_tensors`). The kernel tables are timed
+with freed memory retained (no faults), so the estimate adds t_fresh to the pass that allocates.
+
+Regimes: ``default`` charges t_fresh; ``retained`` (``mallopt`` with no mapping and no trimming, as
 calibration runs) and named allocators that keep freed pages (jemalloc, tcmalloc, mimalloc) charge
 nothing.
 """
@@ -26,34 +37,45 @@ import math
 from dataclasses import dataclass
 
 from dlsim.cost.gradflow import gradient_free
-from dlsim.spec.model import INPUT, Layer, Model
+from dlsim.spec.model import ALLOCATED_BYTES, INPUT, Layer, Model
 from dlsim.units import DTYPE_BYTES, MIB
 
 MMAP_THRESHOLD_MAX = 32 * MIB
+SMALL_REQUEST_BYTES = 1032
+"""glibc's tcache serves chunks up to 1032 bytes (64 size classes of 16 bytes, malloc.c
+MAX_TCACHE_SIZE) from per-thread lists that recycle them: they never reach the heap's top."""
+REFAULT_QUANTITY = "heap_refault_fraction"
+"""The device.csv quantity holding α (`dlsim.calibrate.refault_probe`)."""
 REGIMES = ("default", "retained", "jemalloc", "tcmalloc", "mimalloc")
 VIEWS = frozenset({"flatten", "reshape", "dropout_eval"})
 PASS_THROUGH = frozenset({"add"})
+PASSES = ("forward", "backward_data", "backward_weight")
 
 
 @dataclass(frozen=True)
 class AllocatorCost:
-    """The allocator regime and, for ``default``, the measured fresh-memory rate in seconds per byte."""
+    """The allocator regime and, for ``default``, the measured cost of a fresh byte (seconds) and the
+    measured fraction of requested bytes that are re-faulted below the mmap ceiling."""
 
     regime: str = "retained"
     seconds_per_byte: float = 0.0
+    refault_fraction: float = 0.0
     threshold_bytes: float = MMAP_THRESHOLD_MAX
     source: str = ""
 
-    def charge(self, nbytes: float) -> float:
-        """Seconds a step pays for one tensor of `nbytes` allocated afresh."""
-        if self.regime != "default" or nbytes <= self.threshold_bytes:
+    def charge(self, requested: float, mapped: float = 0.0) -> float:
+        """Seconds a pass pays for `requested` bytes of which `mapped` are tensors above the ceiling."""
+        if self.regime != "default":
             return 0.0
-        return nbytes * self.seconds_per_byte
+        below = max(0.0, requested - mapped)
+        return self.seconds_per_byte * (mapped + self.refault_fraction * below)
 
     def describe(self) -> str:
         if self.regime == "default":
-            return (f"default (glibc: tensors above {self.threshold_bytes / MIB:.0f} MiB mapped afresh each step, "
-                    f"{self.seconds_per_byte * 4096 * 1e6:.2f} us per 4 KiB page, {self.source})")
+            return (f"default (glibc: a fraction {self.refault_fraction:.3f} of the bytes a step allocates "
+                    f"re-faulted as the heap is trimmed and grown again, tensors above "
+                    f"{self.threshold_bytes / MIB:.0f} MiB mapped afresh; "
+                    f"{self.seconds_per_byte * 4096 * 1e6:.2f} us per 4 KiB page; {self.source})")
         if self.regime == "retained":
             return "retained (freed memory kept in the process: no fresh pages)"
         return f"{self.regime} (assumed to keep freed pages across steps: no fresh pages)"
@@ -61,10 +83,11 @@ class AllocatorCost:
 
 def fresh_tensors(layer: Layer, batch: int, dtype: str, free: frozenset[str] = frozenset({INPUT})
                   ) -> dict[str, list[float]]:
-    """Bytes of the tensors each pass of `layer` allocates (see the module docstring); `free` names the
-    tensors that need no gradient (`dlsim.cost.gradflow.gradient_free`)."""
+    """Bytes of the tensors each pass of `layer` allocates in dlsim's layer model: the forward output
+    (views allocate nothing); ∇x of each input that needs one (not the network's input; an ``add``
+    passes its output gradient through); ∇w (``zero_grad(set_to_none=True)`` frees it every step)."""
     size = DTYPE_BYTES[dtype]
-    out: dict[str, list[float]] = {"forward": [], "backward_data": [], "backward_weight": []}
+    out: dict[str, list[float]] = {p: [] for p in PASSES}
     if layer.type in VIEWS:
         return out
     out["forward"].append(float(batch * math.prod(layer.out_shape) * size))
@@ -76,16 +99,33 @@ def fresh_tensors(layer: Layer, batch: int, dtype: str, free: frozenset[str] = f
     return out
 
 
+def requested_bytes(layer: Layer, batch: int, modeled: dict[str, list[float]]) -> dict[str, float]:
+    """Bytes each pass of `layer` requests: measured at capture (backward on ``backward_data``) when the
+    layer carries ``allocated_bytes``, else the modeled tensors."""
+    measured = layer.attrs.get(ALLOCATED_BYTES)
+    if not measured:
+        return {p: sum(modeled[p]) for p in PASSES}
+    forward_fixed, forward_per_sample, backward_fixed, backward_per_sample = measured
+    return {"forward": forward_fixed + forward_per_sample * batch,
+            "backward_data": backward_fixed + backward_per_sample * batch, "backward_weight": 0.0}
+
+
 def step_charges(model: Model, batch: int, dtype: str, allocator: AllocatorCost,
                  free: frozenset[str] | None = None) -> dict[str, dict[str, float]]:
-    """Per layer and pass, the seconds of fresh allocations (only non-zero entries)."""
+    """Per layer and pass, the seconds of fresh pages (only non-zero entries)."""
     charges: dict[str, dict[str, float]] = {}
     if allocator.regime != "default" or allocator.seconds_per_byte <= 0:
         return charges
     free = gradient_free(model) if free is None else free
     for layer in model.layers:
-        for pass_name, tensors in fresh_tensors(layer, batch, dtype, free).items():
-            t = sum(allocator.charge(b) for b in tensors)
+        modeled = fresh_tensors(layer, batch, dtype, free)
+        requested = requested_bytes(layer, batch, modeled)
+        mapped = {p: sum(b for b in modeled[p] if b > allocator.threshold_bytes) for p in PASSES}
+        if ALLOCATED_BYTES in layer.attrs:  # measured backward bytes sit on backward_data
+            mapped = {"forward": mapped["forward"], "backward_data": mapped["backward_data"] + mapped["backward_weight"],
+                      "backward_weight": 0.0}
+        for pass_name in PASSES:
+            t = allocator.charge(requested[pass_name], min(mapped[pass_name], requested[pass_name]))
             if t > 0:
                 charges.setdefault(layer.name, {})[pass_name] = t
     return charges

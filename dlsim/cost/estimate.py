@@ -1,8 +1,9 @@
 """One device, one training iteration: per-layer times, optimizer step, memory, provenance.
 
 iteration = Σ_layers (forward + ∇x + ∇w) + optimizer step, executed one kernel after another
-(no overlap on a single device). Tables that distinguish cold and warm caches pick their regime from
-the step's working set (`dlsim.cost.lookup.CacheAwareKernelTimes.for_working_set`, noted). A layer
+(no overlap on a single device). Tables that distinguish cold and warm caches are mixed by the share
+of the step's working set the last-level cache cannot hold
+(`dlsim.cost.lookup.CacheAwareKernelTimes.for_working_set`, noted). A layer
 whose inputs all need no gradient (the model's input, or what was computed from it without
 parameters: `dlsim.cost.gradflow`) computes no ∇x; autograd skips it. The optimizer step comes from the measured tables when they
 have it (`KernelTimes.optimizer_step`), from the roofline otherwise.
@@ -30,8 +31,8 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
                        notes: tuple[str, ...] = (), allocator: AllocatorCost | None = None,
                        host: HostOpCost | None = None) -> EstimateResult:
     """Predict one training iteration of `model` with `batch` samples on one device of `cluster`; with a
-    ``default`` `allocator`, each pass also pays the fresh pages of the tensors it allocates above the
-    mmap threshold (`dlsim.cost.allocation`); with `host`, each captured layer pays the measured host
+    ``default`` `allocator`, each pass also pays the fresh pages of what it allocates
+    (`dlsim.cost.allocation`); with `host`, each captured layer pays the measured host
     time of the ATen operators it dispatches (`dlsim.cost.hostops`)."""
     dtype = dtype or model.dtype
     if optimizer not in OPTIMIZERS:
@@ -39,7 +40,7 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     device = cluster.device
     costs = {layer.name: layer_cost(layer, batch, dtype) for layer in model.layers}
     kept = activation_bytes(model, costs, batch, dtype)
-    select = getattr(tables, "for_working_set", None)  # cold or warm tables (dlsim.cost.lookup.CacheAwareKernelTimes)
+    select = getattr(tables, "for_working_set", None)  # cold/warm mix (dlsim.cost.lookup.CacheAwareKernelTimes)
     if select is not None:
         tables, regime = select(training_working_set(model, costs, batch, dtype, optimizer, kept))
         notes = (*notes, regime)
@@ -53,7 +54,7 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
             timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
         for pass_name, seconds in charges.get(layer.name, {}).items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
-                seconds, Source.INTERPOLATED, "fresh pages above the mmap threshold (measured rate x bytes)")})
+                seconds, Source.INTERPOLATED, "fresh pages (measured rate x (mapped + re-fault share x heap) bytes)")})
         for pass_name, seconds in (host.charges(layer) if host is not None else {}).items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
                 seconds, Source.INTERPOLATED, "host time of the ATen operators dispatched (measured rate x operators)")})

@@ -374,34 +374,43 @@ class MeasuredKernelTimes:
         return f"{self.origin}: {len(self._gemm)} GEMM, {convs} convolution, {mems} memory-bound measurements"
 
 
-CACHE_REGIMES = ("cold", "warm")
-
-
 class CacheAwareKernelTimes:
     """Cold tables (kernels timed after a cache flush) and, where calibrated, warm tables (the same
-    kernels timed back to back, operands left in the caches), and the rule choosing between them.
+    kernels timed back to back, operands left in the caches), and the rule mixing them.
 
-    The rule (`for_working_set`): a training step whose working set (weights, gradients, optimizer
-    state, saved activations and the largest temporary: `dlsim.cost.memory.training_working_set`)
-    fits in the last-level cache runs warm, otherwise cold. Reasoning: in Denning's working-set model
-    (P. J. Denning, "The working set model for program behavior", CACM 11(5), 1968) a program whose
-    working set fits its memory level stops faulting once it is loaded; in Hill and Smith's three-C
-    classification ("Evaluating associativity in CPU caches", IEEE Trans. Computers 38(12), 1989)
-    the misses left are then compulsory only, and an iteration after the warm-up iterations has
-    none. A step larger than the cache evicts each layer's operands before they are used again
-    (capacity misses), which is what the flushed calibration reproduces. No factor is fitted: the
-    threshold is the cache size read from the machine at calibration time.
+    The rule (`for_working_set`): of a training step's working set W (weights, gradients, optimizer
+    state, saved activations and the largest temporary: `dlsim.cost.memory.training_working_set`) a
+    last-level cache of C bytes keeps min(W, C) resident from one use to the next, so a kernel is
+    priced
 
-    Until `for_working_set` picks a regime every query is answered from the cold tables. In the warm
-    regime a query is answered from the warm tables when they measured or interpolated it, and from
-    the cold tables (noted) otherwise.
+        t = t_warm + m · (t_cold − t_warm),   m = max(0, 1 − C / W)
+
+    m is the step's capacity-miss share (Hill and Smith, "Evaluating associativity in CPU caches",
+    IEEE Trans. Computers 38(12), 1989: once the warm-up iterations have loaded the working set, the
+    misses left are capacity misses). A step that fits (W ≤ C) runs warm, as Denning's working-set
+    model has it (P. J. Denning, "The working set model for program behavior", CACM 11(5), 1968); a
+    step far larger than the cache runs cold, which the flushed calibration reproduces. In between,
+    a cache whose insertion policy adapts to a cyclic pattern larger than itself keeps a C-sized
+    part of it resident instead of thrashing (Qureshi et al., "Adaptive insertion policies for high
+    performance caching", ISCA 2007), so the share of bytes that hit is C / W. No factor is fitted:
+    C is the cache size read from the machine at calibration time.
+
+    Until `for_working_set` sets the share every query is answered from the cold tables. A kernel the
+    warm tables did not measure or interpolate is priced cold (noted).
     """
 
     def __init__(self, cold: MeasuredKernelTimes, warm: MeasuredKernelTimes | None = None,
-                 cache_bytes: float | None = None, regime: str = "cold"):
-        if regime not in CACHE_REGIMES:
-            raise ValueError(f"regime must be one of {CACHE_REGIMES}, got {regime!r}")
-        self.cold, self.warm, self.cache_bytes, self.regime = cold, warm, cache_bytes, regime
+                 cache_bytes: float | None = None, cold_share: float = 1.0):
+        if not 0.0 <= cold_share <= 1.0:
+            raise ValueError(f"cold_share must be in [0, 1], got {cold_share!r}")
+        self.cold, self.warm, self.cache_bytes, self.cold_share = cold, warm, cache_bytes, cold_share
+
+    @property
+    def regime(self) -> str:
+        """``warm``, ``cold`` or ``mixed`` (a share of each kernel priced cold)."""
+        if self.warm is None or self.cold_share >= 1.0:
+            return "cold"
+        return "warm" if self.cold_share <= 0.0 else "mixed"
 
     def __getattr__(self, name: str):  # conv_algorithm, gemm_method, origin, ... of the cold tables
         return getattr(self.cold, name)
@@ -412,24 +421,28 @@ class CacheAwareKernelTimes:
         if self.cache_bytes is None:
             return self, f"cache regime: cold (working set {mib:.1f} MiB; profile records no last-level cache size)"
         cache = f"last-level cache {self.cache_bytes / 2**20:.0f} MiB"
-        if working_set_bytes > self.cache_bytes:
-            return (CacheAwareKernelTimes(self.cold, self.warm, self.cache_bytes, "cold"),
-                    f"cache regime: cold (step working set {mib:.1f} MiB > {cache}): flushed-cache tables")
+        share = max(0.0, 1.0 - self.cache_bytes / working_set_bytes) if working_set_bytes > 0 else 0.0
         if self.warm is None:
-            return (CacheAwareKernelTimes(self.cold, self.warm, self.cache_bytes, "cold"),
-                    f"cache regime: warm (step working set {mib:.1f} MiB <= {cache}) but the profile has no "
-                    f"warm tables: flushed-cache tables used")
-        return (CacheAwareKernelTimes(self.cold, self.warm, self.cache_bytes, "warm"),
-                f"cache regime: warm (step working set {mib:.1f} MiB <= {cache}): warm tables first")
+            return (CacheAwareKernelTimes(self.cold, None, self.cache_bytes, 1.0),
+                    f"cache regime: cold (step working set {mib:.1f} MiB, {cache}; the profile has no warm "
+                    f"tables): flushed-cache tables")
+        mixed = CacheAwareKernelTimes(self.cold, self.warm, self.cache_bytes, share)
+        if share <= 0.0:
+            return mixed, f"cache regime: warm (step working set {mib:.1f} MiB <= {cache}): warm tables first"
+        return mixed, (f"cache regime: {mixed.regime} (step working set {mib:.1f} MiB > {cache}): each kernel "
+                       f"warm + {share:.2f} x (cold - warm), the share of the working set the cache cannot hold")
 
     def _ask(self, name: str, *args) -> Estimate | None:
-        if self.regime == "warm" and self.warm is not None:
-            found = getattr(self.warm, name)(*args)
-            if found is not None and found.source in (Source.MEASURED, Source.INTERPOLATED):
-                return Estimate(found.seconds, found.source, f"warm {found.note}")
-            cold = getattr(self.cold, name)(*args)
+        cold = getattr(self.cold, name)(*args)
+        if self.regime == "cold":
+            return cold
+        found = getattr(self.warm, name)(*args)
+        if found is None or found.source not in (Source.MEASURED, Source.INTERPOLATED):
             return None if cold is None else Estimate(cold.seconds, cold.source, f"{cold.note} (no warm row)")
-        return getattr(self.cold, name)(*args)
+        if cold is None or self.cold_share <= 0.0:
+            return Estimate(found.seconds, found.source, f"warm {found.note}")
+        seconds = found.seconds + self.cold_share * (cold.seconds - found.seconds)
+        return Estimate(seconds, found.source, f"warm + {self.cold_share:.2f} x (cold - warm) {found.note}")
 
     def gemm(self, gemm: Gemm, dtype: str) -> Estimate | None:
         return self._ask("gemm", gemm, dtype)
@@ -438,7 +451,7 @@ class CacheAwareKernelTimes:
         return self._ask("conv", pass_name, geometry, dtype)
 
     def conv_algorithms(self, pass_name: str, geometry: dict, dtype: str) -> dict[str, Estimate]:
-        src = self.warm if self.regime == "warm" and self.warm is not None else self.cold
+        src = self.warm if self.regime == "warm" else self.cold
         return src.conv_algorithms(pass_name, geometry, dtype) or self.cold.conv_algorithms(pass_name, geometry, dtype)
 
     def memory_bound(self, op_type: str, pass_name: str, cost: PassCost, dtype: str) -> Estimate | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from dlsim.errors import SpecError
-from dlsim.importers.torch_meter import dispatch_counter
+from dlsim.importers.torch_meter import allocation_meter, dispatch_counter
 from dlsim.importers.graph import Node
 from dlsim.importers.torch_ops import MAPPERS
 from dlsim.spec.model import INPUT
@@ -226,11 +226,13 @@ def _op_name(node: Any) -> str:
     return name
 
 
-def _run(ep: Any, example: tuple, params: dict, counts: dict[str, list[int]] | None = None) -> dict:
+def _run(ep: Any, example: tuple, params: dict, counts: dict[str, list[int]] | None = None,
+         allocated: dict[str, list[float]] | None = None) -> dict:
     """Every node's value on the example input (parameters as leaves that need gradients); with `counts`,
     also per node [ATen operators its forward dispatches, ATen operators its backward dispatches] (the
     backward run from every output that needs a gradient; an operator the autograd engine runs is
-    attributed to the node whose forward created the autograd node running it)."""
+    attributed to the node whose forward created the autograd node running it); with `allocated`, per
+    node [forward, backward] bytes the CPU allocator hands out (`torch_meter.allocation_meter`)."""
     import torch
     import torch.fx
 
@@ -252,26 +254,67 @@ def _run(ep: Any, example: tuple, params: dict, counts: dict[str, list[int]] | N
     forward: dict[str, int] = {}
     owner: dict[Any, str] = {}  # autograd node -> the graph node whose operators created it
 
-    class Recorder(torch.fx.Interpreter):
-        def run_node(self, n: Any) -> Any:
-            with dispatch_counter() as counter:
-                out = super().run_node(n)
-            forward[n.name] = counter.count
-            values[n.name] = out
-            _claim_autograd_nodes(out, n.name, owner)
-            return out
+    with allocation_meter() if allocated is not None else contextlib.nullcontext() as meter:
+        class Recorder(torch.fx.Interpreter):
+            def run_node(self, n: Any) -> Any:
+                with meter.tag(n.name, 0) if meter else contextlib.nullcontext(), dispatch_counter() as counter:
+                    out = super().run_node(n)
+                forward[n.name] = counter.count
+                values[n.name] = out
+                _claim_autograd_nodes(out, n.name, owner)
+                return out
 
-    out = Recorder(ep.graph_module).run(*args)
-    if counts is not None:
-        counts.update({name: [n, 0] for name, n in forward.items()})
-        from torch.utils._pytree import tree_flatten
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
-        if outs:
-            with dispatch_counter(owner) as counter:
-                torch.autograd.backward(outs, [torch.randn_like(t) for t in outs], retain_graph=True)
-            for name, n in counter.by_owner.items():
-                counts[name][1] += n
+        out = Recorder(ep.graph_module).run(*args)
+        if counts is not None or allocated is not None:
+            from torch.utils._pytree import tree_flatten
+            outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+            backward: dict[str, int] = {}
+            if outs:
+                with dispatch_counter(owner, meter) as counter:
+                    torch.autograd.backward(outs, [torch.randn_like(t) for t in outs], retain_graph=True)
+                backward = counter.by_owner
+            if counts is not None:
+                counts.update({name: [n, backward.get(name, 0)] for name, n in forward.items()})
+    if meter is not None:
+        allocated.update(meter.bytes)
     return values
+
+
+def _allocation_lines(ep: Any, example: tuple, params: dict, at_batch: dict[str, list[float]],
+                      dynamic: bool) -> dict[str, list[float]]:
+    """Per node [forward fixed, forward per sample, backward fixed, backward per sample] bytes allocated:
+    from the example batch b and, when the batch is symbolic, a second run at 2b (bytes = fixed +
+    per_sample · batch; weight gradients are fixed, activations scale); a static capture counts all
+    of it per sample."""
+    import torch
+    b = int(example[0].shape[0])
+    twice: dict[str, list[float]] = {}
+    if dynamic:
+        try:
+            _run(ep, (torch.cat([example[0], example[0]]),), params, allocated=twice)
+        except Exception:  # noqa: BLE001 - the example batch alone still gives a line through zero
+            twice = {}
+    out = {}
+    for name in set(at_batch) | set(twice):
+        line = []
+        for k in range(2):
+            one = at_batch.get(name, [0.0, 0.0])[k]
+            two = twice.get(name, [0.0, 0.0])[k] if twice else 2 * one
+            per = max(0.0, (two - one) / b)
+            fixed = max(0.0, one - per * b)
+            line += [fixed, per]
+        out[name] = line
+    return out
+
+
+def _attach_host_work(entry: dict, unplaced: list, own: list) -> list:
+    """Give a layer entry its own and the unplaced nodes' ATen operators (``host_ops``) and allocations
+    (``allocated_bytes``); returns the emptied carry."""
+    total = [u + v for u, v in zip(unplaced, own)]
+    entry["host_ops"] = [int(total[0]), int(total[1])]
+    if any(total[2:]):
+        entry["allocated_bytes"] = [float(f"{v:.6g}") for v in total[2:6]]
+    return [0] * 6
 
 
 def _claim_autograd_nodes(out: Any, name: str, owner: dict) -> None:
@@ -316,12 +359,16 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
             seen[id(held)] = pname
             params[pname] = held.detach().clone().requires_grad_(True)
     input_name = next(name for name, s in spec_of.items() if s.kind.name == "USER_INPUT")
-    dispatched: dict[str, list[int]] = {}
+    counts: dict[str, list[int]] = {}
+    allocated: dict[str, list[float]] = {}
     try:
-        values = _run(ep, example, params, dispatched)
+        values = _run(ep, example, params, counts, allocated)
     except Exception as exc:  # noqa: BLE001 - the captured graph fails on its own example: one line
         raise SpecError(f"the captured graph does not run on the example input ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+    lines = _allocation_lines(ep, example, params, allocated, dynamic)
+    # per node: ATen operators [forward, backward], then bytes allocated (`_allocation_lines`)
+    dispatched = {name: [*counts.get(name, [0, 0]), *lines.get(name, [0.0] * 4)] for name in set(counts) | set(lines)}
     in_node = next(n for n in ep.graph.nodes if n.name == input_name)
     sym = None
     if dynamic:
@@ -341,7 +388,7 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
             live.add(n.name)
             stack.extend(_fx_args(n))
 
-    unplaced = [0, 0]  # operators of folded nodes not yet charged to a layer
+    unplaced = [0] * 6  # operators and allocations of folded nodes not yet charged to a layer
     for node in ep.graph.nodes:
         if node.op != "call_function":
             continue
@@ -381,7 +428,7 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
                 if entry["type"] not in ("reshape",):
                     ctx.claim(_node_params(ctx, node), nid)
                 if suffix == "" and node.name in dispatched:
-                    entry["host_ops"], unplaced = [u + v for u, v in zip(unplaced, dispatched[node.name])], [0, 0]
+                    unplaced = _attach_host_work(entry, unplaced, dispatched[node.name])
                 ctx.nodes.append(Node(nid, entry, inputs, scope, cls, op, tied))
             ctx.alias[node.name] = node.name
             continue
@@ -410,7 +457,7 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
         if not in_ids:
             in_ids = [INPUT]
         if node.name in dispatched:
-            entry["host_ops"], unplaced = [u + v for u, v in zip(unplaced, dispatched[node.name])], [0, 0]
+            unplaced = _attach_host_work(entry, unplaced, dispatched[node.name])
         ctx.nodes.append(Node(node.name, entry, in_ids, scope, cls, entry["op"]))
         ctx.alias[node.name] = node.name
         ctx.fallbacks[entry["op"]] = ctx.fallbacks.get(entry["op"], 0) + 1

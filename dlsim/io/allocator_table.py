@@ -1,9 +1,10 @@
-"""The allocator regime a prediction assumes, and the measured fresh-memory rate it charges; the measured
-host cost per ATen operator (`host_op_cost`).
+"""The allocator regime a prediction assumes, and the measured fresh-memory rate and heap re-fault
+fraction it charges; the measured host cost per ATen operator (`host_op_cost`).
 
 ``device.csv`` beside a calibrated CPU profile holds ``fresh_memory_s_per_byte_t<N>`` rows
 (`dlsim.calibrate.alloc_probe`), one per thread count; the rate for the thread count the profile's
-tables were measured with (meta.yaml ``timing.threads``) is used, else the nearest measured one.
+tables were measured with (meta.yaml ``timing.threads``) is used, else the nearest measured one. Its
+``heap_refault_fraction`` row (`dlsim.calibrate.refault_probe`) is α of `dlsim.cost.allocation`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from dlsim.cost.allocation import REGIMES, AllocatorCost
+from dlsim.cost.allocation import REFAULT_QUANTITY, REGIMES, AllocatorCost
 from dlsim.cost.hostops import QUANTITIES as HOST_QUANTITIES, HostOpCost
 from dlsim.errors import SpecError
 from dlsim.io.yamlfile import read_yaml
@@ -80,4 +81,10 @@ def allocator_cost(cluster: Cluster, regime: str = "default") -> tuple[Allocator
     threads = int(((read_yaml(meta) or {}).get("timing") or {}).get("threads") or max(rates)) if meta.exists() \
         else max(rates)
     t = min(rates, key=lambda n: (abs(n - threads), -n))
-    return AllocatorCost("default", rates[t], source=f"measured with {t} threads, device.csv"), []
+    alpha = device_quantities(profile_dir, lambda q: q == REFAULT_QUANTITY).get(REFAULT_QUANTITY)
+    if alpha is None:
+        return AllocatorCost("default", rates[t], source=f"measured with {t} threads, device.csv"), [
+            "allocator: the profile measured no heap re-fault fraction (dlsim calibrate compute adds it): only "
+            "tensors above 32 MiB are charged fresh pages"]
+    return AllocatorCost("default", rates[t], alpha, source=f"page cost measured with {t} threads, re-fault "
+                                                              f"fraction by the probe networks, device.csv"), []

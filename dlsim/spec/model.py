@@ -102,6 +102,21 @@ def _check_host_ops(value: Any, source: str, where: str) -> None:
                         path=source, field=f"{where}.{HOST_OPS}")
 
 
+ALLOCATED_BYTES = "allocated_bytes"
+"""A field any layer may carry: [forward fixed, forward per sample, backward fixed, backward per sample],
+the bytes an eager step's operators of the layer request from the CPU allocator in each pass, as
+fixed + per_sample · batch (set by the PyTorch importer, which measures them at two batch sizes;
+priced by `dlsim.cost.allocation`)."""
+
+
+def _check_allocated_bytes(value: Any, source: str, where: str) -> None:
+    if not (isinstance(value, (list, tuple)) and len(value) == 4 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in value)):
+        raise SpecError("allocated_bytes must be [forward fixed, forward per sample, backward fixed, backward per "
+                        f"sample] (non-negative numbers), got {excerpt(value)}", path=source,
+                        field=f"{where}.{ALLOCATED_BYTES}")
+
+
 def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: str,
                 entries: list[dict], *, source: str = "", params_used: Mapping | None = None) -> Model:
     """Validate layer entries and infer shapes through the DAG.
@@ -136,6 +151,8 @@ def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: s
                 continue
             if key == HOST_OPS:
                 _check_host_ops(value, source, where)
+            elif key == ALLOCATED_BYTES:
+                _check_allocated_bytes(value, source, where)
             elif key not in op.attrs:
                 raise SpecError(f"unknown field for {kind} (known: {', '.join(op.attrs) or 'none'})",
                                 path=source, field=f"{where}.{key}")

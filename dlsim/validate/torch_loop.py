@@ -21,11 +21,13 @@ torch is imported inside the functions only.
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import functools
+import resource
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from dlsim.errors import DlsimError
+from dlsim.fresh_process import call_in_fresh_process
 
 KINDS = ("convolution", "matmul", "attention", "normalization", "recurrent", "embedding", "loss", "optimizer",
          "memory-bound")
@@ -130,35 +132,16 @@ def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Ca
     for _ in range(warmup):
         loop.step()
     samples, begin = [], time.perf_counter()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     while len(samples) < steps or time.perf_counter() - begin < min_seconds:
         samples.append(loop.step())
+    faulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * resource.getpagesize() / len(samples)
     ops = loop.op_times(profile_steps) if profile_steps else {}
     return {"samples": samples, "ops": ops, "threads": loop.threads, "optimizer_impl": loop.impl,
-            "parameters": sum(p.numel() for p in loop.net.parameters())}
-
-
-def _worker(conn: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
-    try:
-        conn.send(("ok", run_loop(*args, **kwargs)))
-    except Exception as exc:  # reported to the caller as one line
-        conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0]))
+            "parameters": sum(p.numel() for p in loop.net.parameters()), "faulted_bytes_per_step": faulted}
 
 
 def time_in_worker(factory: str, input_shape: Sequence[int], batch: int, **kwargs: Any) -> dict[str, Any]:
     """`run_loop` in a spawned process of its own (a fresh process, as a training job is)."""
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_worker, args=(child, (factory, list(input_shape), batch), kwargs), daemon=True)
-    proc.start()
-    child.close()
-    try:
-        status, payload = parent.recv()
-    except EOFError:
-        raise DlsimError(f"the process timing {factory} stopped (exit code {proc.exitcode})") from None
-    finally:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-    if status == "error":
-        raise DlsimError(f"timing {factory} failed: {payload}")
-    return payload
+    return call_in_fresh_process(functools.partial(run_loop, **kwargs), factory, list(input_shape), batch,
+                                 what=f"timing {factory}")
