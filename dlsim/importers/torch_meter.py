@@ -144,7 +144,7 @@ def dispatch_counter(owner: dict | None = None, meter: AllocationMeter | None = 
 
 
 @contextmanager
-def _quiet_fd2() -> Iterator[None]:
+def quiet_fd2() -> Iterator[None]:
     """The profiler's C++ side writes lines of its own on file descriptor 2 (start, stop, blocks freed that
     it did not see allocated): they are not the user's business."""
     saved = os.dup(2)
@@ -192,7 +192,7 @@ def allocation_meter() -> Iterator[AllocationMeter]:
     per-size caches (`dlsim.cost.allocation.SMALL_REQUEST_BYTES`), kernel workspaces included."""
     from torch.profiler import ProfilerActivity, profile
     meter = AllocationMeter()
-    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         yield meter
     meter.add_events(prof.profiler.kineto_results.events())
 

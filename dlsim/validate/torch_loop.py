@@ -105,7 +105,9 @@ class PlainLoop:
     def op_times(self, steps: int) -> dict[str, float]:
         """Seconds per step by operator kind: ATen self CPU times of `steps` profiled steps."""
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+
+        from dlsim.importers.torch_meter import quiet_fd2
+        with quiet_fd2(), profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
                 self.step()
         out = {k: 0.0 for k in KINDS}
