@@ -1,4 +1,5 @@
-"""The heap re-fault fraction α (dlsim.calibrate.refault_probe): measured in fresh default processes."""
+"""The default process's heap share: α (dlsim.calibrate.refault_probe, measured in fresh default processes) and
+the bytes it applies to (measured per layer at capture)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,29 @@ def test_refault_row_is_the_median_over_fresh_processes():
     with pytest.raises(ValueError, match="unknown probe"):
         from dlsim.calibrate.refault_probe import probe_network
         probe_network("lenet")
+
+
+def test_capture_measures_each_layers_allocations_at_two_batches(tmp_path):
+    import torch.nn as nn
+    from dlsim.api.importers import import_torch_module
+    net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
+    model = import_torch_module(net, [torch.randn(4, 64)], name="tiny").model
+    first = model.layers[0]
+    fwd_fixed, fwd_per_sample, bwd_fixed, bwd_per_sample = first.attrs["allocated_bytes"]
+    # forward: the 256-wide output per sample; backward: the 64 x 256 weight gradient is fixed
+    assert fwd_per_sample >= 256 * 4 and fwd_fixed < 256 * 4
+    assert bwd_fixed >= 64 * 256 * 4
+
+
+def test_capture_without_a_profiler_falls_back_to_the_layer_model(monkeypatch):
+    import torch.nn as nn
+    import torch.profiler
+    from dlsim.api.importers import import_torch_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no profiler here")
+    monkeypatch.setattr(torch.profiler, "profile", broken)
+    net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
+    model = import_torch_module(net, [torch.randn(4, 64)], name="tiny").model
+    assert all("allocated_bytes" not in layer.attrs for layer in model.layers)
+    assert model.layers[0].attrs.get("host_ops")

@@ -189,12 +189,22 @@ class AllocationMeter:
 def allocation_meter() -> Iterator[AllocationMeter]:
     """Profile the CPU allocator (torch.profiler with ``profile_memory``) while the block runs; on exit
     `AllocationMeter.bytes` holds, per tagged name, [forward, backward] bytes requested above glibc's
-    per-size caches (`dlsim.cost.allocation.SMALL_REQUEST_BYTES`), kernel workspaces included."""
+    per-size caches (`dlsim.cost.allocation.SMALL_REQUEST_BYTES`), kernel workspaces included; empty
+    where the profiler cannot start."""
     from torch.profiler import ProfilerActivity, profile
     meter = AllocationMeter()
-    with quiet_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        yield meter
-    meter.add_events(prof.profiler.kineto_results.events())
+    with quiet_fd2():
+        try:
+            prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True).__enter__()
+        except Exception:  # noqa: BLE001 - no profiler here: nothing measured, the layer model prices allocations
+            prof = None
+        try:
+            yield meter
+        finally:
+            if prof is not None:
+                prof.__exit__(None, None, None)
+    if prof is not None:
+        meter.add_events(prof.profiler.kineto_results.events())
 
 
 @dataclass(frozen=True)
