@@ -89,7 +89,7 @@ def main() -> None:
     from dlsim.api.models import as_cluster
     from dlsim.calibrate.compute_ops import make_optimizer
     from dlsim.cost.allocation import fresh_tensors, requested_bytes, step_charges
-    from dlsim.io.allocator_table import allocator_cost
+    from dlsim.io.allocator_table import allocator_cost, host_op_cost
     from dlsim.validate.torch_loop import time_in_worker
     import functools
 
@@ -110,6 +110,7 @@ def main() -> None:
                                 command="benchmarks/validate_torch_nets.py (the ten networks' kernels)")
     calibrate_s = time.perf_counter() - start
     alloc, _ = allocator_cost(as_cluster(prof), "default")
+    host, _ = host_op_cost(as_cluster(prof))
     predicted = {n: estimate(m, prof, chosen[n][4], optimizer=args.optimizer, allocator="default")
                  for n, m in models.items()}
     rounds: dict[str, list[float]] = {n: [] for n in chosen}
@@ -155,7 +156,8 @@ def main() -> None:
     errors = [abs(r["error"]) for r in rows]
     rec = {"kind": "validate-torch-nets", "profile": str(prof), "rounds": args.rounds, "optimizer": args.optimizer,
            "allocator": "default (glibc as it comes)", "allocator_model": alloc.describe(),
-           "refault_fraction": alloc.refault_fraction, "calibrate_s": calibrate_s,
+           "refault_fraction": alloc.refault_fraction,
+           "optimizer_in_loop_factor": host.optimizer_factor if host is not None else 1.0, "calibrate_s": calibrate_s,
            "calibrated_kernels": cal["measured"], "already_measured": cal["already_measured"],
            "calibration_warnings": cal["warnings"],
            "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
@@ -196,11 +198,13 @@ def write_report(rec: dict, source: str = "") -> None:
               "* per ATen operator the captured layer dispatches forward and backward (counted at capture), the "
               "host time an eager step pays beyond the operator's kernel (Python and module calls, autograd, "
               "views), measured by the calibration's host probe, a network of none of these ten "
-              "(`dlsim.calibrate.host_ops`, device.csv `host_op_forward_s`, `host_op_backward_s`);",
+              "(`dlsim.calibrate.host_ops`, device.csv `host_op_forward_s`, `host_op_backward_s`); the optimizer "
+              "step's table time times the in-loop factor rho the calibration's loop probe measured on its own "
+              f"probe networks ({rec.get('optimizer_in_loop_factor', 1.0):.2f}, `dlsim.calibrate.loop_probe`);",
               "* fresh pages of the default process: the bytes each layer's operators request, measured at "
               "capture (PyTorch's allocator, at two batch sizes), times the heap re-fault fraction alpha "
               f"({rec.get('refault_fraction', 0):.3f}) measured by the calibration on four probe networks of its own "
-              "in fresh default processes (`dlsim.calibrate.refault_probe`), plus tensors above 32 MiB in full; "
+              "in fresh default processes (`dlsim.calibrate.loop_probe`), plus tensors above 32 MiB in full; "
               "each fresh byte at the rate the calibration's mmap probe measured (`dlsim.calibrate.alloc_probe`).",
               "", f"Allocator model: {rec.get('allocator_model', '')}.", ""]
     if rec["networks"] and "faulted_mib_per_step" in rec["networks"][0]:

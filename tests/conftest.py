@@ -22,10 +22,10 @@ def cli(capsys):
 
 
 @pytest.fixture(autouse=True)
-def quick_refault_probe(monkeypatch):
-    """A calibration in a test measures the heap re-fault fraction on one probe process (the MLP), not
-    eight; tests/test_refault_probe.py runs the probe itself."""
+def quick_loop_probe(monkeypatch):
+    """A calibration in a test measures the loop probe's shares on one probe process (the MLP), not
+    eight; tests/test_loop_probe.py runs the probe itself."""
     import functools
 
-    from dlsim.calibrate import compute_run, refault_probe
-    monkeypatch.setattr(compute_run, "refault_rows", functools.partial(refault_probe.refault_rows, 1, ("mlp",)))
+    from dlsim.calibrate import compute_run, loop_probe
+    monkeypatch.setattr(compute_run, "loop_probe_rows", functools.partial(loop_probe.loop_probe_rows, 1, ("mlp",)))

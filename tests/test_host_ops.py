@@ -51,6 +51,12 @@ def test_estimate_charges_the_measured_rate_per_operator(tmp_path):
     assert extra["act"] == pytest.approx((1e-5, 4e-6), rel=1e-9)
     assert extra["view"] == pytest.approx((1e-5, 2e-6), rel=1e-9)
     assert any("per ATen operator" in n for n in after.notes)
+    assert after.optimizer_step.seconds == before.optimizer_step.seconds  # no in-loop factor measured: as timed
+    with open(prof / "device.csv", "a") as handle:
+        handle.write("optimizer_in_loop_factor,1.6,ratio,probe\n")
+    looped = estimate(model, prof, 4, optimizer="sgd")
+    assert looped.optimizer_step.seconds == pytest.approx(1.6 * before.optimizer_step.seconds, rel=1e-9)
+    assert "in the loop" in looped.optimizer_step.note
 
 
 def test_bad_host_ops_is_one_line():

@@ -45,7 +45,7 @@ SMALL_REQUEST_BYTES = 1032
 """glibc's tcache serves chunks up to 1032 bytes (64 size classes of 16 bytes, malloc.c
 MAX_TCACHE_SIZE) from per-thread lists that recycle them: they never reach the heap's top."""
 REFAULT_QUANTITY = "heap_refault_fraction"
-"""The device.csv quantity holding α (`dlsim.calibrate.refault_probe`)."""
+"""The device.csv quantity holding α (`dlsim.calibrate.loop_probe`)."""
 REGIMES = ("default", "retained", "jemalloc", "tcmalloc", "mimalloc")
 VIEWS = frozenset({"flatten", "reshape", "dropout_eval"})
 PASS_THROUGH = frozenset({"add"})

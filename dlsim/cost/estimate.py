@@ -64,6 +64,9 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     step = tables.optimizer_step(optimizer, model.params, tensors) if tables is not None else None
     if step is None:
         step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
+    if host is not None and host.optimizer_factor != 1.0:  # the eager loop's step (dlsim.cost.hostops)
+        step = Estimate(step.seconds * host.optimizer_factor, step.source,
+                        f"{step.note} x {host.optimizer_factor:.2f} in the loop (measured)")
     extra_bytes, extra_flops = mixed_precision_step_traffic(model.params, dtype)
     if extra_bytes:
         step = step + roofline_time(extra_flops, extra_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))

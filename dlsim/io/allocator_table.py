@@ -4,7 +4,7 @@ fraction it charges; the measured host cost per ATen operator (`host_op_cost`).
 ``device.csv`` beside a calibrated CPU profile holds ``fresh_memory_s_per_byte_t<N>`` rows
 (`dlsim.calibrate.alloc_probe`), one per thread count; the rate for the thread count the profile's
 tables were measured with (meta.yaml ``timing.threads``) is used, else the nearest measured one. Its
-``heap_refault_fraction`` row (`dlsim.calibrate.refault_probe`) is α of `dlsim.cost.allocation`.
+``heap_refault_fraction`` row (`dlsim.calibrate.loop_probe`) is α of `dlsim.cost.allocation`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from dlsim.cost.allocation import REFAULT_QUANTITY, REGIMES, AllocatorCost
-from dlsim.cost.hostops import QUANTITIES as HOST_QUANTITIES, HostOpCost
+from dlsim.cost.hostops import OPTIMIZER_QUANTITY, QUANTITIES as HOST_QUANTITIES, HostOpCost
 from dlsim.errors import SpecError
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster
@@ -53,16 +53,21 @@ def fresh_memory_rates(profile_dir: Path) -> dict[int, float]:
 
 def host_op_cost(cluster: Cluster) -> tuple[HostOpCost | None, list[str]]:
     """The profile's measured host seconds per ATen operator (``host_op_forward_s``, ``host_op_backward_s``
-    in device.csv, `dlsim.calibrate.host_ops`), or None and a note when it measured none."""
+    in device.csv, `dlsim.calibrate.host_ops`) and the optimizer step's in-loop factor
+    (``optimizer_in_loop_factor``, `dlsim.calibrate.loop_probe`; 1 where not measured), or None and a
+    note when it measured no host cost."""
     profile_dir = Path(cluster.source).parent if cluster.source else None
-    rows = device_quantities(profile_dir, lambda q: q in HOST_QUANTITIES) if profile_dir else {}
-    if len(rows) < len(HOST_QUANTITIES):
+    rows = device_quantities(profile_dir, lambda q: q in (*HOST_QUANTITIES, OPTIMIZER_QUANTITY)) if profile_dir else {}
+    if any(q not in rows for q in HOST_QUANTITIES):
         return None, ["host: the profile measured no host cost per ATen operator (dlsim calibrate compute adds "
                       "it): captured layers pay their kernels only"]
     f, b = (rows[q] for q in HOST_QUANTITIES)
-    return HostOpCost(f, b, "measured by the host probe, device.csv"), \
+    rho = rows.get(OPTIMIZER_QUANTITY, 1.0)
+    loop = (f"; optimizer step x {rho:.2f} in the loop (measured by the loop probe)" if OPTIMIZER_QUANTITY in rows
+            else "; optimizer step as timed back to back (the profile measured no in-loop factor)")
+    return HostOpCost(f, b, "measured by the host probe, device.csv", rho), \
         [f"host: {f * 1e6:.2f} us forward, {b * 1e6:.2f} us backward per ATen operator a captured layer dispatches "
-         "(measured, device.csv)"]
+         f"(measured, device.csv){loop}"]
 
 
 def allocator_cost(cluster: Cluster, regime: str = "default") -> tuple[AllocatorCost, list[str]]:

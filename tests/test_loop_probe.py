@@ -1,5 +1,5 @@
-"""The default process's heap share: α (dlsim.calibrate.refault_probe, measured in fresh default processes) and
-the bytes it applies to (measured per layer at capture)."""
+"""The plain loop's shares beyond the tables (dlsim.calibrate.loop_probe, measured in fresh default processes): the
+heap's re-faulted bytes α, the bytes α applies to (measured per layer at capture), the optimizer's in-loop factor ρ."""
 
 from __future__ import annotations
 
@@ -9,25 +9,30 @@ torch = pytest.importorskip("torch")
 
 
 def test_probe_networks_train_and_request_at_least_their_activations():
-    from dlsim.calibrate.refault_probe import PROBES, measure_in_this_process, probe_network
+    from dlsim.calibrate.loop_probe import PROBES, measure_in_this_process, probe_network
     for name in PROBES:
         shape, batch = PROBES[name]
         out = probe_network(name)(torch.randn(batch, *shape))
         assert tuple(out.shape) == (batch, 10)
-    faulted, requested = measure_in_this_process("mlp")
+    run = measure_in_this_process("mlp")
     # one step allocates at least the two 2048-wide hidden activations of 128 samples, forward and backward
-    assert requested >= 2 * 2 * 128 * 2048 * 4 and faulted >= 0
+    assert run["requested"] >= 2 * 2 * 128 * 2048 * 4 and run["faulted"] >= 0
+    assert run["optimizer_in_loop_s"] > 0 and run["optimizer_alone_s"] > 0
 
 
-def test_refault_row_is_the_median_over_fresh_processes():
-    from dlsim.calibrate.refault_probe import QUANTITY, refault_fractions, refault_rows
-    fractions = refault_fractions(1, ("mlp", "conv1d"))
-    assert set(fractions) == {"mlp", "conv1d"} and all(len(v) == 1 and 0 <= v[0] <= 1 for v in fractions.values())
-    row = refault_rows(1, ("mlp",))[0]
-    assert row["quantity"] == QUANTITY and row["unit"] == "fraction" and 0 <= float(row["value"]) <= 1
-    assert "median over 1 processes of 1 probe networks (mlp " in row["how"]
+def test_loop_rows_are_medians_over_fresh_processes():
+    from dlsim.calibrate.loop_probe import OPTIMIZER, REFAULT, loop_probe_rows, probe_ratios
+    ratios = probe_ratios(1, ("mlp", "conv1d"))
+    assert set(ratios) == {REFAULT, OPTIMIZER}
+    assert all(set(v) == {"mlp", "conv1d"} for v in ratios.values())
+    assert all(len(x) == 1 and 0 <= x[0] <= 1 for x in ratios[REFAULT].values())
+    assert all(len(x) == 1 and 0.2 < x[0] < 20 for x in ratios[OPTIMIZER].values())  # a timing ratio, not a share
+    rows = {r["quantity"]: r for r in loop_probe_rows(1, ("mlp",))}
+    assert rows[REFAULT]["unit"] == "fraction" and 0 <= float(rows[REFAULT]["value"]) <= 1
+    assert rows[OPTIMIZER]["unit"] == "ratio" and float(rows[OPTIMIZER]["value"]) > 0
+    assert all("median over 1 processes of 1 probe networks (mlp " in r["how"] for r in rows.values())
     with pytest.raises(ValueError, match="unknown probe"):
-        from dlsim.calibrate.refault_probe import probe_network
+        from dlsim.calibrate.loop_probe import probe_network
         probe_network("lenet")
 
 
