@@ -157,7 +157,8 @@ def main() -> None:
     rec = {"kind": "validate-torch-nets", "profile": str(prof), "rounds": args.rounds, "optimizer": args.optimizer,
            "allocator": "default (glibc as it comes)", "allocator_model": alloc.describe(),
            "refault_fraction": alloc.refault_fraction,
-           "optimizer_in_loop_factor": host.optimizer_factor if host is not None else 1.0, "calibrate_s": calibrate_s,
+           "optimizer_in_loop_extra_s": host.optimizer_extra_s if host is not None else None,
+           "calibrate_s": calibrate_s,
            "calibrated_kernels": cal["measured"], "already_measured": cal["already_measured"],
            "calibration_warnings": cal["warnings"],
            "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
@@ -199,8 +200,9 @@ def write_report(rec: dict, source: str = "") -> None:
               "host time an eager step pays beyond the operator's kernel (Python and module calls, autograd, "
               "views), measured by the calibration's host probe, a network of none of these ten "
               "(`dlsim.calibrate.host_ops`, device.csv `host_op_forward_s`, `host_op_backward_s`); the optimizer "
-              "step's table time times the in-loop factor rho the calibration's loop probe measured on its own "
-              f"probe networks ({rec.get('optimizer_in_loop_factor', 1.0):.2f}, `dlsim.calibrate.loop_probe`);",
+              "step from the flushed-cache table (its operands were last touched a step before) plus the in-loop "
+              "extra h the calibration's loop probe measured on its own probe networks "
+              f"({1e6 * (rec.get('optimizer_in_loop_extra_s') or 0):.0f} us, `dlsim.calibrate.loop_probe`);",
               "* fresh pages of the default process: the bytes each layer's operators request, measured at "
               "capture (PyTorch's allocator, at two batch sizes), times the heap re-fault fraction alpha "
               f"({rec.get('refault_fraction', 0):.3f}) measured by the calibration on four probe networks of its own "

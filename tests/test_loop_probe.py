@@ -17,7 +17,7 @@ def test_probe_networks_train_and_request_at_least_their_activations():
     run = measure_in_this_process("mlp")
     # one step allocates at least the two 2048-wide hidden activations of 128 samples, forward and backward
     assert run["requested"] >= 2 * 2 * 128 * 2048 * 4 and run["faulted"] >= 0
-    assert run["optimizer_in_loop_s"] > 0 and run["optimizer_alone_s"] > 0
+    assert run["optimizer_in_loop_s"] > 0 and run["optimizer_flushed_s"] > 0
 
 
 def test_loop_rows_are_medians_over_fresh_processes():
@@ -26,10 +26,10 @@ def test_loop_rows_are_medians_over_fresh_processes():
     assert set(ratios) == {REFAULT, OPTIMIZER}
     assert all(set(v) == {"mlp", "conv1d"} for v in ratios.values())
     assert all(len(x) == 1 and 0 <= x[0] <= 1 for x in ratios[REFAULT].values())
-    assert all(len(x) == 1 and 0.2 < x[0] < 20 for x in ratios[OPTIMIZER].values())  # a timing ratio, not a share
+    assert all(len(x) == 1 and 0 <= x[0] < 0.1 for x in ratios[OPTIMIZER].values())  # seconds a step pays extra
     rows = {r["quantity"]: r for r in loop_probe_rows(1, ("mlp",))}
     assert rows[REFAULT]["unit"] == "fraction" and 0 <= float(rows[REFAULT]["value"]) <= 1
-    assert rows[OPTIMIZER]["unit"] == "ratio" and float(rows[OPTIMIZER]["value"]) > 0
+    assert rows[OPTIMIZER]["unit"] == "s" and float(rows[OPTIMIZER]["value"]) >= 0
     assert all("median over 1 processes of 1 probe networks (mlp " in r["how"] for r in rows.values())
     with pytest.raises(ValueError, match="unknown probe"):
         from dlsim.calibrate.loop_probe import probe_network

@@ -10,18 +10,19 @@ probe measures its expectation:
 
     α_i = (minor page faults per step · page size) / (bytes the step requests above 1032 B)
 
-**ρ, the optimizer step's in-loop factor.** The fused optimizer step, timed back to back as the tables
-time it, runs slower inside the loop (its state was last touched a whole step ago; the intra-op
-threads have gone idle during the backward's tail):
+**h, the optimizer step's in-loop extra.** The optimizer's operands (state, weights) were last touched a
+whole step ago, so in the loop the step runs at least as slow as its flushed-cache timing; and slower
+still, by a time that hardly depends on its size (the intra-op threads have gone idle during the
+backward's tail):
 
-    ρ_i = median in-loop ``opt.step()`` time / median back-to-back ``opt.step()`` time
+    h_i = median in-loop ``opt.step()`` time − median ``opt.step()`` time after a cache flush
 
 Both come from each probe network i trained in a fresh process as it comes (PyTorch's plain loop,
 fused Adam, 5 warm-up steps, then ``getrusage`` minor faults and the loop's phase times over 20 steps;
 the requested bytes from one step under `dlsim.importers.torch_meter.allocation_meter`; then 20
-back-to-back optimizer steps), two processes per network. α and ρ are the medians over the
-processes, and the records list every value (their spread is the uncertainty of those shares of a
-prediction). The probe networks: an MLP (512-2048-2048-10, batch 128), a CNN (three 3×3 convolutions
+optimizer steps each after a cache flush, as the calibration's cold tables time kernels), four
+processes per network. α and h are the medians over the processes, and the records list every value
+(their spread is the uncertainty of those shares of a prediction). The probe networks: an MLP (512-2048-2048-10, batch 128), a CNN (three 3×3 convolutions
 with batch norm, 32×32 images, batch 16), a transformer encoder layer (d 128, 4 heads, 64 tokens,
 batch 16) and a 1-D convolution stack (8 channels × 1024 samples, batch 32). torch is imported inside
 the functions only.
@@ -37,7 +38,7 @@ from dlsim.cost.allocation import REFAULT_QUANTITY as REFAULT
 from dlsim.cost.hostops import OPTIMIZER_QUANTITY as OPTIMIZER
 from dlsim.fresh_process import call_in_fresh_process
 
-WARMUP, STEPS, ROUNDS = 5, 20, 2
+WARMUP, STEPS, ROUNDS = 5, 20, 4
 PROBES = {"mlp": ([512], 128), "cnn": ([3, 32, 32], 16), "encoder": ([64, 128], 16), "conv1d": ([8, 1024], 32)}
 
 
@@ -72,12 +73,11 @@ def probe_network(name: str) -> Any:
 
 def measure_in_this_process(name: str) -> dict[str, float]:
     """Probe `name` trained in this process: bytes faulted in and requested per step, and the optimizer
-    step's median seconds in the loop and back to back."""
-    import time
-
+    step's median seconds in the loop and after a cache flush."""
     import torch
 
     from dlsim.calibrate.compute_ops import make_optimizer
+    from dlsim.calibrate.compute_timer import KernelTimer, cache_flusher
     from dlsim.importers.torch_meter import allocation_meter
     from dlsim.validate.torch_loop import PlainLoop
 
@@ -91,17 +91,13 @@ def measure_in_this_process(name: str) -> dict[str, float]:
     faulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * resource.getpagesize() / STEPS
     with allocation_meter() as meter, meter.tag("step", 0):
         loop.step()
-    alone = []
-    for _ in range(STEPS):
-        start = time.perf_counter()
-        loop.opt.step()
-        alone.append(time.perf_counter() - start)
+    flushed = KernelTimer("cpu", repeats=STEPS, flush=cache_flusher("cpu")).time(loop.opt.step).seconds
     return {"faulted": faulted, "requested": meter.bytes.get("step", [0.0])[0],
-            "optimizer_in_loop_s": statistics.median(in_loop), "optimizer_alone_s": statistics.median(alone)}
+            "optimizer_in_loop_s": statistics.median(in_loop), "optimizer_flushed_s": flushed}
 
 
 def probe_ratios(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
-    """Per quantity (α: `REFAULT`, ρ: `OPTIMIZER`), probe name -> its value in each fresh process."""
+    """Per quantity (α: `REFAULT`, h: `OPTIMIZER`), probe name -> its value in each fresh process."""
     out: dict[str, dict[str, list[float]]] = {REFAULT: {n: [] for n in probes}, OPTIMIZER: {n: [] for n in probes}}
     for _ in range(rounds):
         for name in probes:
@@ -110,21 +106,21 @@ def probe_ratios(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) 
             run = call_in_fresh_process(measure_in_this_process, name, what=f"the loop probe {name}",
                                         context="forkserver", preload=("torch", __name__), timeout_s=300)
             out[REFAULT][name].append(run["faulted"] / run["requested"] if run["requested"] > 0 else 0.0)
-            out[OPTIMIZER][name].append(run["optimizer_in_loop_s"] / run["optimizer_alone_s"]
-                                        if run["optimizer_alone_s"] > 0 else 1.0)
+            out[OPTIMIZER][name].append(max(0.0, run["optimizer_in_loop_s"] - run["optimizer_flushed_s"]))
     return out
 
 
 def loop_probe_rows(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> list[dict[str, str]]:
-    """The device.csv rows (quantity, value, unit, how): the medians of α and ρ over the probe processes."""
+    """The device.csv rows (quantity, value, unit, how): the medians of α and h over the probe processes."""
     ratios = probe_ratios(rounds, probes)
     what = {REFAULT: ("fraction", "minor page faults x page size per step / bytes requested per step (> 1032 B)"),
-            OPTIMIZER: ("ratio", "median in-loop opt.step() time / median back-to-back opt.step() time")}
+            OPTIMIZER: ("s", "median in-loop opt.step() time - median opt.step() time after a cache flush")}
     rows = []
     for quantity, per_probe in ratios.items():
         values = [v for vs in per_probe.values() for v in vs]
-        listed = "; ".join(f"{name} " + ", ".join(f"{v:.3f}" for v in vs) for name, vs in per_probe.items())
         unit, ratio = what[quantity]
+        shown = (lambda v: f"{v * 1e6:.0f} us") if unit == "s" else (lambda v: f"{v:.3f}")
+        listed = "; ".join(f"{name} " + ", ".join(shown(v) for v in vs) for name, vs in per_probe.items())
         how = (f"{ratio}, plain loop with fused Adam in fresh default processes, {WARMUP} warm-up + {STEPS} counted "
                f"steps; median over {len(values)} processes of {len(per_probe)} probe networks ({listed})")
         rows.append({"quantity": quantity, "value": f"{statistics.median(values):.6g}", "unit": unit, "how": how})

@@ -61,12 +61,16 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
         timings.append(timing)
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
     tensors = sum(1 for layer in model.layers if layer.params)
-    step = tables.optimizer_step(optimizer, model.params, tensors) if tables is not None else None
+    step = None
+    if tables is not None:
+        step = tables.optimizer_step(optimizer, model.params, tensors)
+        if host is not None and host.optimizer_extra_s is not None:  # the eager loop's step (dlsim.cost.hostops)
+            cold = getattr(tables, "cold", tables).optimizer_step(optimizer, model.params, tensors)
+            step = None if cold is None else Estimate(
+                cold.seconds + host.optimizer_extra_s, cold.source,
+                f"{cold.note} (flushed cache) + {host.optimizer_extra_s * 1e6:.0f} us in the loop (measured)")
     if step is None:
         step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
-    if host is not None and host.optimizer_factor != 1.0:  # the eager loop's step (dlsim.cost.hostops)
-        step = Estimate(step.seconds * host.optimizer_factor, step.source,
-                        f"{step.note} x {host.optimizer_factor:.2f} in the loop (measured)")
     extra_bytes, extra_flops = mixed_precision_step_traffic(model.params, dtype)
     if extra_bytes:
         step = step + roofline_time(extra_flops, extra_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))

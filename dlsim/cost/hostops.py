@@ -8,9 +8,13 @@ time of a probe network beyond its operators' own kernel times, per operator) th
     forward += host_ops[0] · h_fwd,   ∇x += host_ops[1] · h_bwd
 
 on top of its kernels' table times. A layer without ``host_ops`` (a hand-written YAML) pays nothing extra.
-The same eager loop runs its optimizer step ρ times slower than the table's back-to-back timing (its
-state last touched a step ago, the intra-op threads idle; ρ measured by `dlsim.calibrate.loop_probe`),
-so a captured network's optimizer step is priced ρ · t_step.
+The same eager loop runs its optimizer step from a cold cache (its state and weights were last
+touched a whole step before) and a little later than that (the intra-op threads idle during the
+backward's tail), so a captured network's optimizer step is priced
+
+    t_step = t_step(flushed-cache table) + h
+
+with h measured on probe networks (`dlsim.calibrate.loop_probe`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from dlsim.spec.model import Layer
 
 QUANTITIES = ("host_op_forward_s", "host_op_backward_s")
 """The ``device.csv`` quantities of h_fwd and h_bwd."""
-OPTIMIZER_QUANTITY = "optimizer_in_loop_factor"
-"""The ``device.csv`` quantity of ρ."""
+OPTIMIZER_QUANTITY = "optimizer_in_loop_extra_s"
+"""The ``device.csv`` quantity of h."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class HostOpCost:
     forward_s: float = 0.0
     backward_s: float = 0.0
     source: str = ""
-    optimizer_factor: float = 1.0
+    optimizer_extra_s: float | None = None
 
     def charges(self, layer: Layer) -> dict[str, float]:
         """Seconds to add per pass of `layer` (empty without ``host_ops``)."""

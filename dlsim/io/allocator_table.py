@@ -53,8 +53,8 @@ def fresh_memory_rates(profile_dir: Path) -> dict[int, float]:
 
 def host_op_cost(cluster: Cluster) -> tuple[HostOpCost | None, list[str]]:
     """The profile's measured host seconds per ATen operator (``host_op_forward_s``, ``host_op_backward_s``
-    in device.csv, `dlsim.calibrate.host_ops`) and the optimizer step's in-loop factor
-    (``optimizer_in_loop_factor``, `dlsim.calibrate.loop_probe`; 1 where not measured), or None and a
+    in device.csv, `dlsim.calibrate.host_ops`) and the optimizer step's in-loop extra
+    (``optimizer_in_loop_extra_s``, `dlsim.calibrate.loop_probe`; None where not measured), or None and a
     note when it measured no host cost."""
     profile_dir = Path(cluster.source).parent if cluster.source else None
     rows = device_quantities(profile_dir, lambda q: q in (*HOST_QUANTITIES, OPTIMIZER_QUANTITY)) if profile_dir else {}
@@ -62,10 +62,11 @@ def host_op_cost(cluster: Cluster) -> tuple[HostOpCost | None, list[str]]:
         return None, ["host: the profile measured no host cost per ATen operator (dlsim calibrate compute adds "
                       "it): captured layers pay their kernels only"]
     f, b = (rows[q] for q in HOST_QUANTITIES)
-    rho = rows.get(OPTIMIZER_QUANTITY, 1.0)
-    loop = (f"; optimizer step x {rho:.2f} in the loop (measured by the loop probe)" if OPTIMIZER_QUANTITY in rows
-            else "; optimizer step as timed back to back (the profile measured no in-loop factor)")
-    return HostOpCost(f, b, "measured by the host probe, device.csv", rho), \
+    extra = rows.get(OPTIMIZER_QUANTITY)
+    loop = (f"; optimizer step from the flushed-cache table + {extra * 1e6:.0f} us in the loop (measured by the "
+            "loop probe)" if extra is not None else "; optimizer step as the tables time it (the profile measured "
+                                                    "no in-loop extra)")
+    return HostOpCost(f, b, "measured by the host probe, device.csv", extra), \
         [f"host: {f * 1e6:.2f} us forward, {b * 1e6:.2f} us backward per ATen operator a captured layer dispatches "
          f"(measured, device.csv){loop}"]
 
