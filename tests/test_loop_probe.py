@@ -60,3 +60,12 @@ def test_capture_without_a_profiler_falls_back_to_the_layer_model(monkeypatch):
     model = import_torch_module(net, [torch.randn(4, 64)], name="tiny").model
     assert all("allocated_bytes" not in layer.attrs for layer in model.layers)
     assert model.layers[0].attrs.get("host_ops")
+
+
+def test_probe_processes_count_as_the_calibrations_own_cpu():
+    from dlsim.calibrate import health
+    from dlsim.calibrate.loop_probe import probe_ratios
+    before = health._own_cpu()
+    probe_ratios(1, ("conv1d",))
+    # the forkserver's child ran the probe for a second or more; the load watch must not call it another user's
+    assert health._own_cpu() - before > 0.3

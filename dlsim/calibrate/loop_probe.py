@@ -30,10 +30,12 @@ the functions only.
 
 from __future__ import annotations
 
+import os
 import resource
 import statistics
 from typing import Any
 
+from dlsim.calibrate.health import add_helper_cpu
 from dlsim.cost.allocation import REFAULT_QUANTITY as REFAULT
 from dlsim.cost.hostops import OPTIMIZER_QUANTITY as OPTIMIZER
 from dlsim.fresh_process import call_in_fresh_process
@@ -92,8 +94,10 @@ def measure_in_this_process(name: str) -> dict[str, float]:
     with allocation_meter() as meter, meter.tag("step", 0):
         loop.step()
     flushed = KernelTimer("cpu", repeats=STEPS, flush=cache_flusher("cpu")).time(loop.opt.step).seconds
+    cpu = os.times()
     return {"faulted": faulted, "requested": meter.bytes.get("step", [0.0])[0],
-            "optimizer_in_loop_s": statistics.median(in_loop), "optimizer_flushed_s": flushed}
+            "optimizer_in_loop_s": statistics.median(in_loop), "optimizer_flushed_s": flushed,
+            "cpu_s": cpu.user + cpu.system}
 
 
 def probe_ratios(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
@@ -105,6 +109,7 @@ def probe_ratios(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) 
             # finds it after ``import torch``, without paying the import for each probe
             run = call_in_fresh_process(measure_in_this_process, name, what=f"the loop probe {name}",
                                         context="forkserver", preload=("torch", __name__), timeout_s=300)
+            add_helper_cpu(run["cpu_s"])  # the forkserver reaps it: ours, not another user's load
             out[REFAULT][name].append(run["faulted"] / run["requested"] if run["requested"] > 0 else 0.0)
             out[OPTIMIZER][name].append(max(0.0, run["optimizer_in_loop_s"] - run["optimizer_flushed_s"]))
     return out
