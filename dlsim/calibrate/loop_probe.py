@@ -19,7 +19,7 @@ backward's tail):
 
 Both come from each probe network i trained in a fresh process as it comes (PyTorch's plain loop,
 fused Adam, 5 warm-up steps, then ``getrusage`` minor faults and the loop's phase times over 20 steps;
-the requested bytes from one step under `dlsim.importers.torch_meter.allocation_meter`; then 20
+the requested bytes from one step under `dlsim.torch_profiling.allocation_meter`; then 20
 optimizer steps each after a cache flush, as the calibration's cold tables time kernels), four
 processes per network. α and h are the medians over the processes, and the records list every value
 (their spread is the uncertainty of those shares of a prediction). The probe networks: an MLP (512-2048-2048-10, batch 128), a CNN (three 3×3 convolutions
@@ -80,8 +80,8 @@ def measure_in_this_process(name: str) -> dict[str, float]:
 
     from dlsim.calibrate.compute_ops import make_optimizer
     from dlsim.calibrate.compute_timer import KernelTimer, cache_flusher
-    from dlsim.importers.torch_meter import allocation_meter
-    from dlsim.validate.torch_loop import PlainLoop
+    from dlsim.plain_loop import PlainLoop
+    from dlsim.torch_profiling import allocation_meter
 
     shape, batch = PROBES[name]
     torch.manual_seed(0)

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from dlsim.errors import SpecError
-from dlsim.importers.torch_meter import allocation_meter, dispatch_counter
+from dlsim.importers.torch_meter import dispatch_counter
+from dlsim.torch_profiling import allocation_meter
 from dlsim.importers.graph import Node
 from dlsim.importers.torch_ops import MAPPERS
 from dlsim.spec.model import INPUT
@@ -232,7 +233,7 @@ def _run(ep: Any, example: tuple, params: dict, counts: dict[str, list[int]] | N
     also per node [ATen operators its forward dispatches, ATen operators its backward dispatches] (the
     backward run from every output that needs a gradient; an operator the autograd engine runs is
     attributed to the node whose forward created the autograd node running it); with `allocated`, per
-    node [forward, backward] bytes the CPU allocator hands out (`torch_meter.allocation_meter`)."""
+    node [forward, backward] bytes the CPU allocator hands out (`dlsim.torch_profiling.allocation_meter`)."""
     import torch
     import torch.fx
 

@@ -1,6 +1,6 @@
 """A user's own PyTorch module trained in a plain loop, timed as its user runs it.
 
-One step is what a training script writes::
+One step is what a training script writes (`dlsim.plain_loop.PlainLoop`)::
 
     opt.zero_grad(set_to_none=True); out = net(x); loss = F.cross_entropy(out.reshape(-1, C), y)
     loss.backward(); opt.step()
@@ -26,8 +26,9 @@ import resource
 import time
 from typing import Any, Callable, Sequence
 
-from dlsim.errors import DlsimError
 from dlsim.fresh_process import call_in_fresh_process
+from dlsim.plain_loop import PlainLoop, make_batch
+from dlsim.torch_profiling import quiet_fd2
 
 KINDS = ("convolution", "matmul", "attention", "normalization", "recurrent", "embedding", "loss", "optimizer",
          "memory-bound")
@@ -61,61 +62,21 @@ def op_kind(aten_name: str) -> str:
     return "memory-bound"
 
 
-def loss_of(out: Any, target: Any) -> Any:
-    import torch.nn.functional as F
-    return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+def op_times(loop: PlainLoop, steps: int) -> dict[str, float]:
+    """Seconds per step of `loop` by operator kind: ATen self CPU times of `steps` profiled steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with quiet_fd2(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            loop.step()
+    out = {k: 0.0 for k in KINDS}
+    for ev in prof.key_averages():
+        if ev.key.startswith("aten::") or ev.key.startswith("Optimizer"):
+            kind = "optimizer" if ev.key.startswith("Optimizer") else op_kind(ev.key)
+            out[kind] += ev.self_cpu_time_total * 1e-6 / steps
+    return out
 
 
-def make_batch(input_shape: Sequence[int], batch: int, tokens: bool, vocab: int, seed: int = 0) -> Any:
-    import torch
-    gen = torch.Generator().manual_seed(seed)
-    full = (batch, *input_shape)
-    return torch.randint(0, vocab, full, generator=gen) if tokens else torch.randn(full, generator=gen)
-
-
-class PlainLoop:
-    """The module, its batch, random targets and optimizer, ready for timed steps."""
-
-    def __init__(self, module: Any, x: Any, optimizer: str, make_optimizer: Callable[[str, Any], tuple[Any, str]],
-                 seed: int = 0):
-        import torch
-        torch.manual_seed(seed)
-        self.net, self.x = module.train(), x
-        with torch.no_grad():
-            out = self.net(x)
-        if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.dim() < 2:
-            raise DlsimError("the module's output must be one floating-point tensor (batch, ..., classes) to train "
-                             "with cross-entropy")
-        gen = torch.Generator().manual_seed(seed)
-        self.target = torch.randint(0, out.shape[-1], out.shape[:-1], generator=gen)
-        self.opt, self.impl = make_optimizer(optimizer, self.net.parameters())
-        self.threads = torch.get_num_threads()
-
-    def step(self) -> tuple[float, float, float]:
-        clock = time.perf_counter
-        t0 = clock()
-        self.opt.zero_grad(set_to_none=True)
-        loss = loss_of(self.net(self.x), self.target)
-        t1 = clock()
-        loss.backward()
-        t2 = clock()
-        self.opt.step()
-        return t1 - t0, t2 - t1, clock() - t2
-
-    def op_times(self, steps: int) -> dict[str, float]:
-        """Seconds per step by operator kind: ATen self CPU times of `steps` profiled steps."""
-        from torch.profiler import ProfilerActivity, profile
-
-        from dlsim.importers.torch_meter import quiet_fd2
-        with quiet_fd2(), profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
-                self.step()
-        out = {k: 0.0 for k in KINDS}
-        for ev in prof.key_averages():
-            if ev.key.startswith("aten::") or ev.key.startswith("Optimizer"):
-                kind = "optimizer" if ev.key.startswith("Optimizer") else op_kind(ev.key)
-                out[kind] += ev.self_cpu_time_total * 1e-6 / steps
-        return out
 
 
 def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Callable[[str], Any],
@@ -138,7 +99,7 @@ def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Ca
     while len(samples) < steps or time.perf_counter() - begin < min_seconds:
         samples.append(loop.step())
     faulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * resource.getpagesize() / len(samples)
-    ops = loop.op_times(profile_steps) if profile_steps else {}
+    ops = op_times(loop, profile_steps) if profile_steps else {}
     return {"samples": samples, "ops": ops, "threads": loop.threads, "optimizer_impl": loop.impl,
             "parameters": sum(p.numel() for p in loop.net.parameters()), "faulted_bytes_per_step": faulted}
 
