@@ -158,3 +158,12 @@ def test_calibration_records_the_allocator_regime(tmp_path):
     assert meta["allocator"]["tables"].startswith("retained") and meta["allocator"]["process"] == allocator_in_use()
     assert meta["host"]["threads"] == 1 and meta["host"]["reference"]["gemm_gflop_per_s"] > 0
     assert "fresh_memory_s_per_byte_t1" in (tmp_path / "device.csv").read_text()
+
+
+def test_a_refault_fraction_above_one_is_one_line(tmp_path, mlp, cli):
+    from dlsim.api.estimate import estimate
+    prof = _profile_with_rate(tmp_path, 5e-10, alpha=1.5)
+    with pytest.raises(SpecError, match="at most 1"):
+        estimate(mlp, prof, 8)
+    code, out, err = cli("estimate", str(tmp_path / "mlp.yaml"), "--cluster", str(prof), "--batch", "8")
+    assert code == 1 and "at most 1" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -21,12 +21,12 @@ def test_probe_networks_train_and_request_at_least_their_activations():
 
 
 def test_loop_rows_are_medians_over_fresh_processes():
-    from dlsim.calibrate.loop_probe import OPTIMIZER, REFAULT, loop_probe_rows, probe_ratios
-    ratios = probe_ratios(1, ("mlp", "conv1d"))
-    assert set(ratios) == {REFAULT, OPTIMIZER}
-    assert all(set(v) == {"mlp", "conv1d"} for v in ratios.values())
-    assert all(len(x) == 1 and 0 <= x[0] <= 1 for x in ratios[REFAULT].values())
-    assert all(len(x) == 1 and 0 <= x[0] < 0.1 for x in ratios[OPTIMIZER].values())  # seconds a step pays extra
+    from dlsim.calibrate.loop_probe import OPTIMIZER, REFAULT, loop_probe_rows, probe_values
+    values = probe_values(1, ("mlp", "conv1d"))
+    assert set(values) == {REFAULT, OPTIMIZER}
+    assert all(set(v) == {"mlp", "conv1d"} for v in values.values())
+    assert all(len(x) == 1 and 0 <= x[0] <= 1 for x in values[REFAULT].values())
+    assert all(len(x) == 1 and 0 <= x[0] < 0.1 for x in values[OPTIMIZER].values())  # seconds a step pays extra
     rows = {r["quantity"]: r for r in loop_probe_rows(1, ("mlp",))}
     assert rows[REFAULT]["unit"] == "fraction" and 0 <= float(rows[REFAULT]["value"]) <= 1
     assert rows[OPTIMIZER]["unit"] == "s" and float(rows[OPTIMIZER]["value"]) >= 0
@@ -64,8 +64,8 @@ def test_capture_without_a_profiler_falls_back_to_the_layer_model(monkeypatch):
 
 def test_probe_processes_count_as_the_calibrations_own_cpu():
     from dlsim.calibrate import health
-    from dlsim.calibrate.loop_probe import probe_ratios
+    from dlsim.calibrate.loop_probe import probe_values
     before = health._own_cpu()
-    probe_ratios(1, ("conv1d",))
+    probe_values(1, ("conv1d",))
     # the forkserver's child ran the probe for a second or more; the load watch must not call it another user's
     assert health._own_cpu() - before > 0.3

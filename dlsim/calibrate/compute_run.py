@@ -15,8 +15,8 @@ Tables (in the output directory; columns in `dlsim.cost.lookup`): ``gemm.csv``, 
   hold no page faults and the estimate adds them where a step allocates such tensors.
 * ``heap_refault_fraction`` (CPU): the share of a step's allocated bytes below the mmap ceiling that a
   default process faults in again as glibc trims and regrows its heap, the median over probe
-  networks of the calibration's own in fresh processes; ``optimizer_in_loop_factor`` (CPU): how much
-  slower the optimizer step runs in that loop than back to back (`dlsim.calibrate.loop_probe`).
+  networks of the calibration's own in fresh processes; ``optimizer_in_loop_extra_s`` (CPU): what the
+  optimizer step pays in that loop beyond its flushed-cache time (`dlsim.calibrate.loop_probe`).
 * ``host_op_forward_s``, ``host_op_backward_s`` (CPU): what an eager step pays per ATen operator beyond
   the operator's kernel (Python and module calls, autograd recording and its engine, views), forward
   and backward (`dlsim.calibrate.host_ops`).
@@ -38,7 +38,7 @@ from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, memory
 from dlsim.calibrate.compute_plan import ConvTask, GemmTask, MemoryTask, OptimizerTask, Task
 from dlsim.calibrate.compute_store import TableFile
 from dlsim.calibrate.alloc_probe import QUANTITY, fresh_memory_rows
-from dlsim.calibrate.loop_probe import REFAULT as REFAULT_QUANTITY, loop_probe_rows
+from dlsim.calibrate.loop_probe import QUANTITIES as LOOP_QUANTITIES, loop_probe_rows
 from dlsim.calibrate.host_ops import QUANTITIES as HOST_QUANTITIES, host_op_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
@@ -202,9 +202,10 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
             import torch
             for row in fresh_memory_rows(torch.get_num_threads()):  # what a default process pays per fresh byte
                 dev_table.append(row)
-        if backend.name == "cpu" and not dev_table.has({"quantity": REFAULT_QUANTITY}):
+        if backend.name == "cpu" and not all(dev_table.has({"quantity": q}) for q in LOOP_QUANTITIES):
             for row in loop_probe_rows():  # what a plain loop pays beyond the tables: heap re-faults, optimizer
-                dev_table.append(row)
+                if not dev_table.has({"quantity": row["quantity"]}):
+                    dev_table.append(row)
         if backend.name == "cpu" and not dev_table.has({"quantity": HOST_QUANTITIES[0]}):
             for row in host_op_rows():  # what an eager step pays per ATen operator beyond its kernel
                 dev_table.append(row)

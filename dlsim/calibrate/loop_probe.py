@@ -22,10 +22,10 @@ fused Adam, 5 warm-up steps, then ``getrusage`` minor faults and the loop's phas
 the requested bytes from one step under `dlsim.torch_profiling.allocation_meter`; then 20
 optimizer steps each after a cache flush, as the calibration's cold tables time kernels), four
 processes per network. α and h are the medians over the processes, and the records list every value
-(their spread is the uncertainty of those shares of a prediction). The probe networks: an MLP (512-2048-2048-10, batch 128), a CNN (three 3×3 convolutions
-with batch norm, 32×32 images, batch 16), a transformer encoder layer (d 128, 4 heads, 64 tokens,
-batch 16) and a 1-D convolution stack (8 channels × 1024 samples, batch 32). torch is imported inside
-the functions only.
+(their spread is the uncertainty of those shares of a prediction). The probe networks: an MLP
+(512-2048-2048-10, batch 128), a CNN (three 3×3 convolutions with batch norm, 32×32 images, batch
+16), a transformer encoder layer (d 128, 4 heads, 64 tokens, batch 16) and a 1-D convolution stack
+(8 channels × 1024 samples, batch 32). torch is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from dlsim.cost.allocation import REFAULT_QUANTITY as REFAULT
 from dlsim.cost.hostops import OPTIMIZER_QUANTITY as OPTIMIZER
 from dlsim.fresh_process import call_in_fresh_process
 
+QUANTITIES = (REFAULT, OPTIMIZER)
 WARMUP, STEPS, ROUNDS = 5, 20, 4
 PROBES = {"mlp": ([512], 128), "cnn": ([3, 32, 32], 16), "encoder": ([64, 128], 16), "conv1d": ([8, 1024], 32)}
 
@@ -100,7 +101,7 @@ def measure_in_this_process(name: str) -> dict[str, float]:
             "cpu_s": cpu.user + cpu.system}
 
 
-def probe_ratios(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
+def probe_values(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
     """Per quantity (α: `REFAULT`, h: `OPTIMIZER`), probe name -> its value in each fresh process."""
     out: dict[str, dict[str, list[float]]] = {REFAULT: {n: [] for n in probes}, OPTIMIZER: {n: [] for n in probes}}
     for _ in range(rounds):
@@ -117,16 +118,15 @@ def probe_ratios(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) 
 
 def loop_probe_rows(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> list[dict[str, str]]:
     """The device.csv rows (quantity, value, unit, how): the medians of α and h over the probe processes."""
-    ratios = probe_ratios(rounds, probes)
     what = {REFAULT: ("fraction", "minor page faults x page size per step / bytes requested per step (> 1032 B)"),
             OPTIMIZER: ("s", "median in-loop opt.step() time - median opt.step() time after a cache flush")}
     rows = []
-    for quantity, per_probe in ratios.items():
+    for quantity, per_probe in probe_values(rounds, probes).items():
         values = [v for vs in per_probe.values() for v in vs]
-        unit, ratio = what[quantity]
+        unit, definition = what[quantity]
         shown = (lambda v: f"{v * 1e6:.0f} us") if unit == "s" else (lambda v: f"{v:.3f}")
         listed = "; ".join(f"{name} " + ", ".join(shown(v) for v in vs) for name, vs in per_probe.items())
-        how = (f"{ratio}, plain loop with fused Adam in fresh default processes, {WARMUP} warm-up + {STEPS} counted "
+        how = (f"{definition}, plain loop with fused Adam in fresh default processes, {WARMUP} warm-up + {STEPS} counted "
                f"steps; median over {len(values)} processes of {len(per_probe)} probe networks ({listed})")
         rows.append({"quantity": quantity, "value": f"{statistics.median(values):.6g}", "unit": unit, "how": how})
     return rows

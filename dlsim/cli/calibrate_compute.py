@@ -52,8 +52,9 @@ def print_warnings(warnings: list[str]) -> None:
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True,
               help="What a kernel's time is: the median or (on a busy machine) the minimum of its timed calls.")
 @click.option("--warm", type=click.Choice(["auto", "none", "all"]), default="auto", show_default=True,
-              help="Also time the kernels of models whose training step fits the last-level cache (auto), of none, "
-                   "or of all given models warm (back to back, no flush) into the -warm tables.")
+              help="Also time warm (back to back, no flush) into the -warm tables the kernels of models whose "
+                   "training step is at most 8x the last-level cache (auto: the estimate prices those partly warm), "
+                   "of none, or of all given models.")
 @click.option("--passes", type=int, default=1, show_default=True,
               help="Time every kernel once per pass, in a fresh random order each pass, and keep the statistic over "
                    "the passes (time-correlated noise of a shared machine then cannot shift a region of a table).")

@@ -18,7 +18,7 @@ to the kernel and takes again (glibc malloc/malloc.c):
 
   where r is the measured cost of a fresh byte (`dlsim.calibrate.alloc_probe.fresh_memory_cost`) and
   α the median fraction measured on probe networks in default processes on the same host
-  (`dlsim.calibrate.alloc_probe.refault_fraction`); requests of at most SMALL_REQUEST_BYTES are left
+  (`dlsim.calibrate.loop_probe`); requests of at most SMALL_REQUEST_BYTES are left
   out (glibc's per-thread caches recycle them).
 
 The bytes a pass requests are those PyTorch's allocator handed out for the layer's operators at
@@ -121,9 +121,9 @@ def step_charges(model: Model, batch: int, dtype: str, allocator: AllocatorCost,
         modeled = fresh_tensors(layer, batch, dtype, free)
         requested = requested_bytes(layer, batch, modeled)
         mapped = {p: sum(b for b in modeled[p] if b > allocator.threshold_bytes) for p in PASSES}
-        if ALLOCATED_BYTES in layer.attrs:  # measured backward bytes sit on backward_data
-            mapped = {"forward": mapped["forward"], "backward_data": mapped["backward_data"] + mapped["backward_weight"],
-                      "backward_weight": 0.0}
+        if ALLOCATED_BYTES in layer.attrs:  # measured backward bytes, ∇w included, sit on backward_data
+            mapped["backward_data"] += mapped.pop("backward_weight")
+            mapped["backward_weight"] = 0.0
         for pass_name in PASSES:
             t = allocator.charge(requested[pass_name], min(mapped[pass_name], requested[pass_name]))
             if t > 0:

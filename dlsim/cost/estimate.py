@@ -62,13 +62,14 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
     tensors = sum(1 for layer in model.layers if layer.params)
     step = None
-    if tables is not None:
+    if tables is not None and host is not None and host.optimizer_extra_s is not None:
+        # the eager loop's step: flushed-cache time + the measured in-loop extra (dlsim.cost.hostops)
+        cold = getattr(tables, "cold", tables).optimizer_step(optimizer, model.params, tensors)
+        if cold is not None:
+            step = Estimate(cold.seconds + host.optimizer_extra_s, cold.source,
+                            f"{cold.note} (flushed cache) + {host.optimizer_extra_s * 1e6:.0f} us in the loop (measured)")
+    elif tables is not None:
         step = tables.optimizer_step(optimizer, model.params, tensors)
-        if host is not None and host.optimizer_extra_s is not None:  # the eager loop's step (dlsim.cost.hostops)
-            cold = getattr(tables, "cold", tables).optimizer_step(optimizer, model.params, tensors)
-            step = None if cold is None else Estimate(
-                cold.seconds + host.optimizer_extra_s, cold.source,
-                f"{cold.note} (flushed cache) + {host.optimizer_extra_s * 1e6:.0f} us in the loop (measured)")
     if step is None:
         step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
     extra_bytes, extra_flops = mixed_precision_step_traffic(model.params, dtype)

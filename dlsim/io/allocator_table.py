@@ -88,6 +88,9 @@ def allocator_cost(cluster: Cluster, regime: str = "default") -> tuple[Allocator
         else max(rates)
     t = min(rates, key=lambda n: (abs(n - threads), -n))
     alpha = device_quantities(profile_dir, lambda q: q == REFAULT_QUANTITY).get(REFAULT_QUANTITY)
+    if alpha is not None and alpha > 1:
+        raise SpecError(f"{REFAULT_QUANTITY} is a share of the bytes allocated, at most 1; got {alpha}",
+                        path=profile_dir / "device.csv", field=REFAULT_QUANTITY)
     if alpha is None:
         return AllocatorCost("default", rates[t], source=f"measured with {t} threads, device.csv"), [
             "allocator: the profile measured no heap re-fault fraction (dlsim calibrate compute adds it): only "

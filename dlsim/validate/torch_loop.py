@@ -77,8 +77,6 @@ def op_times(loop: PlainLoop, steps: int) -> dict[str, float]:
     return out
 
 
-
-
 def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Callable[[str], Any],
              make_optimizer: Callable[[str, Any], tuple[Any, str]], prepare: Callable[[], Any] | None = None,
              tokens: bool = False, vocab: int = 2, optimizer: str = "adam", warmup: int = 3, steps: int = 10,
