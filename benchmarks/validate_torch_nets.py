@@ -88,7 +88,7 @@ def main() -> None:
     from dlsim.api.validate_torch import prepare_process, training_model
     from dlsim.api.models import as_cluster
     from dlsim.calibrate.compute_ops import make_optimizer
-    from dlsim.cost.allocation import fresh_tensors, requested_bytes, step_charges
+    from dlsim.cost.allocation import step_charges, step_requested_bytes
     from dlsim.io.allocator_table import allocator_cost, host_op_cost
     from dlsim.validate.torch_loop import time_in_worker
     import functools
@@ -148,16 +148,17 @@ def main() -> None:
                      "measured_share": pred.to_dict()["measured_share"],
                      "fresh_pages_ms": 1e3 * sum(sum(c.values()) for c in step_charges(
                          models[name], chosen[name][4], models[name].dtype, alloc).values()),
-                     "requested_mib": sum(sum(requested_bytes(layer, chosen[name][4], fresh_tensors(
-                         layer, chosen[name][4], models[name].dtype)).values()) for layer in models[name].layers) / 2**20,
+                     "requested_mib": step_requested_bytes(models[name], chosen[name][4], models[name].dtype) / 2**20,
                      "faulted_mib_per_step": [round(v / 2**20, 2) for v in faulted[name]],
                      "cache_regime": next((n for n in pred.notes if n.startswith("cache regime")), ""),
+                     "optimizer_step": pred.optimizer_step.note,
                      "params": models[name].params})
     errors = [abs(r["error"]) for r in rows]
     rec = {"kind": "validate-torch-nets", "profile": str(prof), "rounds": args.rounds, "optimizer": args.optimizer,
            "allocator": "default (glibc as it comes)", "allocator_model": alloc.describe(),
            "refault_fraction": alloc.refault_fraction,
            "optimizer_in_loop_extra_s": host.optimizer_extra_s if host is not None else None,
+           "optimizer_in_loop_extra_fit_s": host.optimizer_fit_extra_s if host is not None else None,
            "calibrate_s": calibrate_s,
            "calibrated_kernels": cal["measured"], "already_measured": cal["already_measured"],
            "calibration_warnings": cal["warnings"],
@@ -200,9 +201,13 @@ def write_report(rec: dict, source: str = "") -> None:
               "host time an eager step pays beyond the operator's kernel (Python and module calls, autograd, "
               "views), measured by the calibration's host probe, a network of none of these ten "
               "(`dlsim.calibrate.host_ops`, device.csv `host_op_forward_s`, `host_op_backward_s`); the optimizer "
-              "step from the flushed-cache table (its operands were last touched a step before) plus the in-loop "
-              "extra h the calibration's loop probe measured on its own probe networks "
-              f"({1e6 * (rec.get('optimizer_in_loop_extra_s') or 0):.0f} us, `dlsim.calibrate.loop_probe`);",
+              "step, whose operands were last used a step before, from the back-to-back table plus h_fit "
+              f"({1e6 * (rec.get('optimizer_in_loop_extra_fit_s') or 0):.0f} us) where the step's footprint (bytes "
+              "requested per step + weights, gradients and Adam state) fits the last-level cache, else from the "
+              "flushed-cache table plus h "
+              f"({1e6 * (rec.get('optimizer_in_loop_extra_s') or 0):.0f} us), both in-loop extras measured by the "
+              "calibration's loop probe on probe networks of its own of each regime (`dlsim.calibrate.loop_probe`, "
+              "`dlsim.cost.hostops`);",
               "* fresh pages of the default process: the bytes each layer's operators request, measured at "
               "capture (PyTorch's allocator, at two batch sizes), times the heap re-fault fraction alpha "
               f"({rec.get('refault_fraction', 0):.3f}) measured by the calibration on four probe networks of its own "

@@ -23,9 +23,10 @@ def cli(capsys):
 
 @pytest.fixture(autouse=True)
 def quick_loop_probe(monkeypatch):
-    """A calibration in a test measures the loop probe's shares on one probe process (the MLP), not
-    eight; tests/test_loop_probe.py runs the probe itself."""
+    """A calibration in a test measures the loop probe's shares on one process of each regime (the MLP,
+    whose step overflows the cache, and the small MLP, whose step fits), not 28; tests/test_loop_probe.py
+    runs the probe itself."""
     import functools
 
     from dlsim.calibrate import compute_run, loop_probe
-    monkeypatch.setattr(compute_run, "loop_probe_rows", functools.partial(loop_probe.loop_probe_rows, 1, ("mlp",)))
+    monkeypatch.setattr(compute_run, "loop_probe_rows", functools.partial(loop_probe.loop_probe_rows, 1, ("mlp", "mlp_small")))

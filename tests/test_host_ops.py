@@ -66,3 +66,27 @@ def test_estimate_charges_the_measured_rate_per_operator(tmp_path):
 def test_bad_host_ops_is_one_line():
     with pytest.raises(SpecError, match="host_ops must be"):
         build_model("m", "fp32", (16,), "tensor", [{"name": "a", "type": "relu", "host_ops": [1, -2]}])
+
+
+def test_optimizer_step_in_the_loop_follows_the_steps_footprint(tmp_path):
+    """A step whose footprint fits the last-level cache (32 MiB in this profile) pays the back-to-back row
+    + h_fit; one that overflows it pays the flushed-cache row + h (dlsim.cost.hostops)."""
+    from dlsim.api.estimate import estimate
+    from dlsim.calibrate.compute_plan import step_signature
+    prof = tmp_path / "prof"
+    shutil.copytree(ROOT / "hardware_profiles" / "cpu-epyc-2core", prof,
+                    ignore=shutil.ignore_patterns("passes", "1thread", "median-run", "single-pass-run"))
+    model = build_model("m", "fp32", (16,), "tensor",
+                        [{"name": "fc", "type": "linear", "out_features": 8, "host_ops": [3, 7]}])
+    signature = step_signature("sgd", model.params, 1)
+    for table, seconds in (("memory.csv", 3e-4), ("memory-warm.csv", 1e-4)):
+        with open(prof / table, "a") as handle:
+            handle.write(f"fp32,sgd,step,{signature},1000,100,{seconds},0,12,model\n")
+    with open(prof / "device.csv", "a") as handle:
+        handle.write("host_op_forward_s,1e-05,s,probe\nhost_op_backward_s,2e-06,s,probe\n"
+                     "optimizer_in_loop_extra_s,5e-05,s,probe\noptimizer_in_loop_extra_fit_s,2e-05,s,probe\n")
+    fits = estimate(model, prof, 4, optimizer="sgd").optimizer_step
+    assert fits.seconds == pytest.approx(1e-4 + 2e-5, rel=1e-9) and "back to back" in fits.note
+    # 2^21 samples: the layer's 8-wide fp32 output alone is 64 MiB, twice the cache
+    overflows = estimate(model, prof, 2**21, optimizer="sgd").optimizer_step
+    assert overflows.seconds == pytest.approx(3e-4 + 5e-5, rel=1e-9) and "flushed cache" in overflows.note

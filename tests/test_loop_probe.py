@@ -1,5 +1,6 @@
 """The plain loop's shares beyond the tables (dlsim.calibrate.loop_probe, measured in fresh default processes): the
-heap's re-faulted bytes α, the bytes α applies to (measured per layer at capture), the optimizer's in-loop factor ρ."""
+heap's re-faulted bytes α, the bytes α applies to (measured per layer at capture), the optimizer step's in-loop
+extras h and h_fit."""
 
 from __future__ import annotations
 
@@ -17,17 +18,25 @@ def test_probe_networks_train_and_request_at_least_their_activations():
     run = measure_in_this_process("mlp")
     # one step allocates at least the two 2048-wide hidden activations of 128 samples, forward and backward
     assert run["requested"] >= 2 * 2 * 128 * 2048 * 4 and run["faulted"] >= 0
-    assert run["optimizer_in_loop_s"] > 0 and run["optimizer_flushed_s"] > 0
+    assert run["optimizer_in_loop_s"] > 0 and run["optimizer_flushed_s"] > 0 and run["optimizer_back_to_back_s"] > 0
+    # footprint: what the step requests plus 16 bytes per parameter (weights, gradients, Adam's two moments)
+    params = 512 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 10 + 10
+    assert run["footprint"] == pytest.approx(run["requested"] + 16 * params)
 
 
-def test_loop_rows_are_medians_over_fresh_processes():
-    from dlsim.calibrate.loop_probe import OPTIMIZER, REFAULT, loop_probe_rows, probe_values
-    values = probe_values(1, ("mlp", "conv1d"))
-    assert set(values) == {REFAULT, OPTIMIZER}
-    assert all(set(v) == {"mlp", "conv1d"} for v in values.values())
-    assert all(len(x) == 1 and 0 <= x[0] <= 1 for x in values[REFAULT].values())
-    assert all(len(x) == 1 and 0 <= x[0] < 0.1 for x in values[OPTIMIZER].values())  # seconds a step pays extra
+def test_loop_rows_are_medians_over_fresh_processes(monkeypatch):
+    from dlsim.calibrate import compute_timer
+    from dlsim.calibrate.loop_probe import OPTIMIZER, OPTIMIZER_FIT, REFAULT, loop_probe_rows, probe_values
+    monkeypatch.setattr(compute_timer, "last_level_cache_bytes", lambda device: 32 * 2**20)
+    values = probe_values(1, ("mlp", "conv1d", "mlp_small"))
+    assert set(values) == {REFAULT, OPTIMIZER, OPTIMIZER_FIT}
+    # α from the heap probes only; each probe's optimizer extra goes to its footprint's regime (32 MiB cache)
+    assert set(values[REFAULT]) == {"mlp", "conv1d"} and all(len(x) == 1 and 0 <= x[0] <= 1
+                                                              for x in values[REFAULT].values())
+    assert set(values[OPTIMIZER]) == {"mlp", "conv1d"} and set(values[OPTIMIZER_FIT]) == {"mlp_small"}
+    assert all(0 <= x[0] < 0.1 for q in (OPTIMIZER, OPTIMIZER_FIT) for x in values[q].values())  # seconds
     rows = {r["quantity"]: r for r in loop_probe_rows(1, ("mlp",))}
+    assert set(rows) == {REFAULT, OPTIMIZER}  # no probe fitted the cache: no h_fit row
     assert rows[REFAULT]["unit"] == "fraction" and 0 <= float(rows[REFAULT]["value"]) <= 1
     assert rows[OPTIMIZER]["unit"] == "s" and float(rows[OPTIMIZER]["value"]) >= 0
     assert all("median over 1 processes of 1 probe networks (mlp " in r["how"] for r in rows.values())

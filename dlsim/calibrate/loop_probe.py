@@ -10,22 +10,28 @@ probe measures its expectation:
 
     α_i = (minor page faults per step · page size) / (bytes the step requests above 1032 B)
 
-**h, the optimizer step's in-loop extra.** The optimizer's operands (state, weights) were last touched a
-whole step ago, so in the loop the step runs at least as slow as its flushed-cache timing; and slower
-still, by a time that hardly depends on its size (the intra-op threads have gone idle during the
-backward's tail):
+**h and h_fit, the optimizer step's in-loop extra.** The optimizer's operands (state, weights) and the
+host's objects were last used a whole step ago: a step whose footprint F (bytes requested per step plus
+weights, gradients and Adam's state) overflows the last-level cache C finds them evicted, one that fits
+finds them cached (`dlsim.cost.hostops`). Either way the loop pays more than the matching table time,
+as the host code runs colder after a backward than back to back:
 
-    h_i = median in-loop ``opt.step()`` time − median ``opt.step()`` time after a cache flush
+    h_i     = median in-loop ``opt.step()`` time − median ``opt.step()`` time after a cache flush   (F_i > C)
+    h_fit_i = median in-loop ``opt.step()`` time − median back-to-back ``opt.step()`` time          (F_i <= C)
 
-Both come from each probe network i trained in a fresh process as it comes (PyTorch's plain loop,
-fused Adam, 5 warm-up steps, then ``getrusage`` minor faults and the loop's phase times over 20 steps;
-the requested bytes from one step under `dlsim.torch_profiling.allocation_meter`; then 20
-optimizer steps each after a cache flush, as the calibration's cold tables time kernels), four
-processes per network. α and h are the medians over the processes, and the records list every value
-(their spread is the uncertainty of those shares of a prediction). The probe networks: an MLP
-(512-2048-2048-10, batch 128), a CNN (three 3×3 convolutions with batch norm, 32×32 images, batch
-16), a transformer encoder layer (d 128, 4 heads, 64 tokens, batch 16) and a 1-D convolution stack
-(8 channels × 1024 samples, batch 32). torch is imported inside the functions only.
+Each comes from the probe networks i of its regime, trained in a fresh process as it comes (PyTorch's
+plain loop, fused Adam, 5 warm-up steps, then ``getrusage`` minor faults and the loop's phase times over
+20 steps; the requested bytes from one step under `dlsim.torch_profiling.allocation_meter`; then 20
+optimizer steps each after a cache flush, as the calibration's cold tables time kernels, and 20 back to
+back, as its warm tables do), four processes per network. α, h and h_fit are the medians over the
+processes, and the records list every value (their spread is the uncertainty of those shares of a
+prediction). α comes from the four networks whose steps request tens of MiB, enough for glibc's trims
+to matter: an MLP (512-2048-2048-10, batch 128), a CNN (three 3×3 convolutions with batch norm, 32×32
+images, batch 16), a transformer encoder layer (d 128, 4 heads, 64 tokens, batch 16) and a 1-D
+convolution stack (8 channels × 1024 samples, batch 32), whose footprints (49-111 MiB here) overflow a
+32 MiB cache. Three small ones whose footprints fit it (2-8 MiB) measure h_fit only: an MLP
+(256-512-512-10, batch 32), a CNN (two 3×3 convolutions, 16×16 images, batch 8) and an encoder layer
+(d 64, 2 heads, 16 tokens, batch 8). torch is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -37,12 +43,16 @@ from typing import Any
 
 from dlsim.calibrate.health import add_helper_cpu
 from dlsim.cost.allocation import REFAULT_QUANTITY as REFAULT
-from dlsim.cost.hostops import OPTIMIZER_QUANTITY as OPTIMIZER
+from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY as OPTIMIZER_FIT, OPTIMIZER_QUANTITY as OPTIMIZER
+from dlsim.cost.memory import state_bytes_per_param
 from dlsim.fresh_process import call_in_fresh_process
 
-QUANTITIES = (REFAULT, OPTIMIZER)
+QUANTITIES = (REFAULT, OPTIMIZER, OPTIMIZER_FIT)
 WARMUP, STEPS, ROUNDS = 5, 20, 4
-PROBES = {"mlp": ([512], 128), "cnn": ([3, 32, 32], 16), "encoder": ([64, 128], 16), "conv1d": ([8, 1024], 32)}
+PROBES = {"mlp": ([512], 128), "cnn": ([3, 32, 32], 16), "encoder": ([64, 128], 16), "conv1d": ([8, 1024], 32),
+          "mlp_small": ([256], 32), "cnn_small": ([3, 16, 16], 8), "encoder_small": ([16, 64], 8)}
+HEAP_PROBES = ("mlp", "cnn", "encoder", "conv1d")
+"""The probes α is measured on (steps of tens of MiB); the small ones measure h_fit only."""
 
 
 def probe_network(name: str) -> Any:
@@ -71,12 +81,21 @@ def probe_network(name: str) -> Any:
     if name == "conv1d":
         return nn.Sequential(nn.Conv1d(8, 32, 5, padding=2), nn.ReLU(), nn.Conv1d(32, 32, 5, padding=2), nn.GELU(),
                              nn.Conv1d(32, 16, 3, padding=1), MeanOver((2,)), nn.Linear(16, 10))
+    if name == "mlp_small":
+        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    if name == "cnn_small":
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                             nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(), MeanOver((2, 3)), nn.Linear(32, 10))
+    if name == "encoder_small":
+        return nn.Sequential(nn.TransformerEncoderLayer(64, 2, 128, batch_first=True), MeanOver((1,)),
+                             nn.Linear(64, 10))
     raise ValueError(f"unknown probe network {name!r}")
 
 
 def measure_in_this_process(name: str) -> dict[str, float]:
-    """Probe `name` trained in this process: bytes faulted in and requested per step, and the optimizer
-    step's median seconds in the loop and after a cache flush."""
+    """Probe `name` trained in this process: bytes faulted in and requested per step, the step's footprint
+    (requested + weights, gradients and Adam state), and the optimizer step's median seconds in the loop,
+    after a cache flush and back to back."""
     import torch
 
     from dlsim.calibrate.compute_ops import make_optimizer
@@ -95,15 +114,22 @@ def measure_in_this_process(name: str) -> dict[str, float]:
     with allocation_meter() as meter, meter.tag("step", 0):
         loop.step()
     flushed = KernelTimer("cpu", repeats=STEPS, flush=cache_flusher("cpu")).time(loop.opt.step).seconds
+    back_to_back = KernelTimer("cpu", repeats=STEPS).time(loop.opt.step).seconds
+    requested = meter.bytes.get("step", [0.0])[0]
+    params = sum(p.numel() for p in loop.net.parameters())
     cpu = os.times()
-    return {"faulted": faulted, "requested": meter.bytes.get("step", [0.0])[0],
+    return {"faulted": faulted, "requested": requested,
+            "footprint": requested + params * state_bytes_per_param("fp32", "adam").total,
             "optimizer_in_loop_s": statistics.median(in_loop), "optimizer_flushed_s": flushed,
-            "cpu_s": cpu.user + cpu.system}
+            "optimizer_back_to_back_s": back_to_back, "cpu_s": cpu.user + cpu.system}
 
 
 def probe_values(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
-    """Per quantity (α: `REFAULT`, h: `OPTIMIZER`), probe name -> its value in each fresh process."""
-    out: dict[str, dict[str, list[float]]] = {REFAULT: {n: [] for n in probes}, OPTIMIZER: {n: [] for n in probes}}
+    """Per quantity (α: `REFAULT`, h: `OPTIMIZER`, h_fit: `OPTIMIZER_FIT`), probe name -> its value in each
+    fresh process (a probe adds to h or h_fit as its footprint overflows or fits this host's cache)."""
+    from dlsim.calibrate.compute_timer import last_level_cache_bytes
+    cache = last_level_cache_bytes("cpu")
+    out: dict[str, dict[str, list[float]]] = {q: {} for q in QUANTITIES}
     for _ in range(rounds):
         for name in probes:
             # forked from a server that imported torch and nothing else: the allocator as a training process
@@ -111,18 +137,29 @@ def probe_values(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) 
             run = call_in_fresh_process(measure_in_this_process, name, what=f"the loop probe {name}",
                                         context="forkserver", preload=("torch", __name__), timeout_s=300)
             add_helper_cpu(run["cpu_s"])  # the forkserver reaps it: ours, not another user's load
-            out[REFAULT][name].append(run["faulted"] / run["requested"] if run["requested"] > 0 else 0.0)
-            out[OPTIMIZER][name].append(max(0.0, run["optimizer_in_loop_s"] - run["optimizer_flushed_s"]))
+            if name in HEAP_PROBES:
+                share = run["faulted"] / run["requested"] if run["requested"] > 0 else 0.0
+                out[REFAULT].setdefault(name, []).append(share)
+            fits = run["footprint"] <= cache
+            table = run["optimizer_back_to_back_s" if fits else "optimizer_flushed_s"]
+            out[OPTIMIZER_FIT if fits else OPTIMIZER].setdefault(name, []).append(
+                max(0.0, run["optimizer_in_loop_s"] - table))
     return out
 
 
 def loop_probe_rows(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> list[dict[str, str]]:
-    """The device.csv rows (quantity, value, unit, how): the medians of α and h over the probe processes."""
+    """The device.csv rows (quantity, value, unit, how): the medians of α, h and h_fit over the probe
+    processes (a quantity no probe measured has no row)."""
     what = {REFAULT: ("fraction", "minor page faults x page size per step / bytes requested per step (> 1032 B)"),
-            OPTIMIZER: ("s", "median in-loop opt.step() time - median opt.step() time after a cache flush")}
+            OPTIMIZER: ("s", "median in-loop opt.step() time - median opt.step() time after a cache flush, probes "
+                             "whose step footprint overflows the last-level cache"),
+            OPTIMIZER_FIT: ("s", "median in-loop opt.step() time - median back-to-back opt.step() time, probes "
+                                 "whose step footprint fits the last-level cache")}
     rows = []
     for quantity, per_probe in probe_values(rounds, probes).items():
         values = [v for vs in per_probe.values() for v in vs]
+        if not values:
+            continue
         unit, definition = what[quantity]
         shown = (lambda v: f"{v * 1e6:.0f} us") if unit == "s" else (lambda v: f"{v:.3f}")
         listed = "; ".join(f"{name} " + ", ".join(shown(v) for v in vs) for name, vs in per_probe.items())

@@ -110,6 +110,13 @@ def requested_bytes(layer: Layer, batch: int, modeled: dict[str, list[float]]) -
             "backward_data": backward_fixed + backward_per_sample * batch, "backward_weight": 0.0}
 
 
+def step_requested_bytes(model: Model, batch: int, dtype: str, free: frozenset[str] | None = None) -> float:
+    """Bytes one training step's operators request, summed over layers and passes (`requested_bytes`)."""
+    free = gradient_free(model) if free is None else free
+    return sum(sum(requested_bytes(layer, batch, fresh_tensors(layer, batch, dtype, free)).values())
+               for layer in model.layers)
+
+
 def step_charges(model: Model, batch: int, dtype: str, allocator: AllocatorCost,
                  free: frozenset[str] | None = None) -> dict[str, dict[str, float]]:
     """Per layer and pass, the seconds of fresh pages (only non-zero entries)."""

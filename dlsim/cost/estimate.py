@@ -6,7 +6,8 @@ of the step's working set the last-level cache cannot hold
 (`dlsim.cost.lookup.CacheAwareKernelTimes.for_working_set`, noted). A layer
 whose inputs all need no gradient (the model's input, or what was computed from it without
 parameters: `dlsim.cost.gradflow`) computes no ∇x; autograd skips it. The optimizer step comes from the measured tables when they
-have it (`KernelTimes.optimizer_step`), from the roofline otherwise.
+have it (`KernelTimes.optimizer_step`; a captured network's step as its eager loop runs it:
+`dlsim.cost.hostops.in_loop_optimizer_step`), from the roofline otherwise.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsim.cost.gradflow import gradient_free
-from dlsim.cost.allocation import AllocatorCost, step_charges
-from dlsim.cost.hostops import HostOpCost
+from dlsim.cost.allocation import AllocatorCost, step_charges, step_requested_bytes
+from dlsim.cost.hostops import HostOpCost, in_loop_optimizer_step
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, mixed_precision_step_traffic, optimizer_step_traffic, state_bytes_per_param,
                                training_working_set)
@@ -61,21 +62,18 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
         timings.append(timing)
     step_bytes, step_flops = optimizer_step_traffic(model.params, optimizer)
     tensors = sum(1 for layer in model.layers if layer.params)
+    per = state_bytes_per_param(dtype, optimizer)
     step = None
-    if tables is not None and host is not None and host.optimizer_extra_s is not None:
-        # the eager loop's step: flushed-cache time + the measured in-loop extra (dlsim.cost.hostops)
-        cold = getattr(tables, "cold", tables).optimizer_step(optimizer, model.params, tensors)
-        if cold is not None:
-            step = Estimate(cold.seconds + host.optimizer_extra_s, cold.source,
-                            f"{cold.note} (flushed cache) + {host.optimizer_extra_s * 1e6:.0f} us in the loop (measured)")
-    elif tables is not None:
+    if tables is not None and host is not None:
+        footprint = step_requested_bytes(model, batch, dtype, free) + model.params * per.total
+        step = in_loop_optimizer_step(tables, optimizer, model.params, tensors, footprint, host)
+    if step is None and tables is not None:
         step = tables.optimizer_step(optimizer, model.params, tensors)
     if step is None:
         step = roofline_time(step_flops, step_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
     extra_bytes, extra_flops = mixed_precision_step_traffic(model.params, dtype)
     if extra_bytes:
         step = step + roofline_time(extra_flops, extra_bytes, device, "fp32", matrix=False, kernels=max(1, tensors // 32))
-    per = state_bytes_per_param(dtype, optimizer)
     memory = MemoryBreakdown(weights=model.params * per.weights, gradients=model.params * per.gradients,
                              optimizer=model.params * per.optimizer, activations=sum(kept.values()))
     return EstimateResult(model.name, cluster.name, device.name, batch, dtype, optimizer, tuple(timings), step, memory,

@@ -32,6 +32,10 @@ class StateBytes:
     gradients: float
     optimizer: float
 
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
 
 def state_bytes_per_param(dtype: str, optimizer: str) -> StateBytes:
     """Bytes per parameter: weights and gradients in `dtype`; optimizer state (+ fp32 master weights
@@ -123,4 +127,4 @@ def training_working_set(model: Model, costs: dict[str, LayerCost], batch: int, 
     per = state_bytes_per_param(dtype, optimizer)
     kept = activation_bytes(model, costs, batch, dtype) if kept is None else kept
     temporary = max((layer.out_elements * batch * DTYPE_BYTES[dtype] for layer in model.layers), default=0)
-    return model.params * (per.weights + per.gradients + per.optimizer) + sum(kept.values()) + temporary
+    return model.params * per.total + sum(kept.values()) + temporary

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from dlsim.cost.allocation import REFAULT_QUANTITY, REGIMES, AllocatorCost
-from dlsim.cost.hostops import OPTIMIZER_QUANTITY, QUANTITIES as HOST_QUANTITIES, HostOpCost
+from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY, OPTIMIZER_QUANTITY, QUANTITIES as HOST_QUANTITIES, HostOpCost
 from dlsim.errors import SpecError
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster
@@ -54,19 +54,21 @@ def fresh_memory_rates(profile_dir: Path) -> dict[int, float]:
 def host_op_cost(cluster: Cluster) -> tuple[HostOpCost | None, list[str]]:
     """The profile's measured host seconds per ATen operator (``host_op_forward_s``, ``host_op_backward_s``
     in device.csv, `dlsim.calibrate.host_ops`) and the optimizer step's in-loop extra
-    (``optimizer_in_loop_extra_s``, `dlsim.calibrate.loop_probe`; None where not measured), or None and a
-    note when it measured no host cost."""
+    (``optimizer_in_loop_extra_s`` h and ``optimizer_in_loop_extra_fit_s`` h_fit, `dlsim.calibrate.loop_probe`;
+    None where not measured), or None and a note when it measured no host cost."""
     profile_dir = Path(cluster.source).parent if cluster.source else None
-    rows = device_quantities(profile_dir, lambda q: q in (*HOST_QUANTITIES, OPTIMIZER_QUANTITY)) if profile_dir else {}
+    wanted = (*HOST_QUANTITIES, OPTIMIZER_QUANTITY, OPTIMIZER_FIT_QUANTITY)
+    rows = device_quantities(profile_dir, lambda q: q in wanted) if profile_dir else {}
     if any(q not in rows for q in HOST_QUANTITIES):
         return None, ["host: the profile measured no host cost per ATen operator (dlsim calibrate compute adds "
                       "it): captured layers pay their kernels only"]
     f, b = (rows[q] for q in HOST_QUANTITIES)
-    extra = rows.get(OPTIMIZER_QUANTITY)
-    loop = (f"; optimizer step from the flushed-cache table + {extra * 1e6:.0f} us in the loop (measured by the "
-            "loop probe)" if extra is not None else "; optimizer step as the tables time it (the profile measured "
-                                                    "no in-loop extra)")
-    return HostOpCost(f, b, "measured by the host probe, device.csv", extra), \
+    extra, fit = rows.get(OPTIMIZER_QUANTITY), rows.get(OPTIMIZER_FIT_QUANTITY)
+    parts = [f"back-to-back table + {fit * 1e6:.0f} us where the step fits the cache" if fit is not None else "",
+             f"flushed-cache table + {extra * 1e6:.0f} us where it does not" if extra is not None else ""]
+    loop = ("; optimizer step in the loop (measured by the loop probe): " + ", ".join(p for p in parts if p)
+            if any(parts) else "; optimizer step as the tables time it (the profile measured no in-loop extra)")
+    return HostOpCost(f, b, "measured by the host probe, device.csv", extra, fit), \
         [f"host: {f * 1e6:.2f} us forward, {b * 1e6:.2f} us backward per ATen operator a captured layer dispatches "
          f"(measured, device.csv){loop}"]
 
