@@ -15,8 +15,10 @@ Tables (in the output directory; columns in `dlsim.cost.lookup`): ``gemm.csv``, 
   hold no page faults and the estimate adds them where a step allocates such tensors.
 * ``heap_refault_fraction`` (CPU): the share of a step's allocated bytes below the mmap ceiling that a
   default process faults in again as glibc trims and regrows its heap, the median over probe
-  networks of the calibration's own in fresh processes; ``optimizer_in_loop_extra_s`` (CPU): what the
-  optimizer step pays in that loop beyond its flushed-cache time (`dlsim.calibrate.loop_probe`).
+  networks of the calibration's own in fresh processes; ``optimizer_in_loop_extra_s`` and
+  ``optimizer_in_loop_extra_fit_s`` (CPU): what the optimizer step pays in that loop beyond its
+  flushed-cache time when the step overflows the last-level cache, and beyond its back-to-back time
+  when it fits (`dlsim.calibrate.loop_probe`).
 * ``host_op_forward_s``, ``host_op_backward_s`` (CPU): what an eager step pays per ATen operator beyond
   the operator's kernel (Python and module calls, autograd recording and its engine, views), forward
   and backward (`dlsim.calibrate.host_ops`).
