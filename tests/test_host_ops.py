@@ -51,7 +51,7 @@ def test_estimate_charges_the_measured_rate_per_operator(tmp_path):
     assert extra["act"] == pytest.approx((1e-5, 4e-6), rel=1e-9)
     assert extra["view"] == pytest.approx((1e-5, 2e-6), rel=1e-9)
     assert any("per ATen operator" in n for n in after.notes)
-    assert after.optimizer_step.seconds == before.optimizer_step.seconds  # no in-loop factor measured: as timed
+    assert after.optimizer_step.seconds == before.optimizer_step.seconds  # no in-loop extra measured: as timed
     with open(prof / "device.csv", "a") as handle:
         handle.write("optimizer_in_loop_extra_s,5e-05,s,probe\n")
     looped = estimate(model, prof, 4, optimizer="sgd")
