@@ -76,5 +76,5 @@ def test_probe_processes_count_as_the_calibrations_own_cpu():
     from dlsim.calibrate.loop_probe import probe_values
     before = health._own_cpu()
     probe_values(1, ("conv1d",))
-    # the forkserver's child ran the probe for a second or more; the load watch must not call it another user's
+    # the spawned child ran the probe for a second or more; the load watch must not call it another user's
     assert health._own_cpu() - before > 0.3

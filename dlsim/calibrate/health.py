@@ -58,18 +58,10 @@ def _proc_stat_busy() -> float | None:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
-_HELPERS_CPU = [0.0]
-
-
-def add_helper_cpu(seconds: float) -> None:
-    """Count CPU seconds of a helper process this process did not reap itself (a forkserver's child) as
-    its own, so that the load watch does not call it another user's."""
-    _HELPERS_CPU[0] += seconds
-
-
 def _own_cpu() -> float:
+    """CPU seconds of this process and the children it reaped (the calibration's probe processes)."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system + _HELPERS_CPU[0]
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _loadavg() -> float | None:

@@ -5,8 +5,10 @@ probe networks of the calibration's own (none of the validated ones).
 heap, which glibc trims when a free leaves more than its trim threshold free at the top and grows
 again when the next tensors need the room; the regrown pages fault afresh (`dlsim.cost.allocation`).
 How much is trimmed in a given step depends on the exact order and size of every allocation in the
-process, the interpreter's and the libraries' included, and changes from process to process; so the
-probe measures its expectation:
+process, the interpreter's and the libraries' included, and changes from process to process (with the
+interpreter's hash seed, for one); so the probe measures its expectation over independent processes,
+each a new interpreter (``spawn``) as a training job is, never forks of one server, whose children
+share its heap and seed and repeat one draw:
 
     α_i = (minor page faults per step · page size) / (bytes the step requests above 1032 B)
 
@@ -19,7 +21,7 @@ as the host code runs colder after a backward than back to back:
     h_i     = median in-loop ``opt.step()`` time − median ``opt.step()`` time after a cache flush   (F_i > C)
     h_fit_i = median in-loop ``opt.step()`` time − median back-to-back ``opt.step()`` time          (F_i <= C)
 
-Each comes from the probe networks i of its regime, trained in a fresh process as it comes (PyTorch's
+Each comes from the probe networks i of its regime, trained in a new process as it comes (PyTorch's
 plain loop, fused Adam, 5 warm-up steps, then ``getrusage`` minor faults and the loop's phase times over
 20 steps; the requested bytes from one step under `dlsim.torch_profiling.allocation_meter`; then 20
 optimizer steps each after a cache flush, as the calibration's cold tables time kernels, and 20 back to
@@ -36,12 +38,10 @@ convolution stack (8 channels × 1024 samples, batch 32), whose footprints (49-1
 
 from __future__ import annotations
 
-import os
 import resource
 import statistics
 from typing import Any
 
-from dlsim.calibrate.health import add_helper_cpu
 from dlsim.cost.allocation import REFAULT_QUANTITY as REFAULT
 from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY as OPTIMIZER_FIT, OPTIMIZER_QUANTITY as OPTIMIZER
 from dlsim.cost.memory import state_bytes_per_param
@@ -117,11 +117,10 @@ def measure_in_this_process(name: str) -> dict[str, float]:
     back_to_back = KernelTimer("cpu", repeats=STEPS).time(loop.opt.step).seconds
     requested = meter.bytes.get("step", [0.0])[0]
     params = sum(p.numel() for p in loop.net.parameters())
-    cpu = os.times()
     return {"faulted": faulted, "requested": requested,
             "footprint": requested + params * state_bytes_per_param("fp32", "adam").total,
             "optimizer_in_loop_s": statistics.median(in_loop), "optimizer_flushed_s": flushed,
-            "optimizer_back_to_back_s": back_to_back, "cpu_s": cpu.user + cpu.system}
+            "optimizer_back_to_back_s": back_to_back}
 
 
 def probe_values(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
@@ -132,11 +131,8 @@ def probe_values(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) 
     out: dict[str, dict[str, list[float]]] = {q: {} for q in QUANTITIES}
     for _ in range(rounds):
         for name in probes:
-            # forked from a server that imported torch and nothing else: the allocator as a training process
-            # finds it after ``import torch``, without paying the import for each probe
             run = call_in_fresh_process(measure_in_this_process, name, what=f"the loop probe {name}",
-                                        context="forkserver", preload=("torch", __name__), timeout_s=300)
-            add_helper_cpu(run["cpu_s"])  # the forkserver reaps it: ours, not another user's load
+                                        timeout_s=300)
             if name in HEAP_PROBES:
                 share = run["faulted"] / run["requested"] if run["requested"] > 0 else 0.0
                 out[REFAULT].setdefault(name, []).append(share)
