@@ -21,12 +21,19 @@ def cli(capsys):
     return invoke
 
 
+_LOOP_ROWS: list[dict] = []
+
+
 @pytest.fixture(autouse=True)
 def quick_loop_probe(monkeypatch):
-    """A calibration in a test measures the loop probe's shares on one process of each regime (the MLP,
-    whose step overflows the cache, and the small MLP, whose step fits), not 28; tests/test_loop_probe.py
-    runs the probe itself."""
-    import functools
-
+    """A calibration in a test takes the loop probe's rows from one process of each regime (the MLP, whose
+    step overflows the cache, and the small MLP, whose step fits), not 28, measured on this host by the
+    first calibration of the test session and reused by the rest (a property of the host, and each
+    probe process a new interpreter that takes seconds); tests/test_loop_probe.py runs the probe itself."""
     from dlsim.calibrate import compute_run, loop_probe
-    monkeypatch.setattr(compute_run, "loop_probe_rows", functools.partial(loop_probe.loop_probe_rows, 1, ("mlp", "mlp_small")))
+
+    def rows() -> list[dict]:
+        if not _LOOP_ROWS:
+            _LOOP_ROWS.extend(loop_probe.loop_probe_rows(1, ("mlp", "mlp_small")))
+        return [dict(row) for row in _LOOP_ROWS]
+    monkeypatch.setattr(compute_run, "loop_probe_rows", rows)
