@@ -80,7 +80,11 @@ def in_loop_optimizer_step(tables: Any, optimizer: str, params: int, tensors: in
     cold = cold_tables.optimizer_step(optimizer, params, tensors)
     if cold is None:
         return None
-    why = f"step footprint {mib:.1f} MiB > last-level cache {cache / 2**20:.0f} MiB" if cache is not None and \
-        footprint_bytes > cache else "no back-to-back row or fitting-step extra"
+    if cache is None:
+        why = "the profile records no last-level cache size"
+    elif footprint_bytes > cache:
+        why = f"step footprint {mib:.1f} MiB > last-level cache {cache / 2**20:.0f} MiB"
+    else:
+        why = f"step footprint {mib:.1f} MiB fits, but no back-to-back row or h_fit was measured"
     return Estimate(cold.seconds + host.optimizer_extra_s, cold.source,
                     f"{cold.note} (flushed cache: {why}) + {host.optimizer_extra_s * 1e6:.0f} us in the loop (measured)")
