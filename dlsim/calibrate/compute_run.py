@@ -205,6 +205,8 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
             for row in fresh_memory_rows(torch.get_num_threads()):  # what a default process pays per fresh byte
                 dev_table.append(row)
         if backend.name == "cpu" and not all(dev_table.has({"quantity": q}) for q in LOOP_QUANTITIES):
+            if progress:  # the probe runs before the first kernel and takes a minute or two
+                progress(summary.skipped, total, "loop probe (plain training loops in fresh processes)", "running")
             for row in loop_probe_rows():  # what a plain loop pays beyond the tables: heap re-faults, optimizer
                 if not dev_table.has({"quantity": row["quantity"]}):
                     dev_table.append(row)
