@@ -5,7 +5,8 @@ One line on stderr, redrawn in place at most every `min_interval` seconds::
     [##########..........]  12/40  30%  0:12 elapsed  ~0:28 left  gemm 512x512x512
 
 The time left is the mean time per finished item so far times the items left (items resumed from
-an earlier run are not counted as work done now). Off a terminal (CI logs, pipes) nothing is drawn;
+an earlier run are not counted as work done now, nor time spent in a `phase`: work before the items
+that is none of them, such as the calibration's loop probe). Off a terminal (CI logs, pipes) nothing is drawn;
 `line()` messages (failures, warnings) are printed in both cases. ``DLSIM_PROGRESS=0`` turns the bar
 off, ``DLSIM_PROGRESS=1`` on. A module of its own at the bottom layer (no dlsim imports) because
 the communication calibration workers draw it from a process of their own.
@@ -21,6 +22,8 @@ import time
 from typing import Callable, TextIO
 
 _COUNT = re.compile(r"(\d+)\s*/\s*(\d+)")
+PHASE_RUNNING, PHASE_DONE = "running", "done"
+"""Statuses a per-item progress callback passes for work that is not an item: it started, it ended."""
 
 
 def on_terminal(stream: TextIO) -> bool:
@@ -54,13 +57,15 @@ def time_left(done: int, total: int, elapsed: float, base: int = 0) -> float | N
     return elapsed / (done - base) * max(0, total - done)
 
 
-def render(done: int, total: int, elapsed: float, status: str = "", width: int = 80, base: int = 0) -> str:
-    """The bar line for `done` of `total` items after `elapsed` seconds, cut to `width` characters."""
+def render(done: int, total: int, elapsed: float, status: str = "", width: int = 80, base: int = 0,
+           paced: float | None = None) -> str:
+    """The bar line for `done` of `total` items after `elapsed` seconds, cut to `width` characters; the time
+    left from the `paced` seconds spent on the items (default: all of `elapsed`)."""
     frac = min(1.0, done / total) if total > 0 else 0.0
     cells = 20
     full = int(frac * cells)
     bar = "#" * full + "." * (cells - full)
-    left = time_left(done, total, elapsed, base)
+    left = time_left(done, total, elapsed if paced is None else paced, base)
     text = (f"[{bar}] {done:>{len(str(total))}}/{total} {100 * frac:3.0f}%  {format_clock(elapsed)} elapsed"
             f"  {'~' + format_clock(left) + ' left' if left is not None else '--:-- left'}")
     if status:
@@ -80,6 +85,8 @@ class Progress:
         self.started = self._last = clock()
         self._drawn_at: float | None = None
         self._base: int | None = None  # items done before this run (a resumed calibration)
+        self._phase_at: float | None = None  # when the open phase began
+        self._excluded = 0.0  # seconds spent in phases, left out of the pace
         self._shown = False
 
     def update(self, done: int, total: int | None = None, status: str = "") -> None:
@@ -87,13 +94,32 @@ class Progress:
         now = self.clock()
         if total is not None:
             self.total = total
+        self.end_phase()
         if self._base is None:  # the first item finished in this run: those before it were resumed
             self._base = max(0, done - 1)
         elif done < self.done:  # a new pass counting from 1 again: its pace from the last update on
-            self._base, self.started = max(0, done - 1), self._last
+            self._base, self.started, self._excluded = max(0, done - 1), self._last, 0.0
         self.done, self.status, self._last = done, status, now
         if self._drawn_at is None or now - self._drawn_at >= self.min_interval or done >= self.total:
             self._draw(now)
+
+    def phase(self, status: str, total: int | None = None) -> None:
+        """Work that is none of the counted items (a probe before the first kernel) begins: shown as the
+        status, its time left out of the pace until `end_phase` (or the next finished item)."""
+        now = self.clock()
+        if total is not None:
+            self.total = total
+        if self._phase_at is None:
+            self._phase_at = now
+        self.status = status
+        self._draw(now)
+
+    def end_phase(self) -> None:
+        """The open phase, if any, is over."""
+        if self._phase_at is not None:
+            now = self.clock()
+            self._excluded += now - self._phase_at
+            self._phase_at, self._last = None, now
 
     def message(self, text: str, keep_uncounted: bool = False) -> None:
         """A free-form progress message; a leading ``[i/n]``, ``i/n`` or ``round i/n`` sets the count.
@@ -134,7 +160,9 @@ class Progress:
         self._drawn_at = now
         if not self.enabled:
             return
-        text = render(self.done, self.total, now - self.started, self.status, self._width(), self._base or 0)
+        elapsed = now - self.started
+        text = render(self.done, self.total, elapsed, self.status, self._width(), self._base or 0,
+                      paced=elapsed - self._excluded - (now - self._phase_at if self._phase_at is not None else 0.0))
         self.stream.write("\r\x1b[2K" + text)
         self.stream.flush()
         self._shown = True

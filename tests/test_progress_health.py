@@ -76,6 +76,28 @@ def test_message_counts_and_resumed_pace():
     assert bar.done == 2 and bar.status.startswith("gemm")
 
 
+def test_phase_before_the_items_left_out_of_the_pace():
+    """The calibration's loop probe (a minute or two before kernel 1) must not set the pace: 90 s of probe
+    then 1 s per kernel is ~9 s left after kernel 1 of 10, not ~14 min."""
+    from dlsim.cli.calibrate_compute import _progress
+    clock, out = Clock(), Tty()
+    bar = Progress(stream=out, enabled=True, clock=clock, min_interval=0)
+    report = _progress(bar)
+    report(0, 10, "loop probe (plain training loops in fresh processes)", "running")
+    assert bar.done == 0 and "0/10" in out.getvalue() and "loop probe" in out.getvalue()
+    clock.t = 90.0
+    report(0, 10, "probes", "done")
+    clock.t = 91.0
+    report(1, 10, "gemm 64x64x64", "1.0 s")
+    assert "1:31 elapsed" in out.getvalue().split("\r")[-1]
+    assert "~9s left" in out.getvalue().split("\r")[-1]
+    clock.t = 93.0  # a phase still open when an item finishes ends there
+    bar.phase("host probe")
+    clock.t = 193.0
+    bar.update(2, 10, "gemm 128x128x128")
+    assert "~12s left" in out.getvalue().split("\r")[-1]  # 3 s for 2 kernels outside the phase
+
+
 def test_quantised_timings_warned():
     tick = 4e-3
     busy = [tick * k for k in (1, 1, 2, 1, 3, 1, 1, 2, 1, 1, 1, 2, 4, 1, 1, 1)]  # the busy machine's table

@@ -45,6 +45,7 @@ from dlsim.calibrate.host_ops import QUANTITIES as HOST_QUANTITIES, host_op_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
     MemoryRow, record
+from dlsim.progress import PHASE_DONE, PHASE_RUNNING
 from dlsim.units import format_time
 
 DEVICE_COLUMNS = ("quantity", "value", "unit", "how")
@@ -206,13 +207,18 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
                 dev_table.append(row)
         if backend.name == "cpu" and not all(dev_table.has({"quantity": q}) for q in LOOP_QUANTITIES):
             if progress:  # the probe runs before the first kernel and takes a minute or two
-                progress(summary.skipped, total, "loop probe (plain training loops in fresh processes)", "running")
+                progress(summary.skipped, total, "loop probe (plain training loops in fresh processes)", PHASE_RUNNING)
             for row in loop_probe_rows():  # what a plain loop pays beyond the tables: heap re-faults, optimizer
                 if not dev_table.has({"quantity": row["quantity"]}):
                     dev_table.append(row)
         if backend.name == "cpu" and not dev_table.has({"quantity": HOST_QUANTITIES[0]}):
+            if progress:
+                progress(summary.skipped, total, "host probe (an eager step against its operators replayed)",
+                         PHASE_RUNNING)
             for row in host_op_rows():  # what an eager step pays per ATen operator beyond its kernel
                 dev_table.append(row)
+        if progress:
+            progress(summary.skipped, total, "probes", PHASE_DONE)
     for i, task in enumerate(todo, start=summary.skipped + 1):
         table = tables[kind_of(task)]
         if table.has(_row(task, None)):  # the same key planned twice (a grid GEMM a model also needs)

@@ -10,7 +10,7 @@ from dlsim.api.calibrate_compute import calibrate_compute
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option, parse_overrides, set_option
 from dlsim.cli.output import emit_json, state_dtype, wants_summary
-from dlsim.progress import Progress
+from dlsim.progress import PHASE_DONE, PHASE_RUNNING, Progress
 from dlsim.units import format_time
 
 
@@ -18,6 +18,12 @@ def _progress(bar: Progress | None):
     """Per-kernel progress on the bar; failures as lines of their own (also off a terminal)."""
     def report(i: int, total: int, label: str, status: str) -> None:
         if bar is None:
+            return
+        if status == PHASE_RUNNING:  # work before the kernels (the loop probe): not a kernel of the count
+            bar.phase(label, total)
+            return
+        if status == PHASE_DONE:
+            bar.end_phase()
             return
         if status.startswith("failed"):
             bar.line(f"[{i}/{total}] {label}: {status}")
