@@ -3,13 +3,13 @@
 `torch.utils.flop_counter.FlopCounterMode` counts matrix-class work only: matrix products,
 convolutions and attention (2 FLOPs per multiply-accumulate); element-wise kernels count zero.
 `counted_flops` adds up the same for a dlsim model: the GEMMs of each pass (a generic layer's
-measured FLOPs, which are the counter's own), the backward without the ∇x of layers whose inputs
-need no gradient (`dlsim.cost.gradflow`), as autograd skips it.
+measured FLOPs, which are the counter's own), the backward less the ∇x work autograd skips for inputs
+that need no gradient (`dlsim.cost.gradflow.backward_data_run`).
 """
 
 from __future__ import annotations
 
-from dlsim.cost.gradflow import gradient_free
+from dlsim.cost.gradflow import backward_data_run, gradient_free
 from dlsim.cost.layers import PassCost, layer_cost
 from dlsim.spec.model import Model
 
@@ -25,7 +25,6 @@ def counted_flops(model: Model, batch: int) -> tuple[float, float]:
     for layer in model.layers:
         cost = layer_cost(layer, batch, model.dtype)
         forward += _matrix(cost.forward)
-        if not all(src in free for src in layer.inputs):
-            backward += _matrix(cost.backward_data)
+        backward += _matrix(backward_data_run(layer, cost, free))
         backward += _matrix(cost.backward_weight)
     return forward, backward

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsim.cost.gradflow import gradient_free
+from dlsim.cost.gradflow import backward_data_run, gradient_free
 from dlsim.cost.allocation import AllocatorCost, step_charges, step_requested_bytes
 from dlsim.cost.hostops import HostOpCost, in_loop_optimizer_step
 from dlsim.cost.layers import layer_cost
@@ -49,9 +49,11 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     free = gradient_free(model)
     charges = step_charges(model, batch, dtype, allocator, free) if allocator is not None else {}
     for layer in model.layers:
-        timing = replace(price_layer(layer, batch, dtype, device, tables, costs[layer.name]),
+        cost = costs[layer.name]
+        runs = backward_data_run(layer, cost, free)
+        timing = replace(price_layer(layer, batch, dtype, device, tables, replace(cost, backward_data=runs)),
                          activation_bytes=kept[layer.name])
-        if all(src in free for src in layer.inputs):
+        if runs is not cost.backward_data and runs.kernels == 0:
             timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
         for pass_name, seconds in charges.get(layer.name, {}).items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(

@@ -8,7 +8,8 @@ gradient runs no ∇x pass.
 
 from __future__ import annotations
 
-from dlsim.spec.model import INPUT, Model
+from dlsim.cost.layers import LayerCost, PassCost
+from dlsim.spec.model import INPUT, Layer, Model
 
 
 def gradient_free(model: Model) -> frozenset[str]:
@@ -18,3 +19,16 @@ def gradient_free(model: Model) -> frozenset[str]:
         if not layer.params and not layer.attrs.get("tied_to") and all(src in free for src in layer.inputs):
             free.add(layer.name)
     return frozenset(free)
+
+
+def backward_data_run(layer: Layer, cost: LayerCost, free: frozenset[str]) -> PassCost:
+    """The part of `layer`'s ∇x pass autograd runs, given the tensors that need no gradient (`free`): all of
+    it when every input needs one; when some do not, the per-input parts of those that do (where the layer
+    splits its ∇x by input) or all of it; when none does, only what the layer's weights need."""
+    needs = [src not in free for src in layer.inputs]
+    if all(needs):
+        return cost.backward_data
+    if not any(needs):
+        return cost.internal_backward
+    parts = [part for part, need in zip(cost.input_backward, needs) if need]
+    return parts[0] if len(parts) == 1 and len(cost.input_backward) == len(needs) else cost.backward_data

@@ -83,6 +83,13 @@ class LayerCost:
     saves_output: bool = False
     extra_saved_bytes: float = 0.0
     conv: dict | None = field(default=None)
+    internal_backward: PassCost = NO_PASS
+    """The part of the ∇x pass that still runs when no input needs a gradient: in a composite layer the
+    gradients its own weights need (through time and between stacked layers of a recurrent layer, into
+    an attention's Q, K and V), all but the products giving the input's gradient."""
+    input_backward: tuple[PassCost, ...] = ()
+    """For a layer of several activation inputs whose ∇x is one product per input (∇A and ∇B of a
+    matrix product), each input's part of the ∇x pass, in input order."""
 
     @property
     def matmul_flops(self) -> float:
@@ -93,6 +100,17 @@ class LayerCost:
     @property
     def flops(self) -> float:
         return self.forward.flops + self.backward_data.flops + self.backward_weight.flops
+
+
+def _without_gemms(cost: PassCost, drop: tuple[Gemm, ...], bytes_written: float) -> PassCost:
+    """`cost` less the GEMMs `drop` (one occurrence each, with their FLOPs and launches), writing
+    `bytes_written` instead."""
+    gemms = list(cost.gemms)
+    for g in drop:
+        gemms.remove(g)
+    flops = sum(g.flops for g in drop)
+    return replace(cost, flops=cost.flops - flops, work=cost.work - flops / 2, gemms=tuple(gemms),
+                   kernels=cost.kernels - len(drop), bytes_written=bytes_written)
 
 
 def _elementwise(elements: float, b: int, flops_per: float, reads: int = 1, writes: int = 1,
@@ -294,6 +312,7 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
     fwd_g, bx_g, bw_g = [], [], []
     flops_el = 0.0
     f_in = feat
+    input_grad = (Gemm(n * steps, feat, gates * h),) * dirs  # the first layer's ∇x, per direction
     for _ in range(a["layers"]):
         for _ in range(dirs):
             fwd_g += [Gemm(n * steps, gates * h, f_in), Gemm(n, gates * h, h, steps)]
@@ -312,7 +331,8 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
     fwd = gemm_pass(fwd_g, in_elems * b + w_bytes, out_elems * b + state_bytes, flops_el)
     bwd_x = gemm_pass(bx_g, out_elems * b + state_bytes + w_bytes, in_elems * b, 2 * flops_el)
     bwd_w = gemm_pass(bw_g, state_bytes + in_elems * b, w_bytes, 0)
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, saves_output=True, extra_saved_bytes=state_bytes)
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, saves_output=True, extra_saved_bytes=state_bytes,
+                     internal_backward=_without_gemms(bwd_x, input_grad, state_bytes))
 
 
 def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
@@ -366,7 +386,8 @@ def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()
         kept_scores = bh * steps * 4  # fp32 log-sum-exp per row and head
     else:
         kept_scores = scores * b + (scores * (b + MASK_BYTES) if a["dropout"] else 0)
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores)
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores,
+                     internal_backward=_without_gemms(bwd_x, (Gemm(rows, d, qkv),), act - rows * d * b))
 
 
 def _mla(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
@@ -410,7 +431,9 @@ def _mla(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> L
     bwd_x = gemm_pass(bx_g, bwd_parts, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
     bwd_w = gemm_pass(bw_g, (), 2 * act, w_bytes)
     kept_scores = bh * steps * 4 if flash else scores * b
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores)
+    reads_x = tuple(Gemm(rows, i, o) for o, i in (proj[0], proj[-2]))  # ∇x of the Q and KV down-projections
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores,
+                     internal_backward=_without_gemms(bwd_x, reads_x, act - rows * d * b))
 
 
 def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, causal: bool,
@@ -525,7 +548,9 @@ def _moe(layer: Layer, n: int, b: int, ep: int = 1) -> LayerCost:
                       x_bytes + hidden + perm, bwd_parts)
     bwd_w = gemm_pass(bw_g, bias, x_bytes + perm + hidden, w_bytes, ())
     saved = scores * ROUTER_BYTES + rows * k * INDEX_BYTES + perm + hidden
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=saved)
+    reads_x = (Gemm(rows, d, e), Gemm(t, d, up, local)) + ((Gemm(rows, d, ups),) if fs else ())  # router, up-projections
+    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=saved,
+                     internal_backward=_without_gemms(bwd_x, reads_x, hidden + perm))
 
 
 def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:
@@ -577,17 +602,18 @@ def _groupnorm(layer: Layer, n: int, b: int) -> LayerCost:
 def _matmul(layer: Layer, n: int, b: int) -> LayerCost:
     """Product of two activations A (..., m, k) · B (..., k, n) batched over the broadcast leading
     dimensions and the samples: forward GEMM (m, n, k); ∇A = ∇C·Bᵀ (m, k, n) and ∇B = Aᵀ·∇C (k, n, m)
-    (both input gradients, no weights). Depths ⌈log2 k⌉, ⌈log2 n⌉, ⌈log2 m⌉."""
+    (both input gradients, no weights; each runs only if its input needs a gradient). Depths ⌈log2 k⌉, ⌈log2 n⌉, ⌈log2 m⌉."""
     x, y = layer.in_shapes
     m, k, cols = x[-2], x[-1], y[-1]
     count = n * math.prod(layer.out_shape[:-2])
     a_bytes, b_bytes, c_bytes = n * math.prod(x) * b, n * math.prod(y) * b, n * layer.out_elements * b
     fwd = PassCost(2 * m * cols * k * count, m * cols * k * count, clog2(k), a_bytes + b_bytes, c_bytes,
                    (Gemm(m, cols, k, count),), "gemm")
+    grad_a, grad_b = Gemm(m, k, cols, count), Gemm(k, cols, m, count)
     bwd = PassCost(4 * m * cols * k * count, 2 * m * cols * k * count, max(clog2(cols), clog2(m)),
-                   2 * c_bytes + a_bytes + b_bytes, a_bytes + b_bytes, (Gemm(m, k, cols, count), Gemm(k, cols, m, count)),
-                   "gemm", kernels=2)
-    return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
+                   2 * c_bytes + a_bytes + b_bytes, a_bytes + b_bytes, (grad_a, grad_b), "gemm", kernels=2)
+    per_input = (_without_gemms(bwd, (grad_b,), a_bytes), _without_gemms(bwd, (grad_a,), b_bytes))
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, input_backward=per_input)
 
 
 def _sdpa(layer: Layer, n: int, b: int) -> LayerCost:

@@ -1,0 +1,113 @@
+"""Layers that read the network's input directly, whose input needs no gradient: autograd still runs the
+gradients inside them that their weights need (a recurrent layer's gradient through time and between
+stacked layers, an attention's core) and skips only the products giving the input's gradient; a matrix
+product of an activation with the input computes only the activation's gradient. The backward FLOPs of
+the import must match PyTorch's counter on `loss.backward()` (within 2%, as tests/test_import_networks.py),
+and the estimate must price that backward (it priced none of a first GRU's before)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+TOLERANCE = 0.02
+pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration")
+
+
+class GRUFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(16, 32, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(x)[0]
+
+
+class StackedBiLSTMFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(16, 24, num_layers=2, bidirectional=True, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class AttentionFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.att = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.att(x, x, x, need_weights=False)[0]
+
+
+class GramWithInput(nn.Module):
+    """bmm(fc(x), xᵀ): only ∇(fc(x)) runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.bmm(self.fc(x), x.transpose(1, 2))
+
+
+NETWORKS = {"gru_first": GRUFirst, "stacked_bilstm_first": StackedBiLSTMFirst, "attention_first": AttentionFirst,
+            "gram_with_input": GramWithInput}
+
+
+def _counted(net, x):
+    from dlsim.importers.torch_meter import counter
+
+    with torch.backends.mkldnn.flags(enabled=False):
+        with counter() as fwd:
+            out = net(x)
+        with counter() as bwd:
+            out.float().pow(2).mean().backward()
+    return fwd.get_total_flops(), bwd.get_total_flops()
+
+
+@pytest.fixture(scope="module")
+def imported():
+    from dlsim.api.importers import import_torch_module
+
+    out = {}
+    for name, cls in NETWORKS.items():
+        torch.manual_seed(0)
+        net, x = cls().train(), torch.randn(2, 12, 16)
+        out[name] = (net, x, import_torch_module(net, [x], name=name).model)
+    return out
+
+
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_backward_flops_match_the_counter(imported, name):
+    from dlsim.cost.counted import counted_flops
+
+    net, x, model = imported[name]
+    fwd, bwd = counted_flops(model, x.shape[0])
+    want_fwd, want_bwd = _counted(net, x)
+    assert abs(fwd - want_fwd) <= TOLERANCE * want_fwd, (fwd, want_fwd)
+    assert abs(bwd - want_bwd) <= TOLERANCE * want_bwd, (bwd, want_bwd)
+
+
+def test_first_recurrent_layer_keeps_its_gradient_through_time(imported):
+    """Only the first layer's input GEMMs (N·L, F, g·h), one per direction, drop out of the ∇x pass."""
+    from dlsim.cost.gradflow import backward_data_run, gradient_free
+    from dlsim.cost.layers import Gemm, layer_cost
+
+    model = imported["stacked_bilstm_first"][2]
+    layer = next(layer for layer in model.layers if layer.type == "lstm")
+    cost = layer_cost(layer, 2, model.dtype)
+    runs = backward_data_run(layer, cost, gradient_free(model))
+    dropped = Gemm(2 * 12, 16, 4 * 24)
+    assert cost.backward_data.matmul_flops - runs.matmul_flops == pytest.approx(2 * dropped.flops)
+    assert runs.kernels == cost.backward_data.kernels - 2 and runs.flops > 0
+
+
+def test_estimate_prices_the_internal_backward(imported):
+    from dlsim.api.estimate import estimate
+
+    model = imported["gru_first"][2]
+    result = estimate(model, "cpu-epyc-2core", batch=2, measured=False)
+    gru = next(t for t in result.layers if t.type == "gru")
+    assert gru.backward_data.seconds > 0 and "input needs no gradient" not in gru.backward_data.note
