@@ -137,3 +137,33 @@ def test_a_reshape_that_copies_is_a_priced_copy_and_a_view_stays_free():
     copies = [n for n in nodes if n.entry["type"] == "generic" and n.entry["op"] == "aten.reshape"]
     assert views == ["aten.reshape", "aten.transpose"] and len(copies) == 1
     assert copies[0].entry["bytes"] == 2 * 12 * 4  # per sample: 12 fp32 elements read and 12 written
+
+
+class MaskedSum(torch.nn.Module):
+    """A boolean-mask select: its size is known only when it runs (an unbacked size in the capture)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y + y[y > 0].sum()
+
+
+def test_a_data_dependent_size_imports_with_the_example_run_shape():
+    """torch.export captures the mask select (no control flow depends on the data): a traceable network
+    is imported, the select a generic operator sized by the example run, the rest exact."""
+    from dlsim.api.importers import import_torch_module
+    from dlsim.cost.counted import counted_flops
+    from dlsim.importers.torch_meter import counter
+
+    torch.manual_seed(0)
+    net, x = MaskedSum(), torch.randn(4, 16)
+    result = import_torch_module(net, [x])
+    with counter() as fwd:
+        net(x)
+    assert result.model.params == sum(p.numel() for p in net.parameters())
+    assert counted_flops(result.model, 4)[0] == pytest.approx(fwd.get_total_flops(), rel=0.02)
+    index = next(layer for layer in result.model.layers if layer.attrs.get("op") == "aten.index")
+    assert index.attrs["bytes"] > 0

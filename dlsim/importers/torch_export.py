@@ -153,6 +153,17 @@ class _Shapes:
         return None if dim == where else dim - (dim > where)
 
 
+def _symbolic_or_run(captured: Any, ran: Any) -> Any:
+    """A node's captured (symbolic) value, or the value it took on the example when a size of it is
+    data-dependent (an unbacked size, as of a boolean-mask select or ``nonzero``: no hint to read)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    unbacked = any(isinstance(d, torch.SymInt) and d.node.hint is None
+                   for t in tree_flatten(captured)[0] if isinstance(t, torch.Tensor) for d in t.shape)
+    return ran if unbacked and ran is not None else captured
+
+
 def _concrete(shape: Any) -> list[int]:
     import torch
     return [int(d.node.hint) if isinstance(d, torch.SymInt) and d.node.hint is not None else int(d) for d in shape]
@@ -163,7 +174,7 @@ class _Context:
 
     def __init__(self, ep: Any, values: dict, shapes: _Shapes, params: dict[str, Any], input_name: str):
         self.ep, self.values, self.shapes, self.params = ep, values, shapes, params
-        self.meta = {n.name: n.meta.get("val") for n in ep.graph.nodes}  # symbolic shapes
+        self.meta = {n.name: _symbolic_or_run(n.meta.get("val"), values.get(n.name)) for n in ep.graph.nodes}
         self.input_name = input_name
         self.active: set[str] = {input_name}
         self.param_of: dict[str, set[str]] = {}   # folded node / parameter placeholder -> parameters it reads
@@ -402,7 +413,7 @@ def capture(module: Any, example: tuple, *, measure: bool = True) -> Captured:
             if node.name in dispatched:  # run every step all the same (a batch norm's counter += 1): the next layer pays
                 unplaced = [u + v for u, v in zip(unplaced, dispatched.pop(node.name))]
             continue
-        leaves = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
+        leaves = [v for v in tree_flatten(ctx.meta[node.name])[0] if isinstance(v, torch.Tensor)]
         if not leaves:  # symbolic sizes and other non-tensor values are arguments, not layers
             continue
         ctx.active.add(node.name)
