@@ -24,11 +24,32 @@ def loss_of(out: Any, target: Any) -> Any:
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
 
 
-def make_batch(input_shape: Sequence[int], batch: int, tokens: bool, vocab: int, seed: int = 0) -> Any:
+def float_dtype_of(module: Any) -> Any:
+    """The dtype of the module's first floating-point parameter (its inputs' dtype), else torch's default."""
     import torch
-    gen = torch.Generator().manual_seed(seed)
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.get_default_dtype())
+
+
+def make_batch(input_shape: Sequence[int], batch: int, tokens: bool, vocab: int, seed: int = 0,
+               dtype: Any = None) -> Any:
+    """A random batch (batch, *input_shape): token ids below `vocab`, or normal values of `dtype` (default
+    torch's); one line, not an allocation failure, when it cannot fit in this host's free memory."""
+    import math
+    import os
+
+    import torch
     full = (batch, *input_shape)
-    return torch.randint(0, vocab, full, generator=gen) if tokens else torch.randn(full, generator=gen)
+    itemsize = 8 if tokens else torch.empty((), dtype=dtype).element_size()
+    need = math.prod(full) * itemsize
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        free = None
+    if free is not None and need > free:
+        raise DlsimError(f"the example input {'x'.join(map(str, full))} needs {need / 2**30:.1f} GiB, more than the "
+                         f"{free / 2**30:.1f} GiB free here: use a smaller batch or input shape")
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, full, generator=gen) if tokens else torch.randn(full, generator=gen, dtype=dtype)
 
 
 class PlainLoop:

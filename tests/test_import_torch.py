@@ -167,3 +167,21 @@ def test_a_data_dependent_size_imports_with_the_example_run_shape():
     assert counted_flops(result.model, 4)[0] == pytest.approx(fwd.get_total_flops(), rel=0.02)
     index = next(layer for layer in result.model.layers if layer.attrs.get("op") == "aten.index")
     assert index.attrs["bytes"] > 0
+
+
+def test_a_bf16_module_is_traced_on_a_bf16_example(tmp_path, cli):
+    """The example input takes the module's parameter dtype (an fp32 input into bf16 weights fails)."""
+    src = tmp_path / "half.py"
+    src.write_text("import torch, torch.nn as nn\n"
+                   "def Net():\n    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(torch.bfloat16)\n")
+    out = tmp_path / "half.yaml"
+    code, _, err = cli("import", "torch", f"{src}:Net", "--input-shape", "32", "-o", out)
+    assert code == 0, err
+    assert "dtype: bf16" in out.read_text()
+
+
+def test_an_example_input_larger_than_free_memory_is_one_line(tmp_path, cli):
+    src = tmp_path / "net.py"
+    src.write_text(NET)
+    code, _, err = cli("import", "torch", f"{src}:Net", "--input-shape", "3,100000,100000", "--batch", "64")
+    assert code == 1 and "more than the" in err and "GiB free here" in err and len(err.strip().splitlines()) == 1

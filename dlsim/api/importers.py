@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dlsim.errors import SpecError
+from dlsim.plain_loop import float_dtype_of, make_batch
 from dlsim.io.files import check_output, write_atomic
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
@@ -169,13 +170,6 @@ def import_torch(module: Any, example_inputs: Sequence[Any], *, name: str = "imp
     return import_torch_module(module, example_inputs, name=name).model
 
 
-def _example(shape: Sequence[int], batch: int, tokens: bool, vocab: int) -> Any:
-    import torch
-
-    full = (batch, *shape)
-    return torch.randint(0, vocab, full) if tokens else torch.randn(full)
-
-
 def import_torch_file(factory: str, input_shape: list[int], *, batch: int = 2, tokens: bool = False,
                       vocab: int = 2, name: str | None = None, out: Path | None = None, force: bool = False,
                       cluster: Cluster | str | Path | None = None) -> Imported:
@@ -192,7 +186,8 @@ def import_torch_file(factory: str, input_shape: list[int], *, batch: int = 2, t
         raise SpecError(f"--batch must be at least 2 (the batch dimension is traced as dynamic), got {batch}")
     module = load_factory(factory)
     label = name or factory.rpartition(":")[2]
-    imported = import_torch_module(module, [_example(input_shape, batch, tokens, vocab)], name=label, cluster=cluster,
+    example = make_batch(input_shape, batch, tokens, vocab, dtype=float_dtype_of(module))
+    imported = import_torch_module(module, [example], name=label, cluster=cluster,
                                    header=f"{label}: imported from {factory} by dlsim import torch (torch.export, "
                                           f"training mode, example batch {batch})")
     if out is not None:

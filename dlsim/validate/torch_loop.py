@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from dlsim.fresh_process import call_in_fresh_process
-from dlsim.plain_loop import PlainLoop, make_batch
+from dlsim.plain_loop import PlainLoop, float_dtype_of, make_batch
 from dlsim.torch_profiling import quiet_fd2
 
 KINDS = ("convolution", "matmul", "attention", "normalization", "recurrent", "embedding", "loss", "optimizer",
@@ -89,7 +89,9 @@ def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Ca
     if prepare is not None:
         prepare()
     torch.manual_seed(0)
-    loop = PlainLoop(loader(factory), make_batch(input_shape, batch, tokens, vocab), optimizer, make_optimizer)
+    module = loader(factory)
+    x = make_batch(input_shape, batch, tokens, vocab, dtype=float_dtype_of(module))
+    loop = PlainLoop(module, x, optimizer, make_optimizer)
     for _ in range(warmup):
         loop.step()
     samples, begin = [], time.perf_counter()
