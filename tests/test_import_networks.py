@@ -31,19 +31,6 @@ def imported():
     return out
 
 
-def _counted(net, x):
-    from dlsim.importers.torch_meter import counter
-
-    net.train()
-    with torch.backends.mkldnn.flags(enabled=False):
-        with counter() as fwd:
-            out = net(x)
-        loss = out.float().pow(2).mean()
-        with counter() as bwd:
-            loss.backward()
-    return fwd.get_total_flops(), bwd.get_total_flops()
-
-
 @pytest.mark.parametrize("name", list(torchnets.NETWORKS))
 def test_network_imports_with_exact_parameters_and_flops(imported, name):
     from dlsim.cost.counted import counted_flops
@@ -52,7 +39,7 @@ def test_network_imports_with_exact_parameters_and_flops(imported, name):
     model = result.model
     assert model.params == sum(p.numel() for p in net.parameters())
     fwd, bwd = counted_flops(model, x.shape[0])
-    want_fwd, want_bwd = _counted(net, x)
+    want_fwd, want_bwd = torchnets.counted_by_torch(net, x)
     assert want_fwd > 0 and want_bwd > 0
     assert abs(fwd - want_fwd) <= TOLERANCE * want_fwd, (fwd, want_fwd)
     assert abs(bwd - want_bwd) <= TOLERANCE * want_bwd, (bwd, want_bwd)
@@ -106,18 +93,12 @@ def test_data_dependent_control_flow_fails_in_one_line(tmp_path, cli):
 @pytest.fixture(scope="module")
 def onnx_files(tmp_path_factory):
     pytest.importorskip("onnx")
-    import warnings
-
     folder = tmp_path_factory.mktemp("onnx")
     out = {}
     for name in torchnets.NETWORKS:
         net, x = torchnets.build(name)
-        path = folder / f"{name}.onnx"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(net, (x,), str(path), dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                              do_constant_folding=False, input_names=["x"], dynamic_axes={"x": {0: "batch"}})
-        out[name] = path
+        out[name] = folder / f"{name}.onnx"
+        torchnets.export_onnx(net, x, out[name])
     return out
 
 
@@ -164,17 +145,12 @@ def test_onnx_export_with_a_fixed_batch_imports(imported, tmp_path):
     """An export without a dynamic batch cannot be re-inferred at another batch: the samples are taken
     along dimension 0, with a note, and the counts still match."""
     pytest.importorskip("onnx")
-    import warnings
-
     from dlsim.api.importers import import_onnx_file
     from dlsim.cost.counted import counted_flops
 
     net, x = torchnets.build("gpt")
     path = tmp_path / "gpt-static.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net, (x,), str(path), dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False)
+    torchnets.export_onnx(net, x, path, input_names=None, dynamic_axes=None)
     result = import_onnx_file(path)
     want = imported["gpt"][2].model
     assert result.model.params == want.params

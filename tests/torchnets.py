@@ -309,3 +309,30 @@ def build(name: str):
     torch.manual_seed(0)
     factory, example = NETWORKS[name]
     return factory(), example()
+
+
+def counted_by_torch(net, x):
+    """(forward, backward) FLOPs of one training step of `net` on `x` as PyTorch's counter counts them
+    (`dlsim.importers.torch_meter.counter`, oneDNN off), the loss the mean square of the output."""
+    from dlsim.importers.torch_meter import counter
+
+    net.train()
+    with torch.backends.mkldnn.flags(enabled=False):
+        with counter() as fwd:
+            out = net(x)
+        loss = out.float().pow(2).mean()
+        with counter() as bwd:
+            loss.backward()
+    return fwd.get_total_flops(), bwd.get_total_flops()
+
+
+def export_onnx(net, x, path, **options) -> None:
+    """`net` exported to ONNX at `path` as a user exports it for training: TorchScript exporter, training
+    mode, no constant folding, input ``x`` with a dynamic batch (unless `options` say otherwise)."""
+    import warnings
+
+    kwargs = {"dynamo": False, "training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False,
+              "input_names": ["x"], "dynamic_axes": {"x": {0: "batch"}}, **options}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (x,), str(path), **kwargs)

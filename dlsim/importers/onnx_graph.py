@@ -7,15 +7,17 @@ shape is its shape with that factor taken out, as for torch.export's symbolic ba
 shape inference leaves unknown (a reshape target computed at run time) take the shapes onnx's
 reference evaluator (``onnx.reference``) computes at the same two batch sizes.
 
-Operators map onto the same dlsim operators as the torch importer (`dlsim.importers.onnx_ops`); any other becomes a
-``generic`` layer: its forward FLOPs by the counting conventions of PyTorch's FLOP counter (matrix
-products and convolutions, 2 per multiply-accumulate; Einsum as the product of its index sizes),
-its bytes the sizes of its inputs and outputs. ONNX holds no backward graph, so a generic layer's
-backward is taken as the standard rule of its class: a matrix-class operator runs one product of
-its size per input that needs a gradient; an element-wise one reads the output gradient and its
-inputs and writes the input gradients. Initializers that only feed a batch norm's running
-statistics are buffers, not parameters; nodes that depend on no graph input (weights, constants,
-shape arithmetic) are folded into their consumers.
+Operators map onto the same dlsim operators as the torch importer (`dlsim.importers.onnx_ops`); any
+other becomes a ``generic`` layer: its forward FLOPs by the counting conventions of PyTorch's FLOP
+counter (matrix products and convolutions, 2 per multiply-accumulate; Einsum as torch.einsum
+contracts it), its bytes the sizes of its inputs and outputs (`dlsim.importers.onnx_flops`). ONNX
+holds no backward graph, so a generic layer's backward is taken as the standard rule of its class:
+a matrix-class operator runs one product of its size per operand that needs a gradient, on the
+weight-gradient pass for an operand computed from weights (so that a first layer, whose input needs
+no gradient, keeps its ∇w); an element-wise one reads the output gradient and its inputs and writes
+the input gradients. Initializers that only feed a batch norm's running statistics are buffers, not
+parameters; nodes that depend on no graph input (weights, constants, shape arithmetic) are folded
+into their consumers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Any
 
 from dlsim.errors import SpecError
 from dlsim.importers.graph import Node
-from dlsim.importers.onnx_ops import MAP, matrix_flops
+from dlsim.importers.onnx_flops import pass_flops
+from dlsim.importers.onnx_ops import MAP
 from dlsim.spec.model import INPUT
 
 BATCHES = (2, 3)
@@ -182,7 +185,9 @@ class _Graph:
             self.s3 = {}
             self.notes.append(f"the graph's batch is fixed at {fixed}: per-sample shapes taken along dimension 0")
         self.active: set[str] = {self.input}
+        self.grad: set[str] = set()  # tensors that depend on the input and on a weight: they need a gradient
         self.param_of: dict[str, set[str]] = {n: {n} for n in self.inits}
+        self.folded = 0
         self.owner: dict[str, str] = {}
         self.alias: dict[str, str] = {self.input: INPUT}
         self.nodes: list[Node] = []
@@ -243,6 +248,25 @@ class _Graph:
     def const(self, name: str) -> Any:
         return self.consts.get(name)
 
+    def sources(self, names: Any) -> set[str]:
+        """The weights the tensors `names` are computed from ('' names an omitted input)."""
+        return set().union(*(self.param_of.get(n, set()) for n in names if n))
+
+    def fold(self, node: Any) -> None:
+        """A node that depends on no graph input: its outputs are computed from its inputs' weights."""
+        for o in node.output:
+            if o:
+                self.param_of[o] = self.sources(node.input)
+        self.folded += node.op_type != "Constant"
+
+    def activate(self, node: Any) -> None:
+        """A node that depends on the graph input: its outputs do, and need a gradient when it reads a
+        weight or a tensor that needs one."""
+        outs = [o for o in node.output if o]
+        self.active.update(outs)
+        if self.sources(i for i in node.input if i not in self.active) or any(i in self.grad for i in node.input):
+            self.grad.update(outs)
+
     def claim(self, names: set[str], node_id: str) -> int:
         fresh = [p for p in sorted(names) if p not in self.owner]
         for p in fresh:
@@ -259,57 +283,9 @@ def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
                for i in (3, 4) if len(n.input) > i and n.input[i] in g.inits}
     for n in buffers:
         g.param_of[n] = set()
-    folded = 0
     consumed = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
     for node in model.graph.node:
-        outs = [o for o in node.output if o]
-        if node.op_type in _SHAPE_OPS or not any(i in g.active for i in node.input if i):
-            for o in outs:
-                g.param_of[o] = set().union(*(g.param_of.get(i, set()) for i in node.input if i))
-            folded += node.op_type != "Constant"
-            continue
-        for o in outs:
-            g.active.add(o)
-        if outs[0] in g.fused:  # a bias add folded into the linear layer before it
-            g.alias[outs[0]] = g.alias[g.fused[outs[0]]]
-            continue
-        nid = outs[0]
-        scope = _scope(node.name)
-        in_ids = [g.alias[i] for i in node.input if i in g.active and i in g.alias]
-        ins = [g.shape(i) for i in node.input if i in g.active and i in g.alias]
-        out = g.shape(outs[0])
-        sources = set().union(*(g.param_of.get(i, set()) for i in node.input if i))
-        mapper = MAP.get(node.op_type)
-        mapped = mapper(g, node, ins, out) if mapper is not None else None
-        if mapped is not None:
-            for suffix, entry, local in mapped:
-                lid = nid + suffix
-                inputs = in_ids if local is None else [nid + s if s.startswith("_") else s for s in local]
-                tied = entry.pop("tied_to", None)
-                if entry["type"] != "reshape":
-                    bias = g.bias_after.get(outs[0], (None, None))
-                    g.claim(sources | ({bias[1]} if bias[0] in g.fused else set()), lid)
-                g.nodes.append(Node(lid, entry, inputs, scope, "", node.op_type, tied))
-            g.alias[outs[0]] = nid
-            for i, o in enumerate(outs[1:], 1):  # further outputs (an LSTM's last states) as views of the layer
-                if o in consumed:
-                    g.nodes.append(Node(o, {"type": "generic", "op": f"{node.op_type}[{i}]", "shape": list(g.shape(o))},
-                                        [nid], scope, "", f"{node.op_type}[{i}]"))
-                    g.alias[o] = o
-            continue
-        nparams = g.claim(sources, nid)
-        flops = matrix_flops(g, node)
-        moved = sum(g.nbytes(i) for i in node.input if i in g.active) + sum(g.nbytes(o) for o in outs)
-        needs = sum(1 for i in node.input if i in g.active) + (1 if nparams else 0)
-        entry = {"type": "generic", "op": node.op_type, "shape": list(out), "params": nparams}
-        per = g.batch
-        for key, value in (("flops", flops), ("bytes", moved), ("grad_flops", flops * needs),
-                           ("grad_bytes", moved + sum(g.nbytes(i) for i in node.input if i in g.active))):
-            if value:
-                entry[key] = float(f"{value / per:.6g}")
-        g.nodes.append(Node(nid, entry, in_ids or [INPUT], scope, "", node.op_type))
-        for o in outs:
-            g.alias[o] = nid
+        _add(g, node, consumed)
     params = sum(int(math.prod(i.dims)) for n, i in g.inits.items() if n not in buffers and i.data_type in (1, 10, 11, 16))
     x = next(i for i in model.graph.input if i.name == g.input)
     x_shape = g.shape(g.input)
@@ -320,13 +296,73 @@ def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
     else:
         input_entry = {"shape": [int(d) for d in x_shape]}
     notes = list(g.notes)
-    if folded:
-        notes.append(f"{folded} operators on weights, constants or shapes only folded into their consumers")
+    if g.folded:
+        notes.append(f"{g.folded} operators on weights, constants or shapes only folded into their consumers")
     dtype = "fp32"
     floats = [i.data_type for i in g.inits.values() if i.data_type in (1, 10, 16)]
     if floats:
         dtype = {1: "fp32", 10: "fp16", 16: "bf16"}[max(set(floats), key=floats.count)]
     return OnnxGraph(g.nodes, input_entry, dtype, params, batch or g.batch, notes)
+
+
+def _add(g: _Graph, node: Any, consumed: set[str]) -> None:
+    """Fold `node` into its consumers (it depends on no graph input), or add the dlsim layers it maps onto,
+    or a generic layer."""
+    outs = [o for o in node.output if o]
+    if node.op_type in _SHAPE_OPS or not any(i in g.active for i in node.input if i):
+        g.fold(node)
+        return
+    g.activate(node)
+    if outs[0] in g.fused:  # a bias add folded into the linear layer before it
+        g.alias[outs[0]] = g.alias[g.fused[outs[0]]]
+        return
+    nid, scope = outs[0], _scope(node.name)
+    in_ids = [g.alias[i] for i in node.input if i in g.active and i in g.alias]
+    ins = [g.shape(i) for i in node.input if i in g.active and i in g.alias]
+    out = g.shape(outs[0])
+    sources = g.sources(node.input)
+    mapper = MAP.get(node.op_type)
+    mapped = mapper(g, node, ins, out) if mapper is not None else None
+    if mapped is None:
+        g.nodes.append(Node(nid, _generic(g, node, nid, out), in_ids or [INPUT], scope, "", node.op_type))
+        for o in outs:
+            g.alias[o] = nid
+        return
+    for suffix, entry, local in mapped:
+        lid = nid + suffix
+        inputs = in_ids if local is None else [nid + s if s.startswith("_") else s for s in local]
+        tied = entry.pop("tied_to", None)
+        if entry["type"] != "reshape":
+            bias = g.bias_after.get(outs[0], (None, None))
+            g.claim(sources | ({bias[1]} if bias[0] in g.fused else set()), lid)
+        g.nodes.append(Node(lid, entry, inputs, scope, "", node.op_type, tied))
+    g.alias[outs[0]] = nid
+    for i, o in enumerate(outs[1:], 1):  # further outputs (an LSTM's last states) as views of the layer
+        if o in consumed:
+            g.nodes.append(Node(o, {"type": "generic", "op": f"{node.op_type}[{i}]", "shape": list(g.shape(o))},
+                                [nid], scope, "", f"{node.op_type}[{i}]"))
+            g.alias[o] = o
+
+
+def _generic(g: _Graph, node: Any, nid: str, out: tuple[int, ...]) -> dict:
+    """The generic layer of a node no dlsim operator fits: its matrix products' FLOPs per pass
+    (`dlsim.importers.onnx_flops.pass_flops`), and bytes: forward reads the inputs that depend on the
+    network's input and writes the outputs; the input gradient reads the output gradient and those
+    inputs and writes their gradients; the weight gradient (a node computed from weights) reads the
+    output gradient and those inputs and writes the weights' gradients. Per sample: at the first
+    batch size, divided by it."""
+    sources = g.sources(node.input)
+    nparams = g.claim(sources, nid)
+    fwd, grad, wgrad = pass_flops(g, node)
+    acts = sum(g.nbytes(i) for i in node.input if i in g.active)
+    outs = sum(g.nbytes(o) for o in node.output if o)
+    weights = sum(g.nbytes(p) for p in sources)
+    entry = {"type": "generic", "op": node.op_type, "shape": list(out), "params": nparams}
+    for key, value in (("flops", fwd), ("bytes", acts + outs), ("grad_flops", grad), ("grad_bytes", 2 * acts + outs),
+                       ("wgrad_flops", wgrad), ("wgrad_bytes", outs + acts + weights if sources else 0)):
+        if value:
+            entry[key] = float(f"{value / g.batch:.6g}")
+    return entry
 
 
 def _scope(name: str) -> str:

@@ -4,7 +4,7 @@
 per-sample output shape) that returns the dlsim layers it becomes — as (id suffix, layer entry,
 input ids or None for the node's own) — or None when its attributes or inputs do not fit a dlsim
 operator; every mapping is checked by dlsim's shape rule (`dlsim.importers.graph.shape_fits`).
-`matrix_flops` counts a node's forward FLOPs as PyTorch's counter counts its torch equivalent.
+A node that maps onto none is priced by `dlsim.importers.onnx_flops`.
 
 The graph state (`dlsim.importers.onnx_graph._Graph`) gives `inits` (initializers), `consts`
 (constant values), `owner` (initializers already counted, by layer id), `param_of` (tensor ->
@@ -18,15 +18,11 @@ import math
 from typing import Any, Callable
 
 from dlsim.importers.graph import shape_fits
+from dlsim.importers.onnx_node import attrs as _attrs
 from dlsim.spec.ops import OPS, infer
 
 Mapped = list[tuple[str, dict, list[str] | None]]
 G = Any  # dlsim.importers.onnx_graph._Graph
-
-
-def _attrs(node: Any) -> dict:
-    import onnx
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _pair(v: Any) -> Any:
@@ -48,7 +44,7 @@ def _map_conv(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
     dims = list(g.inits[w].dims)
     k = len(dims) - 2
     pads = list(a.get("pads", [0] * 2 * k))
-    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or pads[:k] != pads[k:]:
+    if a.get("auto_pad", "NOTSET") != "NOTSET" or pads[:k] != pads[k:]:
         return None
     groups = int(a.get("group", 1))
     strides, dilations = list(a.get("strides", [1] * k)), list(a.get("dilations", [1] * k))
@@ -208,8 +204,7 @@ def _map_lstm(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
     a = _attrs(node)
     if node.input[0] not in g.active or a.get("layout", 0) or "clip" in a or a.get("input_forget", 0):
         return None
-    direction = a.get("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
+    direction = a.get("direction", "forward")
     if direction not in ("forward", "bidirectional"):
         return None
     if any(i in g.active for i in node.input[1:] if i):
@@ -242,7 +237,7 @@ def _map_pool(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
     kernel = list(a["kernel_shape"])
     k = len(kernel)
     pads = list(a.get("pads", [0] * 2 * k))
-    if pads[:k] != pads[k:] or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+    if pads[:k] != pads[k:] or a.get("auto_pad", "NOTSET") != "NOTSET":
         return None
     kind = "maxpool" if node.op_type == "MaxPool" else "avgpool"
     strides = list(a.get("strides", [1] * k))
@@ -280,35 +275,3 @@ MAP: dict[str, Callable[[G, Any, list, tuple], Mapped | None]] = {
     "Flatten": _map_view, "Reshape": _map_view, "Transpose": _map_view, "Squeeze": _map_view,
     "Unsqueeze": _map_view, "Identity": _map_view,
 }
-
-
-def matrix_flops(g: G, node: Any) -> float:
-    """Forward FLOPs of a node as PyTorch's counter counts its torch equivalent (batch 2)."""
-    shape = g.s2.get
-    op = node.op_type
-    if op in ("MatMul", "Gemm"):
-        a, b = shape(node.input[0]), shape(node.output[0])
-        if a is None or b is None:
-            return 0.0
-        k = a[0] if op == "Gemm" and _attrs(node).get("transA", 0) else a[-1]
-        return 2.0 * math.prod(b) * k
-    if op in ("Conv", "ConvTranspose"):
-        w, x, y = shape(node.input[1]), shape(node.input[0]), shape(node.output[0])
-        if w is None or x is None or y is None:
-            return 0.0
-        spatial = x[2:] if op == "ConvTranspose" else y[2:]
-        return 2.0 * x[0] * math.prod(w) * math.prod(spatial)
-    if op == "Einsum":
-        eq = _attrs(node)["equation"]
-        eq = eq.decode() if isinstance(eq, bytes) else eq
-        lhs = eq.replace(" ", "").split("->")[0].split(",")
-        if len(lhs) != 2:
-            return 0.0
-        sizes: dict[str, int] = {}
-        for term, name in zip(lhs, node.input):
-            dims = shape(name)
-            if dims is None or "." in term or len(term) != len(dims):
-                return 0.0
-            sizes.update(zip(term, dims))
-        return 2.0 * math.prod(sizes.values())
-    return 0.0

@@ -1,0 +1,123 @@
+"""The matrix products of an ONNX node that dlsim prices as a generic operator, counted as PyTorch's FLOP
+counter (`torch.utils.flop_counter`) counts its torch equivalent, and how the backward splits them.
+
+A `Product` is one matrix product: its forward FLOPs (2 per multiply-accumulate) and its operands,
+each the tensors it is computed from and the share of the product's FLOPs its gradient costs (1: in
+the counter's mm, bmm and convolution backward formulas each operand's gradient is a product of the
+forward's size). Element-wise work counts zero, as in the counter.
+
+- MatMul, Gemm: one product, the output's elements times the contracted size.
+- Conv, ConvTranspose: 2·N·|W|·(output spatial size; the input's for a transposed convolution), the
+  counter's ``conv_flop_count``.
+- Einsum: torch.einsum's own order without opt_einsum (``aten/src/ATen/native/Linear.cpp``): labels of
+  one operand only that the output lacks are summed out first (a sum, no product); then the operands
+  are contracted left to right, each step one bmm over all labels of its two sides (2·∏ sizes),
+  keeping the labels a later operand or the output needs; a step that sums over no label is an
+  element-wise product (none). So a 3-operand einsum is two bmm, and its backward up to four.
+
+`pass_flops` splits a node's backward: the gradient of an operand computed from a weight (an
+initializer that is a parameter) goes to the weight gradient; that of one computed from a tensor
+that needs a gradient to the input gradient; none is run for an operand that needs none (the
+network's input and what is computed from it and constants only), as autograd skips it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dlsim.importers.onnx_node import attrs
+
+G = Any  # dlsim.importers.onnx_graph._Graph: s2 (shapes at the first batch), param_of, active, grad
+
+
+@dataclass(frozen=True)
+class Product:
+    """One matrix product: forward FLOPs, and per operand (tensors it is computed from, gradient's share)."""
+
+    flops: float
+    operands: tuple[tuple[frozenset[str], float], ...]
+
+
+def _pair(flops: float, a: str, b: str) -> list[Product]:
+    return [Product(flops, ((frozenset({a}), 1.0), (frozenset({b}), 1.0)))] if flops else []
+
+
+def _matmul(g: G, node: Any) -> list[Product]:
+    a, y = g.s2.get(node.input[0]), g.s2.get(node.output[0])
+    if a is None or y is None:
+        return []
+    k = a[0] if node.op_type == "Gemm" and attrs(node).get("transA", 0) else a[-1]
+    return _pair(2.0 * math.prod(y) * k, node.input[0], node.input[1])
+
+
+def _conv(g: G, node: Any) -> list[Product]:
+    w, x, y = (g.s2.get(n) for n in (node.input[1], node.input[0], node.output[0]))
+    if w is None or x is None or y is None:
+        return []
+    spatial = x[2:] if node.op_type == "ConvTranspose" else y[2:]
+    return _pair(2.0 * x[0] * math.prod(w) * math.prod(spatial), node.input[0], node.input[1])
+
+
+def _einsum_terms(equation: str) -> tuple[list[str], str]:
+    """(operand terms, output term) of an equation; an implicit output is its labels that occur once, sorted."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if not arrow:
+        letters = "".join(terms)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return terms, out
+
+
+def _einsum(g: G, node: Any) -> list[Product]:
+    terms, output = _einsum_terms(attrs(node)["equation"])
+    sizes: dict[str, int] = {}
+    for term, name in zip(terms, node.input):
+        dims = g.s2.get(name)
+        if dims is None or "." in term or len(term) != len(dims):
+            return []
+        sizes.update(zip(term, dims))
+    counts = {c: sum(c in t for t in terms) for c in sizes}
+    labels = [{c for c in t if counts[c] > 1 or c in output} for t in terms]  # one operand's own labels summed first
+    products = []
+    left, left_from = labels[0], frozenset({node.input[0]})
+    for i in range(1, len(terms)):
+        later = set(output).union(*labels[i + 1:])
+        summed = (left & labels[i]) - later
+        if summed:
+            flops = 2.0 * math.prod(sizes[c] for c in left | labels[i])
+            products.append(Product(flops, ((left_from, 1.0), (frozenset({node.input[i]}), 1.0))))
+        left, left_from = (left | labels[i]) - summed, left_from | {node.input[i]}
+    return products
+
+
+_PRODUCTS = {"MatMul": _matmul, "Gemm": _matmul, "Conv": _conv, "ConvTranspose": _conv, "Einsum": _einsum}
+
+
+def products(g: G, node: Any) -> list[Product]:
+    """The node's matrix products at the first batch size (none for an element-wise operator)."""
+    rule = _PRODUCTS.get(node.op_type)
+    return rule(g, node) if rule is not None else []
+
+
+def _gradient(g: G, names: frozenset[str]) -> str | None:
+    """Which backward pass computes the gradient of an operand computed from `names`: "weight" when one
+    is a weight, "input" when one needs a gradient, None when none does."""
+    if any(n not in g.active and g.param_of.get(n) for n in names):
+        return "weight"
+    return "input" if any(n in g.grad for n in names) else None
+
+
+def pass_flops(g: G, node: Any) -> tuple[float, float, float]:
+    """(forward, input-gradient, weight-gradient) FLOPs of the node at the first batch size."""
+    back = {"input": 0.0, "weight": 0.0}
+    total = 0.0
+    for p in products(g, node):
+        total += p.flops
+        for names, share in p.operands:
+            kind = _gradient(g, names)
+            if kind is not None:
+                back[kind] += share * p.flops
+    return total, back["input"], back["weight"]
