@@ -56,25 +56,62 @@ class Einsum3(nn.Module):
         return self.out(r.mean(1))
 
 
+class BehindLinear(nn.Module):
+    """A recurrent layer behind a linear layer (so that its input needs a gradient), a linear head on its
+    last step; batch first or, with transposes around it, sequence first."""
+
+    def __init__(self, rnn, features):
+        super().__init__()
+        self.inp = nn.Linear(features, features)
+        self.rnn = rnn
+        self.fc = nn.Linear(rnn.hidden_size * (2 if rnn.bidirectional else 1), 2)
+
+    def forward(self, x):  # (B, L, features)
+        h = self.inp(x)
+        if self.rnn.batch_first:
+            return self.fc(self.rnn(h)[0][:, -1])
+        return self.fc(self.rnn(h.transpose(0, 1))[0][-1])
+
+
+class GRUFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(16, 32, batch_first=True)
+
+    def forward(self, x):  # (B, 12, 16)
+        return self.gru(x)[0]
+
+
 NETS = {
     "conv3d_first": (Conv3dFirst, (3, 4, 8, 8)),
     "asym_pad_first": (AsymPadFirst, (3, 8, 8)),
     "einsum3": (Einsum3, (8, 16)),
+    # a stacked GRU: the exporter writes one GRU node per layer (linear_before_reset=1)
+    "gru_after_linear": (lambda: BehindLinear(nn.GRU(16, 32, num_layers=2, batch_first=True), 16), (12, 16)),
+    "bi_relu_rnn": (lambda: BehindLinear(nn.RNN(8, 16, nonlinearity="relu", bidirectional=True), 8), (10, 8)),
+    "seq_first_lstm": (lambda: BehindLinear(nn.LSTM(8, 16), 8), (10, 8)),
 }
 
 
+def _build(factory, shape):
+    torch.manual_seed(0)
+    return factory(), torch.randn(torchnets.BATCH, *shape)
+
+
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("onnx")
+
+
+@pytest.fixture(scope="module")
+def imported(folder):
     from dlsim.api.importers import import_onnx_file
 
-    folder = tmp_path_factory.mktemp("onnx")
     out = {}
     for name, (factory, shape) in NETS.items():
-        torch.manual_seed(0)
-        net, x = factory(), torch.randn(torchnets.BATCH, *shape)
-        path = folder / f"{name}.onnx"
-        torchnets.export_onnx(net, x, path)
-        out[name] = (net, x, import_onnx_file(path, name=name))
+        net, x = _build(factory, shape)
+        torchnets.export_onnx(net, x, folder / f"{name}.onnx")
+        out[name] = (net, x, import_onnx_file(folder / f"{name}.onnx", name=name))
     return out
 
 
@@ -105,3 +142,55 @@ def test_einsum_is_contracted_pairwise(imported):
     einsums = [layer for layer in imported["einsum3"][2].model.layers if layer.attrs.get("op") == "Einsum"]
     assert [layer.attrs["flops"] for layer in einsums] == [2 * 2 * 8 * 8 * 16] * 2
     assert [layer.attrs["grad_flops"] for layer in einsums] == [4 * 2 * 8 * 8 * 16, 3 * 2 * 8 * 8 * 16]
+
+
+def test_recurrent_nodes_map_onto_recurrent_layers(imported):
+    """GRU, RNN (ReLU, bidirectional) and LSTM nodes become dlsim's gru, rnn and lstm layers, one per node."""
+    def kinds(name):
+        return [layer.type for layer in imported[name][2].model.layers if layer.type in ("gru", "rnn", "lstm")]
+    assert kinds("gru_after_linear") == ["gru", "gru"]
+    assert kinds("bi_relu_rnn") == ["rnn"]
+    assert [layer.attrs["bidirectional"] for layer in imported["bi_relu_rnn"][2].model.layers if layer.type == "rnn"] == [True]
+    assert kinds("seq_first_lstm") == ["lstm"]
+
+
+def test_a_first_gru_imports_as_the_torch_importer_does(folder):
+    """A GRU reading the network's input: the same layer and the same counts as `dlsim import torch`."""
+    from dlsim.api.importers import import_onnx_file, import_torch_module
+    from dlsim.cost.counted import counted_flops
+
+    net, x = _build(GRUFirst, (12, 16))
+    torchnets.export_onnx(net, x, folder / "gru_first.onnx")
+    onnx_model = import_onnx_file(folder / "gru_first.onnx").model
+    torch_model = import_torch_module(net, [x]).model
+    assert [layer.type for layer in onnx_model.layers if layer.type != "reshape"] == ["gru"]
+    assert onnx_model.params == torch_model.params == sum(p.numel() for p in net.parameters())
+    assert counted_flops(onnx_model, 2) == counted_flops(torch_model, 2)
+    assert counted_flops(onnx_model, 2)[0] == torchnets.counted_by_torch(net, x)[0]
+
+
+def test_a_peephole_lstm_is_a_generic_layer_with_the_gate_products(folder):
+    """ONNX's LSTM with peepholes (P: 3·h weights more, element-wise) has no dlsim layer: it is priced as a
+    generic layer whose matrix products are the LSTM's, so its counts are those of the same LSTM without
+    peepholes in PyTorch, and its parameters those plus P."""
+    import numpy as np
+    import onnx
+
+    from dlsim.api.importers import import_onnx_file
+    from dlsim.cost.counted import counted_flops
+
+    net, x = _build(*NETS["seq_first_lstm"])
+    torchnets.export_onnx(net, x, folder / "lstm.onnx")
+    model = onnx.load(str(folder / "lstm.onnx"))
+    (lstm,) = [n for n in model.graph.node if n.op_type == "LSTM"]
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((1, 48), np.float32), "P"))
+    lstm.input.append("P")
+    onnx.save(model, str(folder / "peephole.onnx"))
+    result = import_onnx_file(folder / "peephole.onnx")
+    (generic,) = [layer for layer in result.model.layers if layer.attrs.get("op") == "LSTM"]
+    assert generic.type == "generic" and generic.params == 4 * 16 * (8 + 16) + 8 * 16 + 48
+    assert result.model.params == sum(p.numel() for p in net.parameters()) + 48
+    fwd, bwd = counted_flops(result.model, x.shape[0])
+    want_fwd, want_bwd = torchnets.counted_by_torch(net, x)
+    assert abs(fwd - want_fwd) <= TOLERANCE * want_fwd, (fwd, want_fwd)
+    assert abs(bwd - want_bwd) <= TOLERANCE * want_bwd, (bwd, want_bwd)

@@ -14,6 +14,9 @@ forward's size). Element-wise work counts zero, as in the counter.
   are contracted left to right, each step one bmm over all labels of its two sides (2·∏ sizes),
   keeping the labels a later operand or the output needs; a step that sums over no label is an
   element-wise product (none). So a 3-operand einsum is two bmm, and its backward up to four.
+- LSTM, GRU, RNN (g = 4, 3, 1 gates): per direction the input product (N·L, g·h, F) and the
+  recurrent one, L steps of (N, g·h, h); the hidden state's gradient runs L − 1 steps (none into the
+  zero initial state), as `dlsim.cost.layers._recurrent`.
 
 `pass_flops` splits a node's backward: the gradient of an operand computed from a weight (an
 initializer that is a parameter) goes to the weight gradient; that of one computed from a tensor
@@ -93,7 +96,20 @@ def _einsum(g: G, node: Any) -> list[Product]:
     return products
 
 
-_PRODUCTS = {"MatMul": _matmul, "Gemm": _matmul, "Conv": _conv, "ConvTranspose": _conv, "Einsum": _einsum}
+def _recurrent(g: G, node: Any) -> list[Product]:
+    x, w, r = (g.s2.get(n) for n in node.input[:3])
+    if x is None or w is None or r is None or len(x) != 3 or len(w) != 3 or len(r) != 3:
+        return []
+    steps = x[1] if attrs(node).get("layout", 0) else x[0]
+    rows, dirs, gates_h, feat, hidden = x[0] * x[1], w[0], w[1], w[2], r[2]
+    chain = frozenset(n for n in node.input if n)  # the hidden state is computed from all of them
+    through_time = (steps - 1) / steps if steps else 0.0
+    return [Product(2.0 * dirs * rows * gates_h * feat, ((frozenset({node.input[0]}), 1.0), (frozenset({node.input[1]}), 1.0))),
+            Product(2.0 * dirs * rows * gates_h * hidden, ((chain, through_time), (frozenset({node.input[2]}), 1.0)))]
+
+
+_PRODUCTS = {"MatMul": _matmul, "Gemm": _matmul, "Conv": _conv, "ConvTranspose": _conv, "Einsum": _einsum,
+             "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent}
 
 
 def products(g: G, node: Any) -> list[Product]:

@@ -200,30 +200,37 @@ def _map_gather(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
     return [("", {"type": "embedding", **attrs}, None)]
 
 
-def _map_lstm(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+_RECURRENT = {"LSTM": "lstm", "GRU": "gru", "RNN": "rnn"}
+
+
+def _map_recurrent(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
+    """An LSTM, GRU or RNN node as dlsim's layer of that kind: one layer (the exporter writes a stacked
+    nn.LSTM/GRU/RNN as one node per layer), as the torch importer maps ``aten.lstm``, ``aten.gru`` and
+    ``aten.rnn_tanh``. The weights W, R and B must be what dlsim's layer holds (PyTorch's layout:
+    g·(F·h + h·h) weights and 2·g·h biases per direction). A reverse direction, ``layout`` 1 (batch
+    first), GRU's ``linear_before_reset``, ``clip``, ``input_forget``, other activations and sequence
+    lengths change neither the gate products nor the weights, so they map too; peepholes (LSTM's P,
+    3·h more weights per direction) and initial states computed from the input do not."""
     a = _attrs(node)
-    if node.input[0] not in g.active or a.get("layout", 0) or "clip" in a or a.get("input_forget", 0):
+    x = node.input[0]
+    peepholes = len(node.input) > 7 and node.input[7]
+    if x not in g.active or peepholes or any(i in g.active for i in node.input[1:] if i):
         return None
-    direction = a.get("direction", "forward")
-    if direction not in ("forward", "bidirectional"):
-        return None
-    if any(i in g.active for i in node.input[1:] if i):
-        return None
-    hidden = int(a["hidden_size"])
+    kind, direction, hidden = _RECURRENT[node.op_type], a.get("direction", "forward"), int(a["hidden_size"])
     attrs = {"hidden": hidden, "layers": 1, "bias": len(node.input) > 3 and bool(node.input[3]),
              "bidirectional": direction == "bidirectional"}
-    xin = g.shape(node.input[0])
+    xin = g.shape(x)
     want = (xin[0], hidden * (2 if attrs["bidirectional"] else 1)) if len(xin) == 2 else None
-    if want is None or not shape_fits("lstm", attrs, [xin], want):
+    if want is None or not shape_fits(kind, attrs, [xin], want):
         return None
-    sources = set().union(*(g.param_of.get(i, set()) for i in node.input[1:4] if i))
+    sources = g.sources(node.input[1:4])
     if any(s in g.owner for s in sources):
         return None
-    op = OPS["lstm"]
+    op = OPS[kind]
     _, params = infer(op, {**op.attrs, **attrs}, [xin], "check")
     if params != sum(int(math.prod(g.inits[s].dims)) for s in sources):
         return None
-    return [("", {"type": "lstm", **attrs}, [g.alias[node.input[0]]])]
+    return [("", {"type": kind, **attrs}, [g.alias[x]])]
 
 
 def _map_pool(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
@@ -270,7 +277,8 @@ MAP: dict[str, Callable[[G, Any, list, tuple], Mapped | None]] = {
     "BatchNormalization": _map_norm, "LayerNormalization": _map_norm, "InstanceNormalization": _map_instancenorm,
     "Relu": _map_activation, "Sigmoid": _map_activation, "Tanh": _map_activation, "Gelu": _map_activation,
     "Clip": _map_activation, "Softmax": _map_softmax, "Dropout": _map_dropout, "Add": _map_add,
-    "Concat": _map_concat, "Gather": _map_gather, "LSTM": _map_lstm,
+    "Concat": _map_concat, "Gather": _map_gather,
+    **{op: _map_recurrent for op in _RECURRENT},
     "MaxPool": _map_pool, "AveragePool": _map_pool, "GlobalAveragePool": _map_pool,
     "Flatten": _map_view, "Reshape": _map_view, "Transpose": _map_view, "Squeeze": _map_view,
     "Unsqueeze": _map_view, "Identity": _map_view,
