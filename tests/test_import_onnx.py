@@ -12,7 +12,8 @@ nn = torch.nn
 import torchnets  # noqa: E402
 
 TOLERANCE = 0.02
-pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration")
+pytestmark = [pytest.mark.filterwarnings("ignore:TF32 acceleration"),
+              pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")]
 
 
 class Conv3dFirst(nn.Module):
@@ -82,6 +83,41 @@ class GRUFirst(nn.Module):
         return self.gru(x)[0]
 
 
+class Bag(nn.Module):
+    """nn.EmbeddingBag: the exporter writes it as a Loop over the bags, reading the table and the token
+    ids from its body."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(64, 16, mode="mean")
+        self.fc = nn.Linear(16, 2)
+
+    def forward(self, t):  # (B, 12) token ids
+        return self.fc(self.bag(t))
+
+
+class Repeat(nn.Module):
+    """Control flow, exported from the scripted module (`script`): a Loop whose trip count is computed from
+    the input's shape (`steps` "shape": x.size(1) // 4) or from its data ("data"); an If ("branch") whose
+    branches cost differently."""
+
+    script = True
+
+    def __init__(self, steps: str):
+        super().__init__()
+        self.inp = nn.Linear(16, 16)
+        self.w = nn.Parameter(torch.randn(16, 16) * 0.1)
+        self.steps = steps
+
+    def forward(self, x):  # (B, 12, 16), positive
+        h = self.inp(x)
+        if self.steps == "branch":
+            return h @ self.w if bool(x.sum() > 0) else torch.tanh(h)
+        for _ in range(x.size(1) // 4 if self.steps == "shape" else int((x > 0).sum()) % 3 + 1):
+            h = torch.tanh(h @ self.w)
+        return h
+
+
 NETS = {
     "conv3d_first": (Conv3dFirst, (3, 4, 8, 8)),
     "asym_pad_first": (AsymPadFirst, (3, 8, 8)),
@@ -90,12 +126,18 @@ NETS = {
     "gru_after_linear": (lambda: BehindLinear(nn.GRU(16, 32, num_layers=2, batch_first=True), 16), (12, 16)),
     "bi_relu_rnn": (lambda: BehindLinear(nn.RNN(8, 16, nonlinearity="relu", bidirectional=True), 8), (10, 8)),
     "seq_first_lstm": (lambda: BehindLinear(nn.LSTM(8, 16), 8), (10, 8)),
+    "bag": (Bag, (12,)),
+    "loop": (lambda: Repeat("shape"), (12, 16)),
+    "data_loop": (lambda: Repeat("data"), (12, 16)),
+    "branch": (lambda: Repeat("branch"), (12, 16)),
 }
 
 
 def _build(factory, shape):
+    """(module, example input): token ids below 64 for a 1-D per-sample shape, else positive floats."""
     torch.manual_seed(0)
-    return factory(), torch.randn(torchnets.BATCH, *shape)
+    full = (torchnets.BATCH, *shape)
+    return factory(), torch.randint(0, 64, full) if len(shape) == 1 else torch.randn(full).abs()
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +152,7 @@ def imported(folder):
     out = {}
     for name, (factory, shape) in NETS.items():
         net, x = _build(factory, shape)
-        torchnets.export_onnx(net, x, folder / f"{name}.onnx")
+        torchnets.export_onnx(torch.jit.script(net) if getattr(net, "script", False) else net, x, folder / f"{name}.onnx")
         out[name] = (net, x, import_onnx_file(folder / f"{name}.onnx", name=name))
     return out
 
@@ -194,3 +236,22 @@ def test_a_peephole_lstm_is_a_generic_layer_with_the_gate_products(folder):
     want_fwd, want_bwd = torchnets.counted_by_torch(net, x)
     assert abs(fwd - want_fwd) <= TOLERANCE * want_fwd, (fwd, want_fwd)
     assert abs(bwd - want_bwd) <= TOLERANCE * want_bwd, (bwd, want_bwd)
+
+
+def test_control_flow_is_priced_from_its_body(imported):
+    """The EmbeddingBag's Loop holds the table (its parameters) and reads the token ids; a Loop runs its
+    body trip-count times (3 here, from the input's shape); an If is priced as its costlier branch."""
+    bag = [layer for layer in imported["bag"][2].model.layers if layer.type == "generic"]
+    assert [(layer.attrs["op"], layer.params) for layer in bag] == [("Loop", 64 * 16)]
+    (loop,) = [layer for layer in imported["loop"][2].model.layers if layer.type == "generic"]
+    assert loop.params == 256 and loop.attrs["flops"] == 3 * 2 * 12 * 16 * 16
+    assert loop.attrs["grad_flops"] == loop.attrs["wgrad_flops"] == loop.attrs["flops"]
+    (branch,) = [layer for layer in imported["branch"][2].model.layers if layer.attrs.get("op") == "If"]
+    assert branch.params == 256 and branch.attrs["flops"] == 2 * 12 * 16 * 16
+
+
+def test_a_loop_of_unknown_trip_count_is_priced_once_and_said(imported):
+    result = imported["data_loop"][2]
+    (loop,) = [layer for layer in result.model.layers if layer.attrs.get("op") == "Loop"]
+    assert loop.attrs["flops"] == 2 * 12 * 16 * 16
+    assert any("trip count is known only when it runs; priced for one iteration" in note for note in result.notes)

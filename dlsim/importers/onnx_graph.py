@@ -1,11 +1,12 @@
 """Import an ONNX graph as dlsim nodes, without torch.
 
 Shapes come from onnx's shape inference (``onnx.shape_inference.infer_shapes`` with data
-propagation), run with the batch dimension of the one graph input set to 2 and to 3: a dimension
-that changes holds the samples (it grows by its per-sample factor), so each tensor's per-sample
-shape is its shape with that factor taken out, as for torch.export's symbolic batch. Tensors whose
-shape inference leaves unknown (a reshape target computed at run time) take the shapes onnx's
-reference evaluator (``onnx.reference``) computes at the same two batch sizes.
+propagation), run with the batch dimension of the one graph input set to 2 and to 3
+(`dlsim.importers.onnx_shapes`): a dimension that changes holds the samples (it grows by its
+per-sample factor), so each tensor's per-sample shape is its shape with that factor taken out, as
+for torch.export's symbolic batch. Tensors whose shape inference leaves unknown (a reshape target
+computed at run time) take the shapes onnx's reference evaluator (``onnx.reference``) computes at
+the same two batch sizes.
 
 Operators map onto the same dlsim operators as the torch importer (`dlsim.importers.onnx_ops`); any
 other becomes a ``generic`` layer: its forward FLOPs by the counting conventions of PyTorch's FLOP
@@ -15,9 +16,10 @@ holds no backward graph, so a generic layer's backward is taken as the standard 
 a matrix-class operator runs one product of its size per operand that needs a gradient, on the
 weight-gradient pass for an operand computed from weights (so that a first layer, whose input needs
 no gradient, keeps its ∇w); an element-wise one reads the output gradient and its inputs and writes
-the input gradients. Initializers that only feed a batch norm's running statistics are buffers, not
-parameters; nodes that depend on no graph input (weights, constants, shape arithmetic) are folded
-into their consumers.
+the input gradients. A Loop, If or Scan is priced from its subgraphs (`dlsim.importers.onnx_flow`);
+what a subgraph reads from the graph around it counts as the node's inputs. Initializers that only
+feed a batch norm's running statistics are buffers, not parameters; nodes that depend on no graph
+input (weights, constants, shape arithmetic) are folded into their consumers.
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ from typing import Any
 from dlsim.errors import SpecError
 from dlsim.importers.graph import Node
 from dlsim.importers.onnx_flops import pass_flops
+from dlsim.importers.onnx_flow import FLOW
+from dlsim.importers.onnx_flow import cost as flow_cost
+from dlsim.importers.onnx_node import reads
 from dlsim.importers.onnx_ops import MAP
+from dlsim.importers.onnx_shapes import BATCHES, per_sample, run, shapes_at
 from dlsim.spec.model import INPUT
 
-BATCHES = (2, 3)
 _ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
 _SHAPE_OPS = {"Shape", "Size"}
 
@@ -62,94 +67,6 @@ def _load(path: Path) -> Any:
         raise SpecError(f"not a valid ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
                         path=path) from None
     return model
-
-
-def _with_batch(model: Any, batch: int) -> Any:
-    import onnx
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    inits = {i.name for i in m.graph.initializer}
-    for inp in m.graph.input:
-        if inp.name not in inits and inp.type.tensor_type.shape.dim:
-            d = inp.type.tensor_type.shape.dim[0]
-            d.ClearField("dim_param")
-            d.dim_value = batch
-    del m.graph.value_info[:]
-    for out in m.graph.output:
-        out.type.tensor_type.ClearField("shape")
-    return m
-
-
-def _shapes(model: Any, batch: int) -> tuple[dict[str, list[int] | None], dict[str, int]]:
-    """Shape and element type of every tensor with the input's batch set to `batch` (None: unknown)."""
-    from onnx import shape_inference
-
-    try:
-        inferred = shape_inference.infer_shapes(_with_batch(model, batch), data_prop=True)
-    except Exception as exc:  # noqa: BLE001
-        raise SpecError(f"onnx shape inference fails ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from None
-    shapes: dict[str, list[int] | None] = {}
-    types: dict[str, int] = {}
-    g = inferred.graph
-    for vi in [*g.input, *g.value_info, *g.output]:
-        t = vi.type.tensor_type
-        types[vi.name] = t.elem_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
-        shapes[vi.name] = None if dims is None or None in dims else dims
-    for init in g.initializer:
-        shapes[init.name], types[init.name] = list(init.dims), init.data_type
-    return shapes, types
-
-
-def _evaluate(model: Any, batch: int, names: list[str]) -> dict[str, list[int]]:
-    """Shapes of `names` computed by onnx's reference evaluator on a random input of batch `batch`."""
-    import numpy as np
-    from onnx.reference import ReferenceEvaluator
-
-    m = _with_batch(model, batch)
-    inits = {i.name for i in m.graph.initializer}
-    feeds = {}
-    rng = np.random.default_rng(0)
-    for inp in m.graph.input:
-        if inp.name in inits:
-            continue
-        t = inp.type.tensor_type
-        shape = [d.dim_value for d in t.shape.dim]
-        if t.elem_type in (6, 7):
-            feeds[inp.name] = rng.integers(0, 2, shape).astype(np.int64 if t.elem_type == 7 else np.int32)
-        else:
-            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
-    try:
-        values = ReferenceEvaluator(m).run(names, feeds)
-    except Exception as exc:  # noqa: BLE001
-        raise SpecError(f"shapes unknown after shape inference and the reference evaluator fails "
-                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
-    return {n: list(np.shape(v)) for n, v in zip(names, values)}
-
-
-def _per_sample(a: list[int] | None, b: list[int] | None, static: int = 0) -> tuple[tuple[int, ...] | None, int | None]:
-    """(per-sample shape, index of the batch dimension or None when folded into another) from the
-    shapes at batches 2 and 3; (None, None) for a tensor that does not hold the batch. A graph whose
-    batch is fixed (`static`, its size) has only `a`: the samples are taken along dimension 0."""
-    if static:
-        return (tuple(a[1:]), 0) if a and a[0] == static else (None, None)
-    if a is None or b is None or len(a) != len(b):
-        return None, None
-    out, where, found = [], None, False
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x == y:
-            out.append(x)
-            continue
-        factor = y - x
-        if found or factor <= 0 or x != factor * BATCHES[0]:
-            return None, None
-        found = True
-        if factor == 1:
-            where = i
-        else:
-            out.append(factor)
-    return (tuple(out), where) if found else (None, None)
 
 
 class _Graph:
@@ -206,21 +123,14 @@ class _Graph:
 
     def _shapes_at(self, model: Any, batches: tuple[int, ...]) -> tuple[dict, dict]:
         """Shapes of every tensor at each batch size (shape inference, the reference evaluator for the rest)."""
-        found = []
-        for b in batches:
-            shapes, self.types = _shapes(model, b)
-            found.append(shapes)
-        produced = {o for node in model.graph.node for o in node.output if o}
-        unknown = sorted(n for n in produced if any(s.get(n) is None for s in found))
-        if unknown:
-            for b, shapes in zip(batches, found):
-                shapes.update(_evaluate(model, b, unknown))
-            self.notes.append(f"{len(unknown)} tensor shapes left unknown by shape inference taken from onnx's "
+        found, self.types, evaluated = shapes_at(model, batches)
+        if evaluated:
+            self.notes.append(f"{evaluated} tensor shapes left unknown by shape inference taken from onnx's "
                               f"reference evaluator")
         return found[0], (found[1] if len(found) > 1 else {})
 
     def split(self, name: str) -> tuple[tuple[int, ...] | None, int | None]:
-        return _per_sample(self.s2.get(name), self.s3.get(name), self.static)
+        return per_sample(self.s2.get(name), self.s3.get(name), self.static)
 
     def shape(self, name: str) -> tuple[int, ...]:
         """Per-sample shape (flat elements / batch when the batch is mixed into a dimension)."""
@@ -248,23 +158,36 @@ class _Graph:
     def const(self, name: str) -> Any:
         return self.consts.get(name)
 
+    def value(self, name: str) -> Any:
+        """The value of a tensor computed from constants and shapes only: a constant's, else the one onnx's
+        reference evaluator computes at the first batch size (None when it fails)."""
+        if name in self.consts:
+            return self.consts[name]
+        try:
+            return run(self.model, self.batch, [name])[0]
+        except Exception:  # noqa: BLE001 - the evaluator raises its own kinds; the caller prices without it
+            return None
+
+    def depends(self, inputs: list[str]) -> bool:
+        """Whether a node reading `inputs` depends on the graph input."""
+        return any(i in self.active for i in inputs if i)
+
     def sources(self, names: Any) -> set[str]:
         """The weights the tensors `names` are computed from ('' names an omitted input)."""
         return set().union(*(self.param_of.get(n, set()) for n in names if n))
 
-    def fold(self, node: Any) -> None:
+    def fold(self, node: Any, inputs: list[str]) -> None:
         """A node that depends on no graph input: its outputs are computed from its inputs' weights."""
         for o in node.output:
             if o:
-                self.param_of[o] = self.sources(node.input)
-        self.folded += node.op_type != "Constant"
+                self.param_of[o] = self.sources(inputs)
 
-    def activate(self, node: Any) -> None:
+    def activate(self, node: Any, inputs: list[str]) -> None:
         """A node that depends on the graph input: its outputs do, and need a gradient when it reads a
         weight or a tensor that needs one."""
         outs = [o for o in node.output if o]
         self.active.update(outs)
-        if self.sources(i for i in node.input if i not in self.active) or any(i in self.grad for i in node.input):
+        if self.sources(i for i in inputs if i not in self.active) or any(i in self.grad for i in inputs):
             self.grad.update(outs)
 
     def claim(self, names: set[str], node_id: str) -> int:
@@ -308,23 +231,24 @@ def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
 def _add(g: _Graph, node: Any, consumed: set[str]) -> None:
     """Fold `node` into its consumers (it depends on no graph input), or add the dlsim layers it maps onto,
     or a generic layer."""
-    outs = [o for o in node.output if o]
-    if node.op_type in _SHAPE_OPS or not any(i in g.active for i in node.input if i):
-        g.fold(node)
+    outs, inputs = [o for o in node.output if o], reads(node)
+    if node.op_type in _SHAPE_OPS or not g.depends(inputs):
+        g.fold(node, inputs)
+        g.folded += node.op_type != "Constant"
         return
-    g.activate(node)
+    g.activate(node, inputs)
     if outs[0] in g.fused:  # a bias add folded into the linear layer before it
         g.alias[outs[0]] = g.alias[g.fused[outs[0]]]
         return
     nid, scope = outs[0], _scope(node.name)
-    in_ids = [g.alias[i] for i in node.input if i in g.active and i in g.alias]
+    in_ids = [g.alias[i] for i in inputs if i in g.active and i in g.alias]
     ins = [g.shape(i) for i in node.input if i in g.active and i in g.alias]
     out = g.shape(outs[0])
-    sources = g.sources(node.input)
+    sources = g.sources(inputs)
     mapper = MAP.get(node.op_type)
     mapped = mapper(g, node, ins, out) if mapper is not None else None
     if mapped is None:
-        g.nodes.append(Node(nid, _generic(g, node, nid, out), in_ids or [INPUT], scope, "", node.op_type))
+        g.nodes.append(Node(nid, _generic(g, node, inputs, nid, out), in_ids or [INPUT], scope, "", node.op_type))
         for o in outs:
             g.alias[o] = nid
         return
@@ -344,21 +268,23 @@ def _add(g: _Graph, node: Any, consumed: set[str]) -> None:
             g.alias[o] = o
 
 
-def _generic(g: _Graph, node: Any, nid: str, out: tuple[int, ...]) -> dict:
-    """The generic layer of a node no dlsim operator fits: its matrix products' FLOPs per pass
-    (`dlsim.importers.onnx_flops.pass_flops`), and bytes: forward reads the inputs that depend on the
-    network's input and writes the outputs; the input gradient reads the output gradient and those
-    inputs and writes their gradients; the weight gradient (a node computed from weights) reads the
-    output gradient and those inputs and writes the weights' gradients. Per sample: at the first
-    batch size, divided by it."""
-    sources = g.sources(node.input)
+def _generic(g: _Graph, node: Any, inputs: list[str], nid: str, out: tuple[int, ...]) -> dict:
+    """The generic layer of a node no dlsim operator fits, reading `inputs` (a subgraph's outer references
+    included): its matrix products' FLOPs per pass (`dlsim.importers.onnx_flops.pass_flops`; a Loop's,
+    If's or Scan's from its subgraphs, `dlsim.importers.onnx_flow`), and bytes: forward reads the inputs
+    that depend on the network's input and writes the outputs (a subgraph's operators, when they move
+    more); the input gradient reads the output gradient and those inputs and writes their gradients;
+    the weight gradient (a node computed from weights) reads the output gradient and those inputs and
+    writes the weights' gradients. Per sample: at the first batch size, divided by it."""
+    sources = g.sources(inputs)
     nparams = g.claim(sources, nid)
-    fwd, grad, wgrad = pass_flops(g, node)
-    acts = sum(g.nbytes(i) for i in node.input if i in g.active)
+    fwd, grad, wgrad, inside = flow_cost(g, node) if node.op_type in FLOW else (*pass_flops(g, node), 0.0)
+    acts = sum(g.nbytes(i) for i in inputs if i in g.active)
     outs = sum(g.nbytes(o) for o in node.output if o)
     weights = sum(g.nbytes(p) for p in sources)
+    moved = max(acts + outs, inside)
     entry = {"type": "generic", "op": node.op_type, "shape": list(out), "params": nparams}
-    for key, value in (("flops", fwd), ("bytes", acts + outs), ("grad_flops", grad), ("grad_bytes", 2 * acts + outs),
+    for key, value in (("flops", fwd), ("bytes", moved), ("grad_flops", grad), ("grad_bytes", moved + acts),
                        ("wgrad_flops", wgrad), ("wgrad_bytes", outs + acts + weights if sources else 0)):
         if value:
             entry[key] = float(f"{value / g.batch:.6g}")
