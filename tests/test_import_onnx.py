@@ -255,3 +255,51 @@ def test_a_loop_of_unknown_trip_count_is_priced_once_and_said(imported):
     (loop,) = [layer for layer in result.model.layers if layer.attrs.get("op") == "Loop"]
     assert loop.attrs["flops"] == 2 * 12 * 16 * 16
     assert any("trip count is known only when it runs; priced for one iteration" in note for note in result.notes)
+
+
+class Buffers(nn.Module):
+    """Registered buffers read by the computation: a float mask read through a comparison (no gradient
+    reaches it), an additive causal mask of −inf (non-finite), and a fixed projection, which the file
+    cannot tell from a parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.register_buffer("keep", (torch.rand(8, 8) > 0.5).float())
+        self.register_buffer("causal", torch.full((8, 8), float("-inf")).triu(1))
+        self.register_buffer("proj", torch.randn(16, 4))
+
+    def forward(self, x):  # (B, 8, 16)
+        h = self.fc(x)
+        scores = (h @ h.transpose(1, 2) + self.causal).masked_fill(self.keep == 0, -1e4).softmax(-1)
+        return (scores @ h) @ self.proj
+
+
+def test_buffers_are_not_parameters(folder):
+    """Buffers no gradient can train are left out and named in the report; the projection, which ONNX
+    cannot tell from a weight, is counted and named as doubtful, and left out when the user names it
+    (`--buffers`): then parameters and counts are PyTorch's."""
+    from dlsim.api.importers import import_onnx_file
+    from dlsim.cost.counted import counted_flops
+
+    net, x = _build(Buffers, (8, 16))
+    torchnets.export_onnx(net, x, folder / "buffers.onnx")
+    params = sum(p.numel() for p in net.parameters())
+    guessed = import_onnx_file(folder / "buffers.onnx")
+    assert guessed.model.params == params + 16 * 4
+    notes = "\n".join(guessed.notes)
+    assert "(no gradient reaches): keep" in notes and "(non-finite values): causal" in notes
+    assert "read only outside a weight operand: proj (64)" in notes
+    told = import_onnx_file(folder / "buffers.onnx", buffers=["proj"])
+    assert told.model.params == params
+    fwd, bwd = counted_flops(told.model, x.shape[0])
+    want_fwd, want_bwd = torchnets.counted_by_torch(net, x)
+    assert abs(fwd - want_fwd) <= TOLERANCE * want_fwd, (fwd, want_fwd)
+    assert abs(bwd - want_bwd) <= TOLERANCE * want_bwd, (bwd, want_bwd)
+
+
+def test_an_unknown_buffer_name_is_one_line(folder, cli):
+    net, x = _build(Buffers, (8, 16))
+    torchnets.export_onnx(net, x, folder / "buffers.onnx")
+    code, _, err = cli("import", "onnx", folder / "buffers.onnx", "--buffers", "proj,nope")
+    assert code == 1 and err.count("\n") == 1 and "--buffers: the graph has no initializer 'nope'" in err, err

@@ -196,9 +196,11 @@ def import_torch_file(factory: str, input_shape: list[int], *, batch: int = 2, t
 
 
 def import_onnx_file(path: str | Path, *, name: str | None = None, out: Path | None = None, force: bool = False,
-                     cluster: Cluster | str | Path | None = None, batch: int | None = None) -> Imported:
+                     cluster: Cluster | str | Path | None = None, batch: int | None = None,
+                     buffers: Sequence[str] = ()) -> Imported:
     """Import an ONNX file (shapes by onnx's shape inference); write the YAML to `out` (never the ONNX
-    file itself; an existing file only with `force`)."""
+    file itself; an existing file only with `force`). `buffers` names initializers that are registered
+    buffers, not parameters (ONNX does not mark them: for a module at hand, its ``named_buffers()``)."""
     from dlsim.importers.onnx_graph import read_onnx
     from dlsim.importers.graph import assemble
 
@@ -207,7 +209,7 @@ def import_onnx_file(path: str | Path, *, name: str | None = None, out: Path | N
         raise SpecError(f"--batch must be positive, got {batch}")
     if out is not None:
         check_output(out, inputs=(path,), force=force, option="--out")
-    graph = read_onnx(path, batch=batch)
+    graph = read_onnx(path, batch=batch, buffers=buffers)
     label = name or path.stem
     description = assemble(label, graph.dtype, graph.input_entry, graph.nodes)
     imported = finish_import(description, f"{label}: imported from {path.name} by dlsim import onnx "

@@ -62,10 +62,13 @@ def torch_cmd(factory: str, input_shape: str, tokens: bool, vocab: int, batch: i
 @click.option("--cluster", default=None, help=_CLUSTER_HELP)
 @click.option("--out", "-o", type=click.Path(path_type=Path), default=None, help="Write the YAML here (default: print).")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--buffers", default="", help="Initializers that are registered buffers, not parameters, comma-separated "
+              "(ONNX does not mark them; the report names those it counted but could not tell).")
 def onnx_cmd(file: Path, batch: int | None, name: str | None, cluster: str | None, out: Path | None,
-             force: bool) -> None:
+             force: bool, buffers: str) -> None:
     """Import FILE.onnx: shapes by onnx shape inference, operators mapped as for torch, the same report."""
     from dlsim.api.importers import import_onnx_file
 
-    imported = import_onnx_file(file, name=name, out=out, force=force, cluster=cluster, batch=batch)
+    names = [n.strip() for n in buffers.split(",") if n.strip()]
+    imported = import_onnx_file(file, name=name, out=out, force=force, cluster=cluster, batch=batch, buffers=names)
     _emit(imported, out)

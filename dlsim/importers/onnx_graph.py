@@ -17,9 +17,10 @@ a matrix-class operator runs one product of its size per operand that needs a gr
 weight-gradient pass for an operand computed from weights (so that a first layer, whose input needs
 no gradient, keeps its ∇w); an element-wise one reads the output gradient and its inputs and writes
 the input gradients. A Loop, If or Scan is priced from its subgraphs (`dlsim.importers.onnx_flow`);
-what a subgraph reads from the graph around it counts as the node's inputs. Initializers that only
-feed a batch norm's running statistics are buffers, not parameters; nodes that depend on no graph
-input (weights, constants, shape arithmetic) are folded into their consumers.
+what a subgraph reads from the graph around it counts as the node's inputs. Which initializers are
+parameters ONNX does not say: `dlsim.importers.onnx_weights` leaves out those that cannot be trained
+and those the user names as buffers, and the report names the ones it could not tell. Nodes that
+depend on no graph input (weights, constants, shape arithmetic) are folded into their consumers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from dlsim.errors import SpecError
 from dlsim.importers.graph import Node
@@ -37,6 +38,7 @@ from dlsim.importers.onnx_flow import cost as flow_cost
 from dlsim.importers.onnx_node import reads
 from dlsim.importers.onnx_ops import MAP
 from dlsim.importers.onnx_shapes import BATCHES, per_sample, run, shapes_at
+from dlsim.importers.onnx_weights import trainable, unsure
 from dlsim.spec.model import INPUT
 
 _ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
@@ -72,7 +74,7 @@ def _load(path: Path) -> Any:
 class _Graph:
     """State of one import."""
 
-    def __init__(self, model: Any, path: Path):
+    def __init__(self, model: Any, path: Path, buffers: Iterable[str] = ()):
         import onnx.numpy_helper as nh
 
         self.model, self.path = model, path
@@ -103,7 +105,8 @@ class _Graph:
             self.notes.append(f"the graph's batch is fixed at {fixed}: per-sample shapes taken along dimension 0")
         self.active: set[str] = {self.input}
         self.grad: set[str] = set()  # tensors that depend on the input and on a weight: they need a gradient
-        self.param_of: dict[str, set[str]] = {n: {n} for n in self.inits}
+        self.weights = trainable(model, self.consts, buffers, path)
+        self.param_of: dict[str, set[str]] = {n: {n} for n in self.weights.params}
         self.folded = 0
         self.owner: dict[str, str] = {}
         self.alias: dict[str, str] = {self.input: INPUT}
@@ -117,7 +120,7 @@ class _Graph:
             users = consumers.get(node.output[0], []) if node.op_type == "MatMul" else []
             if len(users) == 1 and users[0].op_type == "Add":
                 other = [i for i in users[0].input if i != node.output[0]]
-                if len(other) == 1 and other[0] in self.inits and len(self.inits[other[0]].dims) == 1:
+                if len(other) == 1 and other[0] in self.weights.params and len(self.inits[other[0]].dims) == 1:
                     self.bias_after[node.output[0]] = (users[0].output[0], other[0])
         self.fused: dict[str, str] = {}  # Add output -> the MatMul output whose linear layer took its bias
 
@@ -197,35 +200,59 @@ class _Graph:
         return sum(int(math.prod(self.inits[p].dims)) for p in fresh)
 
 
-def read_onnx(path: str | Path, *, batch: int | None = None) -> OnnxGraph:
-    """The dlsim nodes of the ONNX model at `path` (one batch-first input)."""
+def read_onnx(path: str | Path, *, batch: int | None = None, buffers: Iterable[str] = ()) -> OnnxGraph:
+    """The dlsim nodes of the ONNX model at `path` (one batch-first input); `buffers` names initializers
+    that are buffers, not parameters (`dlsim.importers.onnx_weights`)."""
     path = Path(path)
     model = _load(path)
-    g = _Graph(model, path)
-    buffers = {n.input[i] for n in model.graph.node if n.op_type == "BatchNormalization"
-               for i in (3, 4) if len(n.input) > i and n.input[i] in g.inits}
-    for n in buffers:
-        g.param_of[n] = set()
+    g = _Graph(model, path, buffers)
     consumed = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
     for node in model.graph.node:
         _add(g, node, consumed)
-    params = sum(int(math.prod(i.dims)) for n, i in g.inits.items() if n not in buffers and i.data_type in (1, 10, 11, 16))
+    params = sum(int(math.prod(g.inits[n].dims)) for n in g.weights.params)
+    notes = [*g.notes, *_weight_notes(g, model)]
+    if g.folded:
+        notes.append(f"{g.folded} operators on weights, constants or shapes only folded into their consumers")
+    return OnnxGraph(g.nodes, _input_entry(g, model, path), _dtype(g), params, batch or g.batch, notes)
+
+
+def _input_entry(g: _Graph, model: Any, path: Path) -> dict:
+    """The description's ``input``: per-sample shape, or the length of a sequence of token ids."""
     x = next(i for i in model.graph.input if i.name == g.input)
     x_shape = g.shape(g.input)
     if x.type.tensor_type.elem_type in (6, 7):
         if len(x_shape) != 1:
             raise SpecError(f"integer inputs are token ids of shape (batch, L); got per-sample {list(x_shape)}", path=path)
-        input_entry = {"tokens": int(x_shape[0])}
-    else:
-        input_entry = {"shape": [int(d) for d in x_shape]}
-    notes = list(g.notes)
-    if g.folded:
-        notes.append(f"{g.folded} operators on weights, constants or shapes only folded into their consumers")
-    dtype = "fp32"
+        return {"tokens": int(x_shape[0])}
+    return {"shape": [int(d) for d in x_shape]}
+
+
+def _dtype(g: _Graph) -> str:
+    """The most frequent floating-point type of the initializers (fp32 when there are none)."""
     floats = [i.data_type for i in g.inits.values() if i.data_type in (1, 10, 16)]
-    if floats:
-        dtype = {1: "fp32", 10: "fp16", 16: "bf16"}[max(set(floats), key=floats.count)]
-    return OnnxGraph(g.nodes, input_entry, dtype, params, batch or g.batch, notes)
+    return {1: "fp32", 10: "fp16", 16: "bf16"}[max(set(floats), key=floats.count)] if floats else "fp32"
+
+
+def _listed(names: list[str], limit: int = 4) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _weight_notes(g: _Graph, model: Any) -> list[str]:
+    """What the report says of the initializers: those not counted as parameters (running statistics
+    aside, which ONNX's operators define as such), and those counted that could be buffers."""
+    why = {"no gradient": "no gradient reaches", "non-finite": "non-finite values", "--buffers": "named by --buffers"}
+    notes = []
+    for reason, label in why.items():
+        names = sorted(n for n, r in g.weights.constants.items() if r == reason)
+        if names:
+            notes.append(f"initializers not counted as parameters ({label}): {_listed(names)}")
+    doubtful = unsure(model, g.weights.params, g.param_of)
+    if doubtful:
+        sizes = [f"{n} ({int(math.prod(g.inits[n].dims)):,})" for n in doubtful]
+        notes.append(f"ONNX does not mark buffers: counted as parameters, read only outside a weight operand: "
+                     f"{_listed(sizes)}; name those that are buffers with --buffers")
+    return notes
 
 
 def _add(g: _Graph, node: Any, consumed: set[str]) -> None:

@@ -6,9 +6,9 @@ input ids or None for the node's own) — or None when its attributes or inputs 
 operator; every mapping is checked by dlsim's shape rule (`dlsim.importers.graph.shape_fits`).
 A node that maps onto none is priced by `dlsim.importers.onnx_flops`.
 
-The graph state (`dlsim.importers.onnx_graph._Graph`) gives `inits` (initializers), `consts`
-(constant values), `owner` (initializers already counted, by layer id), `param_of` (tensor ->
-initializers it was computed from), `active` (tensors that depend on the input), `alias`,
+The graph state (`dlsim.importers.onnx_graph._Graph`) gives `inits` (initializers), `weights`
+(which are parameters), `consts` (constant values), `owner` (parameters already counted, by layer
+id), `param_of` (tensor -> parameters it was computed from), `active` (tensors that depend on the input), `alias`,
 `s2` (shapes at the first batch size), `shape`/`axis` (per-sample) and the fused bias adds.
 """
 
@@ -31,8 +31,8 @@ def _pair(v: Any) -> Any:
 
 
 def _weight(g: G, name: str) -> str | None:
-    """The initializer `name` is, when it is one not yet counted."""
-    return name if name in g.inits and name not in g.owner else None
+    """The parameter `name` is, when it is one (`dlsim.importers.onnx_weights`) not yet counted."""
+    return name if name in g.weights.params and name not in g.owner else None
 
 
 def _map_conv(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
