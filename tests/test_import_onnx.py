@@ -303,3 +303,18 @@ def test_an_unknown_buffer_name_is_one_line(folder, cli):
     torchnets.export_onnx(net, x, folder / "buffers.onnx")
     code, _, err = cli("import", "onnx", folder / "buffers.onnx", "--buffers", "proj,nope")
     assert code == 1 and err.count("\n") == 1 and "--buffers: the graph has no initializer 'nope'" in err, err
+
+
+def test_an_input_without_a_batch_dimension_or_a_directory_is_one_plain_line(tmp_path, cli):
+    from onnx import TensorProto, helper, save
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    save(helper.make_model(graph), str(tmp_path / "rank1.onnx"))
+    code, _, err = cli("import", "onnx", tmp_path / "rank1.onnx")
+    assert code == 1 and err.count("\n") == 1 and "rank1.onnx: the graph input 'x' has shape [4]: it has no batch " \
+        "dimension" in err and ".yaml" not in err, err
+    (tmp_path / "adir.onnx").mkdir()
+    code, _, err = cli("import", "onnx", tmp_path / "adir.onnx")
+    assert code == 1 and err.count("\n") == 1 and "adir.onnx: is a directory, not an ONNX file" in err, err

@@ -60,6 +60,8 @@ def _load(path: Path) -> Any:
         import onnx
     except ModuleNotFoundError:
         raise SpecError("importing ONNX needs onnx (pip install onnx, or the 'onnx' extra)") from None
+    if path.is_dir():
+        raise SpecError("is a directory, not an ONNX file", path=path)
     if not path.is_file():
         raise SpecError("no such file", path=path)
     try:
@@ -69,6 +71,15 @@ def _load(path: Path) -> Any:
         raise SpecError(f"not a valid ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
                         path=path) from None
     return model
+
+
+def _check_rank(x: Any, path: Path) -> None:
+    """A dlsim input is batch-first with a per-sample shape: rank 2 or more (a declared shape only)."""
+    t = x.type.tensor_type
+    if t.HasField("shape") and len(t.shape.dim) < 2:
+        dims = [d.dim_value or d.dim_param or "?" for d in t.shape.dim]
+        raise SpecError(f"the graph input {x.name!r} has shape {dims}: it has no batch dimension (dlsim imports a "
+                        f"batch-first input of rank 2 or more, (batch, ...))", path=path)
 
 
 class _Graph:
@@ -90,6 +101,7 @@ class _Graph:
         if len(inputs) != 1:
             raise SpecError(f"a dlsim model has one input; the graph has {len(inputs)}", path=path)
         self.input = inputs[0].name
+        _check_rank(inputs[0], path)
         self.notes: list[str] = []
         self.batch, self.static = BATCHES[0], 0
         try:
