@@ -321,3 +321,25 @@ def test_an_input_without_a_batch_dimension_or_a_directory_is_one_plain_line(tmp
     (tmp_path / "adir.onnx").mkdir()
     code, _, err = cli("import", "onnx", tmp_path / "adir.onnx")
     assert code == 1 and err.count("\n") == 1 and "adir.onnx: is a directory, not an ONNX file" in err, err
+
+
+def test_a_scan_runs_its_body_once_per_slice(tmp_path):
+    """A Scan over the 6 steps of (batch, 6, 8) whose body multiplies each (batch, 8) slice by an outer
+    (8, 8) weight: 6 products of 2·8·8 FLOPs per sample forward, and as many for the weight's gradient
+    (the input needs none)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    from dlsim.api.importers import import_onnx_file
+
+    body = helper.make_graph([helper.make_node("MatMul", ["x_t", "W"], ["y_t"])], "step",
+                             [helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", 8])],
+                             [helper.make_tensor_value_info("y_t", TensorProto.FLOAT, ["batch", 8])])
+    scan = helper.make_node("Scan", ["x"], ["ys"], body=body, num_scan_inputs=1, scan_input_axes=[1])
+    graph = helper.make_graph([scan], "scan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6, 8])],
+                              [helper.make_tensor_value_info("ys", TensorProto.FLOAT, [6, "batch", 8])],
+                              [numpy_helper.from_array(np.ones((8, 8), np.float32), "W")])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "scan.onnx"))
+    (layer,) = import_onnx_file(tmp_path / "scan.onnx").model.layers
+    assert (layer.attrs["op"], layer.params, layer.out_shape) == ("Scan", 64, (6, 8))
+    assert layer.attrs["flops"] == layer.attrs["wgrad_flops"] == 6 * 2 * 8 * 8 and layer.attrs["grad_flops"] == 0

@@ -9,8 +9,8 @@ those shapes are known:
 
 - Loop: the body's cost times the trip count M, when M is a constant or computed from shapes and
   constants only (onnx's reference evaluator gives its value; for an EmbeddingBag, the number of
-  bags, which grows with the batch); otherwise (a while loop, M from the data) one iteration, and a
-  note says so.
+  bags, which grows with the batch); otherwise (a while loop: no M, or one of 2³¹ − 1 or more, as
+  exporters write it; M from the data) one iteration, and a note says so.
 - Scan: the body's cost times the length of the first scanned input along its scan axis.
 - If: the costlier branch (by FLOPs, then bytes), as either may run.
 """
@@ -24,6 +24,7 @@ from dlsim.importers.onnx_node import attrs, reads
 
 G = Any  # dlsim.importers.onnx_graph._Graph
 FLOW = ("Loop", "If", "Scan")
+NO_LIMIT = 2**31 - 1  # a trip count this large is an exporter's "no limit" (a while loop that stops on its condition)
 Cost = tuple[float, float, float, float]  # forward, input-gradient, weight-gradient FLOPs; bytes moved forward
 
 
@@ -44,7 +45,7 @@ def _body(g: G, body: Any, outer: list[str]) -> Cost:
     total = [0.0, 0.0, 0.0, 0.0]
     for node in body.node:
         inputs = reads(node)
-        if not g.depends(inputs):
+        if g.folds(node, inputs):
             g.fold(node, inputs)
             continue
         g.activate(node, inputs)
@@ -63,11 +64,12 @@ def _trips(g: G, node: Any) -> int | None:
         axis = int((a.get("scan_input_axes") or [0])[0])
         shape = g.s2.get(first)
         return int(shape[axis]) if shape is not None else None
+    import numpy as np
+
     m = node.input[0]
-    if not m or m in g.active:
-        return None
-    value = g.value(m)
-    return int(value) if value is not None else None
+    value = g.value(m) if m and m not in g.active else None
+    trips = int(np.asarray(value).reshape(-1)[0]) if value is not None else None
+    return trips if trips is not None and trips < NO_LIMIT else None
 
 
 def cost(g: G, node: Any) -> Cost:

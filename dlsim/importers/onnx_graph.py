@@ -183,9 +183,10 @@ class _Graph:
         except Exception:  # noqa: BLE001 - the evaluator raises its own kinds; the caller prices without it
             return None
 
-    def depends(self, inputs: list[str]) -> bool:
-        """Whether a node reading `inputs` depends on the graph input."""
-        return any(i in self.active for i in inputs if i)
+    def folds(self, node: Any, inputs: list[str]) -> bool:
+        """Whether a node reading `inputs` is folded into its consumers: a shape, or a node that depends on
+        no graph input."""
+        return node.op_type in _SHAPE_OPS or not any(i in self.active for i in inputs if i)
 
     def sources(self, names: Any) -> set[str]:
         """The weights the tensors `names` are computed from ('' names an omitted input)."""
@@ -271,7 +272,7 @@ def _add(g: _Graph, node: Any, consumed: set[str]) -> None:
     """Fold `node` into its consumers (it depends on no graph input), or add the dlsim layers it maps onto,
     or a generic layer."""
     outs, inputs = [o for o in node.output if o], reads(node)
-    if node.op_type in _SHAPE_OPS or not g.depends(inputs):
+    if g.folds(node, inputs):
         g.fold(node, inputs)
         g.folded += node.op_type != "Constant"
         return
