@@ -57,6 +57,20 @@ class Einsum3(nn.Module):
         return self.out(r.mean(1))
 
 
+class EinsumOf(nn.Module):
+    """One einsum of three copies of a linear layer's output, its equation as written (an ellipsis, an
+    implicit output)."""
+
+    def __init__(self, equation):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.equation = equation
+
+    def forward(self, x):  # (B, 8, 16)
+        h = self.a(x)
+        return torch.einsum(self.equation, h, h, h)
+
+
 class BehindLinear(nn.Module):
     """A recurrent layer behind a linear layer (so that its input needs a gradient), a linear head on its
     last step; batch first or, with transposes around it, sequence first."""
@@ -122,6 +136,8 @@ NETS = {
     "conv3d_first": (Conv3dFirst, (3, 4, 8, 8)),
     "asym_pad_first": (AsymPadFirst, (3, 8, 8)),
     "einsum3": (Einsum3, (8, 16)),
+    "einsum_ellipsis": (lambda: EinsumOf("...ij,...kj,...kl->...il"), (8, 16)),
+    "einsum_implicit": (lambda: EinsumOf("bij,bkj,bkl"), (8, 16)),
     # a stacked GRU: the exporter writes one GRU node per layer (linear_before_reset=1)
     "gru_after_linear": (lambda: BehindLinear(nn.GRU(16, 32, num_layers=2, batch_first=True), 16), (12, 16)),
     "bi_relu_rnn": (lambda: BehindLinear(nn.RNN(8, 16, nonlinearity="relu", bidirectional=True), 8), (10, 8)),

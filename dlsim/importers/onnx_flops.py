@@ -13,7 +13,8 @@ forward's size). Element-wise work counts zero, as in the counter.
   one operand only that the output lacks are summed out first (a sum, no product); then the operands
   are contracted left to right, each step one bmm over all labels of its two sides (2·∏ sizes),
   keeping the labels a later operand or the output needs; a step that sums over no label is an
-  element-wise product (none). So a 3-operand einsum is two bmm, and its backward up to four.
+  element-wise product (none). So a 3-operand einsum is two bmm, and its backward up to four. An
+  ellipsis stands for labels of its own, broadcast dimensions taking the larger size.
 - LSTM, GRU, RNN (g = 4, 3, 1 gates): per direction the input product (N·L, g·h, F) and the
   recurrent one, L steps of (N, g·h, h); the hidden state's gradient runs L − 1 steps (none into the
   zero initial state), as `dlsim.cost.layers._recurrent`.
@@ -63,25 +64,37 @@ def _conv(g: G, node: Any) -> list[Product]:
     return _pair(2.0 * x[0] * math.prod(w) * math.prod(spatial), node.input[0], node.input[1])
 
 
-def _einsum_terms(equation: str) -> tuple[list[str], str]:
-    """(operand terms, output term) of an equation; an implicit output is its labels that occur once, sorted."""
-    eq = equation.replace(" ", "")
-    lhs, arrow, out = eq.partition("->")
+def _einsum_terms(equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """(operand terms, output term) of an equation for operands of `ranks`, an ellipsis spelt out as labels
+    of its own (right-aligned, as broadcasting aligns them); an implicit output is the ellipsis, then
+    the labels that occur once, sorted (numpy's rule)."""
+    lhs, arrow, out = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
+    width = max((r - len(t) + 3 for t, r in zip(terms, ranks) if "..." in t), default=0)
+    spare = "".join(chr(0x391 + k) for k in range(width))  # Greek capitals: no equation's letters
+
+    def spell(term: str, rank: int) -> str:
+        n = rank - len(term) + 3
+        return term.replace("...", spare[width - n:] if n > 0 else "")
+
+    terms = [spell(t, r) for t, r in zip(terms, ranks)]
     if not arrow:
         letters = "".join(terms)
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    return terms, out
+        out = "..." + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in spare))
+    return terms, out.replace("...", spare)
 
 
 def _einsum(g: G, node: Any) -> list[Product]:
-    terms, output = _einsum_terms(attrs(node)["equation"])
+    shapes = [g.s2.get(name) for name in node.input]
+    if any(s is None for s in shapes):
+        return []
+    terms, output = _einsum_terms(attrs(node)["equation"], [len(s) for s in shapes])
     sizes: dict[str, int] = {}
-    for term, name in zip(terms, node.input):
-        dims = g.s2.get(name)
-        if dims is None or "." in term or len(term) != len(dims):
+    for term, dims in zip(terms, shapes):
+        if len(term) != len(dims):
             return []
-        sizes.update(zip(term, dims))
+        for c, d in zip(term, dims):
+            sizes[c] = max(sizes.get(c, 1), d)
     counts = {c: sum(c in t for t in terms) for c in sizes}
     labels = [{c for c in t if counts[c] > 1 or c in output} for t in terms]  # one operand's own labels summed first
     products = []
