@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from torchnets import counted_by_torch  # noqa: E402
+
 TOLERANCE = 0.02
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration")
 
@@ -56,17 +58,6 @@ NETWORKS = {"gru_first": GRUFirst, "stacked_bilstm_first": StackedBiLSTMFirst, "
             "gram_with_input": GramWithInput}
 
 
-def _counted(net, x):
-    from dlsim.importers.torch_meter import counter
-
-    with torch.backends.mkldnn.flags(enabled=False):
-        with counter() as fwd:
-            out = net(x)
-        with counter() as bwd:
-            out.float().pow(2).mean().backward()
-    return fwd.get_total_flops(), bwd.get_total_flops()
-
-
 @pytest.fixture(scope="module")
 def imported():
     from dlsim.api.importers import import_torch_module
@@ -85,7 +76,7 @@ def test_backward_flops_match_the_counter(imported, name):
 
     net, x, model = imported[name]
     fwd, bwd = counted_flops(model, x.shape[0])
-    want_fwd, want_bwd = _counted(net, x)
+    want_fwd, want_bwd = counted_by_torch(net, x)
     assert abs(fwd - want_fwd) <= TOLERANCE * want_fwd, (fwd, want_fwd)
     assert abs(bwd - want_bwd) <= TOLERANCE * want_bwd, (bwd, want_bwd)
 
