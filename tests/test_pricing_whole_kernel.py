@@ -49,3 +49,27 @@ def test_priced_from_its_rows_with_wgrad_inside_and_gemms_without_them():
     other = layer(LSTM, (12, 8))
     fallback = price_layer(other, 3, "fp32", device, MeasuredKernelTimes(memory=rows))
     assert fallback.backward_weight.seconds > 0 and fallback.forward.seconds != 2e-3
+
+
+def test_a_fused_layer_on_the_input_keeps_its_whole_backward_and_pays_one_call_of_host_time():
+    """A first LSTM (its input needs no gradient) priced from its rows: the fused backward runs whole (its
+    row), not the GEMM-priced internal part; the host charge is one call per pass, not the ~19 operators
+    per step and layer the composite dispatches inside the timed call."""
+    from dataclasses import replace
+
+    from dlsim.cost.gradflow import backward_data_run
+    from dlsim.cost.hostops import HostOpCost
+
+    lay = layer(LSTM, (6, 8))
+    cost = layer_cost(lay, 3, "fp32")
+    device = load_profile("cpu-epyc-2core").device
+    rows = [MemoryRow("fp32", "lstm", "forward", "s", cost.forward.bytes, cost.forward.flops, 2e-3),
+            MemoryRow("fp32", "lstm", "backward_data", "s", cost.backward_data.bytes, cost.backward_data.flops, 5e-3)]
+    runs = backward_data_run(lay, cost, frozenset({"input"}))
+    assert runs is cost.internal_backward and 0 < runs.flops < cost.backward_data.flops
+    timed = price_layer(lay, 3, "fp32", device, MeasuredKernelTimes(memory=rows), cost, backward_data=runs)
+    assert timed.backward_data.seconds == 5e-3 and timed.backward_data.source == Source.MEASURED
+    host = HostOpCost(forward_s=7e-6, backward_s=4e-6)
+    counted = replace(lay, attrs={**lay.attrs, "host_ops": [120, 110]})
+    assert host.charges(counted) == pytest.approx({"forward": 120 * 7e-6, "backward_data": 110 * 4e-6})
+    assert host.charges(counted, fused=True) == pytest.approx({"forward": 7e-6, "backward_data": 4e-6})

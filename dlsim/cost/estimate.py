@@ -20,7 +20,7 @@ from dlsim.cost.hostops import HostOpCost, in_loop_optimizer_step
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, mixed_precision_step_traffic, optimizer_step_traffic, state_bytes_per_param,
                                training_working_set)
-from dlsim.cost.pricing import KernelTimes, price_layer
+from dlsim.cost.pricing import KernelTimes, price_layer, whole_kernel_times
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, EstimateResult, MemoryBreakdown, Source
 from dlsim.spec.cluster import Cluster
@@ -51,14 +51,15 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     for layer in model.layers:
         cost = costs[layer.name]
         runs = backward_data_run(layer, cost, free)
-        timing = replace(price_layer(layer, batch, dtype, device, tables, replace(cost, backward_data=runs)),
+        fused = whole_kernel_times(layer, cost, dtype, tables) is not None
+        timing = replace(price_layer(layer, batch, dtype, device, tables, cost, backward_data=runs),
                          activation_bytes=kept[layer.name])
-        if runs is not cost.backward_data and runs.kernels == 0:
+        if not fused and runs is not cost.backward_data and runs.kernels == 0:
             timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
         for pass_name, seconds in charges.get(layer.name, {}).items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
                 seconds, Source.INTERPOLATED, "fresh pages (measured rate x (mapped + re-fault share x heap) bytes)")})
-        for pass_name, seconds in (host.charges(layer) if host is not None else {}).items():
+        for pass_name, seconds in (host.charges(layer, fused) if host is not None else {}).items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
                 seconds, Source.INTERPOLATED, "host time of the ATen operators dispatched (measured rate x operators)")})
         timings.append(timing)

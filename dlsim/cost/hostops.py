@@ -52,11 +52,16 @@ class HostOpCost:
     optimizer_extra_s: float | None = None
     optimizer_fit_extra_s: float | None = None
 
-    def charges(self, layer: Layer) -> dict[str, float]:
-        """Seconds to add per pass of `layer` (empty without ``host_ops``)."""
+    def charges(self, layer: Layer, fused: bool = False) -> dict[str, float]:
+        """Seconds to add per pass of `layer` (empty without ``host_ops``). A layer priced as one fused
+        operator (`fused`: its measured row times the whole call, `dlsim.cost.pricing.whole_kernel_times`)
+        pays for that one call per pass: its row already holds the operators it dispatches inside (a GRU
+        on CPU dispatches about 19 per step and layer)."""
         counts = layer.attrs.get("host_ops")
         if not counts:
             return {}
+        if fused:
+            counts = [min(1, c) for c in counts[:2]]
         return {"forward": counts[0] * self.forward_s, "backward_data": counts[1] * self.backward_s}
 
 

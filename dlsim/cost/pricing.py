@@ -7,6 +7,7 @@ measured, interpolated or extrapolated, or None when it cannot answer; then the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from dlsim.cost.layers import Gemm, LayerCost, PassCost, layer_cost
@@ -128,10 +129,13 @@ def whole_kernel_times(layer: Layer, cost: LayerCost, dtype: str,
 
 
 def price_layer(layer: Layer, batch: int, dtype: str, device: Device, tables: KernelTimes | None = None,
-                cost: LayerCost | None = None) -> LayerTiming:
-    """Forward, ∇x and ∇w time of one layer for `batch` samples on `device`."""
+                cost: LayerCost | None = None, backward_data: PassCost | None = None) -> LayerTiming:
+    """Forward, ∇x and ∇w time of one layer for `batch` samples on `device`; `backward_data` is the part of
+    the ∇x pass that runs (`dlsim.cost.gradflow.backward_data_run`; default all of it), except for a layer
+    timed as one fused operator, whose backward runs whole."""
     cost = cost or layer_cost(layer, batch, dtype)
+    priced = cost if backward_data is None else replace(cost, backward_data=backward_data)
     times = whole_kernel_times(layer, cost, dtype, tables) or \
-        [price_pass(getattr(cost, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
+        [price_pass(getattr(priced, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
     return LayerTiming(layer.name, layer.type, times[0], times[1], times[2], cost.flops, layer.params, 0.0,
                        layer.out_shape)
