@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
+from dlsim.hostmem import meminfo_bytes
 from dlsim.errors import DlsimError
 
 
@@ -35,19 +36,15 @@ def make_batch(input_shape: Sequence[int], batch: int, tokens: bool, vocab: int,
     """A random batch (batch, *input_shape): token ids below `vocab`, or normal values of `dtype` (default
     torch's); one line, not an allocation failure, when it cannot fit in this host's free memory."""
     import math
-    import os
 
     import torch
     full = (batch, *input_shape)
     itemsize = 8 if tokens else torch.empty((), dtype=dtype).element_size()
     need = math.prod(full) * itemsize
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        free = None
+    free = meminfo_bytes("MemAvailable")
     if free is not None and need > free:
         raise DlsimError(f"the example input {'x'.join(map(str, full))} needs {need / 2**30:.1f} GiB, more than the "
-                         f"{free / 2**30:.1f} GiB free here: use a smaller batch or input shape")
+                         f"{free / 2**30:.1f} GiB available here: use a smaller batch or input shape")
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, full, generator=gen) if tokens else torch.randn(full, generator=gen, dtype=dtype)
 

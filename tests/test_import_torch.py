@@ -184,4 +184,4 @@ def test_an_example_input_larger_than_free_memory_is_one_line(tmp_path, cli):
     src = tmp_path / "net.py"
     src.write_text(NET)
     code, _, err = cli("import", "torch", f"{src}:Net", "--input-shape", "3,100000,100000", "--batch", "64")
-    assert code == 1 and "more than the" in err and "GiB free here" in err and len(err.strip().splitlines()) == 1
+    assert code == 1 and "more than the" in err and "GiB available here" in err and len(err.strip().splitlines()) == 1

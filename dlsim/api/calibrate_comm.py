@@ -28,10 +28,11 @@ from dlsim.calibrate.comm_plan import BACKENDS, COLLECTIVES, OPENMPI_ALLREDUCE, 
 from dlsim.calibrate.comm_run import fit_tables, launches, quick_gemm_flops, read_rows, run_launches, system_info
 from dlsim.calibrate.compute_store import TableFile
 from dlsim.errors import SpecError
+from dlsim.hostmem import meminfo_bytes
 from dlsim.io.files import write_atomic
 from dlsim.io.profile_write import add_tables, write_new_profile
 from dlsim.io.yamlfile import read_yaml
-from dlsim.units import GBYTE_PER_S, GIB, KIB, TFLOPS, US, parse_size
+from dlsim.units import GBYTE_PER_S, GIB, TFLOPS, US, parse_size
 
 TABLES = {"comm_p2p": P2P_TABLE, "comm_collectives": COLLECTIVE_TABLE}
 MAX_RANKS = 1024
@@ -121,13 +122,7 @@ def _num(x: float) -> str:
 
 
 def _meminfo_bytes() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return float(line.split()[1]) * KIB
-    except OSError:
-        pass
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return meminfo_bytes() or float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def burst_lines(burst: dict[str, Any] | None) -> str:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dlsim.units import KIB
+from dlsim.hostmem import meminfo_bytes
 
 
 def _cpuinfo() -> tuple[str, int]:
@@ -21,14 +21,6 @@ def _cpuinfo() -> tuple[str, int]:
         return platform.processor() or "cpu", os.cpu_count() or 1
     names = re.findall(r"^model name\s*:\s*(.+)$", text, re.M)
     return (names[0].strip() if names else platform.processor() or "cpu"), len(names) or (os.cpu_count() or 1)
-
-
-def _mem_total() -> float:
-    try:
-        m = re.search(r"^MemTotal:\s*(\d+)\s*kB", Path("/proc/meminfo").read_text(), re.M)
-        return float(m.group(1)) * KIB if m else 0.0
-    except OSError:
-        return 0.0
 
 
 def _nvidia_driver() -> str | None:
@@ -58,7 +50,7 @@ def host_description(device: str, threads: int) -> dict[str, Any]:
     import torch
     cpu, logical = _cpuinfo()
     info: dict[str, Any] = {"kind": device, "cpu": cpu, "logical_cpus": logical, "threads": threads,
-                            "host_memory_bytes": _mem_total(), "torch": str(torch.__version__),
+                            "host_memory_bytes": meminfo_bytes() or 0.0, "torch": str(torch.__version__),
                             "python": platform.python_version(), "os": platform.platform(),
                             **_library_versions(torch.__config__.show())}
     if device == "cuda":
