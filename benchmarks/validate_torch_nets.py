@@ -17,9 +17,12 @@ networks is predicted with median |error| <= 10% and worst <= 20%.
    over rounds and the spread (max - min) / median of the round medians; the minor page faults of
    each piece's timed steps are recorded beside (not used by the prediction).
 
-Prints one JSON record; --report writes reports/validation-torch-nets.md.
+Prints one JSON record; --report writes reports/validation-torch-nets.md. `--nets FILE.py` validates the
+networks another file lists in a `NETWORKS` dict of the same layout instead (the held-out set:
+`tests/heldout_torchnets.py`, report `reports/validation-torch-nets-heldout.md`).
 
     python benchmarks/validate_torch_nets.py --lock /tmp/w/cpu.lock --report
+    python benchmarks/validate_torch_nets.py --lock /tmp/w/cpu.lock --nets tests/heldout_torchnets.py --report
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ NETWORKS = {
 }
 
 
+def network_set(path: str | None) -> tuple[Path, dict]:
+    """The file defining the networks and its NETWORKS dict (default: the ten of tests/torchnets.py)."""
+    if path is None:
+        return NETS, NETWORKS
+    import importlib.util
+    nets = Path(path).resolve()
+    spec = importlib.util.spec_from_file_location(nets.stem, nets)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return nets, module.NETWORKS
+
+
 @contextlib.contextmanager
 def exclusive(lock: str | None):
     if not lock:
@@ -72,6 +87,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--optimizer", default="adam")
     ap.add_argument("--lock", default=None, help="a file to flock exclusively around every timed piece")
+    ap.add_argument("--nets", default=None, help="a .py file whose NETWORKS dict lists the networks (default: the ten)")
     ap.add_argument("--only", default=None, help="comma-separated subset of the networks")
     ap.add_argument("--keep-profile", action="store_true", help="reuse the calibrated profile in --workdir")
     ap.add_argument("--report", action="store_true", help="write reports/validation-torch-nets.md")
@@ -81,6 +97,7 @@ def main() -> None:
     if args.from_json:
         write_report(json.loads(Path(args.from_json).read_text()), args.from_json)
         return
+    nets, networks = network_set(args.nets)
     sys.path.insert(0, str(ROOT))
     from dlsim.api.calibrate_compute import calibrate_compute
     from dlsim.api.estimate import estimate
@@ -93,7 +110,7 @@ def main() -> None:
     from dlsim.validate.torch_loop import time_in_worker
     import functools
 
-    chosen = {k: v for k, v in NETWORKS.items() if not args.only or k in args.only.split(",")}
+    chosen = {k: v for k, v in networks.items() if not args.only or k in args.only.split(",")}
     work = Path(args.workdir)
     prof = work / "profile"
     if not (args.keep_profile and prof.exists()):
@@ -102,12 +119,12 @@ def main() -> None:
                                                                            "single-pass-run"))
     models = {}
     for name, (cls, shape, tokens, vocab, batch) in chosen.items():
-        models[name] = training_model(f"{NETS}:{cls}", shape, tokens=tokens, vocab=vocab, cluster=prof, name=name)[0]
+        models[name] = training_model(f"{nets}:{cls}", shape, tokens=tokens, vocab=vocab, cluster=prof, name=name)[0]
     start = time.perf_counter()
     with exclusive(args.lock):
         cal = calibrate_compute(prof, models=list(models.values()), batches=[chosen[n][4] for n in models], grid=False,
                                 repeats=3, flush_cache=True, statistic="min", warm="auto", passes=1,
-                                command="benchmarks/validate_torch_nets.py (the ten networks' kernels)")
+                                command=f"benchmarks/validate_torch_nets.py (the kernels of {nets.name}'s networks)")
     calibrate_s = time.perf_counter() - start
     alloc, _ = allocator_cost(as_cluster(prof), "default")
     host, _ = host_op_cost(as_cluster(prof))
@@ -122,7 +139,7 @@ def main() -> None:
         for name in order:
             cls, shape, tokens, vocab, batch = chosen[name]
             with exclusive(args.lock):
-                run = time_in_worker(f"{NETS}:{cls}", shape, batch, loader=load_factory, make_optimizer=make_optimizer,
+                run = time_in_worker(f"{nets}:{cls}", shape, batch, loader=load_factory, make_optimizer=make_optimizer,
                                      prepare=functools.partial(prepare_process, None, "default"), tokens=tokens,
                                      vocab=vocab, optimizer=args.optimizer, warmup=3, steps=5, profile_steps=0,
                                      min_seconds=0.3)
@@ -154,7 +171,8 @@ def main() -> None:
                      "optimizer_step": pred.optimizer_step.note,
                      "params": models[name].params})
     errors = [abs(r["error"]) for r in rows]
-    rec = {"kind": "validate-torch-nets", "profile": str(prof), "rounds": args.rounds, "optimizer": args.optimizer,
+    rec = {"kind": "validate-torch-nets", "nets": str(nets.relative_to(ROOT)) if nets.is_relative_to(ROOT) else str(nets),
+           "profile": str(prof), "rounds": args.rounds, "optimizer": args.optimizer,
            "allocator": "default (glibc as it comes)", "allocator_model": alloc.describe(),
            "refault_fraction": alloc.refault_fraction,
            "optimizer_in_loop_extra_s": host.optimizer_extra_s if host is not None else None,
@@ -170,10 +188,18 @@ def main() -> None:
         write_report(rec)
 
 
+HELD_OUT = "tests/heldout_torchnets.py"
+
+
 def write_report(rec: dict, source: str = "") -> None:
-    lines = ["# Ten plain-PyTorch networks: plain-loop training step vs dlsim (issue 15)", "",
-             "Regenerate: `python benchmarks/validate_torch_nets.py --lock /tmp/w/cpu.lock --report` (2-core AMD EPYC "
-             "development machine). Networks: `tests/torchnets.py`; each captured with torch.export plus the loop's "
+    held_out = rec.get("nets") == HELD_OUT
+    stem = "validation-torch-nets-heldout" if held_out else "validation-torch-nets"
+    title = ("Eight held-out plain-PyTorch networks (none of the ten dlsim's CPU model was built on)" if held_out
+             else "Ten plain-PyTorch networks")
+    lines = [f"# {title}: plain-loop training step vs dlsim (issue 15)", "",
+             "Regenerate: `python benchmarks/validate_torch_nets.py --lock /tmp/w/cpu.lock "
+             f"{'--nets ' + HELD_OUT + ' ' if held_out else ''}--report` (2-core AMD EPYC "
+             f"development machine). Networks: `{HELD_OUT if held_out else 'tests/torchnets.py'}`; each captured with torch.export plus the loop's "
              "cross-entropy loss, its kernels calibrated in this run into a scratch copy of `cpu-epyc-2core`, "
              f"predicted with allocator default; measured in a fresh process per piece, {rec['rounds']} interleaved "
              "rounds, median of the round medians (spread = (max - min) / median over rounds), optimizer "
@@ -199,7 +225,7 @@ def write_report(rec: dict, source: str = "") -> None:
               "runs, forward and whole backward;",
               "* per ATen operator the captured layer dispatches forward and backward (counted at capture), the "
               "host time an eager step pays beyond the operator's kernel (Python and module calls, autograd, "
-              "views), measured by the calibration's host probe, a network of none of these ten "
+              "views), measured by the calibration's host probe, a network of none of these "
               "(`dlsim.calibrate.host_ops`, device.csv `host_op_forward_s`, `host_op_backward_s`); the optimizer "
               "step, whose operands were last used a step before, from the back-to-back table plus h_fit "
               f"({1e6 * (rec.get('optimizer_in_loop_extra_fit_s') or 0):.0f} us) where the step's footprint (bytes "
@@ -230,8 +256,8 @@ def write_report(rec: dict, source: str = "") -> None:
                                                                             r["measured_phases_ms"]) if m > 0)
         lines += ["Over 10% (forward / backward / step errors): " + "; ".join(
             f"{r['network']} {100 * r['error']:+.1f}% ({phase_errors(r)})" for r in off) + ".", ""]
-    lines += ["The record: `reports/validation-torch-nets.json` (redraw this page with `--from` it).", ""]
-    out = ROOT / "reports" / "validation-torch-nets.md"
+    lines += [f"The record: `reports/{stem}.json` (redraw this page with `--from` it).", ""]
+    out = ROOT / "reports" / f"{stem}.md"
     out.write_text("\n".join(lines))
     out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)

@@ -54,8 +54,23 @@ class GramWithInput(nn.Module):
         return torch.bmm(self.fc(x), x.transpose(1, 2))
 
 
+class DroppedBranch(nn.Module):
+    """A branch computed and then dropped (a WaveNet's last residual output): the backward never visits it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.unused = nn.Linear(16, 64)
+        self.out = nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        self.unused(h)
+        return self.out(h)
+
+
 NETWORKS = {"gru_first": GRUFirst, "stacked_bilstm_first": StackedBiLSTMFirst, "attention_first": AttentionFirst,
-            "gram_with_input": GramWithInput}
+            "gram_with_input": GramWithInput, "dropped_branch": DroppedBranch}
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +117,18 @@ def test_estimate_prices_the_internal_backward(imported):
     result = estimate(model, "cpu-epyc-2core", batch=2, measured=False)
     gru = next(t for t in result.layers if t.type == "gru")
     assert gru.backward_data.seconds > 0 and "input needs no gradient" not in gru.backward_data.note
+
+
+def test_a_dropped_branch_runs_forward_only(imported):
+    """The dropped linear runs its forward but no backward, ∇x or ∇w."""
+    from dlsim.api.estimate import estimate
+    from dlsim.cost.gradflow import unreached_by_loss
+
+    model = imported["dropped_branch"][2]
+    unreached = unreached_by_loss(model)
+    assert [model.layer(n).type for n in unreached] == ["linear"] and model.layer(next(iter(unreached))).params == 16 * 64 + 64
+    timing = {t.name: t for t in estimate(model, "cpu-epyc-2core", batch=2, measured=False).layers}
+    dropped = timing[next(iter(unreached))]
+    assert dropped.forward.seconds > 0 and dropped.backward_data.seconds == dropped.backward_weight.seconds == 0
+    kept = [t for n, t in timing.items() if model.layer(n).type == "linear" and n not in unreached]
+    assert all(t.backward_weight.seconds > 0 for t in kept) and len(kept) == 2

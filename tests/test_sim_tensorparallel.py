@@ -65,3 +65,22 @@ def test_convolutions_alternate_column_and_row():
     assert [roles[n].role for n in ("conv1", "conv2", "conv3", "conv4", "conv5", "fc6", "fc7", "fc8")] == [
         "column", "row", "column", "row", "column", "row", "column", "row"]
     assert roles["conv1"].after_bwd == ()  # no gradient for the input images
+
+
+def test_layer_table_runs_the_backward_autograd_runs():
+    """The first convolution reads the network's input, which needs no gradient: the simulator's layer
+    table prices its ∇w only (autograd skips ∇x), as the single-device estimate does."""
+    from dlsim.api.estimate import estimate
+
+    model = as_model("resnet18")
+    dev = load_profile("dgx-h100").device
+    first = model.layers[0]
+    assert first.type == "conv2d" and tuple(first.inputs) == ("input",)
+    entries = {e.name: e for e in build_layer_table(model, dev, "fp32", batch=8, tp=1)}
+    entry = entries[first.name]
+    assert entry.backward.seconds == pytest.approx(entry.backward_weight.seconds) and entry.backward.seconds > 0
+    alone = {t.name: t for t in estimate(model, "dgx-h100", batch=8, measured=False).layers}[first.name]
+    assert alone.backward_data.seconds == 0
+    assert entry.backward_weight.seconds == pytest.approx(alone.backward_weight.seconds)
+    later = next(e for e in entries.values() if e.type == "conv2d" and e.name != first.name)
+    assert later.backward.seconds > later.backward_weight.seconds

@@ -311,6 +311,23 @@ def build(name: str):
     return factory(), example()
 
 
+COUNT_TOLERANCE = 0.02
+"""Issue 15, acceptance line 1: forward and backward FLOPs within 2% of PyTorch's counter."""
+
+
+def assert_counts_match(model, net, x, tolerance: float = COUNT_TOLERANCE) -> None:
+    """`model` (an import of `net`) has `net`'s parameters exactly and its forward and backward FLOPs on
+    `x` within `tolerance` of PyTorch's counter (`counted_by_torch`)."""
+    from dlsim.cost.counted import counted_flops
+
+    assert model.params == sum(p.numel() for p in net.parameters())
+    fwd, bwd = counted_flops(model, x.shape[0])
+    want_fwd, want_bwd = counted_by_torch(net, x)
+    assert want_fwd > 0 and want_bwd > 0
+    assert abs(fwd - want_fwd) <= tolerance * want_fwd, (fwd, want_fwd)
+    assert abs(bwd - want_bwd) <= tolerance * want_bwd, (bwd, want_bwd)
+
+
 def counted_by_torch(net, x):
     """(forward, backward) FLOPs of one training step of `net` on `x` as PyTorch's counter counts them
     (`dlsim.importers.torch_meter.counter`, oneDNN off), the loss the mean square of the output."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dlsim.cost.gradflow import gradient_free
+from dlsim.cost.gradflow import gradient_free, unreached_by_loss
 from dlsim.spec.model import ALLOCATED_BYTES, INPUT, Layer, Model
 from dlsim.units import DTYPE_BYTES, MIB
 
@@ -110,11 +110,26 @@ def requested_bytes(layer: Layer, batch: int, modeled: dict[str, list[float]]) -
             "backward_data": backward_fixed + backward_per_sample * batch, "backward_weight": 0.0}
 
 
+def _step_requests(model: Model, batch: int, dtype: str, free: frozenset[str] | None
+                   ) -> list[tuple[Layer, dict[str, list[float]], dict[str, float]]]:
+    """Per layer: (layer, modeled tensors, requested bytes) per pass (`fresh_tensors`, `requested_bytes`); a
+    layer the backward never visits (`dlsim.cost.gradflow.unreached_by_loss`) requests nothing backward."""
+    free = gradient_free(model) if free is None else free
+    unreached = unreached_by_loss(model)
+    out = []
+    for layer in model.layers:
+        modeled = fresh_tensors(layer, batch, dtype, free)
+        requested = requested_bytes(layer, batch, modeled)
+        if layer.name in unreached:
+            modeled = {**modeled, "backward_data": [], "backward_weight": []}
+            requested = {**requested, "backward_data": 0.0, "backward_weight": 0.0}
+        out.append((layer, modeled, requested))
+    return out
+
+
 def step_requested_bytes(model: Model, batch: int, dtype: str, free: frozenset[str] | None = None) -> float:
     """Bytes one training step's operators request, summed over layers and passes (`requested_bytes`)."""
-    free = gradient_free(model) if free is None else free
-    return sum(sum(requested_bytes(layer, batch, fresh_tensors(layer, batch, dtype, free)).values())
-               for layer in model.layers)
+    return sum(sum(requested.values()) for _, _, requested in _step_requests(model, batch, dtype, free))
 
 
 def step_charges(model: Model, batch: int, dtype: str, allocator: AllocatorCost,
@@ -123,10 +138,7 @@ def step_charges(model: Model, batch: int, dtype: str, allocator: AllocatorCost,
     charges: dict[str, dict[str, float]] = {}
     if allocator.regime != "default" or allocator.seconds_per_byte <= 0:
         return charges
-    free = gradient_free(model) if free is None else free
-    for layer in model.layers:
-        modeled = fresh_tensors(layer, batch, dtype, free)
-        requested = requested_bytes(layer, batch, modeled)
+    for layer, modeled, requested in _step_requests(model, batch, dtype, free):
         mapped = {p: sum(b for b in modeled[p] if b > allocator.threshold_bytes) for p in PASSES}
         if ALLOCATED_BYTES in layer.attrs:  # measured backward bytes, ∇w included, sit on backward_data
             mapped["backward_data"] += mapped.pop("backward_weight")

@@ -5,7 +5,8 @@ iteration = Σ_layers (forward + ∇x + ∇w) + optimizer step, executed one ker
 of the step's working set the last-level cache cannot hold
 (`dlsim.cost.lookup.CacheAwareKernelTimes.for_working_set`, noted). A layer
 whose inputs all need no gradient (the model's input, or what was computed from it without
-parameters: `dlsim.cost.gradflow`) computes no ∇x; autograd skips it. The optimizer step comes from the measured tables when they
+parameters: `dlsim.cost.gradflow`) computes no ∇x; autograd skips it; a layer no path carries to the loss runs no
+backward at all. The optimizer step comes from the measured tables when they
 have it (`KernelTimes.optimizer_step`; a captured network's step as its eager loop runs it:
 `dlsim.cost.hostops.in_loop_optimizer_step`), from the roofline otherwise.
 """
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsim.cost.gradflow import backward_data_run, gradient_free
+from dlsim.cost.gradflow import GradientFlow
 from dlsim.cost.allocation import AllocatorCost, step_charges, step_requested_bytes
 from dlsim.cost.hostops import HostOpCost, in_loop_optimizer_step
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import (OPTIMIZERS, activation_bytes, mixed_precision_step_traffic, optimizer_step_traffic, state_bytes_per_param,
                                training_working_set)
-from dlsim.cost.pricing import KernelTimes, price_layer, whole_kernel_times
+from dlsim.cost.pricing import KernelTimes, price_in_step
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, EstimateResult, MemoryBreakdown, Source
 from dlsim.spec.cluster import Cluster
@@ -46,20 +47,18 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
         tables, regime = select(training_working_set(model, costs, batch, dtype, optimizer, kept))
         notes = (*notes, regime)
     timings = []
-    free = gradient_free(model)
-    charges = step_charges(model, batch, dtype, allocator, free) if allocator is not None else {}
+    flow = GradientFlow.of(model)
+    charges = step_charges(model, batch, dtype, allocator, flow.free) if allocator is not None else {}
     for layer in model.layers:
-        cost = costs[layer.name]
-        runs = backward_data_run(layer, cost, free)
-        fused = whole_kernel_times(layer, cost, dtype, tables) is not None
-        timing = replace(price_layer(layer, batch, dtype, device, tables, cost, backward_data=runs),
-                         activation_bytes=kept[layer.name])
-        if not fused and runs is not cost.backward_data and runs.kernels == 0:
-            timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
+        timing, fused = price_in_step(layer, batch, dtype, device, tables, costs[layer.name], flow)
+        timing = replace(timing, activation_bytes=kept[layer.name])
+        host_charges = host.charges(layer, fused) if host is not None else {}
+        if layer.name in flow.unreached:
+            host_charges = {p: s for p, s in host_charges.items() if p == "forward"}
         for pass_name, seconds in charges.get(layer.name, {}).items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
                 seconds, Source.INTERPOLATED, "fresh pages (measured rate x (mapped + re-fault share x heap) bytes)")})
-        for pass_name, seconds in (host.charges(layer, fused) if host is not None else {}).items():
+        for pass_name, seconds in host_charges.items():
             timing = replace(timing, **{pass_name: getattr(timing, pass_name) + Estimate(
                 seconds, Source.INTERPOLATED, "host time of the ATen operators dispatched (measured rate x operators)")})
         timings.append(timing)
@@ -68,7 +67,7 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     per = state_bytes_per_param(dtype, optimizer)
     step = None
     if tables is not None and host is not None:
-        footprint = step_requested_bytes(model, batch, dtype, free) + model.params * per.total
+        footprint = step_requested_bytes(model, batch, dtype, flow.free) + model.params * per.total
         step = in_loop_optimizer_step(tables, optimizer, model.params, tensors, footprint, host)
     if step is None and tables is not None:
         step = tables.optimizer_step(optimizer, model.params, tensors)

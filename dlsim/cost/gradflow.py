@@ -1,15 +1,35 @@
-"""Which tensors of a training step need no gradient.
+"""Which tensors of a training step need no gradient, and which layers the backward never visits.
 
 Autograd computes a gradient only for a tensor that is computed from a parameter (PyTorch's
 ``requires_grad`` propagation): the model input needs none, and neither does the output of a layer
 without parameters (own or tied) whose inputs all need none. A layer whose inputs all need no
 gradient runs no ∇x pass.
+
+The backward starts at the loss, the model's output (its last layer), and walks the graph towards the
+inputs: a layer from whose output no path leads there (a branch computed and then dropped, such as
+the residual output of a WaveNet's last layer) is never visited and runs no backward pass at all,
+∇x or ∇w (its weights' ``.grad`` stays None).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from dlsim.cost.layers import LayerCost, PassCost
 from dlsim.spec.model import INPUT, Layer, Model
+
+
+@dataclass(frozen=True)
+class GradientFlow:
+    """What a training step's backward runs: `free` the tensors that need no gradient (`gradient_free`),
+    `unreached` the layers it never visits (`unreached_by_loss`)."""
+
+    free: frozenset[str]
+    unreached: frozenset[str]
+
+    @classmethod
+    def of(cls, model: Model) -> GradientFlow:
+        return cls(gradient_free(model), unreached_by_loss(model))
 
 
 def gradient_free(model: Model) -> frozenset[str]:
@@ -19,6 +39,17 @@ def gradient_free(model: Model) -> frozenset[str]:
         if not layer.params and not layer.attrs.get("tied_to") and all(src in free for src in layer.inputs):
             free.add(layer.name)
     return frozenset(free)
+
+
+def unreached_by_loss(model: Model) -> frozenset[str]:
+    """Names of the layers of `model` whose output no path carries to its last layer."""
+    if not model.layers:
+        return frozenset()
+    reached = {model.layers[-1].name}
+    for layer in reversed(model.layers):
+        if layer.name in reached:
+            reached.update(layer.inputs)
+    return frozenset(layer.name for layer in model.layers if layer.name not in reached)
 
 
 def backward_data_run(layer: Layer, cost: LayerCost, free: frozenset[str]) -> PassCost:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
+from dlsim.cost.gradflow import GradientFlow, backward_data_run
 from dlsim.cost.layers import Gemm, LayerCost, PassCost, layer_cost
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, LayerTiming, Source
@@ -133,9 +134,30 @@ def price_layer(layer: Layer, batch: int, dtype: str, device: Device, tables: Ke
     """Forward, ∇x and ∇w time of one layer for `batch` samples on `device`; `backward_data` is the part of
     the ∇x pass that runs (`dlsim.cost.gradflow.backward_data_run`; default all of it), except for a layer
     timed as one fused operator, whose backward runs whole."""
-    cost = cost or layer_cost(layer, batch, dtype)
+    return _price(layer, batch, dtype, device, tables, cost or layer_cost(layer, batch, dtype), backward_data)[0]
+
+
+def _price(layer: Layer, batch: int, dtype: str, device: Device, tables: KernelTimes | None, cost: LayerCost,
+           backward_data: PassCost | None) -> tuple[LayerTiming, bool]:
+    """`price_layer`, and whether the layer was timed as one fused operator."""
     priced = cost if backward_data is None else replace(cost, backward_data=backward_data)
-    times = whole_kernel_times(layer, cost, dtype, tables) or \
-        [price_pass(getattr(priced, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
+    whole = whole_kernel_times(layer, cost, dtype, tables)
+    times = whole or [price_pass(getattr(priced, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
     return LayerTiming(layer.name, layer.type, times[0], times[1], times[2], cost.flops, layer.params, 0.0,
-                       layer.out_shape)
+                       layer.out_shape), whole is not None
+
+
+def price_in_step(layer: Layer, batch: int, dtype: str, device: Device, tables: KernelTimes | None, cost: LayerCost,
+                  flow: GradientFlow) -> tuple[LayerTiming, bool]:
+    """`price_layer` with the backward autograd runs in a training step (`dlsim.cost.gradflow`): none for a
+    layer the loss never reaches, and of the ∇x pass only what the inputs needing a gradient and the
+    layer's weights need; also whether the layer was timed as one fused operator."""
+    runs = backward_data_run(layer, cost, flow.free)
+    timing, fused = _price(layer, batch, dtype, device, tables, cost, runs)
+    if layer.name in flow.unreached:
+        note = "no path to the loss: never reached by the backward"
+        return replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, note),
+                       backward_weight=Estimate(0.0, timing.backward_weight.source, note)), fused
+    if not fused and runs is not cost.backward_data and runs.kernels == 0:
+        timing = replace(timing, backward_data=Estimate(0.0, timing.backward_data.source, "input needs no gradient"))
+    return timing, fused

@@ -2,7 +2,8 @@
 
 Each layer is priced once per (shape, batch, tensor-parallel role) through `dlsim.cost.pricing`
 (measured kernel tables first, roofline otherwise, with provenance), after dividing its work by the
-tensor-parallel degree where the layer is split (`dlsim.plan.tensorparallel`). Saved activations are
+tensor-parallel degree where the layer is split (`dlsim.plan.tensorparallel`), with the backward autograd runs
+(`dlsim.cost.gradflow`: no ∇x of the network's input, no backward for a layer the loss never reaches). Saved activations are
 those `dlsim.cost.memory.activation_bytes` charges to each layer, divided by `tp` where the tensor
 or the layer is sharded.
 """
@@ -15,7 +16,8 @@ from typing import Mapping, Sequence
 
 from dlsim.cost.layers import LayerCost, PassCost, fuse_dropout_add, layer_cost
 from dlsim.cost.memory import activation_bytes
-from dlsim.cost.pricing import KernelTimes, price_layer, price_pass
+from dlsim.cost.gradflow import GradientFlow
+from dlsim.cost.pricing import KernelTimes, price_in_step, price_pass
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
@@ -110,6 +112,7 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         sharded_out |= {name for name, r in got.items() if r.out_sharded}
         start = end
     fused_pairs = _dropout_add_pairs(model) if "bias_dropout_add" in fused else {}
+    flow = GradientFlow.of(model)
     costs: dict[str, LayerCost] = {}
     priced: dict[tuple, tuple] = {}
     plan_cache: dict[tuple, ExpertPlan | None] = {}
@@ -118,13 +121,14 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
     for i, layer in enumerate(model.layers):
         b, t, role = batches[i], degrees[i], roles[layer.name]
         fusion = ("dropout+add",) if layer.name in fused_pairs or layer.name in fused_pairs.values() else ()
-        key = _key(layer, b, t, role.role) + fusion
+        key = _key(layer, b, t, role.role) + fusion + (
+            layer.name in flow.unreached, tuple(src in flow.free for src in layer.inputs))
         if key not in priced:
             full = layer_cost(layer, b, dtype, fused, ep=ep)
             if fusion:
                 full = _fused_dropout_add(model, layer, full, fused_pairs, b, dtype)
             cost = shard_cost(layer, full, role, t, b)
-            timing = price_layer(layer, b, dtype, device, tables, cost)
+            timing = price_in_step(layer, b, dtype, device, tables, cost, flow)[0]
             core, core_bytes = ZERO, 0.0
             if layer.type == "attention" and "flash_attention" not in fused:
                 core_pass, core_bytes = attention_core(layer, cost, b, dtype, t if role.compute_sharded else 1)

@@ -222,6 +222,8 @@ def shard_cost(layer: Layer, cost: LayerCost, role: TPLayer, tp: int, batch: int
     return replace(cost, forward=_shard_pass(cost.forward, tp, rows),
                    backward_data=_shard_pass(cost.backward_data, tp, rows),
                    backward_weight=_shard_pass(cost.backward_weight, tp, rows),
+                   internal_backward=_shard_pass(cost.internal_backward, tp, rows),
+                   input_backward=tuple(_shard_pass(part, tp, rows) for part in cost.input_backward),
                    extra_saved_bytes=cost.extra_saved_bytes / tp, conv=conv)
 
 
