@@ -116,7 +116,7 @@ def _forward(layer: Layer, xs: list, params: dict) -> Any:
     simple = {"global_avgpool": lambda: x.mean((2, 3)), "global_maxpool": lambda: x.amax((2, 3)),
               "relu": lambda: torch.relu(x), "tanh": lambda: torch.tanh(x), "sigmoid": lambda: torch.sigmoid(x),
               "relu6": lambda: F.relu6(x), "silu": lambda: F.silu(x),
-              "gelu": lambda: F.gelu(x, approximate="tanh"), "softmax": lambda: torch.softmax(x, -1),
+              "gelu": lambda: F.gelu(x, approximate=a.get("approximate", "tanh")), "softmax": lambda: torch.softmax(x, -1),
               "dropout": lambda: F.dropout(x, a["p"], training=True),
               "concat": lambda: torch.cat(xs, a["axis"] + 1 if a["axis"] >= 0 else a["axis"])}
     if t in simple:

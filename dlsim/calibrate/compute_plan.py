@@ -41,6 +41,7 @@ from dlsim.cost.conv_methods import ConvGeometry
 from dlsim.cost.lookup import shape_of
 from dlsim.cost.pricing import PASSES, WHOLE_KERNEL_OPS
 from dlsim.spec.model import ALLOCATED_BYTES, HOST_OPS, INPUT, Layer, Model, build_model
+from dlsim.spec.ops import table_op
 
 CONV_ALGORITHMS = {"cpu": ("mkldnn", "native"), "cuda": ("cudnn-default", "cudnn-benchmark", "cudnn-deterministic")}
 """Convolution algorithm choices the library exposes: oneDNN on or off on a CPU
@@ -83,6 +84,11 @@ class MemoryTask:
     bytes: float
     flops: float
     set: str = "model"
+
+    @property
+    def op(self) -> str:
+        """The kernel's name in the memory table (`dlsim.spec.ops.table_op`)."""
+        return table_op(self.layer.type, self.layer.attrs)
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ def model_tasks(model: Model, batch: int, dtype: str, device: str = "cpu", algor
                     continue
                 sig = signature(layer, batch)
                 t = MemoryTask(dtype, layer, batch, pass_name, sig, p.bytes, p.flops, set_name)
-                tasks.setdefault(("memory", dtype, layer.type, pass_name, sig), t)
+                tasks.setdefault(("memory", dtype, t.op, pass_name, sig), t)
             elif p.kind == "conv" and cost.conv is not None:
                 shape = shape_of(cost.conv)
                 for algo in algos:
@@ -160,7 +166,7 @@ def model_tasks(model: Model, batch: int, dtype: str, device: str = "cpu", algor
             else:
                 sig = signature(layer, batch)
                 t = MemoryTask(dtype, layer, batch, pass_name, sig, p.bytes, p.flops, set_name)
-                tasks.setdefault(("memory", dtype, layer.type, pass_name, sig), t)
+                tasks.setdefault(("memory", dtype, t.op, pass_name, sig), t)
     per_layer = tuple(layer.params for layer in model.layers if layer.params)
     sizes = param_sizes if param_sizes and sum(param_sizes) == sum(per_layer) else per_layer
     for opt in OPTIMIZERS if sizes else ():

@@ -127,7 +127,7 @@ def _row(task: Task, timing: Timing | None, workspace: float = 0.0) -> dict[str,
         nbytes, flops = task.traffic
         return record(MemoryRow(task.dtype, task.optimizer, "step", task.signature, nbytes, flops, t, iqr, reps,
                                 task.set))
-    return record(MemoryRow(task.dtype, task.layer.type, task.pass_name, task.signature, task.bytes, task.flops, t, iqr,
+    return record(MemoryRow(task.dtype, task.op, task.pass_name, task.signature, task.bytes, task.flops, t, iqr,
                             reps, task.set))
 
 

@@ -16,6 +16,7 @@ from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, LayerTiming, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import Layer
+from dlsim.spec.ops import table_op
 from dlsim.units import DTYPE_BYTES
 
 PASSES = ("forward", "backward_data", "backward_weight")
@@ -142,7 +143,8 @@ def _price(layer: Layer, batch: int, dtype: str, device: Device, tables: KernelT
     """`price_layer`, and whether the layer was timed as one fused operator."""
     priced = cost if backward_data is None else replace(cost, backward_data=backward_data)
     whole = whole_kernel_times(layer, cost, dtype, tables)
-    times = whole or [price_pass(getattr(priced, p), layer.type, p, device, dtype, tables, cost.conv) for p in PASSES]
+    op = table_op(layer.type, layer.attrs)
+    times = whole or [price_pass(getattr(priced, p), op, p, device, dtype, tables, cost.conv) for p in PASSES]
     return LayerTiming(layer.name, layer.type, times[0], times[1], times[2], cost.flops, layer.params, 0.0,
                        layer.out_shape), whole is not None
 

@@ -155,6 +155,9 @@ def _map_activation(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
         lo = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
         hi = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         kind = "relu6" if lo is not None and hi is not None and (float(lo), float(hi)) == (0.0, 6.0) else None
+    if kind == "gelu":  # ONNX Gelu (opset 20): attribute approximate, "none" (erf) by default
+        form = _attrs(node).get("approximate", "none")
+        return [("", {"type": kind, "approximate": form.decode() if isinstance(form, bytes) else form}, None)]
     return [("", {"type": kind}, None)] if kind else None
 
 

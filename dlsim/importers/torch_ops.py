@@ -189,6 +189,8 @@ def _map_activation(ctx: Ctx, node: Any, ins: list, out: tuple) -> Mapped | None
         return None
     if tuple(ins[0]) != tuple(out) or not out:
         return None
+    if kind == "gelu":
+        return [("", {"type": kind, "approximate": node.kwargs.get("approximate", "none")}, None)]
     return [("", {"type": kind}, None)]
 
 

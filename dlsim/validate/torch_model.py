@@ -358,7 +358,7 @@ def _layer_module(layer: Layer, attention: str) -> Any:
     if t == "lrn":
         return nn.LocalResponseNorm(a["size"], alpha=a["alpha"], beta=a["beta"], k=a["k"])
     simple = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "add": c.Add, "flatten": lambda: nn.Flatten(1),
-              "gelu": lambda: nn.GELU(approximate="tanh"), "softmax": lambda: nn.Softmax(dim=-1),
+              "gelu": lambda: nn.GELU(approximate=a.get("approximate", "tanh")), "softmax": lambda: nn.Softmax(dim=-1),
               "cross_entropy": c.CrossEntropy, "relu6": nn.ReLU6, "silu": nn.SiLU, "matmul": c.MatMul}
     if t in simple:
         return simple[t]()
