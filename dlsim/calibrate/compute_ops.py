@@ -26,6 +26,7 @@ import warnings
 from typing import Any, Callable, Iterator
 
 from dlsim.cost.layers import Gemm, layer_cost
+from dlsim.cost.lookup import CHANNELS_LAST
 from dlsim.cost.conv_methods import ConvGeometry
 from dlsim.errors import DlsimError
 from dlsim.spec.model import Layer
@@ -51,8 +52,10 @@ def _quiet(flags: contextlib.AbstractContextManager) -> Iterator[None]:
 
 
 def conv_algorithm(algorithm: str) -> contextlib.AbstractContextManager:
-    """The context in which PyTorch runs convolutions with `algorithm` (see compute_plan.CONV_ALGORITHMS)."""
+    """The context in which PyTorch runs convolutions with `algorithm` (see compute_plan.CONV_ALGORITHMS; a
+    channels-last row's name carries `dlsim.cost.lookup.CHANNELS_LAST` after it)."""
     import torch
+    algorithm = algorithm.removesuffix(CHANNELS_LAST)
     if algorithm == "mkldnn":
         return _quiet(torch.backends.mkldnn.flags(enabled=True))
     if algorithm == "native":
@@ -77,20 +80,23 @@ def gemm_fn(g: Gemm, dtype: str, device: Any) -> Callable[[], Any]:
     return lambda: torch.bmm(a, b)
 
 
-def conv_fn(shape: ConvGeometry, n: int, pass_name: str, dtype: str, device: Any) -> tuple[Callable[[], Any], int]:
-    """A function running one pass of the convolution, and the bytes of that pass's output tensor."""
+def conv_fn(shape: ConvGeometry, n: int, pass_name: str, dtype: str, device: Any, channels_last: bool = False
+            ) -> tuple[Callable[[], Any], int]:
+    """A function running one pass of the convolution, and the bytes of that pass's output tensor; with
+    `channels_last`, the input and the output gradient stored NHWC."""
     import torch
     import torch.nn.functional as F
     s = shape
     gen = torch.Generator().manual_seed(0)
     t = torch_dtype(dtype)
-    x = torch.randn(n, s.c_in, s.h, s.w, generator=gen).to(device=device, dtype=t)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(n, s.c_in, s.h, s.w, generator=gen).to(device=device, dtype=t, memory_format=layout)
     w = torch.randn(s.c_out, s.c_in // s.groups, s.k_h, s.k_w, generator=gen).to(device=device, dtype=t)
     stride, pad, dil = [s.stride_h, s.stride_w], [s.pad_h, s.pad_w], [s.dil_h, s.dil_w]
     if pass_name == "forward":
         y = F.conv2d(x, w, None, stride, pad, dil, s.groups)
         return (lambda: F.conv2d(x, w, None, stride, pad, dil, s.groups)), y.numel() * y.element_size()
-    dy = torch.randn(n, s.c_out, s.h_out, s.w_out, generator=gen).to(device=device, dtype=t)
+    dy = torch.randn(n, s.c_out, s.h_out, s.w_out, generator=gen).to(device=device, dtype=t, memory_format=layout)
     mask = [True, False, False] if pass_name == "backward_data" else [False, True, False]
     out = x if pass_name == "backward_data" else w
     back = torch.ops.aten.convolution_backward

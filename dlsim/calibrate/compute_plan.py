@@ -38,7 +38,7 @@ from typing import Iterable
 from dlsim.cost.layers import Gemm, layer_cost
 from dlsim.cost.memory import OPTIMIZERS, optimizer_step_traffic
 from dlsim.cost.conv_methods import ConvGeometry
-from dlsim.cost.lookup import shape_of
+from dlsim.cost.lookup import CHANNELS_LAST, shape_of
 from dlsim.cost.pricing import PASSES, WHOLE_KERNEL_OPS
 from dlsim.spec.model import ALLOCATED_BYTES, HOST_OPS, INPUT, Layer, Model, build_model
 from dlsim.spec.ops import table_op
@@ -158,6 +158,7 @@ def model_tasks(model: Model, batch: int, dtype: str, device: str = "cpu", algor
             elif p.kind == "conv" and cost.conv is not None:
                 shape = shape_of(cost.conv)
                 for algo in algos:
+                    algo += CHANNELS_LAST if cost.conv.get("channels_last") else ""
                     t = ConvTask(dtype, pass_name, algo, batch, shape, set_name)
                     tasks.setdefault(("conv", t), t)
             elif p.gemms:

@@ -43,7 +43,7 @@ from dlsim.calibrate.alloc_probe import QUANTITY, fresh_memory_rows
 from dlsim.calibrate.loop_probe import QUANTITIES as LOOP_QUANTITIES, loop_probe_rows
 from dlsim.calibrate.host_ops import QUANTITIES as HOST_QUANTITIES, host_op_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
-from dlsim.cost.lookup import CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
+from dlsim.cost.lookup import CHANNELS_LAST, CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
     MemoryRow, record
 from dlsim.progress import PHASE_DONE, PHASE_RUNNING
 from dlsim.units import format_time
@@ -152,7 +152,8 @@ def measure(task: Task, backend: Backend, timer: KernelTimer) -> dict[str, str]:
         return _row(task, timer.time(gemm_fn(task.gemm, task.dtype, backend.device)))
     if isinstance(task, ConvTask):
         with conv_algorithm(task.algorithm):
-            fn, out_bytes = conv_fn(task.shape, task.n, task.pass_name, task.dtype, backend.device)
+            fn, out_bytes = conv_fn(task.shape, task.n, task.pass_name, task.dtype, backend.device,
+                                    channels_last=task.algorithm.endswith(CHANNELS_LAST))
             timing = timer.time(fn)
             ws = backend.workspace(fn, out_bytes, timer.sync)
         return _row(task, timing, ws)

@@ -138,6 +138,8 @@ def _conv2d(layer: Layer, n: int, b: int) -> LayerCost:
     geometry = {"n": n, "c_in": cin, "h": h, "w": w, "c_out": cout, "k_h": g["kh"], "k_w": g["kw"],
                 "stride": (g["sh"], g["sw"]), "padding": (g["ph"], g["pw"]), "dilation": (g["dh"], g["dw"]),
                 "groups": groups, "h_out": g["ho"], "w_out": g["wo"]}
+    if a.get("memory_format") == "channels_last":
+        geometry["channels_last"] = True
     fwd = PassCost(2 * macs + bias, macs, depth, x_bytes + w_bytes, y_bytes,
                    (Gemm(cout_g, pixels, cin_g * kk, groups),), "conv")
     bwd_x = PassCost(2 * macs, macs, depth, y_bytes + w_bytes, x_bytes,

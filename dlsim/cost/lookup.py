@@ -106,6 +106,10 @@ def conv_shape(c_in: int, h: int, w: int, c_out: int, k_h: int, k_w: int, stride
     return ConvGeometry(1, c_in, h, w, c_out, k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups)
 
 
+CHANNELS_LAST = "+channels_last"
+"""Suffix of a convolution table row's algorithm when the input was stored channels-last (NHWC)."""
+
+
 def shape_of(geometry: dict) -> ConvGeometry:
     """The table key of `LayerCost.conv` (`dlsim.cost.layers._conv2d`)."""
     return geometry_from_dict(geometry).with_batch(1)
@@ -325,12 +329,17 @@ class MeasuredKernelTimes:
     # --- convolution ------------------------------------------------------------------------
 
     def conv_algorithms(self, pass_name: str, geometry: dict, dtype: str) -> dict[str, Estimate]:
-        """Every measured algorithm's estimate for this convolution pass (empty when the geometry is unknown)."""
+        """Every measured algorithm's estimate for this convolution pass in the input's memory format (rows of
+        a channels-last input carry `CHANNELS_LAST` after the algorithm's name; the names returned are
+        without it); empty when the geometry is unknown."""
         algos = self._conv.get((dtype, pass_name, shape_of(geometry)), {})
+        nhwc = bool(geometry.get("channels_last"))
         out = {}
         for algo, pts in algos.items():
+            if algo.endswith(CHANNELS_LAST) != nhwc:
+                continue
             t, source, how = loglog(pts, geometry["n"])
-            out[algo] = Estimate(t, source, f"conv table: {algo}, batch {how}")
+            out[algo.removesuffix(CHANNELS_LAST)] = Estimate(t, source, f"conv table: {algo}, batch {how}")
         return out
 
     def conv(self, pass_name: str, geometry: dict, dtype: str) -> Estimate | None:

@@ -101,9 +101,19 @@ def _map_conv(ctx: Ctx, node: Any, ins: list, out: tuple) -> Mapped | None:
         if weight.dim() != 4:
             return None
         attrs.update(kernel=_pair(weight.shape[2:]), stride=_pair(stride), dilation=_pair(dilation))
+        if _channels_last(ctx.values.get(node.args[0].name)):
+            attrs["memory_format"] = "channels_last"
     if not shape_fits(attrs["type"], {k: v for k, v in attrs.items() if k != "type"}, ins, out):
         return None
     return [("", attrs, None)]
+
+
+def _channels_last(x: Any) -> bool:
+    """Whether a 4-D tensor is stored NHWC only (a network's permutes leave it so; oneDNN then runs its
+    channels-last kernels)."""
+    import torch
+    return isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous() and \
+        x.is_contiguous(memory_format=torch.channels_last)
 
 
 def _map_linear(ctx: Ctx, node: Any, ins: list, out: tuple) -> Mapped | None:

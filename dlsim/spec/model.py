@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from dlsim.errors import SpecError, excerpt
-from dlsim.spec.ops import GELU_FORMS, OPS, REQUIRED, Shape, infer
+from dlsim.spec.ops import GELU_FORMS, MEMORY_FORMATS, OPS, REQUIRED, Shape, infer
 from dlsim.units import DTYPE_BYTES
 
 INPUT = "input"
@@ -80,9 +80,10 @@ _PROBABILITIES = {("dropout", "p"), ("attention", "dropout"), ("sdpa", "dropout"
 
 def _check_attr(kind: str, key: str, value: Any, default: Any, source: Any, where: str) -> None:
     """A flag is true or false, a real-valued attribute a finite number, a dropout probability in [0, 1), a
-    GELU's form tanh or none."""
-    if (kind, key) == ("gelu", "approximate") and value not in GELU_FORMS:
-        raise SpecError(f"must be {' or '.join(GELU_FORMS)}, got {excerpt(value)}", path=source, field=f"{where}.{key}")
+    GELU's form tanh or none, a convolution's memory format contiguous or channels_last."""
+    choices = {("gelu", "approximate"): GELU_FORMS, ("conv2d", "memory_format"): MEMORY_FORMATS}.get((kind, key))
+    if choices and value not in choices:
+        raise SpecError(f"must be {' or '.join(choices)}, got {excerpt(value)}", path=source, field=f"{where}.{key}")
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise SpecError(f"must be true or false, got {excerpt(value)}", path=source, field=f"{where}.{key}")
