@@ -1,7 +1,7 @@
 """GELU has two forms that are different kernels: the exact x·Φ(x) (PyTorch's default, erf) and the tanh
-approximation (GPT-2's). The 2-core EPYC host runs the exact one 3.5x faster (129 against 464 µs for
-262,144 fp32 elements, back to back, 2026-11-24); calibration timed every GELU as the tanh form, so the
-exact GELUs of ViT, ConvNeXt and MLP-Mixer were priced 3.5x high. The form is now an attribute
+approximation (GPT-2's). The 2-core EPYC host runs the exact one's forward 3.4x faster (131 against 441 µs
+for 262,144 fp32 elements, back to back, 2026-11-24); calibration timed every GELU as the tanh form, so the
+exact GELUs of ViT, ConvNeXt and MLP-Mixer were priced 2-3.5x high. The form is now an attribute
 (``approximate``), imported from PyTorch and ONNX, calibrated as written, and looked up under its own
 name (`dlsim.spec.ops.table_op`)."""
 

@@ -1,0 +1,59 @@
+"""Two kernels the tables had confused with others (issue 15, session 12; a diagnosis, not a benchmark).
+
+* GELU's exact form (x·Φ(x), erf: PyTorch's default) against its tanh approximation, over 32 × 8 × 8 × 128
+  fp32 elements, forward and autograd backward;
+* a depthwise 7×7 convolution (ConvNeXt's) with its input stored NCHW against channels-last (NHWC, what a
+  permute back from a channels-last LayerNorm leaves), forward and autograd backward, at 32 × 32 × 8 × 8 and
+  32 × 64 × 4 × 4.
+
+Back to back, the best of 5 blocks of 20-50 calls, PyTorch's default threads. Prints one JSON record (µs).
+Findings: reports/validation-torch-nets-notes.md ("Session 12").
+
+Usage: flock -x /tmp/w/cpu.lock python benchmarks/probes/kernel_form_probe.py
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+
+def best_us(fn, calls: int = 20, blocks: int = 5) -> float:  # noqa: ANN001
+    for _ in range(3):
+        fn()
+    best = float("inf")
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return round(best * 1e6, 1)
+
+
+def main() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    out: dict = {"threads": torch.get_num_threads(), "gelu": {}, "depthwise_7x7": {}}
+    x = torch.randn(32, 8, 8, 128, requires_grad=True)
+    for form in ("none", "tanh"):
+        y = F.gelu(x, approximate=form)
+        dy = torch.randn_like(y)
+        out["gelu"][form] = {"forward": best_us(lambda: F.gelu(x, approximate=form), 50),
+                             "backward": best_us(lambda: torch.autograd.grad(y, [x], dy, retain_graph=True), 50)}
+    for channels, side in ((32, 8), (64, 4)):
+        conv = torch.nn.Conv2d(channels, channels, 7, padding=3, groups=channels)
+        row = {}
+        for name, layout in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
+            xi = torch.randn(32, channels, side, side).to(memory_format=layout).requires_grad_()
+            y = conv(xi)
+            dy = torch.randn_like(y)
+            row[name] = {"forward": best_us(lambda: conv(xi)),
+                         "backward": best_us(lambda: torch.autograd.grad(y, [xi, *conv.parameters()], dy,
+                                                                         retain_graph=True))}
+        out["depthwise_7x7"][f"32x{channels}x{side}x{side}"] = row
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
