@@ -15,19 +15,17 @@ Usage: flock -x /tmp/w/cpu.lock python benchmarks/probes/kernel_form_probe.py
 from __future__ import annotations
 
 import json
-import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dlsim.calibrate.host_ops import best_block_mean  # noqa: E402
 
 
-def best_us(fn, calls: int = 20, blocks: int = 5) -> float:  # noqa: ANN001
-    for _ in range(3):
-        fn()
-    best = float("inf")
-    for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return round(best * 1e6, 1)
+def best_us(fn, calls: int = 20) -> float:  # noqa: ANN001
+    """Microseconds per call: the best of 5 blocks of `calls` back-to-back calls."""
+    fn()
+    return round(best_block_mean(fn, calls, 5) * 1e6, 1)
 
 
 def main() -> None:

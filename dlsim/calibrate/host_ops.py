@@ -32,7 +32,7 @@ HOW = ("eager forward of the host probe (8 blocks of 16 small varied layers, bat
        "replayed alone, per operator")
 
 
-def _best(fn: Callable[[], Any], calls: int, blocks: int) -> float:
+def best_block_mean(fn: Callable[[], Any], calls: int, blocks: int) -> float:
     """Minimum over `blocks` of the mean seconds per call of `calls` back-to-back calls."""
     best = float("inf")
     for _ in range(blocks):
@@ -92,7 +92,7 @@ def _replayed(calls: list, reps: int = 100) -> float:
     """Σ over the recorded calls of each one's time alone (back to back, no autograd)."""
     import torch
     with torch.no_grad():
-        return sum(_best(lambda: func(*args, **kwargs), reps, 3) for func, args, kwargs in calls)
+        return sum(best_block_mean(lambda: func(*args, **kwargs), reps, 3) for func, args, kwargs in calls)
 
 
 def host_op_seconds() -> tuple[float, float, int, int]:
@@ -101,8 +101,8 @@ def host_op_seconds() -> tuple[float, float, int, int]:
     net, x = _probe()
     for _ in range(3):
         net(x).sum().backward()
-    fwd = _best(lambda: net(x), 20, 7)
-    step = _best(lambda: net(x).sum().backward(), 10, 7)
+    fwd = best_block_mean(lambda: net(x), 20, 7)
+    step = best_block_mean(lambda: net(x).sum().backward(), 10, 7)
     out, fcalls = _recorded(lambda: net(x))
     loss = out.sum()
     _, bcalls = _recorded(lambda: loss.backward())
