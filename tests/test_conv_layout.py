@@ -78,3 +78,14 @@ def test_import_records_a_channels_last_input():
     model = import_torch_module(PermutedNorm(), [torch.randn(2, 3, 8, 8)]).model
     assert [layer.attrs["memory_format"] for layer in model.layers if layer.type == "conv2d"] == \
         ["contiguous", "channels_last"]
+
+
+def test_the_pytorch_rebuild_runs_a_channels_last_layer_in_that_layout():
+    """`validate model` rebuilds a YAML network in PyTorch: a channels_last convolution runs NHWC there too."""
+    torch = pytest.importorskip("torch")
+    from dlsim.validate.torch_model import build_torch_model
+
+    for memory_format, nhwc in (("channels_last", True), ("contiguous", False)):
+        net = build_torch_model(depthwise(memory_format))
+        y = net(torch.randn(2, 8, 6, 6))
+        assert y.is_contiguous(memory_format=torch.channels_last) is nhwc and y.is_contiguous() is not nhwc

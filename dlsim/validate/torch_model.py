@@ -331,8 +331,12 @@ def _layer_module(layer: Layer, attention: str) -> Any:
     x = layer.in_shapes[0]
     if t == "conv2d":
         g = _window(layer)
-        return nn.Conv2d(x[0], a["out_channels"], g["kernel"], g["stride"], g["padding"], g["dilation"],
+        conv = nn.Conv2d(x[0], a["out_channels"], g["kernel"], g["stride"], g["padding"], g["dilation"],
                          a["groups"], bias=a["bias"])
+        if a.get("memory_format") == "channels_last":  # a channels-last weight runs oneDNN's NHWC kernels
+            import torch
+            conv = conv.to(memory_format=torch.channels_last)
+        return conv
     if t == "linear":
         return nn.Linear(x[-1], a["out_features"], bias=a["bias"])
     if t in ("maxpool", "avgpool"):
