@@ -25,6 +25,7 @@ import mmap
 import time
 from typing import Any, Callable
 
+from dlsim.fresh_process import call_in_fresh_process
 from dlsim.units import MIB
 
 PROBE_BYTES = (64 * MIB, 256 * MIB)
@@ -71,10 +72,16 @@ def fresh_memory_cost(threads: int, repeats: int = 5, sizes: tuple[int, ...] = P
 
 
 def fresh_memory_rows(max_threads: int, repeats: int = 5) -> list[dict[str, str]]:
-    """device.csv rows (quantity, value, unit, how): the fresh-memory rate for 1 … `max_threads` threads."""
+    """device.csv rows (quantity, value, unit, how): the fresh-memory rate for 1 … `max_threads` threads.
+
+    Each thread count is measured in a process of its own. Changing PyTorch's thread count in the
+    calibrating process and back leaves some kernels slower for the rest of that process: CPU flash
+    attention ran 1.6x slower after ``set_num_threads(1)`` then ``(2)`` (torch 2.13, 2-core EPYC,
+    2026-11-24), and every table row timed afterwards carried it."""
     rows = []
     for t in range(1, max_threads + 1):
-        rows.append({"quantity": QUANTITY.format(threads=t), "value": f"{fresh_memory_cost(t, repeats):.9g}",
+        value = call_in_fresh_process(fresh_memory_cost, t, repeats, what=f"the fresh-memory probe ({t} threads)")
+        rows.append({"quantity": QUANTITY.format(threads=t), "value": f"{value:.9g}",
                      "unit": "s/byte", "how": HOW.format(sizes=" and ".join(str(int(s // MIB)) for s in PROBE_BYTES),
                                                          threads=t, repeats=repeats)})
     return rows

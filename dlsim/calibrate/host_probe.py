@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dlsim.units import GBYTE_PER_S, GFLOPS
+from dlsim.calibrate.compute_timer import set_threads
 
 GEMM_N = 1024
 STREAM_ELEMENTS = 2**24
@@ -83,8 +84,7 @@ def reference_speeds(threads: int | None = None, calls: int = 10,
     with `threads` intra-op threads (None: PyTorch's current count)."""
     import torch
     before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
+    set_threads(threads)  # only when it changes (see set_threads)
     try:
         a, b = torch.rand(GEMM_N, GEMM_N), torch.rand(GEMM_N, GEMM_N)
         c = torch.empty(GEMM_N, GEMM_N)
@@ -94,7 +94,7 @@ def reference_speeds(threads: int | None = None, calls: int = 10,
         stream_s = _fastest(lambda: torch.add(x, y, out=z), calls, clock)
         used = torch.get_num_threads()
     finally:
-        torch.set_num_threads(before)
+        set_threads(before)
     return {"threads": used, "gemm_flops_per_s": 2.0 * GEMM_N**3 / gemm_s,
             "stream_bytes_per_s": 3.0 * 4 * STREAM_ELEMENTS / stream_s}
 
