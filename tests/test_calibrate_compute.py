@@ -243,3 +243,24 @@ def test_odd_gemms_are_off_powers_of_two_capped_deterministic_and_disjoint_from_
     rows = [GemmRow("fp32", t.gemm.m, t.gemm.n, t.gemm.k, 1, 1e-5, set=t.set) for t in tasks]
     held = heldout_gemms(rows, "fp32", 40, seed=0)
     assert held and not {(g.m, g.n, g.k) for g in held} & {(g.m, g.n, g.k) for g in odd}
+
+
+def test_calibration_leaves_the_thread_count_alone(monkeypatch):
+    """Any torch.set_num_threads call, even to the count in use, left CPU flash attention 1.6-1.7x slower
+    for the rest of the process (torch 2.13): the calibrating process sets it only when it changes, and the
+    fresh-memory probe runs each thread count in a process of its own."""
+    torch = pytest.importorskip("torch")
+    from dlsim.calibrate import alloc_probe
+    from dlsim.calibrate.compute_timer import set_threads
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
+    assert set_threads(None) == torch.get_num_threads() and set_threads(torch.get_num_threads()) == torch.get_num_threads()
+    assert calls == []
+    set_threads(torch.get_num_threads() + 1)
+    assert calls == [torch.get_num_threads() + 1]
+    fresh = []
+    monkeypatch.setattr(alloc_probe, "call_in_fresh_process", lambda fn, *args, what: fresh.append(args) or 1e-9)
+    rows = alloc_probe.fresh_memory_rows(2, repeats=1)
+    assert [r["quantity"] for r in rows] == ["fresh_memory_s_per_byte_t1", "fresh_memory_s_per_byte_t2"]
+    assert fresh == [(1, 1), (2, 1)] and calls == [torch.get_num_threads() + 1]

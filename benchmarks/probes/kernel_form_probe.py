@@ -1,10 +1,12 @@
-"""Two kernels the tables had confused with others (issue 15, session 12; a diagnosis, not a benchmark).
+"""Three ways the tables had mistimed kernels (issue 15, session 12; a diagnosis, not a benchmark).
 
 * GELU's exact form (x·Φ(x), erf: PyTorch's default) against its tanh approximation, over 32 × 8 × 8 × 128
   fp32 elements, forward and autograd backward;
 * a depthwise 7×7 convolution (ConvNeXt's) with its input stored NCHW against channels-last (NHWC, what a
   permute back from a channels-last LayerNorm leaves), forward and autograd backward, at 32 × 32 × 8 × 8 and
-  32 × 64 × 4 × 4.
+  32 × 64 × 4 × 4;
+* causal scaled dot-product attention (CPU flash kernel) over 16 × 4 × 32 × 32, forward and autograd backward,
+  before and after ``torch.set_num_threads`` with the count already in use (last: it stays slow).
 
 Back to back, the best of 5 blocks of 20-50 calls, PyTorch's default threads. Prints one JSON record (µs).
 Findings: reports/validation-torch-nets-notes.md ("Session 12").
@@ -50,6 +52,16 @@ def main() -> None:
                          "backward": best_us(lambda: torch.autograd.grad(y, [xi, *conv.parameters()], dy,
                                                                          retain_graph=True))}
         out["depthwise_7x7"][f"32x{channels}x{side}x{side}"] = row
+    q, k, v = (torch.randn(16, 4, 32, 32, requires_grad=True) for _ in range(3))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    dy = torch.randn_like(y)
+    out["sdpa_causal"] = {}
+    for when in ("before", "after_set_num_threads"):
+        if when != "before":
+            torch.set_num_threads(torch.get_num_threads())
+        out["sdpa_causal"][when] = {
+            "forward": best_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 50),
+            "backward": best_us(lambda: torch.autograd.grad(y, [q, k, v], dy, retain_graph=True), 50)}
     print(json.dumps(out))
 
 
