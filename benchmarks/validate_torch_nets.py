@@ -61,9 +61,13 @@ def network_set(path: str | None) -> tuple[Path, dict]:
         return NETS, NETWORKS
     import importlib.util
     nets = Path(path).resolve()
+    if not nets.is_file() or nets.suffix != ".py":
+        raise SystemExit(f"error: --nets {path}: not a Python file")
     spec = importlib.util.spec_from_file_location(nets.stem, nets)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if not isinstance(getattr(module, "NETWORKS", None), dict):
+        raise SystemExit(f"error: --nets {path}: defines no NETWORKS dict")
     return nets, module.NETWORKS
 
 

@@ -132,3 +132,19 @@ def test_a_dropped_branch_runs_forward_only(imported):
     assert dropped.forward.seconds > 0 and dropped.backward_data.seconds == dropped.backward_weight.seconds == 0
     kept = [t for n, t in timing.items() if model.layer(n).type == "linear" and n not in unreached]
     assert all(t.backward_weight.seconds > 0 for t in kept) and len(kept) == 2
+
+
+def test_an_auxiliary_loss_branch_is_reached():
+    """A side classifier ending in its own loss (GoogLeNet's) is differentiated with the main loss; a
+    dropped branch is not."""
+    from dlsim.cost.gradflow import unreached_by_loss
+    from dlsim.spec.model import build_model
+
+    entries = [{"name": "fc", "type": "linear", "out_features": 16},
+               {"name": "aux_fc", "type": "linear", "out_features": 10, "inputs": ["fc"]},
+               {"name": "aux_loss", "type": "cross_entropy", "inputs": ["aux_fc"]},
+               {"name": "dropped", "type": "linear", "out_features": 4, "inputs": ["fc"]},
+               {"name": "head", "type": "linear", "out_features": 10, "inputs": ["fc"]},
+               {"name": "loss", "type": "cross_entropy", "inputs": ["head"]}]
+    model = build_model("m", "fp32", (8,), "tensor", entries)
+    assert unreached_by_loss(model) == {"dropped"}

@@ -5,10 +5,11 @@ Autograd computes a gradient only for a tensor that is computed from a parameter
 without parameters (own or tied) whose inputs all need none. A layer whose inputs all need no
 gradient runs no ∇x pass.
 
-The backward starts at the loss, the model's output (its last layer), and walks the graph towards the
-inputs: a layer from whose output no path leads there (a branch computed and then dropped, such as
-the residual output of a WaveNet's last layer) is never visited and runs no backward pass at all,
-∇x or ∇w (its weights' ``.grad`` stays None).
+The backward starts at the losses, the model's output (its last layer) and every other layer with a
+scalar output (an auxiliary loss, such as GoogLeNet's side classifiers, is added to the one the step
+differentiates), and walks the graph towards the inputs: a layer from whose output no path leads there
+(a branch computed and then dropped, such as the residual output of a WaveNet's last layer) is never
+visited and runs no backward pass at all, ∇x or ∇w (its weights' ``.grad`` stays None).
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ def gradient_free(model: Model) -> frozenset[str]:
 
 
 def unreached_by_loss(model: Model) -> frozenset[str]:
-    """Names of the layers of `model` whose output no path carries to its last layer."""
+    """Names of the layers of `model` whose output no path carries to a loss (its last layer, or any layer
+    with a scalar output)."""
     if not model.layers:
         return frozenset()
-    reached = {model.layers[-1].name}
+    reached = {model.layers[-1].name} | {layer.name for layer in model.layers if tuple(layer.out_shape) == ()}
     for layer in reversed(model.layers):
         if layer.name in reached:
             reached.update(layer.inputs)
