@@ -135,6 +135,8 @@ class EstimateResult:
     assumed: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = field(default_factory=tuple)
     host: Mapping[str, Any] = field(default_factory=dict)
+    fresh_pages_s: float = 0.0
+    """Seconds of the iteration that are fresh pages of the allocator (already in the layers' passes)."""
 
     @property
     def iteration_time_s(self) -> float:
@@ -163,7 +165,7 @@ class EstimateResult:
             "optimizer_time_s": self.optimizer_step.seconds,
             "flops": self.flops, "params": self.params,
             "achieved_flops_per_s": self.flops / total if total > 0 else 0.0,
-            "time_by_source_s": by_source,
+            "time_by_source_s": by_source, "fresh_pages_s": self.fresh_pages_s,
             "measured_share": (by_source["measured"] + by_source["interpolated"]) / total if total > 0 else 0.0,
             "memory_bytes": self.memory.to_dict(),
             "memory_capacity_bytes": self.memory_capacity,

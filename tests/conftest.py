@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,18 @@ def quick_loop_probe(monkeypatch):
             _LOOP_ROWS.extend(loop_probe.loop_probe_rows(1, ("mlp", "mlp_small")))
         return [dict(row) for row in _LOOP_ROWS]
     monkeypatch.setattr(compute_run, "loop_probe_rows", rows)
+
+
+def profile_with_rate(tmp_path: Path, rate: float, alpha: float | None = None) -> Path:
+    """A copy of the committed CPU profile with a measured fresh-memory rate (2 threads; 3x that with 1) and,
+    optionally, a heap re-fault fraction α in its device.csv."""
+    src = ROOT / "hardware_profiles" / "cpu-epyc-2core"
+    out = tmp_path / "prof"
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("passes", "1thread", "median-run", "single-pass-run"))
+    text = (out / "device.csv").read_text()
+    with open(out / "device.csv", "a") as f:
+        f.write("" if text.endswith("\n") else "\n")
+        f.write(f"fresh_memory_s_per_byte_t1,{rate * 3},s/byte,test\nfresh_memory_s_per_byte_t2,{rate},s/byte,test\n")
+        if alpha is not None:
+            f.write(f"heap_refault_fraction,{alpha},fraction,test\n")
+    return out

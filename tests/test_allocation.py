@@ -3,17 +3,18 @@ the expected share of the heap's bytes re-faulted as glibc trims it."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dlsim.calibrate.alloc_probe import allocator_in_use
-from dlsim.cost.allocation import MMAP_THRESHOLD_MAX, AllocatorCost, fresh_tensors, requested_bytes, step_charges
+from dlsim.cost.allocation import (MMAP_THRESHOLD_MAX, AllocatorCost, FreshPageSplit, fresh_tensors,
+                                   requested_bytes, step_charges)
 from dlsim.errors import SpecError
 from dlsim.io.model_yaml import load_model
 from dlsim.units import MIB
+from conftest import profile_with_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = """name: mlp
@@ -82,42 +83,47 @@ def test_measured_allocations_replace_the_layer_model(tmp_path):
         load_model(str(path))
 
 
-def _profile_with_rate(tmp_path: Path, rate: float, alpha: float | None = None) -> Path:
-    src = ROOT / "hardware_profiles" / "cpu-epyc-2core"
-    out = tmp_path / "prof"
-    shutil.copytree(src, out, ignore=shutil.ignore_patterns("passes", "1thread", "median-run", "single-pass-run"))
-    text = (out / "device.csv").read_text()
-    with open(out / "device.csv", "a") as f:
-        f.write("" if text.endswith("\n") else "\n")
-        f.write(f"fresh_memory_s_per_byte_t1,{rate * 3},s/byte,test\nfresh_memory_s_per_byte_t2,{rate},s/byte,test\n")
-        if alpha is not None:
-            f.write(f"heap_refault_fraction,{alpha},fraction,test\n")
-    return out
-
-
 def test_estimate_charges_the_default_process(tmp_path, mlp):
     from dlsim.api.estimate import estimate
     rate = 5e-10
-    prof = _profile_with_rate(tmp_path, rate)
+    prof = profile_with_rate(tmp_path, rate)
     default = estimate(mlp, prof, 8)
     retained = estimate(mlp, prof, 8, allocator="retained")
     # the profile's tables were timed with 2 threads: the 2-thread rate is used
     assert default.iteration_time_s - retained.iteration_time_s == pytest.approx((4096 * 4096 + 4096) * 4 * rate)
+    assert default.fresh_pages_s == pytest.approx((4096 * 4096 + 4096) * 4 * rate) and retained.fresh_pages_s == 0
+    assert default.to_dict()["fresh_pages_s"] == default.fresh_pages_s
     assert default.assumed["allocator"].startswith("default")
     assert any(n.startswith("allocator: retained") for n in retained.notes)
     assert any("no heap re-fault fraction" in n for n in default.notes)
     # with the measured re-fault fraction, every allocating pass pays its share below the ceiling
     alpha = 0.1
-    heap = estimate(mlp, _profile_with_rate(tmp_path / "a", rate, alpha), 8)
+    heap = estimate(mlp, profile_with_rate(tmp_path / "a", rate, alpha), 8)
     below = sum(sum(b for b in bs if b <= MMAP_THRESHOLD_MAX) for layer in mlp.layers
                 for bs in fresh_tensors(layer, 8, "fp32", frozenset({"input"})).values())
     assert heap.iteration_time_s - default.iteration_time_s == pytest.approx(alpha * below * rate)
+    assert heap.fresh_pages_s == pytest.approx(heap.iteration_time_s - retained.iteration_time_s)
     assert "0.100 of the bytes" in heap.assumed["allocator"]
     # a profile without a measured rate charges nothing and says so
     plain = estimate(mlp, "cpu-epyc-2core", 8)
     assert any("measured no fresh-memory cost" in n for n in plain.notes)
     with pytest.raises(SpecError):
         estimate(mlp, prof, 8, allocator="hoard")
+
+
+def test_fresh_pages_set_apart_from_a_step():
+    """Predicted 10 ms of which 1 ms fresh pages; measured 12 ms with 2 MiB faulted per step at 1 ms per MiB: the
+    rest is 9 ms against 10 ms."""
+    rate = 1e-3 / MIB
+    split = FreshPageSplit(10e-3, 1e-3, 12e-3, 2 * MIB, rate)
+    assert split.measured_fresh_s == pytest.approx(2e-3) and split.predicted_fresh_bytes == pytest.approx(MIB)
+    assert split.error_without == pytest.approx(9 / 10 - 1)
+    record = split.to_dict()
+    assert record["without"] == {"predicted_s": pytest.approx(9e-3), "measured_s": pytest.approx(10e-3),
+                                 "error": pytest.approx(-0.1)}
+    # faults that would cost the whole measured step: the rate does not describe that process, no comparison
+    assert FreshPageSplit(10e-3, 0.0, 2e-3, 4 * MIB, rate).error_without is None
+    assert FreshPageSplit(10e-3, 0.0, 12e-3, MIB, 0.0).predicted_fresh_bytes == 0.0
 
 
 def test_allocator_detection():
@@ -162,7 +168,7 @@ def test_calibration_records_the_allocator_regime(tmp_path):
 
 def test_a_refault_fraction_above_one_is_one_line(tmp_path, mlp, cli):
     from dlsim.api.estimate import estimate
-    prof = _profile_with_rate(tmp_path, 5e-10, alpha=1.5)
+    prof = profile_with_rate(tmp_path, 5e-10, alpha=1.5)
     with pytest.raises(SpecError, match="at most 1"):
         estimate(mlp, prof, 8)
     code, out, err = cli("estimate", str(tmp_path / "mlp.yaml"), "--cluster", str(prof), "--batch", "8")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlsim.validate.torch_loop import layer_kind, op_kind
+from conftest import profile_with_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 NETS = """
@@ -60,8 +61,10 @@ def test_training_model_appends_the_loops_loss(nets):
 def test_validate_torch_end_to_end(nets, tmp_path, cli):
     out = tmp_path / "rec.json"
     plot = tmp_path / "rec.png"
+    rate = 5e-10
+    prof = profile_with_rate(tmp_path, rate, alpha=0.1)
     code, text, err = cli("validate", "torch", f"{nets}:mlp", "--input-shape", "32", "--batch", "4",
-                          "-c", "cpu-epyc-2core", "--repeats", "3", "--warmup", "1", "--json", out, "--plot", plot)
+                          "-c", prof, "--repeats", "3", "--warmup", "1", "--json", out, "--plot", plot)
     assert code == 0, err
     rec = json.loads(out.read_text())
     assert rec["kind"] == "validate-torch" and rec["allocator"] in ("default", "jemalloc", "tcmalloc", "mimalloc")
@@ -73,6 +76,28 @@ def test_validate_torch_end_to_end(nets, tmp_path, cli):
     assert rec["error"]["iteration"] == pytest.approx(rec["predicted"]["iteration_s"] / rec["measured"]["iteration_s"]
                                                       - 1)
     assert plot.stat().st_size > 0
+    # the step's fresh pages, predicted (α x requested bytes) and measured (faults), set apart at the profile's rate
+    fresh = rec["fresh_pages"]
+    assert fresh["seconds_per_byte"] == rate and fresh["predicted_s"] > 0 and fresh["measured_bytes_per_step"] >= 0
+    assert fresh["measured_s"] == pytest.approx(fresh["measured_bytes_per_step"] * rate)
+    assert fresh["without"]["error"] == pytest.approx(
+        (rec["predicted"]["iteration_s"] - fresh["predicted_s"]) / (rec["measured"]["iteration_s"] - fresh["measured_s"])
+        - 1)
+    assert "fresh pages (allocator default)" in text and "without them" in text
+
+
+def test_fresh_page_lines():
+    from dlsim.cli.validate import RETAIN_HINT, fresh_page_lines
+    fresh = {"seconds_per_byte": 5e-10, "predicted_bytes_per_step": 2 * 2**20, "predicted_s": 1e-3,
+             "measured_bytes_per_step": 10 * 2**20, "measured_s": 5e-3,
+             "without": {"predicted_s": 14e-3, "measured_s": 15e-3, "error": 14 / 15 - 1}}
+    rec = {"allocator": "default", "measured": {"iteration_s": 20e-3}, "fresh_pages": fresh}
+    lines = fresh_page_lines(rec)
+    assert "predicted 2 MiB" in lines[0] and "measured 10 MiB" in lines[0] and "-6.7%" in lines[1]
+    assert RETAIN_HINT in lines[2]  # the measured pages cost 25% of the step
+    assert not any(RETAIN_HINT in line for line in fresh_page_lines({**rec, "allocator": "retained"}))
+    assert len(fresh_page_lines({**rec, "fresh_pages": {**fresh, "measured_s": 0.5e-3}})) == 2
+    assert fresh_page_lines({"allocator": "default", "measured": {"iteration_s": 1.0}}) == []
 
 
 def test_untrainable_output_is_one_line(nets, cli):

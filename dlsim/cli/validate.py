@@ -240,7 +240,33 @@ def torch_report(rec: dict) -> str:
         f"(per operator kind: ATen self times of {rec['per_layer']['operator_kinds'] and 'profiled'} steps; the "
         f"profiler adds its own cost to small operators)", "",
         f"end to end: predicted {format_time(p['iteration_s'])}, measured {format_time(m['iteration_s'])}, "
-        f"error {_pct(e['iteration'])}"])
+        f"error {_pct(e['iteration'])}", *fresh_page_lines(rec)])
+
+
+RETAIN_HINT = "GLIBC_TUNABLES=glibc.malloc.trim_threshold=2147483647:glibc.malloc.mmap_max=0"
+"""glibc's tunables (glibc >= 2.26) that keep freed memory in the process, as ``--allocator retained`` does
+with mallopt (`dlsim.calibrate.compute_timer.retain_freed_memory`)."""
+
+
+def fresh_page_lines(rec: dict) -> list[str]:
+    """The step's fresh pages, predicted and measured, and the comparison without them (`FreshPageSplit`);
+    with a hint where the measured ones cost at least 5% of the step in a default process."""
+    fresh = rec.get("fresh_pages")
+    if not fresh:
+        return []
+    page_us = fresh["seconds_per_byte"] * 4096 * 1e6
+    w = fresh["without"]
+    lines = [f"fresh pages (allocator {rec['allocator']}): predicted {format_bytes(fresh['predicted_bytes_per_step'])} "
+             f"per step ({format_time(fresh['predicted_s'])}), measured {format_bytes(fresh['measured_bytes_per_step'])}"
+             f" ({format_time(fresh['measured_s'])} at the profile's {page_us:.2f} us per 4 KiB page)"]
+    if w["error"] is not None:
+        lines.append(f"without them: predicted {format_time(w['predicted_s'])}, measured {format_time(w['measured_s'])}"
+                     f", error {_pct(w['error'])} (how many pages a step faults changes from one process to the "
+                     f"next with glibc's heap trimming)")
+    if rec["allocator"] == "default" and fresh["measured_s"] >= 0.05 * rec["measured"]["iteration_s"]:
+        lines.append(f"a process that keeps freed memory does not pay them: run it with {RETAIN_HINT} (or "
+                     f"jemalloc), and predict it with --allocator retained")
+    return lines
 
 
 @validate.command("torch")

@@ -132,6 +132,48 @@ def step_requested_bytes(model: Model, batch: int, dtype: str, free: frozenset[s
     return sum(sum(requested.values()) for _, _, requested in _step_requests(model, batch, dtype, free))
 
 
+@dataclass(frozen=True)
+class FreshPageSplit:
+    """A predicted and a measured step with their fresh pages set apart.
+
+    The measured pages are the process's minor faults per step times the page size; they cost the
+    calibration's measured rate r (seconds per byte), as the predicted ones do:
+
+        t_without = t_step − t_fresh,   t_fresh(measured) = r · faulted bytes per step
+
+    so `error_without` is the error of everything but the allocator (kernels, host, optimizer), which
+    holds from one process to the next while the faulted bytes do not (glibc's trims,
+    reports/validation-torch-nets-notes.md)."""
+
+    predicted_s: float
+    predicted_fresh_s: float
+    measured_s: float
+    measured_fresh_bytes: float
+    seconds_per_byte: float
+
+    @property
+    def measured_fresh_s(self) -> float:
+        return self.measured_fresh_bytes * self.seconds_per_byte
+
+    @property
+    def predicted_fresh_bytes(self) -> float:
+        return self.predicted_fresh_s / self.seconds_per_byte if self.seconds_per_byte > 0 else 0.0
+
+    @property
+    def error_without(self) -> float | None:
+        """(t_pred − t_fresh,pred) / (t_meas − t_fresh,meas) − 1; None where the measured pages would cost the
+        whole measured step or more (the rate does not describe this process)."""
+        rest = self.measured_s - self.measured_fresh_s
+        return (self.predicted_s - self.predicted_fresh_s) / rest - 1 if rest > 0 else None
+
+    def to_dict(self) -> dict[str, float]:
+        return {"seconds_per_byte": self.seconds_per_byte,
+                "predicted_bytes_per_step": self.predicted_fresh_bytes, "predicted_s": self.predicted_fresh_s,
+                "measured_bytes_per_step": self.measured_fresh_bytes, "measured_s": self.measured_fresh_s,
+                "without": {"predicted_s": self.predicted_s - self.predicted_fresh_s,
+                            "measured_s": self.measured_s - self.measured_fresh_s, "error": self.error_without}}
+
+
 def step_charges(model: Model, batch: int, dtype: str, allocator: AllocatorCost,
                  free: frozenset[str] | None = None) -> dict[str, dict[str, float]]:
     """Per layer and pass, the seconds of fresh pages (only non-zero entries)."""

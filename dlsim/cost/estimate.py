@@ -79,4 +79,5 @@ def estimate_iteration(model: Model, cluster: Cluster, batch: int, *, dtype: str
     memory = MemoryBreakdown(weights=model.params * per.weights, gradients=model.params * per.gradients,
                              optimizer=model.params * per.optimizer, activations=sum(kept.values()))
     return EstimateResult(model.name, cluster.name, device.name, batch, dtype, optimizer, tuple(timings), step, memory,
-                          device.memory_bytes - device.memory_reserved, sum(t.flops for t in timings), model.params, notes)
+                          device.memory_bytes - device.memory_reserved, sum(t.flops for t in timings), model.params, notes,
+                          fresh_pages_s=sum(sum(passes.values()) for passes in charges.values()))
