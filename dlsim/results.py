@@ -25,19 +25,41 @@ class Source(str, Enum):
     """An analytic model (roofline, LogGP, ...) with datasheet or fitted parameters."""
 
 
+_WEAKEST_LAST = (Source.MEASURED, Source.INTERPOLATED, Source.EXTRAPOLATED, Source.MODEL)
+FROM_TABLES = frozenset({Source.MEASURED, Source.INTERPOLATED})
+"""Sources that are measurements of the device (exact or between measured points)."""
+
+
 @dataclass(frozen=True)
 class Estimate:
-    """A time in seconds and where it came from; `note` says which table or model."""
+    """A time in seconds and where it came from; `note` says which table or model. A sum of parts of
+    different provenance keeps, in `split`, the seconds of each source (empty: all from `source`)."""
 
     seconds: float
     source: Source
     note: str = ""
+    split: tuple[tuple[Source, float], ...] = ()
+
+    def by_source(self) -> dict[Source, float]:
+        """Seconds per source."""
+        return dict(self.split) if self.split else {self.source: self.seconds}
+
+    @property
+    def table_share(self) -> float:
+        """The share of the seconds that come from measured tables (`FROM_TABLES`)."""
+        if self.seconds <= 0:
+            return 1.0 if self.source in FROM_TABLES else 0.0
+        return sum(t for src, t in self.by_source().items() if src in FROM_TABLES) / self.seconds
 
     def __add__(self, other: "Estimate") -> "Estimate":
-        """The sum keeps the weakest source (model < extrapolated < interpolated < measured)."""
-        order = [Source.MEASURED, Source.INTERPOLATED, Source.EXTRAPOLATED, Source.MODEL]
-        worst = max(self.source, other.source, key=order.index)
-        return Estimate(self.seconds + other.seconds, worst, self.note if worst == self.source else other.note)
+        """The sum is labelled with the weakest source (model < extrapolated < interpolated < measured) and
+        keeps the seconds of each source in `split`."""
+        worst = max(self.source, other.source, key=_WEAKEST_LAST.index)
+        seconds = self.by_source()
+        for src, t in other.by_source().items():
+            seconds[src] = seconds.get(src, 0.0) + t
+        split = tuple(sorted(seconds.items(), key=lambda kv: _WEAKEST_LAST.index(kv[0]))) if len(seconds) > 1 else ()
+        return Estimate(self.seconds + other.seconds, worst, self.note if worst == self.source else other.note, split)
 
 
 @dataclass(frozen=True)
@@ -145,10 +167,10 @@ class EstimateResult:
     def time_by_source(self) -> dict[str, float]:
         """Seconds of the iteration per provenance (measured, interpolated, ..., model)."""
         shares: dict[str, float] = {s.value: 0.0 for s in Source}
-        for layer in self.layers:
-            for e in (layer.forward, layer.backward_data, layer.backward_weight):
-                shares[e.source.value] += e.seconds
-        shares[self.optimizer_step.source.value] += self.optimizer_step.seconds
+        for e in (*(p for layer in self.layers for p in (layer.forward, layer.backward_data, layer.backward_weight)),
+                  self.optimizer_step):
+            for src, seconds in e.by_source().items():
+                shares[src.value] += seconds
         return shares
 
     def to_dict(self) -> dict[str, Any]:

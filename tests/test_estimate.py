@@ -56,3 +56,31 @@ def test_roofline_bounds(tmp_path):
     assert 0.797 < eff < 0.806 and "efficiency tables" in big.note
     plain = roofline_time(1e15, 0, dev, "fp64", matrix=True, kernels=0)  # no fp64 curve: e_max·W/(W + W_half)
     assert plain.seconds == pytest.approx(1e15 / (66.9e12 * dev.compute_efficiency * 1e15 / (1e15 + dev.half_efficiency_flops)))
+
+
+def test_a_sum_keeps_the_seconds_of_each_source():
+    """A measured GEMM plus a roofline bias add: labelled by the weaker source, counted by each part's own."""
+    from dlsim.results import Estimate
+    gemm, bias = Estimate(3e-3, Source.MEASURED, "gemm table"), Estimate(1e-5, Source.MODEL, "roofline")
+    total = gemm + bias + Estimate(2e-4, Source.INTERPOLATED, "host")
+    assert total.source is Source.MODEL and total.seconds == pytest.approx(3.21e-3)
+    assert total.by_source() == {Source.MEASURED: pytest.approx(3e-3), Source.INTERPOLATED: pytest.approx(2e-4),
+                                 Source.MODEL: pytest.approx(1e-5)}
+    assert total.table_share == pytest.approx(3.2 / 3.21)
+    assert gemm.table_share == 1.0 and bias.table_share == 0.0 and (gemm + gemm).split == ()
+
+
+def test_measured_share_counts_the_measured_part_of_each_pass(tmp_path):
+    """A linear layer whose GEMMs the committed CPU profile measured (64x512x256 forward, its two backward
+    GEMMs) is priced from the table, though its bias add is modelled: the record's time by source counts
+    the GEMM as measured."""
+    from dlsim.io.model_yaml import load_model
+    path = tmp_path / "fc.yaml"
+    path.write_text("name: fc\ndtype: fp32\ninput: {shape: [256]}\nlayers:\n"
+                    "  - {name: fc, type: linear, out_features: 512}\n")
+    rec = estimate(load_model(str(path)), "cpu-epyc-2core", 64, allocator="retained")
+    fc = rec.layers[0]
+    assert fc.forward.source is Source.MODEL  # labelled by the bias add, priced by the roofline
+    assert fc.forward.by_source()[Source.MEASURED] == pytest.approx(0.000141822002)
+    by = rec.time_by_source()
+    assert by["measured"] >= 0.000141822002 and by["model"] < 0.1 * by["measured"]

@@ -18,9 +18,6 @@ from dlsim.plan.expertparallel import EP
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE
 from dlsim.plan.tensorparallel import Collective
-from dlsim.results import Source
-
-_MEASURED = (Source.MEASURED, Source.INTERPOLATED)
 
 
 @dataclass(frozen=True)
@@ -73,11 +70,11 @@ class _Acc:
         self.measured = 0.0
         self.unit = -1
 
-    def add(self, name: str, seconds: float, source: Source) -> None:
+    def add(self, name: str, seconds: float, table_share: float) -> None:
+        """`seconds` of kernels of layer `name`, `table_share` of them priced from measured tables."""
         self.names.append(name)
         self.duration += seconds
-        if source in _MEASURED:
-            self.measured += seconds
+        self.measured += seconds * table_share
 
     def flush(self, buckets: tuple[int, ...] = ()) -> None:
         if self.names or buckets:
@@ -90,9 +87,9 @@ class _Acc:
         self.flush()
         self.steps.append(Step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
 
-    def overlap(self, name: str, seconds: float, source: Source, c: Collective, group: str) -> None:
+    def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str) -> None:
         self.flush()
-        self.steps.append(Step("overlap", name, self.category, seconds, seconds if source in _MEASURED else 0.0,
+        self.steps.append(Step("overlap", name, self.category, seconds, seconds * table_share,
                                collective=c, group=group, unit=self.unit))
 
     def enter(self, unit: int) -> None:
@@ -108,7 +105,7 @@ def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
     return "tp" if entry.tp_degree == tp else "dp"
 
 
-def _ring(acc: _Acc, e: LayerEntry, source: Source, forward: bool) -> float:
+def _ring(acc: _Acc, e: LayerEntry, table_share: float, forward: bool) -> float:
     """Context parallelism: an attention's core as its KV ring (`dlsim.plan.contextparallel`): cp
     equal steps, each but the last beside the exchange of a KV block (and, backward, its gradient)
     with the ring's neighbours. Returns the core seconds emitted (0 without a ring)."""
@@ -119,8 +116,8 @@ def _ring(acc: _Acc, e: LayerEntry, source: Source, forward: bool) -> float:
     nbytes = r.kv_bytes if forward else 2 * r.kv_bytes
     why = "cp ring KV" if forward else "cp ring KV+dKV"
     for _ in range(r.cp - 1):
-        acc.overlap(e.name, core / r.cp, source, Collective("sendrecv", nbytes, why, group="cp"), "cp")
-    acc.add(e.name, core / r.cp, source)
+        acc.overlap(e.name, core / r.cp, table_share, Collective("sendrecv", nbytes, why, group="cp"), "cp")
+    acc.add(e.name, core / r.cp, table_share)
     return core
 
 
@@ -157,7 +154,7 @@ def _experts_run(acc: _Acc, e: LayerEntry, total, head: float, shared: float, be
     """`head` seconds of kernels, the all-to-all `beside` (the shared experts' `shared` seconds run
     beside it when overlapped, else after it), the rest of the pass, the all-to-all `after`, then
     `tail` seconds; `total` is the pass's Estimate."""
-    src, rest = total.source, total.seconds - head - tail
+    src, rest = total.table_share, total.seconds - head - tail
     if head:
         acc.add(e.name, head, src)
     if e.experts is not None and e.experts.overlap and shared > 0:
@@ -184,8 +181,8 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
             continue
         for c in e.tp.before:
             acc.collective(c, _group(e, tp, c))
-        core = _ring(acc, e, e.forward.source, forward=True)
-        acc.add(e.name, e.forward.seconds - core, e.forward.source)
+        core = _ring(acc, e, e.forward.table_share, forward=True)
+        acc.add(e.name, e.forward.seconds - core, e.forward.table_share)
         for c in e.tp.after_fwd:
             acc.collective(c, _group(e, tp, c))
     acc.flush()
@@ -210,16 +207,16 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
         for c in e.tp.before_bwd:
             if c not in beside.values():
                 acc.collective(c, _group(e, tp, c))
-        core = _ring(acc, e, e.backward.source, forward=False)
+        core = _ring(acc, e, e.backward.table_share, forward=False)
         if beside:  # the rest of the backward first, then the projection's ∇x and ∇w GEMMs beside collectives
             windows = [(kind, min(w, part.seconds)) for kind, w, part in
                        (("dgrad", e.windows[0], e.backward_data), ("wgrad", e.windows[1], e.backward_weight))
                        if kind in beside]
-            acc.add(e.name, e.backward.seconds - core - sum(w for _, w in windows), e.backward.source)
+            acc.add(e.name, e.backward.seconds - core - sum(w for _, w in windows), e.backward.table_share)
             for kind, w in windows:
-                acc.overlap(e.name, w, e.backward.source, beside[kind], _group(e, tp, beside[kind]))
+                acc.overlap(e.name, w, e.backward.table_share, beside[kind], _group(e, tp, beside[kind]))
         else:
-            acc.add(e.name, e.backward.seconds - core, e.backward.source)
+            acc.add(e.name, e.backward.seconds - core, e.backward.table_share)
         if ready_at and e.index in ready_at:
             acc.flush(ready_at[e.index])
         for c in e.tp.after_bwd:
@@ -234,6 +231,6 @@ def selective_recompute_steps(entries: Sequence[LayerEntry]) -> list[Step]:
     acc = _Acc(RECOMPUTE)
     for e in entries:
         if e.core.seconds > 0:
-            acc.add(e.name, e.core.seconds, e.core.source)
+            acc.add(e.name, e.core.seconds, e.core.table_share)
     acc.flush()
     return acc.steps
