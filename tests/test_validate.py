@@ -82,6 +82,7 @@ def test_measure_iteration_times_every_layer(tiny_profile):
     conv = next(layer.name for layer in model.layers if layer.type == "conv2d" and layer.inputs == ("input",))
     assert layers[conv][1] > 0  # ∇w of a layer fed by the input is timed too
     assert m.optimizer_impl in ("fused", "foreach")
+    assert m.faulted_bytes_per_step is not None and m.faulted_bytes_per_step >= 0
 
 
 def test_validate_model_record_and_cli(tiny_profile, cli, tmp_path):
@@ -92,13 +93,18 @@ def test_validate_model_record_and_cli(tiny_profile, cli, tmp_path):
     assert rec["error"]["iteration"] == pytest.approx((p["iteration_s"] - m["iteration_s"]) / m["iteration_s"])
     assert p["iteration_s"] == pytest.approx(p["forward_s"] + p["backward_s"] + p["optimizer_s"])
     assert len(rec["layers"]) == 74 and all(math.isfinite(r["error"]) for r in rec["layers"])
+    # the calibration measured the cost of a fresh page: the iteration's fresh pages are set apart
+    fresh = rec["fresh_pages"]
+    assert fresh["measured_s"] == pytest.approx(fresh["measured_bytes_per_step"] * fresh["seconds_per_byte"])
+    if fresh["without"]["error"] is not None:
+        assert fresh["without"]["predicted_s"] == pytest.approx(p["iteration_s"] - fresh["predicted_s"])
     png = tmp_path / "v.png"
     code, out, err = cli("validate", "lenet5", "--cluster", tiny_profile, "--batch", "2", "--repeats", "1",
                          "--threads", "1", "--json", "--plot", png)
     assert code == 0 and json.loads(out)["model"] == "lenet5" and png.stat().st_size > 1000
     code, out, err = cli("validate", "model", "lenet5", "--cluster", tiny_profile, "--batch", "2", "--repeats", "1",
                          "--no-layers", "--threads", "1")
-    assert code == 0 and "end to end: predicted" in out
+    assert code == 0 and "end to end: predicted" in out and "fresh pages (allocator" in out
 
 
 def test_validate_kernels(tiny_profile, cli, tmp_path):

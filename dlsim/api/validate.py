@@ -24,10 +24,12 @@ from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, make_o
 from dlsim.calibrate.compute_plan import DEFAULT_CONV_ALGORITHM
 from dlsim.calibrate.compute_timer import (STATISTICS, KernelTimer, cache_flusher, check_device, set_threads,
                                            warm_allocator)
+from dlsim.cost.allocation import FreshPageSplit
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.lookup import GEMM_METHODS
 from dlsim.cost.pricing import price_pass
 from dlsim.errors import SpecError
+from dlsim.io.allocator_table import allocator_cost
 from dlsim.io.kernel_tables import load_kernel_times, read_meta_defaults, read_table
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
@@ -178,7 +180,23 @@ def _model_record(model: Model, cluster: Cluster, batch: int, device: str, dtype
         "layers": layers, "notes": pred["notes"],
         **({"warnings": pred["warnings"]} if pred.get("warnings") else {}),
         **({"host": pred["host"]} if pred.get("host") else {}),
+        **({"fresh_pages": split.to_dict()} if (split := fresh_page_split(
+            cluster, predicted, mph["iteration"], measured.faulted_bytes_per_step)) is not None else {}),
     }
+
+
+def fresh_page_split(cluster: Cluster, predicted: Any, measured_s: float,
+                     faulted_bytes: float | None) -> FreshPageSplit | None:
+    """The step's fresh pages, predicted and measured (minor faults x page size per step), set apart at the
+    profile's measured cost of a fresh byte; None where the profile measured no such cost or nothing was
+    counted."""
+    if faulted_bytes is None:
+        return None
+    rate = allocator_cost(cluster, "default")[0]
+    if rate.regime != "default" or rate.seconds_per_byte <= 0:
+        return None
+    return FreshPageSplit(predicted.iteration_time_s, predicted.fresh_pages_s, measured_s, faulted_bytes,
+                          rate.seconds_per_byte)
 
 
 def _conv_default(cluster: Cluster) -> str | None:

@@ -24,9 +24,7 @@ from dlsim.api.models import as_cluster, check_batch
 from dlsim.api.validate import _model_record, rel_error, set_allocator
 from dlsim.calibrate.compute_ops import make_optimizer
 from dlsim.calibrate.compute_timer import STATISTICS, check_device, set_threads, warm_allocator
-from dlsim.cost.allocation import FreshPageSplit
 from dlsim.errors import SpecError
-from dlsim.io.allocator_table import allocator_cost
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.validate.compute_iteration import MeasuredIteration
@@ -111,7 +109,8 @@ def torch_record(model: Model, imported: Any, cluster: Cluster, batch: int, opti
                  run: dict[str, Any], statistic: str, regime: str, factory: str,
                  input_shape: list[int]) -> dict[str, Any]:
     """The validate-torch record (see the module docstring)."""
-    measured = MeasuredIteration(tuple(tuple(s) for s in run["samples"]), {}, run["threads"], run["optimizer_impl"])
+    measured = MeasuredIteration(tuple(tuple(s) for s in run["samples"]), {}, run["threads"], run["optimizer_impl"],
+                                 run.get("faulted_bytes_per_step"))
     rec = _model_record(model, cluster, batch, "cpu", model.dtype, optimizer, predicted, measured, statistic, regime,
                         len(run["samples"]))
     rows = kind_rows(predicted, model, run["ops"]) if run.get("ops") else []
@@ -125,18 +124,5 @@ def torch_record(model: Model, imported: Any, cluster: Cluster, batch: int, opti
                           "layers_over_1pct": {}, "measured_layer_sum_s": profiled},
                imported={"layers": len(model.layers), "fallback_share": imported.fallback_share,
                          "fallbacks": [f.op for f in imported.fallbacks], "notes": list(imported.notes)})
-    split = fresh_page_split(cluster, predicted, rec["measured"]["iteration_s"], run.get("faulted_bytes_per_step"))
-    if split is not None:
-        rec["fresh_pages"] = split.to_dict()
     return rec
 
-
-def fresh_page_split(cluster: Cluster, predicted: Any, measured_s: float,
-                     faulted_bytes: float | None) -> FreshPageSplit | None:
-    """The step's fresh pages, predicted and measured (minor faults x page size per step), set apart at the
-    profile's measured cost of a fresh byte; None where the profile measured no such cost."""
-    rate = allocator_cost(cluster, "default")[0]
-    if faulted_bytes is None or rate.regime != "default" or rate.seconds_per_byte <= 0:
-        return None
-    return FreshPageSplit(predicted.iteration_time_s, predicted.fresh_pages_s, measured_s, faulted_bytes,
-                          rate.seconds_per_byte)

@@ -68,7 +68,8 @@ def model_report(rec: dict, top: int | None) -> str:
               f"{100 * big.get('median_abs', float('nan')):.1f}%, worst {100 * big.get('max_abs', float('nan')):.1f}%; "
               f"time-weighted |error| {100 * pl['time_weighted_abs_error']:.1f}%",
               f"end to end: predicted {format_time(p['iteration_s'])}, measured {format_time(m['iteration_s'])}, "
-              f"error {_pct(e['iteration'])}  (src: M measured, I interpolated, X extrapolated, R roofline)"]
+              f"error {_pct(e['iteration'])}  (src: M measured, I interpolated, X extrapolated, R roofline)",
+              *fresh_page_lines(rec)]
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ torch is imported inside the functions only.
 from __future__ import annotations
 
 import math
+import resource
 import statistics
 import time
 import warnings
@@ -40,6 +41,8 @@ class MeasuredIteration:
     layer_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     threads: int = 0
     optimizer_impl: str = ""
+    faulted_bytes_per_step: float | None = None
+    """Minor page faults x page size per timed iteration (None where not counted)."""
 
     @property
     def iteration_samples(self) -> tuple[float, ...]:
@@ -159,9 +162,11 @@ def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, A
                           attention=attention, seed=seed)
     for _ in range(warmup):
         run.step()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     phases = tuple(run.step() for _ in range(repeats))
+    faulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * resource.getpagesize() / repeats
     spans = run.layer_spans(repeats) if per_layer else {}
-    return MeasuredIteration(phases, spans, run.threads, run.impl)
+    return MeasuredIteration(phases, spans, run.threads, run.impl, faulted)
 
 
 def interleaved_iterations(runners: list[IterationRunner], rounds: int, *, min_round_s: float = 0.3,
