@@ -201,10 +201,12 @@ def error_without_fresh_pages(row: dict, seconds_per_byte: float) -> float | Non
     each round's median step less that round's faulted bytes at the calibration's rate, the median over rounds,
     against the prediction less its fresh pages. A diagnosis beside the acceptance figure, not a replacement."""
     from dlsim.cost.allocation import FreshPageSplit
+    if seconds_per_byte <= 0:
+        return None
     rests = [FreshPageSplit(row["predicted_ms"] * 1e-3, row["fresh_pages_ms"] * 1e-3, ms * 1e-3, mib * 2**20,
                             seconds_per_byte).to_dict()["without"]
              for ms, mib in zip(row["round_medians_ms"], row["faulted_mib_per_step"])]
-    if not rests or seconds_per_byte <= 0 or any(r["error"] is None for r in rests):
+    if not rests or any(r["error"] is None for r in rests):
         return None
     return rests[0]["predicted_s"] / statistics.median(r["measured_s"] for r in rests) - 1
 

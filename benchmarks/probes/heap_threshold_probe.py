@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -64,12 +63,13 @@ def network(name: str):
 
 
 def faulted_per_step(loop) -> float:  # noqa: ANN001
+    from dlsim.hostmem import faulted_bytes
     for _ in range(5):
         loop.step()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    before = faulted_bytes()
     for _ in range(20):
         loop.step()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * resource.getpagesize() / 20
+    return (faulted_bytes() - before) / 20
 
 
 def measure(name: str, pinned: int) -> dict:

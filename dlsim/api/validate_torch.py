@@ -125,4 +125,3 @@ def torch_record(model: Model, imported: Any, cluster: Cluster, batch: int, opti
                imported={"layers": len(model.layers), "fallback_share": imported.fallback_share,
                          "fallbacks": [f.op for f in imported.fallbacks], "notes": list(imported.notes)})
     return rec
-

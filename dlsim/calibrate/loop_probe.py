@@ -38,7 +38,6 @@ convolution stack (8 channels × 1024 samples, batch 32), whose footprints (49-1
 
 from __future__ import annotations
 
-import resource
 import statistics
 from typing import Any
 
@@ -46,6 +45,7 @@ from dlsim.cost.allocation import REFAULT_QUANTITY as REFAULT
 from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY as OPTIMIZER_FIT, OPTIMIZER_QUANTITY as OPTIMIZER
 from dlsim.cost.memory import state_bytes_per_param
 from dlsim.fresh_process import call_in_fresh_process
+from dlsim.hostmem import faulted_bytes
 
 QUANTITIES = (REFAULT, OPTIMIZER, OPTIMIZER_FIT)
 WARMUP, STEPS, ROUNDS = 5, 20, 4
@@ -108,9 +108,9 @@ def measure_in_this_process(name: str) -> dict[str, float]:
     loop = PlainLoop(probe_network(name), torch.randn(batch, *shape), "adam", make_optimizer)
     for _ in range(WARMUP):
         loop.step()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    before = faulted_bytes()
     in_loop = [loop.step()[2] for _ in range(STEPS)]
-    faulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * resource.getpagesize() / STEPS
+    faulted = (faulted_bytes() - before) / STEPS
     with allocation_meter() as meter, meter.tag("step", 0):
         loop.step()
     flushed = KernelTimer("cpu", repeats=STEPS, flush=cache_flusher("cpu")).time(loop.opt.step).seconds

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from dlsim.cost.gradflow import gradient_free, unreached_by_loss
 from dlsim.spec.model import ALLOCATED_BYTES, INPUT, Layer, Model
@@ -166,7 +167,7 @@ class FreshPageSplit:
         rest = self.measured_s - self.measured_fresh_s
         return (self.predicted_s - self.predicted_fresh_s) / rest - 1 if rest > 0 else None
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, Any]:
         return {"seconds_per_byte": self.seconds_per_byte,
                 "predicted_bytes_per_step": self.predicted_fresh_bytes, "predicted_s": self.predicted_fresh_s,
                 "measured_bytes_per_step": self.measured_fresh_bytes, "measured_s": self.measured_fresh_s,

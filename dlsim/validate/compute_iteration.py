@@ -21,7 +21,6 @@ torch is imported inside the functions only.
 from __future__ import annotations
 
 import math
-import resource
 import statistics
 import time
 import warnings
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dlsim.errors import SpecError
+from dlsim.hostmem import faulted_bytes
 from dlsim.spec.model import Model
 from dlsim.validate.torch_model import build_torch_model, example_batch, module_key
 
@@ -162,9 +162,9 @@ def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, A
                           attention=attention, seed=seed)
     for _ in range(warmup):
         run.step()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    before = faulted_bytes()
     phases = tuple(run.step() for _ in range(repeats))
-    faulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * resource.getpagesize() / repeats
+    faulted = (faulted_bytes() - before) / repeats
     spans = run.layer_spans(repeats) if per_layer else {}
     return MeasuredIteration(phases, spans, run.threads, run.impl, faulted)
 

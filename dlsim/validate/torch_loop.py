@@ -22,11 +22,11 @@ torch is imported inside the functions only.
 from __future__ import annotations
 
 import functools
-import resource
 import time
 from typing import Any, Callable, Sequence
 
 from dlsim.fresh_process import call_in_fresh_process
+from dlsim.hostmem import faulted_bytes
 from dlsim.plain_loop import PlainLoop, float_dtype_of, make_batch
 from dlsim.torch_profiling import quiet_fd2
 
@@ -95,10 +95,10 @@ def run_loop(factory: str, input_shape: Sequence[int], batch: int, *, loader: Ca
     for _ in range(warmup):
         loop.step()
     samples, begin = [], time.perf_counter()
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    faults = faulted_bytes()
     while len(samples) < steps or time.perf_counter() - begin < min_seconds:
         samples.append(loop.step())
-    faulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * resource.getpagesize() / len(samples)
+    faulted = (faulted_bytes() - faults) / len(samples)
     ops = op_times(loop, profile_steps) if profile_steps else {}
     return {"samples": samples, "ops": ops, "threads": loop.threads, "optimizer_impl": loop.impl,
             "parameters": sum(p.numel() for p in loop.net.parameters()), "faulted_bytes_per_step": faulted}
