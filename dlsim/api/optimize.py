@@ -28,8 +28,9 @@ from typing import Any, Mapping, Sequence
 
 from dlsim.api.limits import check_nodes_limit
 from dlsim.api.models import as_cluster, as_model, check_dtype
-from dlsim.api.simulate import _default_pricer, run_simulation
+from dlsim.api.simulate import default_pricers, kernel_tables, run_simulation
 from dlsim.errors import InfeasibleError, SpecError
+from dlsim.plan.scenario import ScenarioBuilder
 from dlsim.plan.evaluate import Evaluation, Evaluator
 from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, Prune, SearchSpace, search, upper_bound
 from dlsim.results import SCHEMA_VERSION
@@ -333,12 +334,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     fixed = parse_fix(fix)
     _check_fixed_degrees(fixed, gpus)
     dtype = check_dtype(fixed.get("dtype"), model)
-    tables = None
-    if measured and cluster.tables:
-        from dlsim.io.kernel_tables import load_kernel_times
-        tables = load_kernel_times(cluster)[0]
-    evaluator = Evaluator(model, cluster, dtype, lambda lay, algo: _default_pricer(cluster, lay, algo, measured),
-                          tables)
+    evaluator = Evaluator.of(ScenarioBuilder(model, cluster, dtype, default_pricers(cluster, measured),
+                                             kernel_tables(cluster, measured)[0]))
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
