@@ -8,11 +8,10 @@ from typing import Any, Iterable, Mapping, Unpack
 
 from dlsim.api.fields import StrategyFields
 from dlsim.api.limits import check_nodes_limit, check_strategy_limits
-from dlsim.api.modes import ALLREDUCE_ONLY, PS_ONLY, check_mode_fields
 from dlsim.api.models import as_cluster, as_model, check_dtype
+from dlsim.api.resolve import as_strategy, assumed_fields, resolve_strategy  # noqa: F401 (as_strategy: public here)
 from dlsim.cost.pricing import KernelTimes
 from dlsim.errors import SpecError
-from dlsim.io.strategy_yaml import load_strategy
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.commcost import ClusterPricer
 from dlsim.plan.expertparallel import check_expert_parallel
@@ -24,60 +23,7 @@ from dlsim.sim.scenario_run import Simulation, simulate_scenario
 from dlsim.sim.tracefilter import make_filter
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
-from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
-
-
-def as_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any],
-                given: Iterable[str] = ()) -> Strategy:
-    """A `Strategy` from a Strategy (fields replace its values), a YAML path, or fields alone.
-
-    Fields the strategy's mode would ignore are refused (`dlsim.api.modes`): those in `fields`,
-    those a strategy file sets, those named in `given` (e.g. ``jitter_cv``, ``compression.density``).
-    """
-    return _resolve_strategy(strategy, fields, given)[0]
-
-
-def _resolve_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any],
-                      given: Iterable[str] = ()) -> tuple[Strategy, set[str] | None]:
-    """(`as_strategy`, the names of the fields the caller set; None for a whole Strategy object)."""
-    names = set(fields) | set(given)
-    if isinstance(strategy, Strategy):
-        s = validate_strategy(replace(strategy, **fields)) if fields else strategy
-        return check_mode_fields(s, names), None
-    if strategy is not None:
-        s = load_strategy(strategy, dict(fields), names)
-    else:
-        s = make_strategy(**fields)
-    return check_mode_fields(s, names), names
-
-
-_RECORD_NAMES = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
-
-
-def assumed_fields(s: Strategy, given: set[str] | None, dtype: str) -> dict[str, Any]:
-    """The strategy values dlsim filled in because the caller did not give them (record names),
-    the dtype when it is the model's. A whole `Strategy` object counts as given (but its dtype)."""
-    out: dict[str, Any] = {}
-    if s.dtype is None:
-        out["dtype"] = dtype
-    if given is None:
-        return out
-    record = s.to_dict()
-    derived = {"global_batch"} | ({"microbatch_size", "num_microbatches"} if "global_batch" in given else set())
-    # defaults of another mode are not assumptions of this run
-    derived |= set(PS_ONLY) | {"staleness"} if s.sync == "allreduce" else set(ALLREDUCE_ONLY) | {"compression"}
-    if s.sync != "ssp":
-        derived.add("staleness")
-    for name in Strategy.__dataclass_fields__:
-        key = _RECORD_NAMES.get(name, name)
-        if name in given or name in derived or name == "dtype" or key not in record:
-            continue
-        if name in ("compression", "variability") and (
-                any(g.startswith("compression.") for g in given) if name == "compression"
-                else given & {"jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed"}):
-            continue
-        out[key] = record[key]
-    return out
+from dlsim.spec.strategy import Strategy
 
 
 def _microbatch_overrides(model: Model, cluster: Cluster, s: Strategy, dtype: str, mode: str,
@@ -147,7 +93,8 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise SpecError(f"must be a positive integer, got {nodes!r}", field="nodes")
         cluster = replace(cluster, nodes=check_nodes_limit(nodes, cluster.devices_per_node))
-    s, names = _resolve_strategy(strategy, fields, given)
+    r = resolve_strategy(strategy, fields, given, model, cluster)
+    s, names = r.strategy, r.names
     s = check_strategy_limits(s, full=not symmetry)
     keep = make_filter(trace_ranks, trace_window)
     if keep is not None and not trace:
@@ -182,7 +129,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
                               notes=tuple(notes))
     scenario = builder.scenario(s)
     return simulate_scenario(scenario, symmetry=symmetry, expand=expand_collectives, trace=trace, keep=keep,
-                             assumed=assumed)
+                             assumed=assumed, stack=r.stack_record)
 
 
 def simulate(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,

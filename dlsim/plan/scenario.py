@@ -163,6 +163,7 @@ class ScenarioBuilder:
         self._layer_tables: dict[tuple, LayerTable] = {}
         self._local: dict[int, Model] = {}
         self._cuts: list[int] | None = None
+        self._timers: dict[tuple, Callable[[float], Estimate]] = {}
 
     # -- the layer table -----------------------------------------------------------------------
     def local_model(self, cp: int) -> Model:
@@ -252,6 +253,16 @@ class ScenarioBuilder:
             p = self._pricers[key] = self._pricer(self.layout(s), s.collective)
         return p
 
+    def optimizer_timer(self, s: Strategy, t: LayerTable) -> Callable[[float], Estimate]:
+        """`time(params)` of `s`'s optimizer step on one device (`dlsim.plan.steptime`), its kernel
+        count from table `t`'s parameter tensors per stage (cached)."""
+        key = (t.key, s.pp, s.optimizer, s.optimizer_impl)
+        got = self._timers.get(key)
+        if got is None:
+            kernels = step_kernels(t.entries, s.pp, s.optimizer, s.optimizer_impl)
+            got = self._timers[key] = optimizer_timer(self.device, self.dtype, s.optimizer, kernels, s.optimizer_impl)
+        return got
+
     # -- the scenario --------------------------------------------------------------------------
     def check_fits(self, s: Strategy, entries: tuple[LayerEntry, ...]) -> None:
         """Enough devices for `s`, and tensor-parallel degrees that divide the attention heads."""
@@ -282,6 +293,5 @@ class ScenarioBuilder:
         training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in self.model.layers) * s.global_batch
         return Scenario(
             self.local_model(s.cp), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
-            self.layout(s), self.pricer(s), optimizer_timer(device, dtype, s.optimizer, step_kernels(table.entries, s.pp)),
-            elementwise_timer(device, dtype), host_link(self.cluster, s.offload), training_flops,
+            self.layout(s), self.pricer(s), self.optimizer_timer(s, table), elementwise_timer(device, dtype), host_link(self.cluster, s.offload), training_flops,
             device.peak_flops.get(dtype, max(device.peak_flops.values())), notes)

@@ -39,17 +39,18 @@ def run_info(sc: Scenario) -> RunInfo:
 
 
 def simulate_scenario(sc: Scenario, *, symmetry: bool = True, expand: bool = False, trace: bool = False,
-                      keep: TraceFilter | None = None, assumed: dict[str, Any] | None = None) -> Simulation:
+                      keep: TraceFilter | None = None, assumed: dict[str, Any] | None = None,
+                      stack: dict[str, Any] | None = None) -> Simulation:
     """Simulate `sc`. `symmetry` simulates one data-parallel replica and one tensor-parallel rank
     per stage (run-time variability keeps every replica); `expand` runs collectives as their
     point-to-point schedules; `trace` records the Chrome trace, `keep` filters it. The record names
-    the dtype it ran in and the defaults the caller `assumed`."""
+    the dtype it ran in, the defaults the caller `assumed` and the software `stack` it ran on."""
     s = sc.strategy
     explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"
     explicit_tp = not symmetry
     x = sc.iteration_inputs(explicit_dp, explicit_tp, expand)
     info = run_info(sc)
-    stated = _stater(sc.record_dtype, assumed or {})
+    stated = _stater(sc.record_dtype, assumed or {}, stack)
     if s.sync == "allreduce" and not s.variability.active and not trace:
         steady = simulate_steady(x, info)
         if steady is not None:
@@ -75,8 +76,8 @@ def simulate_scenario(sc: Scenario, *, symmetry: bool = True, expand: bool = Fal
     return Simulation(stated(result), events)
 
 
-def _stater(dtype: str, assumed: dict[str, Any]):
-    """The record names the dtype it ran in (never null) and the defaults it assumed."""
+def _stater(dtype: str, assumed: dict[str, Any], stack: dict[str, Any] | None):
+    """The record names the dtype it ran in (never null), the defaults it assumed and its stack."""
     def stated(result: SimResult | AsyncResult) -> SimResult | AsyncResult:
-        return replace(result, strategy={**result.strategy, "dtype": dtype}, assumed=assumed)
+        return replace(result, strategy={**result.strategy, "dtype": dtype}, assumed=assumed, stack=stack)
     return stated

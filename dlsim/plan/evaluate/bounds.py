@@ -9,9 +9,9 @@ from dlsim.cost.memory import grad_accumulation_bytes
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.compression import plan_sync
+from dlsim.plan.dataparallel import reduce_element_bytes
 from dlsim.plan.layertable import LayerEntry, grad_accumulation_times
 from dlsim.plan.scenario import LayerTable
-from dlsim.plan.steptime import optimizer_timer
 from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS)
@@ -145,7 +145,7 @@ class LowerBounds:
                 bound = max(bound, fill + m * work[r])
                 fill += passes[r]
         chunks0 = [c * p for c in range(v)]
-        step = optimizer_timer(self.device, self.dtype, s.optimizer, self.step_kernels(t, p))
+        step = self.builder.optimizer_timer(s, t)
         share = optimizer_share(s.zero, s.dp)
         bound += step(sum(self._params(t, *ranges[k]) for k in chunks0) * share).seconds
         if zero3 and p * m * v <= WALK_OPS and s.ep == 1 and s.compression.kind == "none":
@@ -200,15 +200,16 @@ class LowerBounds:
         them); cached."""
         pricer = self.pricer(s)
         key = ("unit prices", t.key, a, b, s.dp, s.zero, s.compression, s.bucket_size, s.first_bucket_size,
-               s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
+               s.grad_reduce_dtype, s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
             base = gradient_collective(s.zero)
             nbytes = self._bucket_bytes(s, t, a, b)
+            element = reduce_element_bytes(s, self.dtype)
             got = self._cache[key] = (
-                [self._price(pricer, s, "allgather", n, dp_ranks) for n in nbytes],
+                [self._price(pricer, s, "allgather", n, dp_ranks) for n in self._bucket_bytes(s, t, a, b, True)],
                 [sum(self._price(pricer, s, op, m, dp_ranks)
-                     for op, m in plan_sync(s.compression, n, self.gb, s.dp, base).collectives) for n in nbytes])
+                     for op, m in plan_sync(s.compression, n, element, s.dp, base).collectives) for n in nbytes])
         return got  # type: ignore[return-value]
 
     def _gathers(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int]) -> float:

@@ -8,19 +8,19 @@ from __future__ import annotations
 from typing import Sequence
 
 from dlsim.plan.comm import Layout
-from dlsim.plan.dataparallel import make_buckets
-from dlsim.plan.expertparallel import (expert_buckets, expert_params_of,
+from dlsim.plan.dataparallel import reduce_element_bytes
+from dlsim.plan.gradbuckets import gradient_buckets
+from dlsim.plan.expertparallel import (expert_params_of,
                                       expert_states)
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
 from dlsim.plan.pipeline import peak_inflight
 from dlsim.plan.recompute import full_recompute_memory, selective_recompute_memory
 from dlsim.plan.scenario import LayerTable
-from dlsim.plan.steptime import step_kernels
 from dlsim.plan.zero import model_state_bytes
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
-from dlsim.plan.evaluate.records import (VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory)
+from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory)
 from dlsim.plan.evaluate.pipeline import activation_peak, cached_stage_ops
 
 
@@ -33,11 +33,11 @@ class MemoryModel:
         return self._memory(s, t, self.ranges(s, t))
 
     def _off_default(self, s: Strategy) -> bool:
-        """Whether a field outside `VALIDATED_FIELDS` is off its default."""
+        """Whether a field outside `VALIDATED_FIELDS` and `PRICED_FIELDS` is off its default."""
         if self._defaults is None:
             default = Strategy()
             self._defaults = {k: getattr(default, k) for k in Strategy.__dataclass_fields__
-                              if k not in VALIDATED_FIELDS}
+                              if k not in VALIDATED_FIELDS and k not in PRICED_FIELDS}
         return any(getattr(s, k) != v for k, v in self._defaults.items())
 
     def memory_floor(self, s: Strategy) -> float:
@@ -48,7 +48,8 @@ class MemoryModel:
         if self._off_default(s):
             return 0.0
         t = self.strategy_base(s)
-        states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, s.dp)
+        states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, s.dp,
+                                   reduce_element_bytes(s, self.dtype))
         return (states["weights"] + states["gradients"] + states["optimizer"]) * (1 - 1e-9)
 
     def _chunk_acts(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float]]:
@@ -64,14 +65,6 @@ class MemoryModel:
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = boundary_bytes(self.model, t.entries, ranges)
-        return got  # type: ignore[return-value]
-
-    def step_kernels(self, t: LayerTable, pp: int) -> int:
-        """`step_kernels` of the table's entries for `pp` stages (cached)."""
-        key = ("kernels", t.key, pp)
-        got = self._cache.get(key)
-        if got is None:
-            got = self._cache[key] = step_kernels(t.entries, pp)
         return got  # type: ignore[return-value]
 
     def tied(self, t: LayerTable, ranges, pp: int) -> dict[int, int]:
@@ -116,10 +109,11 @@ class MemoryModel:
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
             params, workspace, expert, tied_params = stages[r]  # type: ignore[index]
             shard = len(lay.shard_group(0, 0, r)) if lay is not None else s.dp_cp
-            states = self._states(params, s.optimizer, s.zero, shard)
+            grad = reduce_element_bytes(s, self.dtype)
+            states = self._states(params, s.optimizer, s.zero, shard, grad)
             if expert:
-                states = expert_states(states, expert, self.dtype, s.optimizer, s.zero, shard, s.ep)
-            local = self._states(tied_params, s.optimizer, 0, 1)
+                states = expert_states(states, expert, self.dtype, s.optimizer, s.zero, shard, s.ep, grad)
+            local = self._states(tied_params, s.optimizer, 0, 1, grad)
             weights, gradients = states["weights"] + local["weights"], states["gradients"] + local["gradients"]
             optimizer = states["optimizer"] + local["optimizer"]
             if offload:  # in host memory, two of its streamed slices on the device
@@ -140,32 +134,35 @@ class MemoryModel:
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
             transient = 0.0
             if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each
-                units = sorted((n for k in chunks for n in self._bucket_bytes(s, t, *ranges[k])), reverse=True)
+                units = sorted((n for k in chunks for n in self._bucket_bytes(s, t, *ranges[k], gathered=True)),
+                               reverse=True)
                 transient = sum(units[:2]) * (s.dp - 1) / s.dp
             out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
         return tuple(out)
 
-    def _states(self, params: float, optimizer: str, zero: int, shard: int) -> dict[str, float]:
+    def _states(self, params: float, optimizer: str, zero: int, shard: int, grad: float) -> dict[str, float]:
         """`model_state_bytes` (cached: the stages of a pipeline mostly hold the same parameters)."""
-        key = ("states", params, optimizer, zero, shard)
+        key = ("states", params, optimizer, zero, shard, grad)
         got = self._cache.get(key)
         if got is None:
-            got = self._cache[key] = model_state_bytes(params, self.dtype, optimizer, zero, shard)
+            got = self._cache[key] = model_state_bytes(params, self.dtype, optimizer, zero, shard, grad)
         return got  # type: ignore[return-value]
 
-    def _bucket_bytes(self, s: Strategy, t: LayerTable, a: int, b: int) -> list[float]:
-        """Bytes of the gradient buckets (ZeRO-3 parameter units) of entries a..b (cached)."""
-        key = ("bucket bytes", t.key, a, b, s.dp > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size)
+    def _bucket_bytes(self, s: Strategy, t: LayerTable, a: int, b: int, gathered: bool = False) -> list[float]:
+        """Bytes of the gradient buckets of entries a..b, or with `gathered` of their parameters (the
+        ZeRO-3 units' gathers; cached)."""
+        key = ("bucket bytes", t.key, a, b, s.dp > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size,
+               s.grad_reduce_dtype, gathered)
         got = self._cache.get(key)
         if got is None:
-            got = self._cache[key] = [bu.nbytes for bu in self._buckets(s, t.entries[a:b])]
+            got = self._cache[key] = [bu.gather_nbytes if gathered else bu.nbytes
+                                      for bu in self._buckets(s, t.entries[a:b])]
         return got  # type: ignore[return-value]
 
     def _buckets(self, s: Strategy, es: Sequence[LayerEntry]):
         if not (s.dp > 1 or s.zero):
             return []
-        return expert_buckets(es, make_buckets([(e.index, e.params * self.gb) for e in es if e.params > 0],
-                                               s.bucket_size, s.first_bucket_size), s, self.gb)
+        return gradient_buckets(es, s, self.dtype, lambda e: e.params > 0)
 
 
 def _tied_params(model: Model, entries: Sequence[LayerEntry], ranges, pp: int) -> dict[int, int]:

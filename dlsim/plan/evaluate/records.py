@@ -79,7 +79,13 @@ def supports(s: Strategy) -> str:
 VALIDATED_FIELDS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages",
                     "recompute", "sequence_parallel", "zero")
 """The strategy fields of the space tests/test_optimize.py holds the evaluator to the simulation on
-(every other field at its default there)."""
+(every other field at its default there, but `PRICED_FIELDS`)."""
+PRICED_FIELDS = ("stack", "dtype", "fused_kernels", "optimizer", "optimizer_impl", "grad_accumulation",
+                 "grad_reduce_dtype")
+"""Fields that change only what the scenario prices (the layer table, the optimizer-step timer, the
+gradient buckets' bytes), which both clocks read from one `dlsim.plan.scenario.ScenarioBuilder`, not
+how its pieces compose in time: off their defaults they keep an estimate exact where it was
+(tests/test_optimize.py holds a space on a stack to the simulation too)."""
 WALK_OPS = 16384
 """ZeRO-2/3 pipelines with at most this many (stage, chunk, micro-batch) passes have every pass walked
 beside the communication stream (`Timing._programs`, memoised per relative stream state: tens of

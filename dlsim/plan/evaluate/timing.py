@@ -9,10 +9,10 @@ from __future__ import annotations
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import Layout
 from dlsim.plan.compression import plan_sync
+from dlsim.plan.dataparallel import reduce_element_bytes
 from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
                                       updated_params)
 from dlsim.plan.scenario import LayerTable
-from dlsim.plan.steptime import optimizer_timer
 from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
 from dlsim.plan.zero import gathers_updated_params, gradient_collective, reduces_every_microbatch
 from dlsim.spec.strategy import Strategy
@@ -106,7 +106,8 @@ class Timing(StreamWalk):
         out: dict[int, list[float]] = {}
         for pos, st in enumerate(steps):
             for j in st.buckets:
-                plan = plan_sync(self.s.compression, buckets[j].nbytes, self.ev.gb, self.s.dp, base)
+                plan = plan_sync(self.s.compression, buckets[j].nbytes,
+                                 reduce_element_bytes(self.s, self.ev.dtype), self.s.dp, base)
                 group = edp_ranks if buckets[j].group == EDP else dp_ranks
                 out.setdefault(pos, []).append(sum(self.price(op, n, group) for op, n in plan.collectives))
         return out
@@ -116,7 +117,7 @@ class Timing(StreamWalk):
         seconds, walked backward (steps, launches, seconds), per-micro-batch reductions outlast the pass).
         Cached per evaluator by everything it depends on."""
         s, ev = self.s, self.ev
-        p, tp, r = s.pp, s.tp, k % s.pp
+        tp, r = s.tp, k % s.pp
         tp_ranks, dp_ranks = self.tpg(r), self.dpg(r)
         groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
                   self.lay.ranks_per_node(dp_ranks)) if s.dp > 1 or s.tp > 1 else ()
@@ -183,7 +184,7 @@ class Timing(StreamWalk):
         gathers = None
         if zero3:
             dp_ranks = self.dpg(r)
-            gathers = [self.price("allgather", bu.nbytes, dp_ranks) for bu in buckets]
+            gathers = [self.price("allgather", bu.gather_nbytes, dp_ranks) for bu in buckets]
             wf, qf, sf = self._walk(fwd_u, r, {}, gathers)
             wb, qb, sb = self._walk(bwd, r, launches, gathers)
             left = max(0.0, qb - wb)
@@ -209,9 +210,6 @@ class Timing(StreamWalk):
         s, ev = self.s, self.ev
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
         tp = s.tp
-        overlap = s.tp_async_backward
-        if s.recompute == "full":
-            inside = ev.instance
         dp_sync = s.dp > 1
         per_mb = reduces_every_microbatch(s.zero) and dp_sync
         zero3 = s.zero == 3 and dp_sync
@@ -282,7 +280,7 @@ class Timing(StreamWalk):
             # of them under ZeRO; the copy of a tied embedding is not in it
             expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
             updated = updated_params(params - expert, expert, s.zero, s.dp, s.ep)
-            opt = optimizer_timer(ev.device, ev.dtype, s.optimizer, ev.step_kernels(self.t, p))(updated).seconds
+            opt = ev.builder.optimizer_timer(s, self.t)(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero):
                 dp_ranks = self.dpg(r)
