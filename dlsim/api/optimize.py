@@ -517,3 +517,29 @@ def _to_simulate(evals: list[Evaluation], objective: str, top: int, cap: int) ->
             chosen.append(e)
             seen.add(id(e))
     return chosen
+
+
+def optimize_stacks(model: Model | str | Path, cluster: Cluster | str | Path, stacks: Sequence[str],
+                    **options: Any) -> dict[str, Any]:
+    """`optimize` once per software stack in `stacks` (the same search space and options): the record
+    of a stack comparison, ``kind: stack_comparison``, with each stack's best strategy and full
+    optimize record, the stacks ranked by their best (simulated) iteration time. The stack changes
+    what is fused, overlapped and reduced, so it can change which strategy wins, not only its time."""
+    names = list(dict.fromkeys(stacks))
+    if len(names) < 2:
+        raise SpecError("--stacks needs at least two stacks to compare, e.g. --stacks pytorch,megatron-core",
+                        field="stacks")
+    model, cluster = as_model(model, options.pop("overrides", None)), as_cluster(cluster)
+    results = {name: optimize(model, cluster, stack=name, **options) for name in names}
+    rows = []
+    for name, r in results.items():
+        best = r.best
+        rows.append({"stack": name, "version": (r.stack or {}).get("version", ""), "label": label(best.strategy),
+                     "iteration_time_s": best.time_s, "memory_bytes": best.memory_bytes,
+                     "mfu": best.result.mfu, "strategy": best.strategy.to_dict()})
+    rows.sort(key=lambda x: x["iteration_time_s"])
+    fastest = rows[0]["iteration_time_s"]
+    for row in rows:
+        row["slowdown"] = row["iteration_time_s"] / fastest - 1 if fastest else 0.0
+    return {"schema_version": SCHEMA_VERSION, "kind": "stack_comparison", "model": model.name,
+            "cluster": cluster.name, "stacks": rows, "results": {n: r.to_dict() for n, r in results.items()}}

@@ -107,8 +107,11 @@ def comparison_table(rec: dict[str, Any]) -> str:
         where += f", {rec['scaling']} scaling"
     if rec.get("fixed"):
         where += f", every strategy {rec['fixed']}"
-    lines = [f"{where}: {len(rec['entries'])} simulations, {rec['feasible']} feasible; times in seconds",
-             table(head, rows, right)]
+    stacks = {(e["stack"]["name"], e["stack"]["version"]) for e in rec["entries"] if e.get("stack")}
+    lines = [f"{where}: {len(rec['entries'])} simulations, {rec['feasible']} feasible; times in seconds"]
+    if stacks:
+        lines.append("stack " + "; ".join(f"{n} ({v})" for n, v in sorted(stacks)) + " (dlsim stacks show NAME)")
+    lines.append(table(head, rows, right))
     lines += [f"assumed {key}: {why}" for key, why in (rec.get("assumed") or {}).items()]
     notes: dict[str, list[str]] = {}
     for e in rec["entries"]:
