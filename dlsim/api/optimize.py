@@ -338,9 +338,9 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                               f"({gpus - cluster.num_devices} short)")
     fixed = parse_fix(fix)
     _check_fixed_degrees(fixed, gpus)
-    chosen, why = choose_stack(stack or fixed.get("stack"), model)
+    run_stack, why = choose_stack(stack or fixed.get("stack"), model)
     user_fixed = set(fixed)
-    fixed = apply_stack(chosen, {k: v for k, v in fixed.items() if k != "stack"}, user_fixed | set(SEARCHED),
+    fixed = apply_stack(run_stack, {k: v for k, v in fixed.items() if k != "stack"}, user_fixed | set(SEARCHED),
                         model, cluster)
     dtype = check_dtype(fixed.get("dtype"), model)
     evaluator = Evaluator.of(ScenarioBuilder(model, cluster, dtype, default_pricers(cluster, measured),
@@ -393,7 +393,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                           dict(outcome.dropped.most_common()), evaluator.capacity, limit, assumed,
                           {"search_and_evaluate": t_eval, "simulate": t_sim,
                            "total": time.perf_counter() - t0}, outcome.pruned,
-                          tuple((t, m, src) for t, m, (_, src) in points), stack_record(chosen, why, user_fixed))
+                          tuple((t, m, src) for t, m, (_, src) in points), stack_record(run_stack, why, user_fixed))
 
 
 _WORK: list[tuple] = []

@@ -31,7 +31,8 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
-    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard"):
+    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard",
+                "param_gather_overlap"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("fsdp"):
@@ -110,6 +111,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--grad-accumulation", type=click.Choice(GRAD_ACCUMULATIONS),
               help="How each micro-batch's weight gradient is added into the gradient buffer [default: autograd].")
 @click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage (1: distributed optimizer, 3: FSDP).")
+@click.option("--param-gather-overlap/--no-param-gather-overlap", default=None,
+              help="ZeRO-1/2: all-gather the updated parameters beside the next forward pass (Megatron-Core).")
 @click.option("--fsdp", is_flag=True, default=None, help="FSDP / ZeRO-3: parameters, gradients and optimizer state sharded.")
 @click.option("--hybrid-shard/--no-hybrid-shard", default=None,
               help="Shard the ZeRO states within each node and replicate across nodes (FSDP HYBRID_SHARD).")
