@@ -3,10 +3,22 @@ checkpoints, energy and cost. Plain values with `to_dict`; reports and plots rea
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from dlsim.results import SCHEMA_VERSION
+
+
+def finite(value: Any) -> Any:
+    """`value` with every infinite float (no failures: an infinite MTBF, no optimal interval) as None."""
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -56,7 +68,7 @@ class RunResult:
         return None if self.cost is None else self.cost["total_usd"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "kind": "run", "model": self.model, "cluster": self.cluster,
+        return finite({"schema_version": SCHEMA_VERSION, "kind": "run", "model": self.model, "cluster": self.cluster,
                 "gpus": self.gpus, "nodes": self.nodes, "strategy": self.strategy, "stack": self.stack,
                 "tokens": self.tokens, "tokens_per_sample": self.tokens_per_sample, "phases": list(self.phases),
                 "iterations": self.iterations, "iteration_time_s": self.iteration_time_s,
@@ -65,4 +77,4 @@ class RunResult:
                 "gpu_hours": self.gpu_hours, "goodput": self.goodput, "expected": dict(self.expected),
                 "failures": dict(self.failures), "checkpoint": dict(self.checkpoint),
                 "monte_carlo": self.monte_carlo, "energy": self.energy, "cost": self.cost,
-                "iteration": dict(self.iteration), "sources": dict(self.sources), "notes": list(self.notes)}
+                "iteration": dict(self.iteration), "sources": dict(self.sources), "notes": list(self.notes)})

@@ -397,3 +397,32 @@ def run(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Stra
         phases.append((r, n))
     phases.append((sim, plan[-1][1]))
     return run_model(phases, model, cluster, o)
+
+
+def run_scaling(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,
+                *, gpus: Sequence[int], tokens: float, **kwargs: Any) -> list[RunResult]:
+    """`run` at each GPU count of `gpus`: dp = gpus / (tp·pp·cp) on enough nodes, the global batch of
+    the strategy kept (its micro-batches per replica rescaled), so that the runs differ in size only."""
+    model, cluster = as_model(model, kwargs.pop("overrides", None)), as_cluster(cluster)
+    kwargs.pop("nodes", None)
+    first = run_simulation(model, cluster, strategy, measured=kwargs.get("measured", True),
+                           given=kwargs.get("given", ()), **{k: v for k, v in kwargs.items() if k not in (
+                               "options", "batch_schedule", "measured", "given")}).result
+    s = first.strategy
+    group = s["tp"] * s["pp"] * s.get("cp", 1)
+    out = []
+    fields = {k: v for k, v in kwargs.items() if k not in ("options", "batch_schedule", "measured", "given")}
+    for g in gpus:
+        if g % group:
+            raise SpecError(f"{g} GPUs is not a multiple of tp x pp x cp = {group}", field="scale")
+        dp = g // group
+        per_replica = first.global_batch / (dp * s["microbatch_size"])
+        if per_replica != int(per_replica) or per_replica < 1:
+            raise SpecError(f"global batch {first.global_batch} does not split into whole micro-batches of "
+                            f"{s['microbatch_size']} over dp {dp} ({g} GPUs)", field="scale")
+        f = {**fields, "dp": dp, "num_microbatches": int(per_replica)}
+        f.pop("global_batch", None)
+        out.append(run(model, cluster, strategy, tokens=tokens, nodes=-(-g // cluster.devices_per_node),
+                       options=kwargs.get("options"), batch_schedule=kwargs.get("batch_schedule"),
+                       measured=kwargs.get("measured", True), given=kwargs.get("given", ()), **f))
+    return out
