@@ -67,11 +67,14 @@ def rank_by_run(ranked: Sequence[Any], model: Model, cluster: Cluster, objective
     step = min(keep, key=lambda c: c.result.iteration_time_s)
     win = keep[0]
     rw, rs = runs[id(win)], runs[id(step)]
+    others = [c for c in keep if c is not win]
+    steadier = max(others, key=lambda c: runs[id(c)].goodput, default=None)
     why = {"objective": objective, "winner": label(win.strategy), "step_time_winner": label(step.strategy),
            "changed": win is not step, "winner_run": _line(rw), "step_time_winner_run": _line(rs),
            "candidates": [{"label": label(c.strategy), "value": run_value(runs[id(c)], objective),
                            **_line(runs[id(c)])} for c in keep],
-           "sentence": _sentence(win, step, rw, rs, objective, label)}
+           "sentence": _sentence(win, step, rw, rs, objective, label,
+                                 (steadier, runs[id(steadier)]) if steadier is not None else None)}
     return keep, finite(why)
 
 
@@ -89,16 +92,25 @@ def _unit(objective: str, v: float) -> str:
     return f"{v / 1000:.4g} MWh"
 
 
-def _sentence(win, step, rw: RunResult, rs: RunResult, objective: str, label) -> str:
+def _sentence(win, step, rw: RunResult, rs: RunResult, objective: str, label, steadier=None) -> str:
     """What the failure and checkpoint model changed against the step-time winner, in one line."""
     cw, cs = rw.checkpoint, rs.checkpoint
     parts_w = (f"checkpoint {format_bytes(cw['node_bytes_max'])} per node, blocking {format_time(cw['blocking_s'])} "
                f"every {format_time(cw['interval_s'])}, restart read {format_time(cw['read_s'])}, goodput {rw.goodput:.1%}")
     if win is step:
         over = rw.expected["checkpoint_s"] + rw.expected["lost_work_s"] + rw.expected["restart_s"]
-        return (f"the failure and checkpoint model keeps the step-time winner {label(win.strategy)}: {parts_w}; "
-                f"failures and checkpoints add {over / rw.work_s:.1%} to its {rw.work_s / 86400:.4g} days of iterations, "
-                f"and no simulated candidate with a slower step loses less")
+        text = (f"the failure and checkpoint model keeps the step-time winner {label(win.strategy)}: {parts_w}; "
+                f"failures and checkpoints add {over / rw.work_s:.1%} to its {rw.work_s / 86400:.4g} days of iterations")
+        if steadier is None:
+            return text
+        c, r = steadier
+        if r.goodput <= rw.goodput:
+            return text + f"; no other simulated candidate loses less ({label(c.strategy)}: goodput {r.goodput:.1%})"
+        dt = r.iteration_time_s / rw.iteration_time_s - 1
+        return (text + f"; {label(c.strategy)} loses less (goodput {r.goodput:.1%}: checkpoint "
+                f"{format_bytes(r.checkpoint['node_bytes_max'])} per node, restart read {format_time(r.checkpoint['read_s'])}) "
+                f"but its step is {dt:.1%} slower: {_unit(objective, run_value(r, objective))} against "
+                f"{_unit(objective, run_value(rw, objective))}")
     parts_s = (f"checkpoint {format_bytes(cs['node_bytes_max'])} per node, blocking {format_time(cs['blocking_s'])} "
                f"every {format_time(cs['interval_s'])}, restart read {format_time(cs['read_s'])}, goodput {rs.goodput:.1%}")
     dt = rs.iteration_time_s / rw.iteration_time_s - 1
