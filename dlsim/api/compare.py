@@ -113,8 +113,9 @@ def _fields_for(fields: Mapping[str, Any], gpus: int | None, global_batch: int |
     return out
 
 
-ASSUMED_MICROBATCH = ("global batch / dp samples, one micro-batch per replica (as dlsim simulate derives it "
-                      "from a global batch; set microbatch_size or num_microbatches to choose)")
+ASSUMED_MICROBATCH = ("as dlsim simulate derives it from a global batch: one micro-batch of global batch / dp "
+                      "samples per replica, or with a pipeline micro-batches of 1 sample (set microbatch_size or "
+                      "num_microbatches to choose)")
 
 
 def batch_assumption(fields: Mapping[str, Any], global_batch: int | None) -> dict[str, str]:
