@@ -68,3 +68,18 @@ def test_save_best_writes_a_strategy_that_reads_back_to_the_same_prediction(tmp_
     again = json.loads(capsys.readouterr().out)
     assert again["iteration_time_s"] == pytest.approx(best["iteration_time_s"], rel=1e-12)
     assert run(args + ["--save-best", str(path)]) == 1  # never over a file without --force
+
+
+def test_compare_shows_every_field_that_varies(tmp_path, capsys):
+    """Strategies sharing a shape but differing in ZeRO and recomputation: both fields are columns of
+    the CSV and in the table's names."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("dp: 2\nzero: 1\nrecompute: full\nglobal_batch: 8\n")
+    b.write_text("dp: 2\nzero: 2\nrecompute: none\nglobal_batch: 8\n")
+    out = tmp_path / "c.csv"
+    assert run(["compare", "gpt2", "-c", "dgx-h100", "--set", "layers=2", "--strategy", str(a), "--strategy", str(b),
+                "--csv", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "zero=1" in text and "recompute=full" in text and "zero=2" in text
+    header = out.read_text().splitlines()[0].split(",")
+    assert {"zero", "recompute", "tokens_per_s", "model_tflops_per_gpu"} <= set(header)

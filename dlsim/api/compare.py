@@ -143,6 +143,7 @@ def _summary(rec: dict[str, Any]) -> dict[str, Any]:
     return {"feasible": rec["feasible"], "reason": rec["infeasible_reason"], "limit": "memory" if not rec["feasible"]
             else "", "iteration_time_s": rec["iteration_time_s"], "breakdown_s": {k: rec["breakdown_s"][k] for k in PARTS},
             "throughput_samples_per_s": rec["throughput_samples_per_s"], "global_batch": rec["global_batch"],
+            "tokens_per_s": rec.get("tokens_per_s"), "model_tflops_per_gpu": rec.get("model_tflops_per_gpu"),
             "model_flops_utilisation": rec["model_flops_utilisation"], "peak_memory_bytes": rec["peak_memory_bytes"],
             "capacity_bytes": min((d["capacity_bytes"] for d in rec["devices"]), default=0.0),
             "measured_share": rec["measured_share"], "strategy": rec["strategy"], "dtype": rec["dtype"],
