@@ -17,7 +17,8 @@ code 0, or 1 when its pasted output's last line starts with ``error:``.
 What is checked: the exit code, and a console block's pasted output against the command's (stdout, then
 stderr), line by line after stripping trailing blanks; a line ``...`` stands for any number of lines.
 ``python tests/docs_examples.py --update`` re-runs every page and pastes the current code's output into the
-console blocks (keeping each block's ``...`` cut: its first and last lines around it).
+console blocks (keeping each block's ``...`` cut: its first and last lines around it) and copies the figures
+a page draws into docs/img (`FIGURES`).
 """
 
 from __future__ import annotations
@@ -237,6 +238,18 @@ def update_page(page: Path, workdir: Path, torch: bool) -> int:
     return len(edits)
 
 
+# Figures the docs show, drawn by a page's own commands: `--update` copies them from the scratch directory.
+FIGURES = {"docs/tutorial/llama3-70b.md": {"front.png": "docs/img/llama3-70b-front.png",
+                                           "cmp.png": "docs/img/llama3-70b-compare.png",
+                                           "gantt.png": "docs/img/llama3-70b-gantt.png"}}
+
+
+def copy_figures(page: Path, workdir: Path) -> None:
+    import shutil
+    for made, kept in FIGURES.get(str(page.relative_to(ROOT)), {}).items():
+        shutil.copyfile(workdir / made, ROOT / kept)
+
+
 def readme_ci_commands() -> list[str]:
     """The README's install and test commands: its first bash block, which .ci/run runs as written."""
     first = next(b for b in blocks(ROOT / "README.md") if b.lang == "bash")
@@ -262,6 +275,7 @@ if __name__ == "__main__":
         with tempfile.TemporaryDirectory() as tmp:
             if args.update:
                 print(f"{page.relative_to(ROOT)}: {update_page(page, Path(tmp), has_torch)} outputs updated")
+                copy_figures(page, Path(tmp))
             else:
                 problems = run_page(page, Path(tmp), has_torch)
                 failed += len(problems)
