@@ -18,9 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _readme_first_command() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"```bash\n(.*?)\n", text).group(1)
-    command = block.split("&&", 1)[1].strip()
+    from docs_examples import readme_ci_commands
+    command = readme_ci_commands()[0].split("&&", 1)[1].strip()
     assert command.startswith("dlsim ")
     return command.split()[1:]
 
