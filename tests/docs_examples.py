@@ -186,52 +186,48 @@ def matches(pasted: list[str], actual: list[str]) -> bool:
     return any(matches(rest, remaining[i:]) for i in range(len(remaining) + 1)) if rest else True
 
 
-def run_page(page: Path, workdir: Path, torch: bool) -> list[str]:
-    """Run a page's runnable blocks (those needing torch only if `torch`); the problems found, one line each."""
+def _runs(page: Path, workdir: Path, torch: bool):
+    """Run a page's blocks in order (files written, blocks needing torch only if `torch`): yields each command
+    with its block, exit code and output."""
     cwd = _workdir(workdir)
-    problems = []
     for block in blocks(page):
         if block.lang == "file":
             _write(cwd, block)
-            continue
-        if not block.runs or (block.needs_torch and not torch):
-            continue
-        for command in block.commands:
-            code, output = run_command(command.text, cwd)
-            where = f"{page.relative_to(ROOT)}:{block.line}: {command.text}"
-            if code != command.expected_code:
-                problems.append(f"{where}: exit code {code}, expected {command.expected_code}: {output[-600:]}")
-            elif command.output is not None and not matches(command.output, _lines(output)):
-                problems.append(f"{where}: the pasted output differs from the command's (python tests/docs_examples.py "
-                                f"--update pastes the current output):\n{output}")
+        elif block.runs and (torch or not block.needs_torch):
+            for command in block.commands:
+                yield (block, command, *run_command(command.text, cwd))
+
+
+def run_page(page: Path, workdir: Path, torch: bool) -> list[str]:
+    """Run a page's runnable blocks (those needing torch only if `torch`); the problems found, one line each."""
+    problems = []
+    for block, command, code, output in _runs(page, workdir, torch):
+        where = f"{page.relative_to(ROOT)}:{block.line}: {command.text}"
+        if code != command.expected_code:
+            problems.append(f"{where}: exit code {code}, expected {command.expected_code}: {output[-600:]}")
+        elif command.output is not None and not matches(command.output, _lines(output)):
+            problems.append(f"{where}: the pasted output differs from the command's (python tests/docs_examples.py "
+                            f"--update pastes the current output):\n{output}")
     return problems
 
 
 def update_page(page: Path, workdir: Path, torch: bool) -> int:
     """Paste the current output under each console command of a page; returns how many outputs changed."""
-    cwd = _workdir(workdir)
     text = page.read_text()
     edits: list[tuple[int, int, str]] = []
-    for block in blocks(page):
-        if block.lang == "file":
-            _write(cwd, block)
+    for block, command, code, output in _runs(page, workdir, torch):
+        if code != command.expected_code:
+            raise SystemExit(f"{page}:{block.line}: {command.text}: exit code {code}\n{output}")
+        if command.output is None:
             continue
-        if not block.runs or (block.needs_torch and not torch):
-            continue
-        for command in block.commands:
-            code, output = run_command(command.text, cwd)
-            if code != command.expected_code:
-                raise SystemExit(f"{page}:{block.line}: {command.text}: exit code {code}\n{output}")
-            if command.output is None:
-                continue
-            lines = _lines(output)
-            if ELLIPSIS in command.output:
-                cut = command.output.index(ELLIPSIS)
-                tail = len(command.output) - cut - 1
-                if len(lines) > cut + tail:
-                    lines = lines[:cut] + [ELLIPSIS] + (lines[-tail:] if tail else [])
-            if lines != command.output:
-                edits.append((command.start, command.end, "".join(f"{line}\n" for line in lines)))
+        lines = _lines(output)
+        if ELLIPSIS in command.output:
+            cut = command.output.index(ELLIPSIS)
+            tail = len(command.output) - cut - 1
+            if len(lines) > cut + tail:
+                lines = lines[:cut] + [ELLIPSIS] + (lines[-tail:] if tail else [])
+        if lines != command.output:
+            edits.append((command.start, command.end, "".join(f"{line}\n" for line in lines)))
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     page.write_text(text)
