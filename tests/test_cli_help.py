@@ -53,6 +53,15 @@ def test_every_command_draws_its_help(cli):
         assert code == 0 and "Usage: dlsim " + " ".join(path) in out, (path, err)
 
 
+def test_every_command_is_a_dlsim_command():
+    """So that each one groups its help and keeps a required argument's word from an optional-value option."""
+    from dlsim.cli.command import DlsimCommand, DlsimGroup
+    _register()
+    commands = [*main.commands.values()]
+    commands += [sub for c in main.commands.values() for sub in getattr(c, "commands", {}).values()]
+    assert [c.name for c in commands if not isinstance(c, (DlsimCommand, DlsimGroup))] == []
+
+
 def test_released_words():
     options = {"--json": "-"}
     assert list(released_words(["--json", "gpt2", "-c", "x"], options)) == [["gpt2", "--json=-", "-c", "x"]]
