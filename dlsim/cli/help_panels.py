@@ -14,7 +14,8 @@ _OUTPUT = ["--json", "--force", "--help"]
 
 PANELS: dict[str, list[tuple[str, list[str]]]] = {
     "dlsim simulate": [
-        ("Model and cluster", ["--cluster", "--nodes", "--set", "--dtype", "--optimizer", "--model-only"]),
+        ("Model and cluster", ["--cluster", "--nodes", "--set", "--dtype", "--optimizer", "--optimizer-impl",
+                               "--model-only"]),
         ("Parallelism and batch", ["--strategy", "--dp", "--tp", "--pp", "--ep", "--cp", "--microbatch-size",
                                    "--num-microbatches", "--global-batch"]),
         ("Pipeline", ["--schedule", "--virtual-stages", "--stage-partition", "--p2p-overlap",
@@ -22,8 +23,8 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Memory: recomputation, sharding, offload",
          ["--recompute", "--recompute-layers", "--zero", "--fsdp", "--hybrid-shard", "--offload",
           "--grad-accumulation"]),
-        ("Kernels and overlap (software stack)", ["--fused-kernels", "--sequence-parallel", "--tp-async-backward",
-                                                  "--ep-overlap"]),
+        ("Software stack: kernels and overlap", ["--stack", "--fused-kernels", "--sequence-parallel",
+                                                 "--tp-async-backward", "--ep-overlap"]),
         ("Gradient synchronisation", ["--sync", "--collective", "--bucket-size", "--overlap", "--compression",
                                       "--compression-bits", "--compression-density"]),
         ("Parameter server, asynchronous and stale-synchronous training",
@@ -35,21 +36,21 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
                     "--help"]),
     ],
     "dlsim optimize": [
-        ("Problem", ["--cluster", "--gpus", "--global-batch", "--nodes", "--set", "--model-only"]),
-        ("Search space", ["--fix", "--schedules", "--max-microbatch-size", "--tp-across-nodes", "--cp",
+        ("Problem", ["--cluster", "--gpus", "--global-batch", "--nodes", "--set", "--stack", "--model-only"]),
+        ("Search space", ["--stacks", "--fix", "--schedules", "--max-microbatch-size", "--tp-across-nodes", "--cp",
                           "--hybrid-shard", "--offload"]),
         ("Ranking", ["--objective", "--top", "--max-memory-fraction", "--max-simulations", "--jobs"]),
         ("Output", ["--json", "--csv", "--plot", "--force", "--help"]),
     ],
     "dlsim compare": [
-        ("Model and cluster", ["--cluster", "--nodes", "--set", "--model-only"]),
+        ("Model and cluster", ["--cluster", "--nodes", "--set", "--stack", "--model-only"]),
         ("Strategies and scaling", ["--strategy", "--grid", "--gpus", "--scaling", "--global-batch", "--jobs"]),
         ("Parameter server, asynchronous and stale-synchronous training",
          ["--sync", "--staleness", "--ps-shards", "--iterations"]),
         ("Output", ["--csv", "--json", "--plot", "--force", "--help"]),
     ],
     "dlsim sweep": [
-        ("Run", ["--out", "--jobs"]),
+        ("Run", ["--out", "--jobs", "--stack"]),
         ("Dask", ["--scheduler", "--dask-local"]),
         ("Output", ["--summary", "--plot", *_OUTPUT]),
     ],
