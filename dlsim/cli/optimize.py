@@ -43,6 +43,22 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
         raise SpecError(f"{option} needs comma-separated integers, got {text!r}", field=option.lstrip("-")) from None
 
 
+def _run_options(tokens: str | None, usd_per_gpu_hour: float | None, usd_per_kwh: float | None,
+                 checkpoint: str | None) -> dict | None:
+    """The run options of `--objective time-to-train|cost|energy` (None without --tokens)."""
+    if tokens is None:
+        if usd_per_gpu_hour is not None or usd_per_kwh is not None or checkpoint is not None:
+            raise SpecError("prices and --checkpoint belong to the run objectives: give --tokens too", field="tokens")
+        return None
+    from dlsim.units import parse_count
+    out: dict = {"tokens": parse_count(tokens), "checkpoint": checkpoint or "sync"}
+    if usd_per_gpu_hour is not None:
+        out["usd_per_gpu_hour"] = usd_per_gpu_hour
+    if usd_per_kwh is not None:
+        out["usd_per_kwh"] = usd_per_kwh
+    return out
+
+
 @main.command("optimize")
 @click.argument("model")
 @click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
@@ -71,6 +87,11 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @click.option("--hybrid-shard", is_flag=True, help="Also search hybrid sharding of ZeRO 1-3 (shard within a node).")
 @click.option("--offload", "offloads", default="none", show_default=True,
               help="Offload choices to search (none, activations, optimizer, both), comma-separated.")
+@click.option("--tokens", help="Token budget of the run (e.g. 15T): needed by --objective time-to-train, cost, energy.")
+@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour (USD; --objective cost).")
+@click.option("--usd-per-kwh", type=float, help="Price of one facility kWh (USD; --objective cost).")
+@click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
+              help="Checkpointing of the run objectives [default: sync].")
 @click.option("--max-simulations", type=click.IntRange(1, 10000), default=24, show_default=True,
               help="At most this many candidates are simulated.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=None,
@@ -88,7 +109,8 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
                  max_memory_fraction: float, stack: str | None, stacks_text: str | None, fix: tuple[str, ...],
                  schedules: str, max_microbatch_size: int,
                  tp_across_nodes: bool, cp_degrees: str, hybrid_shard: bool, offloads: str,
-                 max_simulations: int, jobs: int | None, model_only: bool,
+                 max_simulations: int, jobs: int | None, model_only: bool, tokens: str | None,
+                 usd_per_gpu_hour: float | None, usd_per_kwh: float | None, checkpoint: str | None,
                  json_out: str | None,
                  csv_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
     """Find the best parallel strategy for MODEL on --gpus devices of a cluster at a fixed global batch.
@@ -129,10 +151,13 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
                       measured=not model_only, max_simulations=max_simulations, jobs=jobs,
                       cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
                       offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
-                      overrides=parse_overrides(overrides), stack=stack)
+                      overrides=parse_overrides(overrides), stack=stack,
+                      run_options=_run_options(tokens, usd_per_gpu_hour, usd_per_kwh, checkpoint))
     rec = add_assumed(json_safe(result.to_dict()))
     if wants_summary(json_out):
         click.echo(optimize_summary(rec))
+        if rec.get("run"):
+            click.echo(f"by the whole run ({rec['run']['objective']}): {rec['run']['sentence']}")
     if json_out is not None:
         emit_json(rec, json_out)
     if csv_out is not None:

@@ -158,7 +158,11 @@ class Strategy:
     gradient buffer the data-parallel reduction runs on (fp32 in Megatron-LM's
     ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
     accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
-    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype. `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype.
+    `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
+    iteration's first forward pass, each bucket's gather waited for by its first layer
+    (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
+    `dlsim.plan.zero.gathers_in_forward`). `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
     empty: every field as given).
     """
 
@@ -201,6 +205,7 @@ class Strategy:
     offload: str = "none"
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
+    param_gather_overlap: bool = False
     stack: str = ""
 
     @property
@@ -247,6 +252,7 @@ class Strategy:
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
+            "param_gather_overlap": self.param_gather_overlap,
             "stack": self.stack,
         }
 
@@ -420,7 +426,7 @@ def validate_strategy(s: Strategy) -> Strategy:
                         "model-parallel groups are split over the dp devices", field="layer_groups")
     if not isinstance(s.sequence_parallel, bool):
         raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
-    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather"):
+    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "param_gather_overlap"):
         if not isinstance(getattr(s, name), bool):
             raise SpecError(f"must be true or false, got {getattr(s, name)!r}", field=name)
     if s.sequence_parallel and s.tp < 2:
