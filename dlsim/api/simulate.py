@@ -95,6 +95,12 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         cluster = replace(cluster, nodes=check_nodes_limit(nodes, cluster.devices_per_node))
     r = resolve_strategy(strategy, fields, given, model, cluster)
     s, names = r.strategy, r.names
+    sized = ()
+    if nodes is None and s.devices > cluster.num_devices:  # a profile's node count is nominal: fit the strategy
+        need = -(-s.devices // cluster.devices_per_node)
+        sized = (f"cluster sized to the strategy: {need} nodes of {cluster.devices_per_node} for its {s.devices} "
+                 f"devices (the profile lists {cluster.nodes}; --nodes to choose)",)
+        cluster = replace(cluster, nodes=check_nodes_limit(need, cluster.devices_per_node))
     s = check_strategy_limits(s, full=not symmetry)
     keep = make_filter(trace_ranks, trace_window)
     if keep is not None and not trace:
@@ -126,7 +132,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         notes.append(note)
     pricers = (lambda layout, algorithm: pricer) if pricer is not None else default_pricers(cluster, measured)
     builder = ScenarioBuilder(model, cluster, dtype, pricers, tables, layer_overrides=layer_overrides,
-                              notes=tuple(notes))
+                              notes=sized + tuple(notes))
     scenario = builder.scenario(s)
     return simulate_scenario(scenario, symmetry=symmetry, expand=expand_collectives, trace=trace, keep=keep,
                              assumed=assumed, stack=r.stack_record)
