@@ -43,7 +43,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Ranking", ["--objective", "--top", "--max-memory-fraction", "--max-simulations", "--jobs"]),
         ("Whole run (--objective time-to-train, cost or energy)", ["--tokens", "--checkpoint", "--usd-per-gpu-hour",
                                                                  "--usd-per-kwh"]),
-        ("Output", ["--json", "--csv", "--plot", "--force", "--help"]),
+        ("Output", ["--save-best", "--json", "--csv", "--plot", "--force", "--help"]),
     ],
     "dlsim compare": [
         ("Model and cluster", ["--cluster", "--nodes", "--set", "--stack", "--model-only"]),
