@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from dlsim.cli.command import DlsimCommand, DlsimGroup
 from dlsim.errors import DlsimError
 
 
@@ -42,7 +43,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _LazyGroup(click.Group):
-    """A group whose commands are imported when used (see `COMMANDS`)."""
+    """A group whose commands are imported when used (see `COMMANDS`); its own help stays plain click (it
+    lists the table above without importing a command), its commands and groups draw theirs with rich-click
+    in panels (`dlsim.cli.command`)."""
+
+    command_class = DlsimCommand
+    group_class = DlsimGroup
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMANDS) | set(self.commands))

@@ -116,7 +116,9 @@ def advice_lines(rec: dict[str, Any]) -> list[str]:
 
 
 def simulation_summary(rec: dict[str, Any]) -> str:
-    """Summary of a `simulation` or `async_simulation` record."""
+    """Summary of a `simulation` or `async_simulation` record. A strategy that does not fit says so on its
+    peak-memory line; the reason with its numbers is the record's `infeasible_reason`, which `dlsim simulate`
+    prints once, as its error line."""
     if rec.get("kind") == "async_simulation":
         return async_summary(rec)
     t = rec["iteration_time_s"]
@@ -141,8 +143,9 @@ def simulation_summary(rec: dict[str, Any]) -> str:
                  f"{rec['communication_s'] / t if t else 0:6.1%}  (overlapped or not)")
     worst = max(rec["devices"], key=lambda d: d["peak_memory_bytes"] / d["capacity_bytes"])
     mem = worst["memory_bytes"]
+    fits = "" if rec["feasible"] else " (DOES NOT FIT)"
     lines.append(f"peak memory      {format_bytes(rec['peak_memory_bytes'])} of "
-                 f"{format_bytes(worst['capacity_bytes'])} on {worst['name']}")
+                 f"{format_bytes(worst['capacity_bytes'])} usable on {worst['name']}{fits}")
     lines.append("  " + ", ".join(f"{k} {format_bytes(v)}" for k, v in mem.items() if v > 0))
     lines.append("per device (simulated; each stands for `x` identical ranks):")
     lines.append(f"  {'device':<28}{'x':>5}{'compute':>11}{'exp.comm':>11}{'bubble':>11}{'idle':>11}{'memory':>12}")
@@ -160,8 +163,6 @@ def simulation_summary(rec: dict[str, Any]) -> str:
     sim = rec["simulation"]
     lines.append(f"simulated {sim['simulated_devices']} of {sim['total_devices']} devices, {sim['tasks']} tasks, "
                  f"{sim['events']} events")
-    if not rec["feasible"]:
-        lines.append(f"INFEASIBLE: {rec['infeasible_reason']}")
     for note in rec.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
