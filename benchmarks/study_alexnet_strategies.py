@@ -25,6 +25,7 @@ from dlsim.spec.strategy import LayerGroup
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports"
 MODEL, CLUSTER, BATCH, OPTIMIZER = "alexnet", "gpu-2013", 128, "momentum"
+STACK = "eager"  # cuda-convnet2: unfused fp32 kernels (benchmarks/seeds/common.py STACK)
 GROUPS = (LayerGroup("conv1", "drop6", "data"), LayerGroup("fc6", "loss", "model"))
 STRATEGIES = {"data parallel": lambda n: {"dp": n}, "model parallel": lambda n: {"tp": n},
               "hybrid (DP conv + MP FC)": lambda n: {"dp": n, "layer_groups": GROUPS}}
@@ -38,11 +39,11 @@ REFERENCES = [
 
 
 def study(overlap: bool) -> dict:
-    baseline = simulate(MODEL, CLUSTER, microbatch_size=BATCH, overlap=overlap, optimizer=OPTIMIZER).to_dict()
+    baseline = simulate(MODEL, CLUSTER, microbatch_size=BATCH, overlap=overlap, optimizer=OPTIMIZER, stack=STACK).to_dict()
     runs = []
     for name, fields in STRATEGIES.items():
         for n in DEVICES:
-            rec = simulate(MODEL, CLUSTER, microbatch_size=BATCH, overlap=overlap, optimizer=OPTIMIZER,
+            rec = simulate(MODEL, CLUSTER, microbatch_size=BATCH, overlap=overlap, optimizer=OPTIMIZER, stack=STACK,
                            **fields(n)).to_dict()
             runs.append({"strategy": name, "devices": n, "record": rec})
     title = (f"AlexNet on {CLUSTER}, {BATCH} samples per GPU, gradient exchange "

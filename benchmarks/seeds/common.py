@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "reports" / "seeds"          # the reproductions' inputs: models and variant profiles
 REPORTS = ROOT / "reports"
 KNEE_EFFICIENCY = 0.9                       # the knee: first size whose parallel efficiency is below 90%
+STACK = "eager"
+"""The software stack every reproduction names (`--stack eager`, stacks/eager.yaml): the seeds' systems
+(cuda-convnet, Caffe, CNTK, TensorFlow 1.x) ran unfused kernels in the model's own precision (fp32), so a
+new default stack (bf16, flash attention, ...) never changes what these reports reproduce."""
 
 
 def dlsim_cli(*args: str) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import SEEDS, header, rel, save_series, table, write_report
+from common import SEEDS, STACK, header, rel, save_series, table, write_report
 from dlsim.api.models import as_model
 from dlsim.api.simulate import simulate
 from dlsim.spec.strategy import Compression
@@ -36,7 +36,7 @@ TINY_SPEECH_GPUS = (1, 40)
 
 def _time(model: Any, cluster: str, dp: int, batch: int, kind: str, overlap: bool = True, **kw: Any) -> dict[str, Any]:
     return simulate(model, cluster, dp=dp, microbatch_size=batch, compression=Compression(kind=kind), overlap=overlap,
-                    **kw).to_dict()
+                    stack=STACK, **kw).to_dict()
 
 
 def run(out: Path, tiny: bool = False) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import SEEDS, cli_json, dlsim_cli, header, rel, save_series, table, write_report
+from common import SEEDS, STACK, cli_json, dlsim_cli, header, rel, save_series, table, write_report
 
 NAME = "distbelief"
 MODEL = SEEDS / "models" / "distbelief-speech.yaml"
@@ -43,7 +43,7 @@ def run(out: Path, tiny: bool = False) -> dict[str, Any]:
     per_batch: dict[int, dict[str, Any]] = {}
     for batch in ((PLOT_BATCH,) if tiny else BATCHES):
         args = ["compare", str(MODEL), "-c", CLUSTER, "--grid", f"{grid} microbatch_size={batch}",
-                "--nodes", str(max(tps))]
+                "--nodes", str(max(tps)), "--stack", STACK]
         if batch == PLOT_BATCH and not tiny:
             args += ["--plot", str(out / f"{NAME}-compare.png"), "--force"]
         pts = _points(cli_json(out / f"{NAME}-b{batch}.json", *args))

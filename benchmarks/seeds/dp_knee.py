@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import KNEE_EFFICIENCY, SEEDS, cli_json, header, knee, rel, save_series, table, write_report
+from common import KNEE_EFFICIENCY, SEEDS, STACK, cli_json, header, knee, rel, save_series, table, write_report
 
 NAME = "dp-knee"
 MODEL = "resnet50"
@@ -35,7 +35,7 @@ def run(out: Path, tiny: bool = False) -> dict[str, Any]:
         for cname, (scaling, mbs, batch) in CASES.items():
             rec = cli_json(out / f"{NAME}-{profile.split('/')[-1]}-{scaling}.json", "compare", MODEL, "-c", profile,
                            "--grid", f"microbatch_size={mbs}", "--global-batch", str(batch),
-                           "--gpus", ",".join(map(str, gpus)), "--scaling", scaling)
+                           "--gpus", ",".join(map(str, gpus)), "--scaling", scaling, "--stack", STACK)
             pts = next(iter(rec["scaling_curves"].values()))
             eff = [p["efficiency"] for p in pts]
             curves[f"{pname}, {cname}"] = {"gpus": [p["gpus"] for p in pts], "efficiency": eff,

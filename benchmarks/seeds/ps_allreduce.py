@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import cli_json, header, save_series, table, write_report
+from common import STACK, cli_json, header, save_series, table, write_report
 from dlsim.api.models import as_model
 from dlsim.api.simulate import simulate
 
@@ -34,7 +34,7 @@ def _seed_ps(net: dict[str, Any], p: int, n: float) -> float:
 def run(out: Path, tiny: bool = False) -> dict[str, Any]:
     rows = []
     for p in (TINY_GPUS if tiny else GPUS):
-        common = dict(dp=p, microbatch_size=BATCH, optimizer=OPTIMIZER)
+        common = dict(dp=p, microbatch_size=BATCH, optimizer=OPTIMIZER, stack=STACK)
         ar = simulate(MODEL, CLUSTER, **common).to_dict()
         ar_sync = simulate(MODEL, CLUSTER, overlap=False, **common).to_dict()
         ps1 = simulate(MODEL, CLUSTER, sync="ps", ps_shards=1, **common).to_dict()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import header, save_series, table, write_report
+from common import STACK, header, save_series, table, write_report
 from dlsim.api.simulate import simulate
 from dlsim.spec.strategy import Variability
 
@@ -34,7 +34,7 @@ TINY_SCENARIOS = ("1 in 8 workers 2x slower",)
 def _run(sync: str, s: int, var: Variability) -> dict[str, Any]:
     extra = {"staleness": s} if sync == "ssp" else {}
     return simulate(MODEL, CLUSTER, dp=DP, microbatch_size=BATCH, sync=sync, ps_shards=SHARDS,
-                    iterations=ITERATIONS, variability=var, **extra).to_dict()
+                    iterations=ITERATIONS, variability=var, stack=STACK, **extra).to_dict()
 
 
 def run(out: Path, tiny: bool = False) -> dict[str, Any]:
