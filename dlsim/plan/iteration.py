@@ -25,7 +25,7 @@ from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
-from dlsim.plan.offload import host_transfer, offloads_activations, offloads_optimizer
+from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations, offloads_optimizer, unit_offload_plan
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
 from dlsim.plan.syncplan import SyncEmitter
@@ -97,12 +97,14 @@ class _Builder:
         self.bwd_split: list[list[Step]] = []
         self.fwd_units: list[list[Step]] = []
         self.bwd_units: list[list[Step]] = []
+        self.ready: list[dict[int, tuple[int, ...]]] = []
         for k, es in enumerate(self.chunk_entries):
             buckets = gradient_buckets(es, s, self.x.dtype, self.dp_synced) if s.dp_cp > 1 or s.zero else []
             ready: dict[int, tuple[int, ...]] = {}
             for j, b in enumerate(buckets):
                 ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
             self.buckets.append(buckets)
+            self.ready.append(ready)
             self.bwd_split.append(backward_steps(es, tp, ready, overlap=overlap))
             if s.zero == 3 and s.dp_cp > 1 and buckets:
                 units = units_of(es, buckets)
@@ -114,6 +116,16 @@ class _Builder:
             else:
                 self.fwd_units.append(self.fwd[k])
                 self.bwd_units.append(self.bwd_split[k])
+        # activation offload one unit at a time, for forward passes followed directly by their backward
+        self.unit_off: list[tuple | None] = [None] * len(self.chunk_entries)
+        if offloads_activations(s.offload) and s.recompute != "full":
+            instance = recompute_layers(self.x.model)
+            for k, es in enumerate(self.chunk_entries):
+                by_bucket = self.buckets[k] and (s.zero == 3 and s.dp_cp > 1 or gathers_in_forward(s))
+                units, kept = unit_offload_plan(es, instance, s.recompute == "selective",
+                                                units_of(es, self.buckets[k]) if by_bucket else None)
+                self.unit_off[k] = (kept, forward_steps(es, tp, COMPUTE, units),
+                                    backward_steps(es, tp, self.ready[k], units, overlap=overlap))
         if s.recompute == "full":
             inside = recompute_layers(self.x.model)
             self.recomp = [forward_steps([e for e in es if inside[e.name]], tp, RECOMPUTE) for es in self.chunk_entries]
@@ -458,6 +470,7 @@ class _Builder:
         sync = self.sync.start(pos)
         offload = offloads_activations(s.offload)
         saved_out: dict[tuple[int, int], int] = {}  # (chunk, micro-batch) -> its activations' copy to the host
+        in_units: dict[tuple[int, int], UnitOffload] = {}  # offloaded one unit at a time inside the passes
         prev_first = -1
         for n, op in enumerate(ops):
             k = op.chunk * self.p + stage
@@ -466,15 +479,22 @@ class _Builder:
             if op.kind == FORWARD:
                 hooks = sync.hooks(k, i, FORWARD, False)
                 steps = self.fwd_units[k] if hooks is not None else self.fwd[k]
-                first, last = self.emit(steps, pos, ("F", k, i), sync.before_op(), hooks)
-                self.g.tasks[first].mem_start += ((ACTIVATIONS, kept + fwd_extra),)
+                following = ops[n + 1] if n + 1 < len(ops) else None
+                adjacent = following is not None and following.kind == BACKWARD and following.chunk == op.chunk \
+                    and following.microbatch == i
+                units = self.unit_off[k] if offload and adjacent else None
+                if units is not None:
+                    unit = in_units[(k, i)] = UnitOffload(units[0], lambda *a, **kw: self.host_copy(pos, *a, **kw),
+                                                          self.g, f"chunk{k} mb{i}", hooks)
+                    first, last = self.emit(units[1], pos, ("F", k, i), sync.before_op(), unit)
+                else:
+                    first, last = self.emit(steps, pos, ("F", k, i), sync.before_op(), hooks)
+                self.g.tasks[first].mem_start += ((ACTIVATIONS, (kept if units is None else 0.0) + fwd_extra),)
                 if fwd_extra:
                     self.g.tasks[last].mem_end += ((ACTIVATIONS, -fwd_extra),)
                 self.fwd_first[(d, t, k, i)], self.fwd_last[(d, t, k, i)] = first, last
                 sync.after_op(first, last, hooks)
-                following = ops[n + 1] if n + 1 < len(ops) else None
-                if offload and kept > 0 and not (following is not None and following.kind == BACKWARD
-                                                 and following.chunk == op.chunk and following.microbatch == i):
+                if offload and kept > 0 and not adjacent:
                     saved_out[(k, i)] = self.host_copy(pos, "out", kept, [last], f"D2H activations chunk{k} mb{i}",
                                                        mem_end=((ACTIVATIONS, -kept),))
             else:
@@ -496,9 +516,16 @@ class _Builder:
                     steps = self.bwd_units[k]
                 else:
                     steps = self.bwd_split[k]
-                bfirst, last = self.emit(steps, pos, ("B", k, i), deps, hooks)
+                unit = in_units.pop((k, i), None)
+                if unit is not None:
+                    unit.start_backward(hooks)
+                    bfirst, last = self.emit(self.unit_off[k][2], pos, ("B", k, i), deps, unit)  # type: ignore[index]
+                    unit.close()
+                else:
+                    bfirst, last = self.emit(steps, pos, ("B", k, i), deps, hooks)
                 first = bfirst if first < 0 else first
-                self.g.tasks[last].mem_end += ((ACTIVATIONS, -(kept + (re_extra if self.recomp[k] else 0.0))),)
+                freed = (kept if unit is None else 0.0) + (re_extra if self.recomp[k] else 0.0)
+                self.g.tasks[last].mem_end += ((ACTIVATIONS, -freed),)
                 self.bwd_first[(d, t, k, i)], self.bwd_last[(d, t, k, i)] = first, last
                 sync.after_op(first, last, hooks)
             last_compute = self.g.orders[self.cstream[device]][-1]
