@@ -69,7 +69,8 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Network: a profile, or the link's parameters", ["--cluster", "--latency", "--bandwidth", "--overhead",
                                                           "--gap", "--burst", "--peak-bandwidth",
                                                           "--reduce-bandwidth", "--ranks-per-node"]),
-        ("Algorithm parameters", ["--inter-algorithm", "--segments", "--shards", "--fanout", "--rounds"]),
+        ("Algorithm parameters", ["--inter-algorithm", "--segments", "--shards", "--fanout", "--rounds", "--density",
+                                  "--value-bytes"]),
         ("Output", ["--plot", *_OUTPUT]),
     ],
 }

@@ -28,12 +28,14 @@ from dlsim.cost.collectives.measured import MeasuredCollectives
 from dlsim.cost.collectives.registry import applicable
 from dlsim.cost.p2p import p2p_model
 from dlsim.errors import SpecError
-from dlsim.plan.comm import INTER, INTRA, Layout, Transfer
+from dlsim.plan.comm import INTER, INTRA, Layout, Transfer, parse_sparse_op
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Cluster, LinkTier
 
 OP_NAMES = {"allreduce": "allreduce", "reduce_scatter": "reduce-scatter", "allgather": "allgather",
             "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce"}
+"""Ops of the task graph by the collective they are priced as; a sparse allreduce's op carries its
+density and value size (`dlsim.plan.comm.sparse_op`)."""
 
 
 class ClusterPricer:
@@ -61,7 +63,7 @@ class ClusterPricer:
         return self.layout.tier(ranks)
 
     def _call(self, op: str, ranks: Sequence[int]) -> tuple[str, str, LinkTier, int | None]:
-        name = OP_NAMES.get(op)
+        name = OP_NAMES.get(op) or ("sparse-allreduce" if parse_sparse_op(op) is not None else None)
         if name is None:
             raise ValueError(f"unknown collective {op!r}")
         tier = self.tier(ranks)
@@ -80,7 +82,7 @@ class ClusterPricer:
     def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
         name, algo, link, per_node = self._call(op, ranks)
         model = collective_time(name, algo, float(nbytes), len(ranks), link, gamma=self.gamma,
-                                ranks_per_node=per_node, intra=self.cluster.intra)
+                                ranks_per_node=per_node, intra=self.cluster.intra, **(parse_sparse_op(op) or {}))
         if self.measured is None or nbytes <= 0 or len(ranks) < 2:
             return model
         table_algo = "default" if self.algorithm == "auto" else self.algorithm
@@ -100,7 +102,7 @@ class ClusterPricer:
     def expand(self, op: str, nbytes: float, ranks: Sequence[int]) -> list[Transfer] | None:
         name, algo, link, per_node = self._call(op, ranks)
         schedule = expand_schedule(name, algo, float(nbytes), len(ranks), link=link, gamma=self.gamma,
-                                   ranks_per_node=per_node, intra=self.cluster.intra)
+                                   ranks_per_node=per_node, intra=self.cluster.intra, **(parse_sparse_op(op) or {}))
         costs = make_costs(link, gamma=self.gamma, intra=self.cluster.intra)
         # on a token-bucket link (LinkTier.burst) each transfer is priced from a full bucket: the
         # simulator does not carry token state between transfers (collective() above does)

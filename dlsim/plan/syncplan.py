@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
+from dlsim.plan.comm import op_label
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.expertparallel import EDP, expert_params_of, updated_params
@@ -159,12 +160,12 @@ class DeviceSync:
         if plan.compress[1] > 0:
             est = b.x.elementwise_time(*plan.compress)
             # the compressed payload and what the collectives gather into it live until decompression
-            buffer = max(nbytes for _, nbytes in plan.collectives)
+            buffer = plan.buffer_bytes
             deps = [b.g.add(f"compress bucket{j} chunk{k}", self.device, self.cs, est.seconds, COMPUTE, deps,
                             source=est.source, label=("C", k, i, j), mem_start=((BUFFERS, buffer),))]
         last = -1
         for n, (op, nbytes, kind) in enumerate(steps):
-            last = b.collective(f"{op} bucket{j} chunk{k} mb{i}", op, nbytes, kind, self.pos, ("grad", k, j, i, n),
+            last = b.collective(f"{op_label(op)} bucket{j} chunk{k} mb{i}", op, nbytes, kind, self.pos, ("grad", k, j, i, n),
                                 self.ms, deps, ("G", k, i, j))
             deps = [last]
         self.syncs.append(last)
