@@ -16,7 +16,8 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
     "dlsim simulate": [
         ("Model and cluster", ["--cluster", "--nodes", "--set", "--dtype", "--optimizer", "--optimizer-impl",
                                "--model-only"]),
-        ("Parallelism and batch", ["--strategy", "--dp", "--tp", "--pp", "--ep", "--cp", "--microbatch-size",
+        ("Parallelism and batch", ["--strategy", "--dp", "--tp", "--pp", "--ep", "--cp", "--spatial", "--halo-overlap",
+                                   "--microbatch-size",
                                    "--num-microbatches", "--global-batch"]),
         ("Pipeline", ["--schedule", "--virtual-stages", "--stage-partition", "--p2p-overlap",
                       "--p2p-scatter-gather"]),
@@ -38,7 +39,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
     ],
     "dlsim optimize": [
         ("Problem", ["--cluster", "--gpus", "--global-batch", "--nodes", "--set", "--stack", "--model-only"]),
-        ("Search space", ["--stacks", "--fix", "--schedules", "--max-microbatch-size", "--tp-across-nodes", "--cp",
+        ("Search space", ["--stacks", "--fix", "--schedules", "--max-microbatch-size", "--tp-across-nodes", "--cp", "--spatial",
                           "--hybrid-shard", "--offload"]),
         ("Ranking", ["--objective", "--top", "--max-memory-fraction", "--max-simulations", "--jobs"]),
         ("Whole run (--objective time-to-train, cost or energy)", ["--tokens", "--checkpoint", "--usd-per-gpu-hour",

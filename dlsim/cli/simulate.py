@@ -22,6 +22,19 @@ _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_
          "ps_shards", "fetch_every", "push_every", "iterations", "zero", "recompute_layers", "ep")
 
 
+def _spatial(text: str) -> dict[str, int]:
+    """`--spatial N` (the squarest grid) or `--spatial HxW` (H ranks along the height, W along the width)."""
+    parts = str(text).lower().split("x")
+    try:
+        values = [int(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or any(v < 1 for v in values):
+        raise SpecError(f"--spatial needs a rank count N or a grid HxW of positive integers, got {text!r}",
+                        field="spatial")
+    return {"spatial": values[0]} if len(values) == 1 else {"spatial": values[0] * values[1], "spatial_w": values[1]}
+
+
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """Strategy fields from the options the user actually gave."""
     fields: dict[str, Any] = {k: opts[k] for k in _INTS if opts.get(k) is not None}
@@ -32,9 +45,11 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
     for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard",
-                "param_gather_overlap"):
+                "param_gather_overlap", "halo_overlap"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
+    if opts.get("spatial") is not None:
+        fields.update(_spatial(opts["spatial"]))
     if opts.get("fsdp"):
         if fields.get("zero", 3) != 3:
             raise SpecError(f"--fsdp is ZeRO stage 3 (FSDP FULL_SHARD); it contradicts --zero {fields['zero']}",
@@ -95,6 +110,10 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--pp", type=int, help="Pipeline stages.")
 @click.option("--ep", type=int, help="Expert-parallel degree: MoE experts spread over ep data-parallel ranks (divides dp).")
 @click.option("--cp", type=int, help="Context-parallel degree: the sequence split over cp ranks, ring attention.")
+@click.option("--spatial", metavar="N|HxW", help="Spatial-parallel ranks per image (Dryden et al. 2019): N (the "
+              "squarest grid) or HxW; convolutions exchange halos.")
+@click.option("--halo-overlap/--no-halo-overlap", default=None,
+              help="Spatial parallelism: exchange halos beside the interior's compute (default) or before it.")
 @click.option("--microbatch-size", type=int, help="Samples per micro-batch.")
 @click.option("--num-microbatches", type=int, help="Micro-batches per iteration and replica.")
 @click.option("--global-batch", type=int, help="Samples per iteration (dp x microbatch_size x num_microbatches).")

@@ -49,7 +49,8 @@ _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
           "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "grad_accumulation", "cp", "hybrid_shard", "offload",
-          "stack", "optimizer_impl", "grad_reduce_dtype", "param_gather_overlap"}
+          "stack", "optimizer_impl", "grad_reduce_dtype", "param_gather_overlap", "spatial", "spatial_w",
+          "halo_overlap"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}

@@ -28,6 +28,7 @@ from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations, offloads_optimizer, unit_offload_plan
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
+from dlsim.plan.spatial import SPATIAL, halo_time
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
@@ -154,7 +155,7 @@ class _Builder:
         self.dev: dict[tuple[int, int, int], int] = {}
         self.cstream: list[int] = []
         self.mstream: list[int] = []
-        mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps)) * s.cp
+        mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps)) * s.domain
         for stage in range(self.p):
             chunks = [c * self.p + stage for c in range(self.v)]
             params = sum(e.params for k in chunks for e in self.chunk_entries[k])
@@ -198,14 +199,13 @@ class _Builder:
 
     # -- pricing -----------------------------------------------------------------------------
     def price(self, op: str, nbytes: float, ranks: list[int], tier: str | None = None,
-              per_node: int | None = None) -> Estimate:
-        lay = self.x.layout
-        tier = tier or self.x.pricer.tier(ranks)
-        per_node = per_node or lay.ranks_per_node(ranks)
-        key = (op, nbytes, len(ranks), tier, per_node)
+              per_node: int | None = None, messages: tuple = ()) -> Estimate:
+        tier, per_node = tier or self.x.pricer.tier(ranks), per_node or self.x.layout.ranks_per_node(ranks)
+        key = (op, nbytes, len(ranks), tier, per_node) + ((messages, ranks[0]) if messages else ())
         est = self.price_cache.get(key)
         if est is None:
             est = self.price_cache[key] = self._sendrecv(nbytes, ranks) if op == "sendrecv" else \
+                halo_time(messages, ranks, self.x.pricer.p2p) if op == "halo" else \
                 self.x.pricer.collective(op, nbytes, ranks)
         return est
 
@@ -229,7 +229,7 @@ class _Builder:
             return ep_group(lay, self.s.ep, d, t, stage)
         if kind == EDP:
             return edp_group(lay, self.s.ep, d, t, stage)
-        if kind == "cp":
+        if kind in ("cp", SPATIAL):
             return lay.cp_group(d, t, stage)
         if kind == "shard":
             return lay.shard_group(d, t, stage)
@@ -251,7 +251,7 @@ class _Builder:
         return info
 
     def collective(self, name: str, op: str, nbytes: float, kind: str, pos: tuple[int, int, int], key: tuple,
-                   stream: int, deps: list[int], label: tuple) -> int:
+                   stream: int, deps: list[int], label: tuple, messages: tuple = ()) -> int:
         """A collective task for position `pos` = (dp, tp, stage) over its `kind` group ("tp" or "dp").
         Solo (priced, holding this device's ports) when that group is not simulated explicitly,
         else a member of a group joined by `key`."""
@@ -259,7 +259,7 @@ class _Builder:
         device = self.dev[pos]
         if len(ranks) == 1:
             return self.g.add(name, device, stream, 0.0, COMM, deps, label=label)
-        est = self.price(op, nbytes, ranks, tier, per_node)
+        est = self.price(op, nbytes, ranks, tier, per_node, messages)
         explicit = self._explicit(kind)
         if not explicit:
             return self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, ports=ports,
@@ -275,7 +275,7 @@ class _Builder:
     def _simulated(self, kind: str, ranks: list[int]) -> int:
         """Members of a group simulated one by one: all of a tp group; of a data-parallel group (dp,
         shard, replica) those at their cp ring's rank 0, which stands for its ring."""
-        tp, cp = self.s.tp, self.s.cp
+        tp, cp = self.s.tp, self.s.domain
         if kind == "tp" or cp == 1:
             return len(ranks)
         return sum(1 for r in ranks if (r // tp) % cp == 0)
@@ -283,7 +283,7 @@ class _Builder:
     def _explicit(self, kind: str) -> bool:
         """Whether a group's members are simulated one by one (the ranks of a cp ring never are:
         they are identical under load balancing, so one stands for all)."""
-        if kind == "cp":
+        if kind in ("cp", SPATIAL):
             return False
         return self.x.explicit_tp if kind == "tp" else self.x.explicit_dp
 
@@ -359,7 +359,7 @@ class _Builder:
             ranks, tier, per_node, pp = self._group_info(st.group, pos)
             if len(ranks) == 1:
                 continue
-            est = self.price(c.op, c.nbytes, ranks, tier, per_node)
+            est = self.price(c.op, c.nbytes, ranks, tier, per_node, c.messages)
             measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
             if st.kind == "overlap":  # the part of the collective and its slowdown not hidden by the kernels
                 rigid.append(len(parts) - 1)
@@ -403,7 +403,7 @@ class _Builder:
             else:
                 c = st.collective
                 last = self.collective(f"{label[0]} {st.name} mb{label[2]}", c.op, c.nbytes, st.group, pos,
-                                       label + (i,), cs, step_deps, label)
+                                       label + (i,), cs, step_deps, label, c.messages)
             if first < 0:
                 first = last
             if hooks is not None:
@@ -419,7 +419,7 @@ class _Builder:
         device = self.dev[pos]
         c = st.collective
         ranks, tier, per_node, _ = self._group_info(st.group, pos)
-        comm = self.price(c.op, c.nbytes, ranks, tier, per_node).seconds if len(ranks) > 1 else 0.0
+        comm = self.price(c.op, c.nbytes, ranks, tier, per_node, c.messages).seconds if len(ranks) > 1 else 0.0
         extra = overlap_cost(st.duration, comm, self.x.overlap_slowdown)[0]
         parts = ((st.category, st.duration, st.measured), (COMM, extra, 0.0)) if extra > 0 else ()
         name = f"{label[0]} {st.name} mb{label[2]}"
@@ -427,7 +427,7 @@ class _Builder:
         kernels = self.g.add(name, device, self.cstream[device], st.duration, st.category, list(deps), label=label,
                              parts=parts, rigid=(0,) if comm > 0 else ())
         tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), self.mstream[device],
-                              list(deps) + ([previous] if previous >= 0 else []), label)
+                              list(deps) + ([previous] if previous >= 0 else []), label, c.messages)
         return kernels, [tid]
 
     def build(self) -> TaskGraph:

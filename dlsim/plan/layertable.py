@@ -24,6 +24,7 @@ from dlsim.spec.cluster import Device
 from dlsim.spec.model import INPUT, Model
 from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan
+from dlsim.plan.spatial import HaloExchange
 from dlsim.plan.tensorparallel import TPLayer, attention_core, classify, shard_cost
 from dlsim.units import DTYPE_BYTES
 
@@ -65,6 +66,8 @@ class LayerEntry:
     """A mixture of experts under expert parallelism: its all-to-alls, router and shared-expert
     seconds, parameters (`dlsim.plan.expertparallel`)."""
     ring: RingAttention | None = None
+    halo: "HaloExchange | None" = None
+    """A spatially split convolution's or pooling's halo exchanges (`dlsim.plan.spatial.add_halos`)."""
 
     @property
     def backward_data(self) -> Estimate:

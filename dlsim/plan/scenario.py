@@ -7,7 +7,8 @@ such as a μ-cuDNN plan's). `ScenarioBuilder.scenario(strategy)` turns a strateg
 1. the layer table (`build_layer_table`) of one device's share: the sequence split over the
    context-parallel ranks (`split_sequence`), tensor and sequence parallelism, fused kernels,
    experts spread over the expert-parallel ranks, data/model switches of layer groups
-   (`add_transitions`), ring attention (`add_rings`), FP8 projection GEMMs and their casts
+   (`add_transitions`), ring attention (`add_rings`), the image split over the spatial ranks with
+   its halo exchanges (`split_spatial`, `add_halos`), FP8 projection GEMMs and their casts
    (`apply_fp8`);
 2. the checks (enough devices, tensor-parallel degrees dividing the heads, experts divisible);
 3. the stage partition, balanced on the per-micro-batch work without the gradient accumulation
@@ -41,6 +42,7 @@ from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_m
 from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
 from dlsim.plan.offload import host_link
 from dlsim.plan.partition import partition, single_tensor_cuts
+from dlsim.plan.spatial import LayerSplit, add_halos, spatial_grid, split_spatial
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
 from dlsim.results import Estimate
 from dlsim.spec.cluster import Cluster, LinkTier
@@ -77,7 +79,7 @@ class LayerTable:
         """What a chunk's timing depends on (chunks of identical layers share their timing)."""
         if self.sigs is None:
             self.sigs = [hash((e.type, e.forward, e.backward, e.backward_weight, e.params, e.saved_bytes,
-                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, e.experts,
+                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, e.experts, e.ring, e.halo,
                                instance[e.name] is not None))
                          for e in self.entries]
         return tuple(self.sigs[a:b])
@@ -136,6 +138,11 @@ class Scenario:
                                self.host)
 
 
+def spatial_key(s: Strategy) -> tuple:
+    """(grid, halo_overlap) of `s`'s spatial split, empty without one (the layer table's key part)."""
+    return (spatial_grid(s.spatial, s.spatial_w), s.halo_overlap) if s.spatial > 1 else ()
+
+
 class ScenarioBuilder:
     """Builds the scenarios of one model on one cluster in one dtype, caching what strategies share.
 
@@ -161,28 +168,33 @@ class ScenarioBuilder:
         self._pricers: dict[tuple, CommPricer] = {}
         self._base_tables: dict[tuple, LayerTable] = {}
         self._layer_tables: dict[tuple, LayerTable] = {}
-        self._local: dict[int, Model] = {}
+        self._local: dict[tuple, tuple[Model, dict[str, LayerSplit]]] = {}
         self._cuts: list[int] | None = None
         self._timers: dict[tuple, Callable[[float], Estimate]] = {}
 
     # -- the layer table -----------------------------------------------------------------------
-    def local_model(self, cp: int) -> Model:
-        """One context-parallel rank's share of every sequence (the model itself for cp = 1)."""
-        got = self._local.get(cp)
+    def local_model(self, cp: int, grid: tuple[int, int] = (1, 1)) -> Model:
+        """One context-parallel rank's share of every sequence, or one spatial rank's block of every
+        image on a `grid` (the model itself for cp = 1 on a 1 x 1 grid)."""
+        return self._local_split(cp, grid)[0]
+
+    def _local_split(self, cp: int, grid: tuple[int, int]) -> tuple[Model, dict[str, LayerSplit]]:
+        got = self._local.get((cp, grid))
         if got is None:
-            got = self._local[cp] = split_sequence(self.model, cp)
+            got = self._local[(cp, grid)] = split_spatial(split_sequence(self.model, cp), grid)
         return got
 
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
                    ep_overlap: bool = False, cp: int = 1, microbatches: int = 1, dp: int = 1,
-                   layer_groups: tuple = ()) -> LayerTable:
-        """The layer table without gradient accumulation (tensor and context parallelism, fusions,
-        experts, layer groups' switches; FP8 casts, which depend on the micro-batch count)."""
+                   layer_groups: tuple = (), spatial: tuple = ()) -> LayerTable:
+        """The layer table without gradient accumulation (tensor, context and spatial parallelism,
+        fusions, experts, layer groups' switches; FP8 casts, which depend on the micro-batch count).
+        `spatial` = (grid, halo_overlap) of a spatial split (empty: none)."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ())
+               (dp, layer_groups) if layer_groups else ()) + ((spatial,) if spatial else ())
         t = self._base_tables.get(key)
         if t is None:
-            local = self.local_model(cp)
+            local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
             fusions = frozenset(fused)
             if layer_groups:
                 modes = group_modes(self.model, layer_groups)
@@ -195,6 +207,7 @@ class ScenarioBuilder:
             if layer_groups:
                 entries = add_transitions(local, entries, modes, dp, mbs, self.dtype)
             entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, fusions)
+            entries = add_halos(entries, splits, self.dtype, spatial[1] if spatial else True)
             if self.fp8:
                 entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
             t = self._base_tables[key] = LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
@@ -202,14 +215,14 @@ class ScenarioBuilder:
 
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
               ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
-              dp: int = 1, layer_groups: tuple = ()) -> LayerTable:
+              dp: int = 1, layer_groups: tuple = (), spatial: tuple = ()) -> LayerTable:
         """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
         micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ())
+               (dp, layer_groups) if layer_groups else ()) + ((spatial,) if spatial else ())
         t = self._layer_tables.get(key)
         if t is None:
-            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups)
+            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, spatial)
             if accumulation <= 0:
                 t = base
             else:
@@ -221,13 +234,13 @@ class ScenarioBuilder:
     def strategy_base(self, s: Strategy) -> LayerTable:
         """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
         return self.base_table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                               s.cp, s.num_microbatches, s.dp, s.layer_groups)
+                               s.cp, s.num_microbatches, s.dp, s.layer_groups, spatial_key(s))
 
     def strategy_table(self, s: Strategy) -> LayerTable:
         """The layer table `s` runs on (`strategy_base` with the gradient accumulation)."""
         accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
         return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups)
+                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups, spatial_key(s))
 
     # -- stages, layout, pricer ----------------------------------------------------------------
     def ranges(self, s: Strategy, t: LayerTable) -> list[tuple[int, int]]:
@@ -243,11 +256,11 @@ class ScenarioBuilder:
         return r
 
     def layout(self, s: Strategy) -> Layout:
-        return Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
+        return Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain)
 
     def pricer(self, s: Strategy) -> CommPricer:
         """The communication pricer of `s`'s layout and collective algorithm (cached)."""
-        key = (s.dp, s.tp, s.pp, s.collective, s.cp)
+        key = (s.dp, s.tp, s.pp, s.collective, s.domain)
         p = self._pricers.get(key)
         if p is None:
             p = self._pricers[key] = self._pricer(self.layout(s), s.collective)
@@ -268,7 +281,7 @@ class ScenarioBuilder:
         """Enough devices for `s`, and tensor-parallel degrees that divide the attention heads."""
         cluster = self.cluster
         if s.devices > cluster.num_devices:
-            cp = f" x cp {s.cp}" if s.cp > 1 else ""
+            cp = f" x cp {s.cp}" if s.cp > 1 else f" x spatial {s.spatial}" if s.spatial > 1 else ""
             raise InfeasibleError(f"strategy needs dp x tp x pp = {s.dp} x {s.tp} x {s.pp}{cp} = {s.devices} devices, "
                                   f"{cluster.name} has {cluster.num_devices} ({s.devices - cluster.num_devices} short)")
         for e in entries:
@@ -292,6 +305,6 @@ class ScenarioBuilder:
         device, dtype = self.device, self.dtype
         training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in self.model.layers) * s.global_batch
         return Scenario(
-            self.local_model(s.cp), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
+            self.local_model(s.cp, spatial_key(s)[0] if s.spatial > 1 else (1, 1)), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
             self.layout(s), self.pricer(s), self.optimizer_timer(s, table), elementwise_timer(device, dtype), host_link(self.cluster, s.offload), training_flops,
             device.peak_flops.get(dtype, max(device.peak_flops.values())), notes)

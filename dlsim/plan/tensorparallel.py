@@ -41,13 +41,15 @@ class Collective:
     asynchronously (`Strategy.tp_async_backward`) and `overlap` names the backward kernels it can
     run beside: "dgrad" (the layer's input-gradient kernels) or "wgrad" (its weight-gradient
     kernels), as Megatron-LM's column-parallel linear layers do (Narayanan et al. SC'21 §4.2;
-    Korthikanti et al. 2022 §4.2.2)."""
+    Korthikanti et al. 2022 §4.2.2). A halo exchange (op "halo", `dlsim.plan.spatial`) lists its
+    point-to-point `messages` (sender and receiver index in the group, bytes)."""
 
     op: str
     nbytes: float
     why: str
     group: str | None = None
     overlap: str = ""
+    messages: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,11 @@ class Strategy:
     `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
     iteration's first forward pass, each bucket's gather waited for by its first layer
     (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
-    `dlsim.plan.zero.gathers_in_forward`). `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    `dlsim.plan.zero.gathers_in_forward`). `spatial` is the spatial-parallel degree: the `spatial`
+    ranks of a sample group split every image by height and width (a grid with `spatial_w` ranks
+    along the width, 0: the squarest), convolutions exchanging halos with their neighbours, beside
+    the interior's compute with `halo_overlap` (Dryden et al. IPDPS'19, `dlsim.plan.spatial`);
+    with dp > 1 the sample × spatial hybrid, gradients reduced over dp x spatial. `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
     empty: every field as given).
     """
 
@@ -206,6 +210,9 @@ class Strategy:
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
     param_gather_overlap: bool = False
+    spatial: int = 1
+    spatial_w: int = 0
+    halo_overlap: bool = True
     stack: str = ""
 
     @property
@@ -214,13 +221,19 @@ class Strategy:
 
     @property
     def devices(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.dp * self.tp * self.pp * self.domain
+
+    @property
+    def domain(self) -> int:
+        """Ranks that split each sample: the context-parallel ranks of a sequence or the spatial
+        ranks of an image (one of the two is 1); the rank layout's sample-group axis."""
+        return self.cp * self.spatial
 
     @property
     def dp_cp(self) -> int:
         """Ranks holding the same parameters: gradients are reduced (and ZeRO shards spread) over
-        dp x cp (Megatron-LM's data-parallel group with context parallelism)."""
-        return self.dp * self.cp
+        dp x cp (Megatron-LM's data-parallel group with context parallelism), dp x spatial."""
+        return self.dp * self.domain
 
     @property
     def chunks(self) -> int:
@@ -253,6 +266,7 @@ class Strategy:
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
             "param_gather_overlap": self.param_gather_overlap,
+            "spatial": self.spatial, "spatial_w": self.spatial_w, "halo_overlap": self.halo_overlap,
             "stack": self.stack,
         }
 
@@ -367,11 +381,33 @@ def _check_expert_parallel(s: Strategy) -> None:
                         field="ep")
 
 
+def _check_spatial(s: Strategy) -> None:
+    """spatial: the ranks splitting each image (`dlsim.plan.spatial`), with sample parallelism (dp)
+    and pipelines; not beside tensor, context or expert parallelism or layer groups."""
+    _positive_int(s.spatial_w, "spatial_w", 0)
+    if not isinstance(s.halo_overlap, bool):
+        raise SpecError(f"must be true or false, got {s.halo_overlap!r}", field="halo_overlap")
+    if s.spatial_w and s.spatial % s.spatial_w:
+        raise SpecError(f"spatial_w {s.spatial_w} does not divide spatial {s.spatial}", field="spatial_w")
+    if s.spatial == 1:
+        return
+    for name, other in (("tp", s.tp), ("cp", s.cp), ("ep", s.ep)):
+        if other > 1:
+            raise SpecError(f"spatial parallelism with {name} > 1 is not modelled (use {name} 1 with spatial > 1)",
+                            field="spatial")
+    if s.layer_groups:
+        raise SpecError("spatial parallelism splits every image layer; it cannot be combined with layer_groups",
+                        field="spatial")
+    if s.sync != "allreduce":
+        raise SpecError(f"spatial parallelism needs sync allreduce, got {s.sync}", field="spatial")
+
+
 def validate_strategy(s: Strategy) -> Strategy:
     """Check every field of `s`; raise `SpecError` naming the first bad one."""
     for name in ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
-                 "fetch_every", "push_every", "iterations"):
+                 "fetch_every", "push_every", "iterations", "spatial"):
         _positive_int(getattr(s, name), name)
+    _check_spatial(s)
     _positive_int(s.staleness, "staleness", 0)
     _choice(s.schedule, "schedule", SCHEDULES)
     _choice(s.sync, "sync", SYNCS)

@@ -15,6 +15,8 @@ from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
 from dlsim.plan.pipeline import FORWARD
+from dlsim.plan.spatial import SPATIAL
+from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation)
@@ -29,7 +31,7 @@ class Timing(StreamWalk):
                  s: Strategy, t: LayerTable, ranges, memory):
         self.ev, self.s, self.t, self.ranges, self.mem = ev, s, t, ranges, memory
         self.pricer = ev.pricer(s)
-        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.cp)
+        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.domain)
         self.sigma = ev.sigma
         self.chunk_entries = [t.entries[a:b] for a, b in ranges]
         self._tpg: dict[int, list[int]] = {}
@@ -37,8 +39,8 @@ class Timing(StreamWalk):
         self._same_tier: dict[int, bool] = {}
         self._programs_of = ev._cache  # priced programs are shared by the evaluations of one layout
 
-    def price(self, op: str, nbytes: float, ranks: list[int]) -> float:
-        return self.ev._price(self.pricer, self.s, op, nbytes, ranks)
+    def price(self, op: str, nbytes: float, ranks: list[int], messages: tuple = ()) -> float:
+        return self.ev._price(self.pricer, self.s, op, nbytes, ranks, messages)
 
     def tpg(self, stage: int) -> list[int]:
         """The tensor-parallel group of replica 0's `stage` (cached)."""
@@ -63,11 +65,13 @@ class Timing(StreamWalk):
                 total += st.duration
                 comp += st.duration
             elif st.kind == "collective":
-                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage),
+                               st.collective.messages)
                 total += c
                 comm += c
             else:  # overlap: kernels beside an asynchronous collective
-                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage),
+                               st.collective.messages)
                 extra, exposed = overlap_cost(st.duration, c, self.sigma)
                 total += st.duration + extra + exposed
                 comp += st.duration
@@ -96,7 +100,7 @@ class Timing(StreamWalk):
     def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
         """The ranks of a step's collective: its expert-parallel group or context-parallel ring, else
         the tensor-parallel one."""
-        if st.group == "cp":
+        if st.group in ("cp", SPATIAL):
             return self.lay.cp_group(0, 0, stage)
         return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
 
@@ -108,7 +112,7 @@ class Timing(StreamWalk):
         for pos, st in enumerate(steps):
             for j in st.buckets:
                 plan = plan_sync(self.s.compression, buckets[j].nbytes,
-                                 reduce_element_bytes(self.s, self.ev.dtype), self.s.dp, base)
+                                 reduce_element_bytes(self.s, self.ev.dtype), replicas(self.s), base)
                 group = edp_ranks if buckets[j].group == EDP else dp_ranks
                 out.setdefault(pos, []).append(sum(self.price(op, n, group) for op, n in plan.collectives))
         return out
@@ -121,7 +125,7 @@ class Timing(StreamWalk):
         tp, r = s.tp, k % s.pp
         tp_ranks, dp_ranks = self.tpg(r), self.dpg(r)
         groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
-                  self.lay.ranks_per_node(dp_ranks)) if s.dp > 1 or s.tp > 1 else ()
+                  self.lay.ranks_per_node(dp_ranks)) if replicas(s) > 1 or s.tp > 1 else ()
         a, b = self.ranges[k]
         key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, groups, s.recompute, s.recompute_layers,
                s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
@@ -130,7 +134,7 @@ class Timing(StreamWalk):
         if got is not None:
             return got  # type: ignore[return-value]
         overlap = s.tp_async_backward
-        dp_sync = s.dp > 1
+        dp_sync = replicas(s) > 1
         per_mb = reduces_every_microbatch(s.zero) and dp_sync
         zero3 = s.zero == 3 and dp_sync
         first_gathers = gathers_in_forward(s) and dp_sync  # ZeRO-1/2's updated parameters, in micro-batch 0
@@ -216,7 +220,7 @@ class Timing(StreamWalk):
         s, ev = self.s, self.ev
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
         tp = s.tp
-        dp_sync = s.dp > 1
+        dp_sync = replicas(s) > 1
         per_mb = reduces_every_microbatch(s.zero) and dp_sync
         zero3 = s.zero == 3 and dp_sync
         K = p * v
@@ -313,7 +317,7 @@ class Timing(StreamWalk):
             # the simulator's optimizer step (`dlsim.plan.syncplan`): the stage's own parameters, 1/dp
             # of them under ZeRO; the copy of a tied embedding is not in it
             expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
-            updated = updated_params(params - expert, expert, s.zero, s.dp, s.ep)
+            updated = updated_params(params - expert, expert, s.zero, replicas(s), s.ep)
             opt = ev.builder.optimizer_timer(s, self.t)(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero) and not gathers_in_forward(s):
@@ -351,6 +355,8 @@ class Timing(StreamWalk):
             outside.append("hybrid sharding (collectives priced over the whole dp group)")
         if s.offload != "none":
             outside.append(f"offload {s.offload} (host copies not timed; activations kept on the device)")
+        if s.spatial > 1:
+            outside.append("spatial parallelism (halo exchanges beside the interior walked as overlaps)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
 
     def _buckets_of(self, es):
