@@ -83,7 +83,8 @@ def _key(layer, batch: int, tp: int, role: str) -> tuple:
 def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
                       tables: KernelTimes | None = None, ep: int = 1, ep_overlap: bool = False,
                       overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None,
-                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset()) -> tuple[LayerEntry, ...]:
+                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset(),
+                      forced: Sequence[str] | None = None) -> tuple[LayerEntry, ...]:
     """The per-device cost of every layer of `model`.
 
     `sequence_parallel` splits the layers between tensor-parallel regions along the sequence;
@@ -94,7 +95,8 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
     (`dlsim.plan.expertparallel`): each is priced as its busiest rank runs it, its shared experts
     beside the all-to-alls with `ep_overlap`.
 
-    `batch` and `tp` are one value for all layers or one per layer (per-layer-group strategies).
+    `batch` and `tp` are one value for all layers or one per layer (per-layer-group strategies);
+    `forced` per layer the split ("channel", "filter", "" for none) of a channel or filter group.
     `overrides` maps a layer name to (forward, backward, workspace bytes) measured elsewhere (the
     μ-cuDNN micro-batch planner's per-layer convolution times).
     """
@@ -110,7 +112,9 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         while end < n and (batches[end], degrees[end]) == (batches[start], degrees[start]):
             end += 1
         run = model.layers[start:end]
-        got = classify(model, degrees[start], batches[start], dtype, run, frozenset(sharded_out), sequence_parallel)
+        force = {layer.name: forced[start + j] for j, layer in enumerate(run)} if forced else None
+        got = classify(model, degrees[start], batches[start], dtype, run, frozenset(sharded_out), sequence_parallel,
+                       force)
         roles.update(got)
         sharded_out |= {name for name, r in got.items() if r.out_sharded}
         start = end

@@ -38,7 +38,7 @@ from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.expertparallel import check_expert_parallel, expert_notes
 from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
 from dlsim.plan.iteration import IterationInputs
-from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
+from dlsim.plan.layergroups import add_transitions, batches_and_degrees, forced_splits, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
 from dlsim.plan.offload import host_link
 from dlsim.plan.partition import partition, single_tensor_cuts
@@ -203,9 +203,10 @@ class ScenarioBuilder:
                 batch, degree = mbs, tp
             entries = build_layer_table(local, self.device, self.dtype, batch=batch, tp=degree, tables=self.tables,
                                         ep=ep, ep_overlap=ep_overlap, overrides=self.layer_overrides,
-                                        sequence_parallel=sp, fused=fusions)
+                                        sequence_parallel=sp, fused=fusions,
+                                        forced=forced_splits(modes) if layer_groups else None)
             if layer_groups:
-                entries = add_transitions(local, entries, modes, dp, mbs, self.dtype)
+                entries = add_transitions(local, entries, modes, dp, mbs, self.dtype, tp)
             entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, fusions)
             entries = add_halos(entries, splits, self.dtype, spatial[1] if spatial else True)
             if self.fp8:

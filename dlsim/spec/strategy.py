@@ -19,7 +19,10 @@ SYNCS = ("allreduce", "ps", "async", "ssp")
 RECOMPUTE = ("none", "full", "selective")
 COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
-PARALLEL_MODES = ("data", "model")
+PARALLEL_MODES = ("data", "model", "channel", "filter")
+"""How a layer group runs over the dp devices (`LayerGroup`): data (sample) parallel, or split over
+them at the gathered batch: model (tensor parallelism's column/row alternation), channel (every
+convolution and fully connected layer split by input channels) or filter (by output channels)."""
 OPTIMIZERS = ("sgd", "momentum", "adam")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
 """How the optimizer step runs (strategy key `optimizer_impl`): one fused kernel per group of
@@ -69,10 +72,13 @@ DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
 
 @dataclass(frozen=True)
 class LayerGroup:
-    """Layers `first`..`last` (inclusive, model order) run `parallel` = data or model.
+    """Layers `first`..`last` (inclusive, model order) run `parallel` = data, model, channel or filter
+    (`PARALLEL_MODES`).
 
     Krizhevsky 2014 ("One weird trick for parallelizing convolutional neural networks"): the
     convolutions data-parallel, the fully connected layers model-parallel over the same devices.
+    Dryden et al. SC'19 ("Channel and filter parallelism for large-scale CNN training"): a layer's
+    convolution split by its input channels or its filters, chosen per layer.
     """
 
     first: str
@@ -469,9 +475,11 @@ def validate_strategy(s: Strategy) -> Strategy:
             _positive_int(n, "stage_partition")
     for g in s.layer_groups:
         _choice(g.parallel, "layer_groups.parallel", PARALLEL_MODES)
-    if s.layer_groups and (s.tp > 1 or s.pp > 1):
-        raise SpecError("layer_groups (data-parallel / model-parallel per layer group) need tp = pp = 1; the "
-                        "model-parallel groups are split over the dp devices", field="layer_groups")
+    if s.layer_groups and s.pp > 1:
+        raise SpecError("layer_groups (data / model / channel / filter per layer group) need pp = 1", field="layer_groups")
+    if s.layer_groups and s.tp > 1 and any(g.parallel == "model" for g in s.layer_groups):
+        raise SpecError("layer_groups with tp > 1 choose channel or filter splits inside the tp groups; model groups "
+                        "are split over the dp devices and need tp = 1", field="layer_groups")
     if not isinstance(s.sequence_parallel, bool):
         raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
     for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "param_gather_overlap"):
