@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/seeds_reproduce.py [NAME ...|all] [--tiny] [--out DIR]
 
-NAME is one of dp-knee, distbelief, ps-allreduce, compression, crossover, staleness, microbatch
+NAME is one of dp-knee, distbelief, ps-allreduce, compression, crossover, staleness, microbatch, dryden
 (`all`, the default, runs every one and rewrites the index reports/seeds-reproduced.md). Each writes
 reports/seeds/NAME.md (the seed's numbers beside the simulated ones, the commands, why they
 disagree), NAME.png (drawn by dlsim's plotting code) and the JSON records it was drawn from.
@@ -24,7 +24,7 @@ from common import REPORTS, SEEDS, write_report  # noqa: E402
 
 NAMES = {"dp-knee": "dp_knee", "distbelief": "distbelief", "ps-allreduce": "ps_allreduce",
          "compression": "compression", "crossover": "crossover", "staleness": "staleness",
-         "microbatch": "microbatch"}
+         "microbatch": "microbatch", "dryden": "dryden"}
 
 
 def reproduce(name: str, out: Path = SEEDS, tiny: bool = False) -> dict:
