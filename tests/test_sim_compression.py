@@ -27,6 +27,10 @@ def test_payloads():
     assert top.payload == 8 * 10_000 and top.collectives == ((sparse_op(0.01, 4), NB),)
     assert top.buffer_bytes == pytest.approx(8 * 10_000 + 8 * N * (1 - 0.99 ** 8))
     assert plan_sync(Compression("topk", density=0.7), NB, 4, 8).buffer_bytes == 2 * NB  # sent and summed dense
+    # SparCML's quantised top-k (TopK_Q4): 4-bit values and one fp32 scale per 512 elements beside 32-bit indices
+    q4 = plan_sync(Compression("topk", density=0.01, value_bits=4), NB, 4, 8)
+    assert q4.payload == pytest.approx((4 + 0.5 + 4 / 512) * 10_000)
+    assert q4.collectives == ((sparse_op(0.01, 0.5 + 4 / 512), N * (0.5 + 4 / 512)),)
     assert plan_sync(Compression("fp16"), 2 * N, 2, 8).compress == (0.0, 0.0)  # already 16-bit
     assert error_feedback_bytes(Compression("topk"), N) == 4 * N and error_feedback_bytes(Compression("fp16"), N) == 0
 

@@ -64,7 +64,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields["stage_partition"] = tuple(int(x) for x in opts["stage_partition"].split(","))
         except ValueError:
             raise SpecError(f"--stage-partition needs comma-separated layer counts, got {opts['stage_partition']!r}")
-    comp = {key: opts[f"compression_{key}"] for key in ("bits", "density") if opts.get(f"compression_{key}") is not None}
+    comp = {key: opts[f"compression_{key}"] for key in ("bits", "density", "value_bits") if opts.get(f"compression_{key}") is not None}
     if opts.get("compression") is not None or comp:
         fields["compression"] = Compression(kind=opts.get("compression") or "none", **comp)
     var = {k: opts[k] for k in ("jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed")
@@ -91,7 +91,7 @@ def _time_to_train(model: str, overrides: tuple[str, ...], tokens: str, rec: dic
 
 def _nested_given(opts: dict[str, Any]) -> set[str]:
     """Nested strategy fields given as flags (`dlsim.api.modes` refuses those their mode ignores)."""
-    names = {f"compression.{k}" for k in ("bits", "density") if opts.get(f"compression_{k}") is not None}
+    names = {f"compression.{k}" for k in ("bits", "density", "value_bits") if opts.get(f"compression_{k}") is not None}
     return names | {k for k in ("jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed")
                     if opts.get(k) is not None}
 
@@ -153,6 +153,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression (--sync allreduce).")
 @click.option("--compression-bits", type=int, help="QSGD bits per element (--compression qsgd; default 4).")
 @click.option("--compression-density", type=float, help="Top-k fraction kept (--compression topk; default 0.01).")
+@click.option("--compression-value-bits", type=int,
+              help="Top-k values quantised to this many bits (--compression topk; default 32: unquantised).")
 @click.option("--jitter", type=click.Choice(JITTERS), help="Run-time jitter distribution.")
 @click.option("--jitter-cv", type=float, help="Jitter coefficient of variation (with --jitter).")
 @click.option("--straggler-fraction", type=float, help="Fraction of devices that are stragglers.")

@@ -55,7 +55,7 @@ _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_s
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}
 _NESTED = {"compression", "variability", "stage_partition", "layer_groups", "description", "fused_kernels"}
-_COMPRESSION_KEYS = {"kind", "bits", "density", "bucket_elements", "error_feedback"}
+_COMPRESSION_KEYS = {"kind", "bits", "density", "bucket_elements", "error_feedback", "value_bits"}
 _VARIABILITY_KEYS = {"jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "device_slowdown", "seed"}
 
 
@@ -166,7 +166,7 @@ def strategy_document(s: Strategy) -> dict[str, Any]:
         elif key in ("fused_kernels", "stage_partition"):
             out[key] = list(value)
         elif key == "compression":
-            out[key] = {"kind": value.kind, "bits": value.bits, "density": value.density,
+            out[key] = {"kind": value.kind, "bits": value.bits, "density": value.density, "value_bits": value.value_bits,
                         "bucket_elements": value.bucket_elements, "error_feedback": value.error_feedback}
         elif key == "variability":
             out[key] = {"jitter": value.jitter, "jitter_cv": value.jitter_cv, "straggler_fraction":

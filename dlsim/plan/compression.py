@@ -13,7 +13,8 @@ all-reduce plus its selection and scatter kernels. Payloads for n elements:
 * QSGD with b bits per element and one fp32 norm per bucket of d elements (Alistarh et al., NIPS
   2017, practical bucketed form): n·b/8 + 4·⌈n/d⌉;
 * top-k with density ρ: k = ⌈ρn⌉ (index, value) items of 4 + e bytes (e the gradient element's
-  bytes): (4 + e)·k per rank; the sum of p such vectors has K(p) = n·(1 − (1 − ρ)^p) nonzeros
+  bytes, or with `value_bits` q < 32 the quantised value's q/8 and one fp32 scale per bucket of d
+  elements, SparCML's quantised top-k): (4 + e)·k per rank; the sum of p such vectors has K(p) = n·(1 − (1 − ρ)^p) nonzeros
   (uniform indices, SparCML's analysis), scattered into the dense gradient after the reduction;
 * 1-bit SGD: n/8 bytes of signs + 2 fp32 reconstruction values per column of d elements: n/8 + 8⌈n/d⌉.
 
@@ -75,15 +76,17 @@ def plan_sync(comp: Compression, nbytes: float, grad_bytes_per_elem: int, ranks:
         return CompressedSync((("reduce_scatter", payload), ("allgather", payload)), work, back, payload)
     if kind == "topk":
         k = math.ceil(comp.density * n)
-        item = DEFAULT_INDEX_BYTES + grad_bytes_per_elem
+        value = grad_bytes_per_elem if comp.value_bits >= 32 else comp.value_bits / 8 + FP32 / comp.bucket_elements
+        item = DEFAULT_INDEX_BYTES + value
+        dense = n * value  # the dense vector in the values' precision (what the sparse/dense switch compares)
         payload = item * k
         nonzeros = float(fill_in(comp.density, ranks, n))
-        reduced = min(item * nonzeros, nbytes)  # the sum, sparse or (switched) dense
-        # selection: a threshold pass and a gather pass over the gradients (O(n), DGC's sampling)
+        reduced = min(item * nonzeros, dense)  # the sum, sparse or (switched) dense
+        # selection (a threshold pass and a gather pass over the gradients, O(n), DGC's sampling), quantisation
         work = (3 * n + ef[0] * n, 2 * nbytes + payload + ef[1])
         back = (min(nonzeros, n), reduced + nbytes)  # the reduced items added into the dense gradient
-        return CompressedSync(((sparse_op(comp.density, grad_bytes_per_elem), nbytes),), work, back, payload,
-                              min(payload, nbytes) + reduced)
+        return CompressedSync(((sparse_op(comp.density, value), dense),), work, back, payload,
+                              min(payload, dense) + reduced)
     raise ValueError(f"unknown compression {kind!r}")
 
 

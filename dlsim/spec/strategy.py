@@ -91,8 +91,10 @@ class Compression:
     """Gradient compression of data-parallel traffic (reference/algorithms.md §7).
 
     kind: none, fp16, qsgd (`bits` per element, one norm per `bucket_elements`), topk (keep a
-    `density` fraction of (index, value) pairs), 1bit (sign + two reconstruction floats per
-    column, Seide et al. 2014). `error_feedback` keeps the residual (one more gradient copy).
+    `density` fraction of (index, value) pairs, values of `value_bits` bits: 32 plain, fewer
+    quantised with one fp32 scale per `bucket_elements`, SparCML's quantised top-k "TopK_Q4"), 1bit
+    (sign + two reconstruction floats per column, Seide et al. 2014). `error_feedback` keeps the
+    residual (one more gradient copy).
     """
 
     kind: str = "none"
@@ -100,6 +102,7 @@ class Compression:
     density: float = 0.01
     bucket_elements: int = 512
     error_feedback: bool = True
+    value_bits: int = 32
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,8 @@ class Strategy:
             "bucket_size_bytes": self.bucket_size, "first_bucket_size_bytes": self.first_bucket_size,
             "overlap": self.overlap, "recompute": self.recompute, "zero": self.zero,
             "compression": {"kind": c.kind, "bits": c.bits, "density": c.density,
-                            "bucket_elements": c.bucket_elements, "error_feedback": c.error_feedback},
+                            "bucket_elements": c.bucket_elements, "error_feedback": c.error_feedback,
+                            "value_bits": c.value_bits},
             "variability": {"jitter": v.jitter, "jitter_cv": v.jitter_cv,
                             "straggler_fraction": v.straggler_fraction,
                             "straggler_slowdown": v.straggler_slowdown,
@@ -453,6 +457,8 @@ def validate_strategy(s: Strategy) -> Strategy:
         if c.bits > 16:
             raise SpecError(f"qsgd bits must be <= 16, got {c.bits}", field="compression.bits")
         _positive_int(c.bucket_elements, "compression.bucket_elements")
+    if isinstance(c.value_bits, bool) or c.value_bits not in (1, 2, 4, 8, 16, 32):
+        raise SpecError(f"must be 1, 2, 4, 8, 16 or 32 bits, got {c.value_bits!r}", field="compression.value_bits")
     if c.kind == "topk" and not (0 < c.density <= 1):
         raise SpecError(f"top-k density must be in (0, 1], got {c.density!r}", field="compression.density")
     v = s.variability
