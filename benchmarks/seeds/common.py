@@ -43,6 +43,22 @@ def cli_json(path: Path, *args: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+TOLERANCE = 0.15
+"""A reproduction agrees when dlsim is within 15% of the seed's number (issue 32); outside, it states why."""
+
+
+def compared(what: str, seed: float | tuple[float, float], dlsim: float, reason: str = "",
+             caveat: str = "") -> dict[str, Any]:
+    """One seed number (or a (low, high) range) beside dlsim's: the relative error (0 inside a range) and,
+    where it exceeds `TOLERANCE`, the measured reason (which the index requires); `caveat` what an
+    agreement rests on that the seeds do not give (printed either way)."""
+    lo, hi = seed if isinstance(seed, tuple) else (seed, seed)
+    error = 0.0 if lo <= dlsim <= hi else dlsim / (lo if dlsim < lo else hi) - 1
+    within = abs(error) <= TOLERANCE
+    return {"what": what, "seed": list(seed) if isinstance(seed, tuple) else seed, "dlsim": dlsim, "error": error,
+            "within": within, "reason": "" if within else reason, "caveat": caveat}
+
+
 def rel(path: Path) -> str:
     """`path` relative to the repository (as the reports print it)."""
     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import KNEE_EFFICIENCY, SEEDS, STACK, cli_json, header, knee, rel, save_series, table, write_report
+from common import KNEE_EFFICIENCY, SEEDS, STACK, compared, cli_json, header, knee, rel, save_series, table, write_report
 
 NAME = "dp-knee"
 MODEL = "resnet50"
@@ -114,3 +114,10 @@ def headline(res: dict[str, Any]) -> tuple[str, str]:
     return ("nearly linear up to 32-50 nodes (S002 L687)",
             f"knee at {k // GPUS_PER_NODE} nodes (ResNet-50, 50 GbE, minibatch 8192); none to 128 nodes on 4x EDR"
             if k else "no knee")
+
+
+def numbers(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The seed's band of nodes beside dlsim's knee (`common.compared`)."""
+    k = res["curves"]["Big Basin, 1x 50 GbE per node, strong, minibatch 8192"]["knee_gpus"]
+    return [compared("end of near-linear synchronous scaling (nodes)", tuple(float(n) for n in SEED_NODES),
+                     k / GPUS_PER_NODE if k else float("inf"), "no knee on the seed's network")]
