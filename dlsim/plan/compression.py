@@ -7,7 +7,8 @@ al., Interspeech 2014); a sparse top-k payload is reduced by SparCML's sparse al
 al. SC'19, `dlsim.cost.collectives.sparse`: recursive doubling for small data, split-allgather for
 large data, each part switched to dense where denser than the dense vector, or the dense allreduce
 outright: the cheapest by closed form), so that top-k at any density costs at most the dense
-all-reduce plus its selection and scatter kernels. Payloads for n elements:
+all-reduce plus its selection and scatter kernels; each bucket's sum is added into the gradient as it
+arrives (`dlsim.plan.syncplan`), so its buffers live only while its bucket is reduced. Payloads for n elements:
 
 * fp16: 2n bytes, still summable: one all-reduce;
 * QSGD with b bits per element and one fp32 norm per bucket of d elements (Alistarh et al., NIPS
