@@ -23,7 +23,7 @@ _CURVE_UNITS = {"gflop": units.GFLOPS, "mib": units.MIB}
 
 _DEVICE_KEYS = {"name", "peak_tflops", "vector_tflops", "memory_gib", "memory_bandwidth_gbytes_per_s",
                 "launch_overhead_us", "compute_efficiency", "half_efficiency_gflop", "memory_efficiency", "source",
-                "efficiency", "overlap_slowdown", "memory_reserved_gib", "fp8_efficiency_ratio"}
+                "efficiency", "overlap_slowdown", "memory_reserved_gib", "fp8_efficiency_ratio", "sm_count"}
 _LINK_KEYS = {"name", "latency_us", "bandwidth_gbytes_per_s", "bandwidth_gbits_per_s", "overhead_us", "gap_us",
               "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s",
               "bandwidth_efficiency"}
@@ -132,7 +132,15 @@ def _device(data: Any, path: Path) -> Device:
         overlap_slowdown=_fraction(data, "overlap_slowdown", path),
         memory_reserved=_number(data, "memory_reserved_gib", path, "device", default=0.0, positive=False) * units.GIB,
         fp8_efficiency_ratio=_number(data, "fp8_efficiency_ratio", path, "device", default=1.0),
+        sm_count=_count(data, "sm_count", path),
     )
+
+
+def _count(data: dict, key: str, path: Path) -> int:
+    value = data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(f"must be a whole number >= 0, got {value!r}", path=path, field=f"device.{key}")
+    return value
 
 
 def _fraction(data: dict, key: str, path: Path) -> float:

@@ -83,6 +83,7 @@ class _Builder:
         self.pending: dict[tuple, list[int]] = {}
         self.host_streams: dict[tuple[int, str], int] = {}
         self.offloaded: dict[int, float] = {}  # stage -> optimizer-state bytes kept in host memory
+        self.side_streams: dict[int, int] = {}  # device -> its stream for `Step.own_stream` collectives
         self.sync = SyncEmitter(self)
         self._templates()
         self._devices()
@@ -351,7 +352,8 @@ class _Builder:
             measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
             if st.kind == "overlap":  # the part of the collective and its slowdown not hidden by the kernels
                 rigid.append(len(parts) - 1)
-                parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, self.x.overlap_slowdown)), 0.0))
+                parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, st.sigma(self.x.overlap_slowdown))),
+                              0.0))
             else:
                 parts.append((COMM, est.seconds, measured))
             ports.update(pp)
@@ -408,15 +410,25 @@ class _Builder:
         c = st.collective
         ranks, tier, per_node, _ = self._group_info(st.group, pos)
         comm = self.price(c.op, c.nbytes, ranks, tier, per_node).seconds if len(ranks) > 1 else 0.0
-        extra = overlap_cost(st.duration, comm, self.x.overlap_slowdown)[0]
+        extra = overlap_cost(st.duration, comm, st.sigma(self.x.overlap_slowdown))[0]
         parts = ((st.category, st.duration, st.measured), (COMM, extra, 0.0)) if extra > 0 else ()
         name = f"{label[0]} {st.name} mb{label[2]}"
         # the kernels' slowdown beside this collective is priced here: the engine must not slow them again
         kernels = self.g.add(name, device, self.cstream[device], st.duration, st.category, list(deps), label=label,
                              parts=parts, rigid=(0,) if comm > 0 else ())
-        tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), self.mstream[device],
+        stream = self.own_stream(device) if st.own_stream else self.mstream[device]
+        tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), stream,
                               list(deps) + ([previous] if previous >= 0 else []), label)
         return kernels, [tid]
+
+    def own_stream(self, device: int) -> int:
+        """The device's stream for collectives of their own (`Step.own_stream`: Transformer Engine's
+        userbuffer streams), made when first needed."""
+        sid = self.side_streams.get(device)
+        if sid is None:
+            sid = self.side_streams[device] = self.g.add_stream(f"{self.g.devices[device].name} tp overlap", device,
+                                                                "comm")
+        return sid
 
     def build(self) -> TaskGraph:
         s = self.s

@@ -41,7 +41,8 @@ class LayerEntry:
     the seconds of the input projection's ∇x and ∇w GEMMs (the last GEMM of each backward pass: a
     linear layer's whole GEMM, an attention's Q/K/V projection), beside which an asynchronous
     tensor-parallel collective runs (`dlsim.plan.templates.backward_steps`); `ring` an attention's
-    KV ring under context parallelism (`dlsim.plan.contextparallel.add_rings`).
+    KV ring under context parallelism (`dlsim.plan.contextparallel.add_rings`); `tp_overlap` its
+    GEMMs chunked beside their sequence-parallel collectives (`dlsim.plan.tpoverlap.add_tp_overlap`).
     """
 
     index: int
@@ -65,6 +66,7 @@ class LayerEntry:
     """A mixture of experts under expert parallelism: its all-to-alls, router and shared-expert
     seconds, parameters (`dlsim.plan.expertparallel`)."""
     ring: RingAttention | None = None
+    tp_overlap: tuple = ()
 
     @property
     def backward_data(self) -> Estimate:

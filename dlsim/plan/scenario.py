@@ -8,7 +8,7 @@ such as a μ-cuDNN plan's). `ScenarioBuilder.scenario(strategy)` turns a strateg
    context-parallel ranks (`split_sequence`), tensor and sequence parallelism, fused kernels,
    experts spread over the expert-parallel ranks, data/model switches of layer groups
    (`add_transitions`), ring attention (`add_rings`), FP8 projection GEMMs and their casts
-   (`apply_fp8`);
+   (`apply_fp8`), tensor-parallel collectives chunked beside their GEMMs (`add_tp_overlap`);
 2. the checks (enough devices, tensor-parallel degrees dividing the heads, experts divisible);
 3. the stage partition, balanced on the per-micro-batch work without the gradient accumulation
    (one partition for every micro-batch count);
@@ -35,13 +35,14 @@ from dlsim.errors import InfeasibleError
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.expertparallel import check_expert_parallel, expert_notes
-from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
+from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8, output_head
 from dlsim.plan.iteration import IterationInputs
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
 from dlsim.plan.offload import host_link
 from dlsim.plan.partition import partition, single_tensor_cuts
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
+from dlsim.plan.tpoverlap import add_tp_overlap, tp_overlap_note
 from dlsim.results import Estimate
 from dlsim.spec.cluster import Cluster, LinkTier
 from dlsim.spec.model import Model
@@ -78,7 +79,7 @@ class LayerTable:
         if self.sigs is None:
             self.sigs = [hash((e.type, e.forward, e.backward, e.backward_weight, e.params, e.saved_bytes,
                                e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, e.experts,
-                               instance[e.name] is not None))
+                               instance[e.name] is not None) + ((e.tp_overlap,) if e.tp_overlap else ()))
                          for e in self.entries]
         return tuple(self.sigs[a:b])
 
@@ -175,11 +176,12 @@ class ScenarioBuilder:
 
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
                    ep_overlap: bool = False, cp: int = 1, microbatches: int = 1, dp: int = 1,
-                   layer_groups: tuple = ()) -> LayerTable:
+                   layer_groups: tuple = (), tp_comm_overlap: bool = False) -> LayerTable:
         """The layer table without gradient accumulation (tensor and context parallelism, fusions,
-        experts, layer groups' switches; FP8 casts, which depend on the micro-batch count)."""
+        experts, layer groups' switches; FP8 casts, which depend on the micro-batch count; with
+        `tp_comm_overlap` the sequence-parallel collectives chunked beside their GEMMs)."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ())
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ())
         t = self._base_tables.get(key)
         if t is None:
             local = self.local_model(cp)
@@ -197,19 +199,23 @@ class ScenarioBuilder:
             entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, fusions)
             if self.fp8:
                 entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
+            if tp_comm_overlap:
+                entries = add_tp_overlap(entries, local, self.device, self.dtype, self.tables, fusions, self.fp8,
+                                         output_head(local))
             t = self._base_tables[key] = LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
         return t
 
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
               ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
-              dp: int = 1, layer_groups: tuple = ()) -> LayerTable:
+              dp: int = 1, layer_groups: tuple = (), tp_comm_overlap: bool = False) -> LayerTable:
         """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
         micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ())
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ())
         t = self._layer_tables.get(key)
         if t is None:
-            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups)
+            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups,
+                                   tp_comm_overlap)
             if accumulation <= 0:
                 t = base
             else:
@@ -221,13 +227,13 @@ class ScenarioBuilder:
     def strategy_base(self, s: Strategy) -> LayerTable:
         """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
         return self.base_table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                               s.cp, s.num_microbatches, s.dp, s.layer_groups)
+                               s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap)
 
     def strategy_table(self, s: Strategy) -> LayerTable:
         """The layer table `s` runs on (`strategy_base` with the gradient accumulation)."""
         accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
         return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups)
+                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap)
 
     # -- stages, layout, pricer ----------------------------------------------------------------
     def ranges(self, s: Strategy, t: LayerTable) -> list[tuple[int, int]]:
@@ -286,6 +292,8 @@ class ScenarioBuilder:
         check_expert_parallel(self.model, s.ep)
         base = self.strategy_base(s)
         notes = self.notes + tuple(expert_notes(base.entries))
+        if s.tp_comm_overlap:
+            notes += tuple(n for n in (tp_overlap_note(base.entries, self.device),) if n)
         self.check_fits(s, base.entries)
         ranges = tuple(self.ranges(s, base))
         table = self.strategy_table(s)

@@ -27,6 +27,8 @@ class Device:
     device memory a training process cannot use for tensors (CUDA context, allocator reserve).
     `fp8_efficiency_ratio` scales the bf16 GEMM efficiency for FP8 GEMMs where no FP8 curve is
     given (a published FP8 best-shape fraction over the BF16 one of the same device; 1: unknown).
+    `sm_count` is the number of streaming multiprocessors (0: unknown), which communication kernels
+    running beside a GEMM take from it (`dlsim.plan.tpoverlap`).
     """
 
     name: str
@@ -42,6 +44,7 @@ class Device:
     overlap_slowdown: float = 0.0
     memory_reserved: float = 0.0
     fp8_efficiency_ratio: float = 1.0
+    sm_count: int = 0
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,11 @@ class Strategy:
     `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
     iteration's first forward pass, each bucket's gather waited for by its first layer
     (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
-    `dlsim.plan.zero.gathers_in_forward`). `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    `dlsim.plan.zero.gathers_in_forward`). `tp_comm_overlap` overlaps sequence parallelism's
+    all-gathers and reduce-scatters with the GEMMs beside them, as Transformer Engine's userbuffers
+    run them (NeMo's ``ub_tp_comm_overlap``, Megatron-Core's ``--tp-comm-overlap``): ring exchange,
+    pipelined chunks, bulk overlap in the backward (`dlsim.plan.tpoverlap`); it needs sequence
+    parallelism (tp >= 2). `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
     empty: every field as given).
     """
 
@@ -206,6 +210,7 @@ class Strategy:
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
     param_gather_overlap: bool = False
+    tp_comm_overlap: bool = False
     stack: str = ""
 
     @property
@@ -252,7 +257,7 @@ class Strategy:
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
-            "param_gather_overlap": self.param_gather_overlap,
+            "param_gather_overlap": self.param_gather_overlap, "tp_comm_overlap": self.tp_comm_overlap,
             "stack": self.stack,
         }
 
@@ -438,11 +443,15 @@ def validate_strategy(s: Strategy) -> Strategy:
                         "model-parallel groups are split over the dp devices", field="layer_groups")
     if not isinstance(s.sequence_parallel, bool):
         raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
-    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "param_gather_overlap"):
+    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "param_gather_overlap", "tp_comm_overlap"):
         if not isinstance(getattr(s, name), bool):
             raise SpecError(f"must be true or false, got {getattr(s, name)!r}", field=name)
     if s.sequence_parallel and s.tp < 2:
         raise SpecError("sequence parallelism splits tensor-parallel regions and needs tp >= 2", field="sequence_parallel")
+    if s.tp_comm_overlap and not s.sequence_parallel:
+        needs = f"tp >= 2 and sequence_parallel; tp is {s.tp}" if s.tp < 2 else "sequence_parallel (off here)"
+        raise SpecError(f"overlaps sequence parallelism's all-gathers and reduce-scatters with their GEMMs and needs "
+                        f"{needs}", field="tp_comm_overlap")
     if not isinstance(s.fused_kernels, tuple) or any(k not in FUSIONS for k in s.fused_kernels):
         raise SpecError(f"unknown fused kernel in {list(s.fused_kernels)!r} (use {', '.join(FUSIONS)})",
                         field="fused_kernels")

@@ -51,7 +51,7 @@ class StreamWalk:
                 queued = same_tier if st.group != EP else self._ep_queued(stage)
                 out.append((_COLLECTIVE, 0.0, c, queued, st.unit))
             else:
-                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
         self._programs_of[key] = out
         self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program

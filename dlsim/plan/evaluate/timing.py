@@ -68,7 +68,7 @@ class Timing(StreamWalk):
                 comm += c
             else:  # overlap: kernels beside an asynchronous collective
                 c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
-                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 total += st.duration + extra + exposed
                 comp += st.duration
                 comm += extra + exposed
