@@ -54,4 +54,5 @@ class StrategyFields(TypedDict, total=False):
     optimizer_impl: str
     grad_reduce_dtype: str
     param_gather_overlap: bool
+    tp_comm_overlap: bool
     stack: str

@@ -111,6 +111,8 @@ def label(s: Strategy) -> str:
         parts.append(f"ep{s.ep}")
     if s.sequence_parallel:
         parts.append("sp")
+    if s.tp_comm_overlap:
+        parts.append("tpo")
     if s.recompute != "none":
         parts.append({"selective": "rc-sel", "full": "rc-full"}[s.recompute])
     if s.zero:
@@ -364,7 +366,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
-                        offload=tuple(dict.fromkeys(offload)))
+                        offload=tuple(dict.fromkeys(offload)),
+                        tp_comm_overlap=(False, True) if run_stack.values.get("tp_comm_overlap") else (False,))
     limit = evaluator.capacity * max_memory_fraction
     prune = _prune("time" if by_run else objective, top, evaluator.capacity)
     if not prune_bound:

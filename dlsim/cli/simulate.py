@@ -32,7 +32,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
     for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard",
-                "param_gather_overlap"):
+                "param_gather_overlap", "tp_comm_overlap"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("fsdp"):
@@ -116,6 +116,9 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Sequence parallelism (Korthikanti 2022): norms and dropouts split over the tp ranks.")
 @click.option("--tp-async-backward/--no-tp-async-backward", default=None,
               help="Run the tensor-parallel input-gradient collectives beside the weight-gradient kernels (Megatron-LM).")
+@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+              help="Sequence parallelism's all-gathers and reduce-scatters chunked beside their GEMMs (Transformer "
+                   "Engine userbuffers: ring exchange, pipelined, bulk).")
 @click.option("--p2p-overlap/--no-p2p-overlap", default=None,
               help="Pipeline sends travel while the stage computes (default) or block it (Megatron-LM's default).")
 @click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,

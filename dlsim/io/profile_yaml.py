@@ -132,15 +132,8 @@ def _device(data: Any, path: Path) -> Device:
         overlap_slowdown=_fraction(data, "overlap_slowdown", path),
         memory_reserved=_number(data, "memory_reserved_gib", path, "device", default=0.0, positive=False) * units.GIB,
         fp8_efficiency_ratio=_number(data, "fp8_efficiency_ratio", path, "device", default=1.0),
-        sm_count=_count(data, "sm_count", path),
+        sm_count=_count(data, "sm_count", path, 0, "device."),
     )
-
-
-def _count(data: dict, key: str, path: Path) -> int:
-    value = data.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SpecError(f"must be a whole number >= 0, got {value!r}", path=path, field=f"device.{key}")
-    return value
 
 
 def _fraction(data: dict, key: str, path: Path) -> float:
@@ -185,10 +178,12 @@ def _link(data: Any, path: Path, field: str) -> LinkTier:
     )
 
 
-def _count(data: dict, key: str, path: Path, default: int | None = None) -> int:
+def _count(data: dict, key: str, path: Path, default: int | None = None, section: str = "") -> int:
+    if key not in data and default == 0:  # unknown where left out
+        return 0
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"must be a positive integer, got {value!r}", path=path, field=key)
+        raise SpecError(f"must be a positive integer, got {value!r}", path=path, field=section + key)
     return value
 
 

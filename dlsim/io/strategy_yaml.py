@@ -18,6 +18,7 @@ Example:
     recompute: selective          # none | full | selective (full: + recompute_layers: 1)
     sequence_parallel: true       # Korthikanti et al. 2022 (needs tp >= 2)
     tp_async_backward: true       # TP input-gradient collectives beside the weight-gradient GEMMs (Megatron-LM)
+    tp_comm_overlap: true         # SP all-gathers / reduce-scatters chunked beside their GEMMs (TE userbuffers)
     p2p_overlap: false            # pipeline exchanges block the sender (Megatron-LM's default)
     p2p_scatter_gather: true      # replicated boundaries sent as 1/tp slices, all-gathered at the receiver
     stack: megatron-core          # the software stack (dlsim stacks): its values for every key not set here
@@ -49,7 +50,7 @@ _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
           "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "grad_accumulation", "cp", "hybrid_shard", "offload",
-          "stack", "optimizer_impl", "grad_reduce_dtype", "param_gather_overlap"}
+          "stack", "optimizer_impl", "grad_reduce_dtype", "param_gather_overlap", "tp_comm_overlap"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}

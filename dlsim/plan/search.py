@@ -5,7 +5,8 @@ default and dividing the attention heads; pp × virtual_stages at most the model
 every micro-batch size dividing B / dp (up to `max_microbatch_size`) with the count that makes B,
 schedule 1F1B (pp > 1 also interleaved with v = 2, 3, 4 where the repeated blocks divide pp·v,
 GPipe only when asked), recomputation none / selective / full, sequence parallelism on and off
-when tp > 1, ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
+when tp > 1 (with it, tensor-parallel overlap off and on where the software stack runs it,
+`SearchSpace.tp_comm_overlap`), ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
 degree ep (every divisor of dp that divides each layer's experts; with ZeRO 0-2, the stages dlsim
 models beside expert parallelism); when asked (`cp`, `hybrid_shard`, `offload` of the space), the
 context-parallel degree (dp = N / (tp·pp·cp), the sequence cut into 2·cp chunks), hybrid sharding of
@@ -35,7 +36,7 @@ from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
 
 SEARCHED = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
-            "sequence_parallel", "zero", "ep", "cp", "hybrid_shard", "offload")
+            "sequence_parallel", "zero", "ep", "cp", "hybrid_shard", "offload", "tp_comm_overlap")
 """Strategy fields the search varies (any of them can be fixed)."""
 
 OUT_OF_MEMORY = "out of memory"
@@ -59,6 +60,9 @@ class SearchSpace:
     cp: tuple[int, ...] = (1,)
     hybrid_shard: tuple[bool, ...] = (False,)
     offload: tuple[str, ...] = ("none",)
+    tp_comm_overlap: tuple[bool, ...] = (False,)
+    """Tensor-parallel overlap choices of the candidates with sequence parallelism (`dlsim.plan.tpoverlap`):
+    (False, True) where the software stack runs it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "global_batch": self.global_batch, "schedules": list(self.schedules),
@@ -66,7 +70,8 @@ class SearchSpace:
                 "zero": list(self.zero), "sequence_parallel": list(self.sequence_parallel),
                 "max_microbatch_size": self.max_microbatch_size,
                 "tp_within_node": not self.tp_across_nodes, "fixed": dict(self.fixed), "cp": list(self.cp),
-                "hybrid_shard": list(self.hybrid_shard), "offload": list(self.offload)}
+                "hybrid_shard": list(self.hybrid_shard), "offload": list(self.offload),
+                "tp_comm_overlap": list(self.tp_comm_overlap)}
 
 
 @dataclass
@@ -225,15 +230,19 @@ def _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, uni
             for sp in (space.sequence_parallel if tp > 1 else (False,)):
                 if not allowed("sequence_parallel", sp):
                     continue
-                for zero in (space.zero if dp > 1 else (0,)):
-                    if not allowed("zero", zero):
+                overlaps = (fixed["tp_comm_overlap"],) if "tp_comm_overlap" in fixed else space.tp_comm_overlap
+                for overlap in (overlaps if sp else (False,)):
+                    if not allowed("tp_comm_overlap", overlap):
                         continue
-                    try:
-                        yield make_strategy(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, num_microbatches=m,
-                                            schedule=sched, virtual_stages=v, recompute=rec, sequence_parallel=sp,
-                                            zero=zero, **constant)
-                    except SpecError as exc:
-                        dropped[f"invalid: {exc}"] += 1
+                    for zero in (space.zero if dp > 1 else (0,)):
+                        if not allowed("zero", zero):
+                            continue
+                        try:
+                            yield make_strategy(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, num_microbatches=m,
+                                                schedule=sched, virtual_stages=v, recompute=rec, sequence_parallel=sp,
+                                                zero=zero, tp_comm_overlap=overlap, **constant)
+                        except SpecError as exc:
+                            dropped[f"invalid: {exc}"] += 1
 
 
 @dataclass(frozen=True)
