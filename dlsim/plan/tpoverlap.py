@@ -37,7 +37,8 @@ step (all chunks equal, so the steps below are the exact dependency graph's time
       T_bulk = G + o·σ_b/(1 + σ_b) + max(0, m − G·(1 + σ_b)),   o = min(m, G·(1 + σ_b))
 
 Per-chunk GEMMs are priced like every GEMM (`dlsim.cost.pricing.gemm_seconds`: the measured tables,
-else the roofline), FP8 ones as `dlsim.plan.fp8` prices them; under FP8 the all-gather buffers hold
+else the roofline), FP8 ones as `dlsim.plan.fp8` prices them; a communication step as dlsim prices that
+point-to-point transfer (the ring's slowest hop) or collective over the tensor-parallel group; under FP8 the all-gather buffers hold
 FP8 (TE ``fp8_buf`` for the all-gathers), the reduce-scatters BF16. A device without an SM count in
 its profile takes its general overlap slowdown σ (`Device.overlap_slowdown`) beside every
 userbuffer step but the copy-engine exchanges, and no SM margin. The userbuffers themselves are
