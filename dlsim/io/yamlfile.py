@@ -124,18 +124,3 @@ def read_yaml(path: Path) -> Any:
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         reason, where = yaml_problem(exc)
         raise SpecError(reason, path=path, field=where) from None
-
-
-def expect_mapping(value: Any, path: Path, field: str) -> dict:
-    if not isinstance(value, dict):
-        raise SpecError(f"must be a mapping, got {type(value).__name__}", path=path, field=field)
-    return value
-
-
-def check_keys(data: dict, allowed: set[str], path: Path, field: str) -> None:
-    """Reject unknown keys so a typo never passes silently."""
-    unknown = sorted((k for k in data if k not in allowed), key=str)
-    if unknown:
-        first = excerpt(unknown[0], 40) if not isinstance(unknown[0], str) or len(unknown[0]) > 40 else unknown[0]
-        label = f"{field}.{first}" if field else first
-        raise SpecError(f"unknown field (allowed: {', '.join(sorted(allowed))})", path=path, field=label)

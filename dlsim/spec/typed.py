@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from dlsim.errors import SpecError, excerpt
@@ -27,12 +27,31 @@ from dlsim.errors import SpecError, excerpt
 T = TypeVar("T")
 
 
-def _as_tuple(value: Any) -> Any:
+def as_tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-Seq = Annotated[tuple[T, ...], BeforeValidator(_as_tuple)]
+Seq = Annotated[tuple[T, ...], BeforeValidator(as_tuple)]
 """A sequence of T: a YAML list, a Python list or tuple; held as a tuple."""
+
+
+
+def _listed(value: Any) -> Any:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _distinct(values: tuple) -> tuple:
+    if len(set(map(repr, values))) != len(values):
+        raise fail("lists a value twice")
+    return values
+
+
+def one_or_many(item: Any, max_items: int = 10_000) -> Any:
+    """A value of type `item` or a list of distinct ones (at least one, at most `max_items`); held as a tuple."""
+    many = Annotated[list[item], Field(min_length=1, max_length=max_items)]  # type: ignore[valid-type]
+    return Annotated[tuple[item, ...], Field(min_length=1, max_length=max_items),
+                     BeforeValidator(_listed, json_schema_input_type=Union[item, many]), AfterValidator(_distinct)]
+
 
 Count = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -41,6 +60,8 @@ NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 """A fraction of a peak or a bandwidth, in (0, 1]."""
 Text = Annotated[str, Field(max_length=100_000)]
+Name = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"\S")]
+"""A name or a path: not blank."""
 
 
 class Record(BaseModel):
@@ -72,7 +93,7 @@ def field_path(loc: tuple, prefix: str = "") -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            text = part if len(part) <= 40 else excerpt(part, 40)
+            text = str(part) if len(str(part)) <= 40 else excerpt(part, 40)
             out = f"{out}.{text}" if out else text
     return out
 
@@ -103,18 +124,16 @@ def _at(model: type[BaseModel], loc: tuple) -> dict:
     for part in loc:
         if part == "[key]":
             return {"type": "string"}
-        if isinstance(part, int):
-            node = _node(schema, node, "array")
+        node = _node(schema, node, "array" if isinstance(part, int) else "object")
+        if node.get("type") == "array":
             items = node.get("prefixItems")
-            node = items[part] if items and part < len(items) else node.get("items", {})
+            node = items[part] if items and isinstance(part, int) and part < len(items) else node.get("items", {})
         else:
-            node = _node(schema, node, "object")
             props = node.get("properties", {})
             node = props[part] if part in props else node.get("additionalProperties") or {}
             if node is True:
                 node = {}
-        node = _node(schema, node)
-    return node
+    return _node(schema, node)
 
 
 def _number(value: Any) -> str:
@@ -157,14 +176,17 @@ def _reason(error: dict, model: type[BaseModel]) -> str:
         return f"unknown field (allowed: {', '.join(allowed)})"
     if kind == "invalid_key":
         return f"keys must be strings, got {got}"
+    if kind == "literal_error" or kind == "enum":
+        expected = error["ctx"]["expected"]
+        options = _at(model, loc).get("enum") or re.findall(r"'([^']*)'", expected) or [expected]
+        noun = "key" if loc[-1:] == ("[key]",) else loc[-1] if loc and isinstance(loc[-1], str) else "value"
+        return f"unknown {noun} {got} (use {', '.join(map(str, options))})"
+    if loc[-1:] == ("[key]",):
+        return f"invalid key {got} ({error['msg'].removeprefix('Input ').lower()})"
     if kind in _TYPES:
         return f"must be {_TYPES[kind]}, got {got}"
     if kind in _MAPPINGS:
         return f"must be a mapping, got {type(value).__name__}"
-    if kind == "literal_error" or kind == "enum":
-        options = re.findall(r"'([^']*)'", error["ctx"]["expected"])
-        noun = "key" if loc[-1:] == ("[key]",) else next((p for p in reversed(loc) if isinstance(p, str)), "value")
-        return f"unknown {noun} {got} (use {', '.join(options)})"
     if kind in _BOUNDS:
         return f"must be {_wanted(_at(model, loc))}, got {got}"
     if kind == "too_short":
@@ -174,8 +196,8 @@ def _reason(error: dict, model: type[BaseModel]) -> str:
         return f"has {error['ctx'].get('actual_length', 'too many')} items (at most {error['ctx']['max_length']})"
     if kind == "string_too_long":
         return f"a string of {len(value)} characters (at most {error['ctx']['max_length']})"
-    if kind == "string_too_short":
-        return "must not be empty"
+    if kind in ("string_too_short", "string_pattern_mismatch"):
+        return f"must not be blank, got {got}"
     message = error["msg"]
     return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
