@@ -368,15 +368,6 @@ def _check_expert_parallel(s: Strategy) -> None:
                         field="ep")
 
 
-def _plain(value: Any) -> Any:
-    """A nested record (Compression, a tuple of LayerGroup) as the mappings `StrategyRecord` reads."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return vars(value)
-    if isinstance(value, (tuple, list)) and value and dataclasses.is_dataclass(value[0]):
-        return [vars(v) if dataclasses.is_dataclass(v) else v for v in value]
-    return value
-
-
 def _normalized(s: Strategy, rec: Any) -> Strategy:
     """`s` with its sequences as tuples and its nested records as the dataclasses (lists and tuples, mappings
     and dataclasses are accepted alike); scalars stay as given."""
@@ -398,8 +389,7 @@ def _normalized(s: Strategy, rec: Any) -> Strategy:
 def validate_strategy(s: Strategy) -> Strategy:
     """`s` checked: each field's type and range (`StrategyRecord`), then the rules between fields; raises
     `SpecError` naming the first bad field. Returns `s` with lists as tuples (`_normalized`)."""
-    fields = {name: _plain(getattr(s, name)) for name in StrategyRecord.model_fields}
-    s = _normalized(s, validate(StrategyRecord, fields))
+    s = _normalized(s, validate(StrategyRecord, s, from_attributes=True))
     if s.virtual_stages > 1 and s.schedule != "interleaved":
         raise SpecError(f"virtual_stages {s.virtual_stages} needs schedule interleaved", field="virtual_stages")
     if s.schedule == "interleaved":

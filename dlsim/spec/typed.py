@@ -76,10 +76,12 @@ def fail(message: str) -> PydanticCustomError:
     return PydanticCustomError("dlsim", message)
 
 
-def validate(model: type[BaseModel], data: Any, path: object = None, prefix: str = "") -> Any:
-    """`model` validated from `data`, or one `SpecError` naming `path`, the field (under `prefix`) and the reason."""
+def validate(model: type[BaseModel], data: Any, path: object = None, prefix: str = "",
+             from_attributes: bool = False) -> Any:
+    """`model` validated from `data` (a mapping; or an object's attributes, nested ones too, with
+    `from_attributes`), or one `SpecError` naming `path`, the field (under `prefix`) and the reason."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, from_attributes=from_attributes)
     except ValidationError as exc:
         raise spec_error(exc, model, path, prefix) from None
 
