@@ -9,6 +9,7 @@ and whether the pruned and unpruned runs agree. Usage: python benchmarks/bench_o
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections import Counter
 from dataclasses import replace
@@ -23,6 +24,7 @@ CASE = dict(gpus=1024, global_batch=1536, nodes=128)
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     model, cluster = as_model("gpt3-175b"), replace(as_cluster("dgx-a100"), nodes=CASE["nodes"])
     tables = load_kernel_times(cluster)[0] if cluster.tables else None
     ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), tables)

@@ -1,5 +1,6 @@
 """The shipped JSON Schemas (dlsim/schemas/*.schema.json) are those the typed records give, and they
-accept every file of the zoo, the built-in profiles and the examples, and refuse a misspelt key."""
+accept every file of the zoo, the built-in profiles, the examples and the reports' inputs, and refuse a
+misspelt key."""
 
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _kind(path: Path) -> str:
     rel = path.relative_to(ROOT)
-    if rel.parts[0] == "models":
+    if "models" in rel.parts:
         return "model"
-    if rel.parts[0] == "hardware_profiles":
+    if rel.parts[0] == "hardware_profiles" or path.name == "profile.yaml":
         return "profile"
     return "sweep" if "sweeps" in rel.parts else "strategy"
 
 
 FILES = sorted([*ROOT.glob("models/**/*.yaml"), *ROOT.glob("examples/**/*.yaml"),
-                *(p for p in ROOT.glob("hardware_profiles/**/*.yaml") if p.name != "meta.yaml")])
+                *(p for p in ROOT.glob("hardware_profiles/**/*.yaml") if p.name != "meta.yaml"),
+                *ROOT.glob("reports/**/profile.yaml"), *ROOT.glob("reports/seeds/models/*.yaml")])
 
 
 def _json(data):
