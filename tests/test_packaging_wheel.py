@@ -35,7 +35,7 @@ def test_wheel_installs_with_zoo_and_profiles(tmp_path):
     import zipfile
     names = zipfile.ZipFile(wheel).namelist()
     assert "dlsim/py.typed" in names  # typed package (PEP 561)
-    assert {f"dlsim/schemas/{k}.schema.json" for k in ("model", "profile", "strategy", "sweep")} <= set(names)
+    assert {f"dlsim/schemas/{k}.schema.json" for k in ("model", "profile", "strategy", "sweep", "stack")} <= set(names)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"

@@ -1,6 +1,6 @@
 """The shipped JSON Schemas (dlsim/schemas/*.schema.json) are those the typed records give, and they
-accept every file of the zoo, the built-in profiles, the examples and the reports' inputs, and refuse a
-misspelt key."""
+accept every file of the zoo, the built-in profiles, the stacks, the examples and the reports' inputs,
+and refuse a misspelt key."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _kind(path: Path) -> str:
     rel = path.relative_to(ROOT)
+    if rel.parts[0] == "stacks":
+        return "stack"
     if "models" in rel.parts:
         return "model"
     if rel.parts[0] == "hardware_profiles" or path.name == "profile.yaml":
@@ -25,7 +27,7 @@ def _kind(path: Path) -> str:
     return "sweep" if "sweeps" in rel.parts else "strategy"
 
 
-FILES = sorted([*ROOT.glob("models/**/*.yaml"), *ROOT.glob("examples/**/*.yaml"),
+FILES = sorted([*ROOT.glob("models/**/*.yaml"), *ROOT.glob("examples/**/*.yaml"), *ROOT.glob("stacks/*.yaml"),
                 *(p for p in ROOT.glob("hardware_profiles/**/*.yaml") if p.name != "meta.yaml"),
                 *ROOT.glob("reports/**/profile.yaml"), *ROOT.glob("reports/seeds/models/*.yaml")])
 
@@ -75,6 +77,9 @@ def test_every_shipped_file_validates(path):
     ("strategy", {"fused_kernels": ["flash"]}, "fused_kernels"),
     ("sweep", {"models": "gpt2", "clusters": "dgx-h100", "global_batch": 8, "grid": {"tp": [1, 0]}}, "grid"),
     ("sweep", {"models": "gpt2", "clusters": "dgx-h100"}, "$"),
+    ("stack", {"name": "x", "version": "1", "framework": "f",
+               "keys": {"dp": {"value": 2, "source": "NVIDIA/Megatron-LM@55ba1f7 a.py"}}}, "keys"),
+    ("stack", {"name": "x", "version": "1", "framework": "f", "keys": {"zero": {"value": 1}}}, "keys"),
 ])
 def test_a_wrong_file_is_refused(kind, data, where):
     errors = list(VALIDATORS[kind].iter_errors(data))

@@ -14,6 +14,7 @@ the input of repeat i+1 is the last layer of repeat i.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
@@ -68,6 +69,8 @@ class ModelFile(Record):
     blocks: dict[str, Block] | None = Field(None, description="parametric sub-graphs, called by name")
     layers: list[LayerEntry] | None = None
     extends: Name | None = Field(None, description="a zoo model or a path, relative to this file")
+    stack: Annotated[str, Field(max_length=200)] | None = Field(
+        None, description="the software stack it is usually trained with (dlsim stacks), when a run names none")
     published: dict[str, Annotated[float, Field(ge=0, le=MAX_ELEMENTS * 1e6)]] | None = Field(
         None, description="published reference numbers (parameters, FLOPs), for tests and reports")
 
@@ -242,6 +245,9 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
                             kind, expander.out, source=str(path), params_used=names)
     except (TypeError, ValueError, OverflowError, ZeroDivisionError, KeyError, IndexError) as exc:
         raise SpecError(f"malformed description ({type(exc).__name__}: {excerpt(str(exc), 120)})", path=path) from None
+    stack = raw.get("stack") or ""
+    if stack:
+        model = replace(model, stack=stack)
     for layer in model.layers:
         for what, count in (("output elements per sample", math.prod(layer.out_shape)), ("parameters", layer.params)):
             if count > MAX_ELEMENTS:

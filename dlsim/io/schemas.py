@@ -8,6 +8,7 @@ model      ``models/*.yaml``, ``models/families/*``     `dlsim.io.model_yaml.Mod
 profile    ``hardware_profiles/*/profile.yaml``         `dlsim.io.profile_yaml.ProfileFile`
 strategy   ``--strategy`` files, ``examples/*.yaml``    `dlsim.io.strategy_yaml.StrategyFile`
 sweep      ``dlsim sweep`` specs, ``examples/sweeps/``  `dlsim.io.sweep_spec.SweepFile`
+stack      ``stacks/*.yaml``                            `dlsim.io.stack_yaml.StackFile`
 =========  ===========================================  =================================
 
 A new file kind is one line in `KINDS` (module and record). Regenerate after changing a record:
@@ -34,6 +35,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "profile": ("dlsim.io.profile_yaml", "ProfileFile"),
     "strategy": ("dlsim.io.strategy_yaml", "StrategyFile"),
     "sweep": ("dlsim.io.sweep_spec", "SweepFile"),
+    "stack": ("dlsim.io.stack_yaml", "StackFile"),
 }
 """file kind -> (module, typed record) whose JSON Schema describes the file."""
 

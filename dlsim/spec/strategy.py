@@ -24,7 +24,12 @@ COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
 PARALLEL_MODES = ("data", "model")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused_fp32", "none")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+"""How the optimizer step runs (strategy key `optimizer_impl`): one fused kernel per group of
+tensors (apex / Transformer Engine FusedAdam, torch ``fused=True``), PyTorch's multi-tensor
+``_foreach`` ops (one pass over the state per op), or one kernel per op and tensor; the traffic of
+each is counted in `dlsim.cost.memory.optimizer_step_traffic`."""
+GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused", "fused_fp32", "none")
 """How each micro-batch's weight gradient reaches the gradient buffer (strategy key
 `grad_accumulation`; bytes per parameter in `dlsim.cost.memory.grad_accumulation_bytes`):
 
@@ -35,6 +40,9 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused_fp32", "
   `main_grad` (megatron/model/distributed.py, `param.main_grad.add_(param.grad.data)`);
 * main_grad_fp32: the same buffer in fp32 (`--accumulate-allreduce-grads-in-fp32` without
   gradient-accumulation fusion);
+* fused: Transformer Engine's gradient-accumulation fusion into a buffer in the training dtype
+  (or `grad_reduce_dtype`): the weight-gradient GEMM accumulates in its epilogue, no kernel of its
+  own (NeMo's distributed Adam with a bf16 gradient buffer);
 * fused_fp32: Megatron-LM / Transformer Engine's gradient-accumulation fusion: the weight-gradient
   GEMM accumulates into the fp32 buffer in its epilogue (no kernel of its own; bf16 default);
 * none: not charged.
@@ -148,6 +156,13 @@ class Strategy:
     distributed optimizer): reduce-scatter and all-gather over the node's dp ranks, the shard's
     gradients all-reduced across nodes (`dlsim.plan.zero`). `offload` moves activations, the
     optimizer state or both to host memory over the device's host link (`dlsim.plan.offload`).
+    `optimizer_impl` says how the optimizer step runs: fused, PyTorch's foreach ops or a per-tensor
+    loop (`dlsim.cost.memory.optimizer_step_traffic`). `grad_reduce_dtype` is the dtype of the
+    gradient buffer the data-parallel reduction runs on (fp32 in Megatron-LM's
+    ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
+    accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
+    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype. `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    empty: every field as given).
     """
 
     dp: int = 1
@@ -187,6 +202,9 @@ class Strategy:
     cp: int = 1
     hybrid_shard: bool = False
     offload: str = "none"
+    optimizer_impl: str = "fused"
+    grad_reduce_dtype: str = ""
+    stack: str = ""
 
     @property
     def global_batch(self) -> int:
@@ -231,6 +249,8 @@ class Strategy:
             "fused_kernels": list(self.fused_kernels), "ep": self.ep, "ep_overlap": self.ep_overlap,
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
+            "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
+            "stack": self.stack,
         }
 
 
@@ -262,12 +282,16 @@ class LayerGroupRecord(Record):
 
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+GRAD_REDUCE_DTYPES = ("", "fp32", "bf16", "fp16")
+"""`grad_reduce_dtype`: empty for the default (fp32 for an fp32 accumulation, else the training dtype)."""
 _RANGES: dict[str, Any] = {
     **{name: Count for name in ("dp", "tp", "pp", "cp", "ep", "microbatch_size", "num_microbatches", "virtual_stages",
                                 "ps_shards", "fetch_every", "push_every", "iterations", "recompute_layers")},
     "staleness": NonNegativeInt, "zero": Annotated[int, Field(ge=0, le=3)], "bucket_size": Positive, "first_bucket_size": Positive,
     "schedule": Literal[SCHEDULES], "sync": Literal[SYNCS], "recompute": Literal[RECOMPUTE],
     "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
+    "optimizer_impl": Literal[OPTIMIZER_IMPLS], "grad_reduce_dtype": Literal[GRAD_REDUCE_DTYPES],
+    "stack": Annotated[str, Field(max_length=4096)],
     "dtype": Optional[Literal[DTYPES]], "fused_kernels": Seq[Literal[FUSIONS]],
     "stage_partition": Optional[Seq[Count]], "layer_groups": Seq[LayerGroupRecord],
     "compression": CompressionRecord, "variability": VariabilityRecord,

@@ -182,7 +182,7 @@ def _reason(error: dict, model: type[BaseModel]) -> str:
         expected = error["ctx"]["expected"]
         options = _at(model, loc).get("enum") or re.findall(r"'([^']*)'", expected) or [expected]
         noun = "key" if loc[-1:] == ("[key]",) else loc[-1] if loc and isinstance(loc[-1], str) else "value"
-        return f"unknown {noun} {got} (use {', '.join(map(str, options))})"
+        return f"unknown {noun} {got} (use {', '.join(str(o) if o != '' else repr(o) for o in options)})"
     if loc[-1:] == ("[key]",):
         return f"invalid key {got} ({error['msg'].removeprefix('Input ').lower()})"
     if kind in _TYPES:
