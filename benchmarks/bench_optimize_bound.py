@@ -15,9 +15,10 @@ from collections import Counter
 from dataclasses import replace
 
 from dlsim.api.models import as_cluster, as_model
-from dlsim.api.optimize import _default_pricer, label, optimize
-from dlsim.io.kernel_tables import load_kernel_times
+from dlsim.api.optimize import label, optimize
+from dlsim.api.simulate import default_pricers, kernel_tables
 from dlsim.plan.evaluate import Evaluator
+from dlsim.plan.scenario import ScenarioBuilder
 from dlsim.plan.search import SearchSpace, candidates
 
 CASE = dict(gpus=1024, global_batch=1536, nodes=128)
@@ -26,8 +27,7 @@ CASE = dict(gpus=1024, global_batch=1536, nodes=128)
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     model, cluster = as_model("gpt3-175b"), replace(as_cluster("dgx-a100"), nodes=CASE["nodes"])
-    tables = load_kernel_times(cluster)[0] if cluster.tables else None
-    ev = Evaluator(model, cluster, "fp16", lambda lay, algo: _default_pricer(cluster, lay, algo, True), tables)
+    ev = Evaluator.of(ScenarioBuilder(model, cluster, "fp16", default_pricers(cluster), kernel_tables(cluster, True)[0]))
     checked, worst, bad = 0, 0.0, []
     for s in candidates(model, SearchSpace(CASE["gpus"], CASE["global_batch"], cluster.devices_per_node), Counter()):
         if max(x.total for x in ev.memory(s)) > ev.capacity:
