@@ -49,7 +49,7 @@ def _inputs(ctx: click.Context | None) -> list[Path]:
             values = value if isinstance(value, (list, tuple)) else [value]
             for v in values:
                 if not isinstance(v, (str, Path)) or name in ("json_out", "trace_out", "plot_path", "plot", "out",
-                                                                 "gantt_out", "csv_out"):
+                                                                 "gantt_out", "csv_out", "save_best"):
                     continue
                 p = Path(v)
                 try:

@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field
 from dlsim import units
 from dlsim.errors import SpecError
 from dlsim.io.paths import resolve_profile
+from dlsim.io.profile_run import PowerRecord, ReliabilityRecord, RestartRecord, StorageRecord
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import TOPOLOGIES, Cluster, Device, LinkTier
 from dlsim.spec.efficiency import DeviceEfficiency, EfficiencyCurve
@@ -117,6 +118,11 @@ class ProfileFile(Record):
     sources: Seq[Text] | None = None
     notes: Any = None
     measured: Any = None
+    # the run sections (time to train, energy, failures, checkpoints), converted by dlsim.io.profile_run
+    power: PowerRecord | None = None
+    reliability: ReliabilityRecord | None = None
+    storage: StorageRecord | None = None
+    restart: RestartRecord | None = None
 
 
 def _curve(rec: WorkCurve | BytesCurve, path: Path, field: str) -> EfficiencyCurve:
