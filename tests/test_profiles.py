@@ -188,7 +188,7 @@ def test_good_minimal_profile_loads(tmp_path):
     (GOOD.replace("bandwidth_gbytes_per_s: 20", "bandwidth_gbytes_per_s: 20, bandwidth_gbits_per_s: 160"),
      "intra_node", "not both"),
     (GOOD + "nodes: 4\n", "inter_node", "needs an inter_node link tier"),
-    (GOOD.replace("{fp32: 10}", "{fp33: 10}"), "device.peak_tflops.fp33", "unknown data type"),
+    (GOOD.replace("{fp32: 10}", "{fp33: 10}"), "device.peak_tflops.fp33", "unknown key 'fp33'"),
     (GOOD.replace("memory_gib: 16", "memory_gb: 16"), "device.memory_gb", "unknown field"),
 ])
 def test_bad_profile_gives_one_line_spec_error(tmp_path, text, field, reason):
