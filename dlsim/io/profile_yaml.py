@@ -8,15 +8,17 @@ to SI here.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from dlsim import units
 from dlsim.errors import SpecError
+from dlsim.io import fabric_yaml
 from dlsim.io.paths import resolve_profile
 from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
-from dlsim.spec.cluster import TOPOLOGIES, Cluster, Device, LinkTier
+from dlsim.spec.cluster import Cluster, Device, LinkTier
 from dlsim.spec.efficiency import DeviceEfficiency, EfficiencyCurve
 
 _CURVE_UNITS = {"gflop": units.GFLOPS, "mib": units.MIB}
@@ -25,8 +27,7 @@ _DEVICE_KEYS = {"name", "peak_tflops", "vector_tflops", "memory_gib", "memory_ba
                 "launch_overhead_us", "compute_efficiency", "half_efficiency_gflop", "memory_efficiency", "source",
                 "efficiency", "overlap_slowdown", "memory_reserved_gib", "fp8_efficiency_ratio"}
 _LINK_KEYS = {"name", "latency_us", "bandwidth_gbytes_per_s", "bandwidth_gbits_per_s", "overhead_us", "gap_us",
-              "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s",
-              "bandwidth_efficiency"}
+              "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s", "bandwidth_efficiency"} | fabric_yaml.KEYS
 _TOP_KEYS = {"name", "description", "device", "nodes", "devices_per_node", "intra_node", "inter_node", "host_link",
              "reduce_bandwidth_gbytes_per_s", "tables", "sources", "notes", "measured",
              # the run sections, read by dlsim.io.profile_run
@@ -142,7 +143,7 @@ def _fraction(data: dict, key: str, path: Path) -> float:
     return value
 
 
-def _link(data: Any, path: Path, field: str) -> LinkTier:
+def _link(data: Any, path: Path, field: str, between_nodes: bool = False) -> LinkTier:
     data = expect_mapping(data, path, field)
     check_keys(data, _LINK_KEYS, path, field)
     if "bandwidth_gbytes_per_s" in data and "bandwidth_gbits_per_s" in data:
@@ -151,16 +152,11 @@ def _link(data: Any, path: Path, field: str) -> LinkTier:
         bandwidth = _number(data, "bandwidth_gbits_per_s", path, field) * units.GBIT_PER_S
     else:
         bandwidth = _number(data, "bandwidth_gbytes_per_s", path, field) * units.GBYTE_PER_S
-    topology = data.get("topology", "switch")
-    if topology not in TOPOLOGIES:
-        raise SpecError(f"unknown topology {topology!r} (use {', '.join(TOPOLOGIES)})", path=path, field=f"{field}.topology")
+    topology, fabric = fabric_yaml.read_fabric(data, path, field, between_nodes=between_nodes)
     efficiency = _number(data, "bandwidth_efficiency", path, field, default=1.0)
     if efficiency > 1:
         raise SpecError(f"is achievable / link bandwidth and must be at most 1, got {efficiency}", path=path,
                         field=f"{field}.bandwidth_efficiency")
-    dims = data.get("dims", [])
-    if not isinstance(dims, list) or not all(isinstance(d, int) and d > 0 for d in dims):
-        raise SpecError("dims must be a list of positive integers", path=path, field=f"{field}.dims")
     return LinkTier(
         name=str(data.get("name", field)),
         latency=_number(data, "latency_us", path, field, positive=False) * units.US,
@@ -168,8 +164,7 @@ def _link(data: Any, path: Path, field: str) -> LinkTier:
         overhead=_number(data, "overhead_us", path, field, default=0.0, positive=False) * units.US,
         gap=_number(data, "gap_us", path, field, default=0.0, positive=False) * units.US,
         topology=topology,
-        oversubscription=_number(data, "oversubscription", path, field, default=1.0),
-        dims=tuple(dims),
+        fabric=fabric,
         burst=_number(data, "burst_bytes", path, field, default=0.0, positive=False),
         peak_bandwidth=_number(data, "burst_peak_bandwidth_gbytes_per_s", path, field,
                                default=math.inf) * units.GBYTE_PER_S,
@@ -198,7 +193,9 @@ def load_profile(name_or_path: str | Path) -> Cluster:
     if "intra_node" not in data:
         raise SpecError("missing required field", path=path, field="intra_node")
     intra = _link(data["intra_node"], path, "intra_node")
-    inter = _link(data["inter_node"], path, "inter_node") if data.get("inter_node") else None
+    inter = _link(data["inter_node"], path, "inter_node", between_nodes=True) if data.get("inter_node") else None
+    if inter is not None:
+        inter = replace(inter, fabric=fabric_yaml.with_machine(inter.fabric, nodes))
     if nodes > 1 and inter is None:
         raise SpecError(f"nodes={nodes} needs an inter_node link tier", path=path, field="inter_node")
     # the device's link to host memory (PCIe, NVLink-C2C): activation and optimizer-state offload
