@@ -111,6 +111,10 @@ class ClusterPricer:
                 algo = "auto"
         return name, algo, self.link(tier), per_node
 
+    def runs(self, op: str, ranks: Sequence[int]) -> str:
+        """The algorithm a call of `op` over `ranks` runs: the strategy's, or auto where it does not apply."""
+        return self._call(op, ranks)[1]
+
     def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
         name, algo, link, per_node = self._call(op, ranks)
         if self.contention is not None and nbytes > 0 and len(ranks) > 1 and self.tier(ranks) == INTER:
