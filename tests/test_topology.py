@@ -98,19 +98,28 @@ def test_torus_dimension_order_routes():
     assert all(link.capacity == 5e9 for link in net.links)
 
 
-def test_dragonfly_minimal_routes():
-    """piz-daint's Aries: 4 nodes per router, groups of 16 x 6 routers, 14 groups; a route is local
-    hops (row, then column), one global link, local hops. Each group pair is joined by
-    ⌊96 × 10 / 13⌋ = 73 optical links of 37.5 Gb/s."""
+def test_dragonfly_routes_cross_one_global_link():
+    """piz-daint's Aries: 4 nodes per router, 96 routers per group (non-blocking inside: adaptive
+    routing), 14 groups; a flow between groups crosses the one aggregate link of that pair, ⌊96 × 10 /
+    13⌋ = 73 optical links of 37.5 Gb/s."""
     c = load_profile("piz-daint")
     net = FabricLinks(c.inter.fabric, c.nodes, 1, c.inter.effective_bandwidth)
-    assert net.route(0, 0, 3, 0) == ()                       # same router
-    assert len(net.route(0, 0, 4, 0)) == 1                   # neighbour in the chassis (rank 1)
-    assert len(net.route(0, 0, 4 * 17, 0)) == 2              # other chassis, other slot: row then column
-    path = [net.links[i] for i in net.route(0, 0, 4 * 96, 0)]   # group 0 -> group 1
-    glob = [link for link in path if link.name.startswith("global")]
-    assert len(glob) == 1 and glob[0].capacity == pytest.approx(73 * 37.5e9 / 8)
-    assert len(path) <= 5
+    assert net.route(0, 0, 383, 0) == ()                     # same group
+    (link,) = [net.links[i] for i in net.route(0, 0, 384, 0)]
+    assert link.name == "global group 0->1" and link.capacity == pytest.approx(73 * 37.5e9 / 8)
+    assert net.route(5, 0, 400, 0) == net.route(0, 0, 384, 0)   # every flow of the pair shares it
+    assert net.route(384, 0, 0, 0) != net.route(0, 0, 384, 0)  # each direction its own
+
+
+def test_dragonfly_global_link_shared_by_a_group_pair():
+    """Two groups of one router of 2 nodes, 1 global link of B/2 per router: one aggregate link of B/2
+    each way. Pipeline transfers from group 0's two nodes to group 1's: 2 flows of B on B/2, f = 4."""
+    fabric = Fabric("dragonfly", nodes_per_router=2, routers_per_group=1, global_links=1, global_bandwidth=B / 2)
+    c = _cluster(fabric, nodes=4, per_node=1)
+    pricer = ClusterPricer(c, Layout(dp=2, tp=1, pp=2, devices_per_node=1), "auto")
+    model = pricer._p2p["inter"]
+    n = 1e6
+    assert pricer.p2p(n, 0, 2).seconds == pytest.approx(model.alpha + n / B * 4, rel=1e-12)
 
 
 # --- closed forms on a topology ---------------------------------------------------------------

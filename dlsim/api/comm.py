@@ -250,6 +250,7 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     common = dict(gamma=net.gamma, ranks_per_node=net.ranks_per_node, intra=net.intra, model=model, **params)
     results, skipped = [], []
     simulated = _as_simulated(net, collective, model, params)
+    alone: dict[str, float] = {}  # each algorithm's closed form alone on the network (what auto chooses by)
     for name in names:
         algo = ALGORITHMS[collective][name]
         if not applicable(algo, ranks, options):
@@ -261,6 +262,7 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
                 continue
             get_algorithm(collective, name, ranks, options)         # raises the one-line error
         est = collective_time(collective, name, n, ranks, net.link, **common)
+        alone[name] = est.seconds
         if simulated:
             est = net.group.time(collective, name, n) or est
         alg, bus = bandwidths(collective, n, ranks, est.seconds)
@@ -272,6 +274,8 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     results = [replace(r, lower_bound_ratio=r.time_s / bound if bound > 0 else None) for r in results]
     best = min(results, key=lambda r: r.time_s).algorithm if results else None
     if algorithm == "auto":
+        # the simulator's auto, as NCCL's tuner: the cheapest alone on the network (contention priced after)
+        best = min(alone, key=alone.__getitem__) if alone else None
         results = [r for r in results if r.algorithm == best]
         if simulated:  # what the simulator's auto prices: the library's own choice where it was measured
             est = net.group.time(collective, "auto", n)

@@ -25,14 +25,12 @@ first, [NCCL 2.12 release notes, NCCL_PXN_DISABLE]), so rail r's switches carry 
 Torus (`dims`, node n at coordinates n = x_0 + D_0·(x_1 + D_1·(…))): dimension-order routing,
 each dimension the shorter way round (ties: upwards), every hop a link of `link_bandwidth`.
 
-Dragonfly (Kim et al. 2008): router = node // p, group = router // R (R = routers per group);
-inside a group routers sit on `group_dims` and a hop joins two routers that differ in one
-coordinate (row then column: Aries' rank-1 then rank-2), over `local_links[k]` parallel links of
-`local_bandwidth`. Router j's `global_links` h ports are numbered j·h … j·h + h − 1 and port q goes
-to the group (own + 1 + q mod (G − 1)) mod G, so every pair of the G groups is joined by
-⌊R·h / (G − 1)⌋ links or more (one aggregate link each way) and a flow takes the minimal route:
-local hops to the router holding the first port towards the destination group, the global link,
-local hops from the router holding the destination group's first port back.
+Dragonfly (Kim et al. 2008): router = node // p, group = router // R (R routers per group). A group
+is non-blocking (all-to-all routers, adaptive routing over its direct and two-hop paths,
+`dlsim.spec.network`); between groups, router j's `global_links` h ports are numbered j·h … j·h + h − 1
+and port q goes to the group (own + 1 + q mod (G − 1)) mod G, so every pair of the G groups is joined
+by ⌊R·h / (G − 1)⌋ links or more: one aggregate link each way, which every flow between the two
+groups crosses.
 """
 
 from __future__ import annotations
@@ -140,46 +138,23 @@ class FabricLinks:
     # -- dragonfly ---------------------------------------------------------------------------
     def _dragonfly_setup(self) -> None:
         f = self.fabric
-        self._routers = math.prod(f.group_dims)
         routers = -(-self.nodes // f.nodes_per_router)
-        self._groups = max(f.groups, -(-routers // self._routers))
+        self._groups = max(f.groups, -(-routers // f.routers_per_group))
         if self._groups > 1:
-            per_pair = self._routers * f.global_links // (self._groups - 1)
+            per_pair = f.routers_per_group * f.global_links // (self._groups - 1)
             if per_pair < 1:
-                raise SpecError(f"{self._groups} groups of {self._routers} routers with {f.global_links} global links "
-                                "each cannot join every pair of groups", field="inter_node.global_links_per_router")
+                raise SpecError(f"{self._groups} groups of {f.routers_per_group} routers with {f.global_links} "
+                                "global links each cannot join every pair of groups",
+                                field="inter_node.global_links_per_router")
             self._global_cap = per_pair * f.global_bandwidth
 
-    def _local(self, group: int, a: int, b: int) -> list[int]:
-        """Hops from router a to router b of one group: one per differing coordinate, in order."""
-        f = self.fabric
-        pos, goal = _coords(a, f.group_dims), _coords(b, f.group_dims)
-        out = []
-        for k in range(len(f.group_dims)):
-            if pos[k] != goal[k]:
-                here = _index(pos, f.group_dims)
-                pos[k] = goal[k]
-                there = _index(pos, f.group_dims)
-                out.append(self._link(("l", group, here, there), f"group {group} router {here}->{there}",
-                                      f.local_links[k] * f.local_bandwidth))
-        return out
-
-    def _holder(self, group: int, other: int) -> int:
-        """The router of `group` holding its first global port towards group `other`."""
-        q = (other - group - 1) % self._groups
-        return q // self.fabric.global_links
-
     def _dragonfly_route(self, a: int, b: int) -> tuple[int, ...]:
-        p = self.fabric.nodes_per_router
-        ra, rb = a // p, b // p
-        ga, gb = ra // self._routers, rb // self._routers
-        la, lb = ra % self._routers, rb % self._routers
+        f = self.fabric
+        ga = a // f.nodes_per_router // f.routers_per_group
+        gb = b // f.nodes_per_router // f.routers_per_group
         if ga == gb:
-            return tuple(self._local(ga, la, lb)) if la != lb else ()
-        out = self._local(ga, la, self._holder(ga, gb))
-        out.append(self._link(("g", ga, gb), f"global group {ga}->{gb}", self._global_cap))
-        out += self._local(gb, self._holder(gb, ga), lb)
-        return tuple(out)
+            return ()
+        return (self._link(("g", ga, gb), f"global group {ga}->{gb}", self._global_cap),)
 
 
 def _coords(index: int, dims: tuple[int, ...]) -> list[int]:

@@ -5,9 +5,8 @@ would be ignored otherwise):
 
     fat-tree, rail-optimized:  levels: [{fanout: N, oversubscription: X}, ...]   (leaves first)
     torus:                     dims: [X, Y, ...], link_bandwidth_gbytes_per_s | _gbits_per_s
-    dragonfly:                 nodes_per_router, group_dims: [...], local_links: [...],
-                               local_link_bandwidth_gbytes_per_s | _gbits_per_s,
-                               global_links_per_router, global_link_bandwidth_gbytes_per_s | _gbits_per_s
+    dragonfly:                 nodes_per_router, routers_per_group, global_links_per_router,
+                               global_link_bandwidth_gbytes_per_s | _gbits_per_s
 
 A fat-tree without `levels` is non-blocking (as one switch); the intra-node tier and the host link
 take only kinds without shared links (a crossbar or a board wiring, `dlsim.spec.cluster.TOPOLOGIES`).
@@ -24,15 +23,14 @@ from dlsim.errors import SpecError
 from dlsim.spec.cluster import TOPOLOGIES
 from dlsim.spec.network import FABRICS, Fabric, TreeLevel
 
-_RATES = ("link_bandwidth", "local_link_bandwidth", "global_link_bandwidth")
+_RATES = ("link_bandwidth", "global_link_bandwidth")
 _USES = {
     "fat-tree": ("levels",),
     "rail-optimized": ("levels",),
     "torus": ("dims", "link_bandwidth"),
-    "dragonfly": ("nodes_per_router", "group_dims", "local_links", "local_link_bandwidth", "global_links_per_router",
-                  "global_link_bandwidth"),
+    "dragonfly": ("nodes_per_router", "routers_per_group", "global_links_per_router", "global_link_bandwidth"),
 }
-KEYS = {"topology", "levels", "dims", "nodes_per_router", "group_dims", "local_links", "global_links_per_router",
+KEYS = {"topology", "levels", "dims", "nodes_per_router", "routers_per_group", "global_links_per_router",
         "oversubscription"} | {f"{r}_{u}" for r in _RATES for u in ("gbytes_per_s", "gbits_per_s")}
 """Every network key a link tier may carry (`dlsim.io.profile_yaml` adds them to the tier's keys)."""
 
@@ -121,17 +119,11 @@ def read_fabric(data: dict, path: Path, field: str, *, between_nodes: bool) -> t
         return kind, Fabric(kind, dims=_counts(data["dims"], path, f"{field}.dims"),
                             link_bandwidth=_rate(data, "link_bandwidth", path, field))
     if kind == "dragonfly":
-        for key in ("nodes_per_router", "group_dims", "global_links_per_router"):
+        for key in ("nodes_per_router", "routers_per_group", "global_links_per_router"):
             if key not in data:
                 raise SpecError("missing required field", path=path, field=f"{field}.{key}")
-        group = _counts(data["group_dims"], path, f"{field}.group_dims")
-        local = _counts(data.get("local_links", [1] * len(group)), path, f"{field}.local_links")
-        if len(local) != len(group):
-            raise SpecError(f"has {len(local)} entries, group_dims has {len(group)}", path=path,
-                            field=f"{field}.local_links")
         return kind, Fabric(kind, nodes_per_router=_count(data["nodes_per_router"], path, f"{field}.nodes_per_router"),
-                            group_dims=group, local_links=local,
-                            local_bandwidth=_rate(data, "local_link_bandwidth", path, field),
+                            routers_per_group=_count(data["routers_per_group"], path, f"{field}.routers_per_group"),
                             global_links=_count(data["global_links_per_router"], path,
                                                 f"{field}.global_links_per_router"),
                             global_bandwidth=_rate(data, "global_link_bandwidth", path, field))
@@ -144,5 +136,4 @@ def with_machine(fabric: Fabric, nodes: int) -> Fabric:
         return fabric
     from dataclasses import replace
     routers = -(-nodes // fabric.nodes_per_router)
-    per_group = math.prod(fabric.group_dims)
-    return replace(fabric, groups=-(-routers // per_group))
+    return replace(fabric, groups=-(-routers // fabric.routers_per_group))

@@ -153,11 +153,11 @@ class Contention:
                     paths.append(self.net.route(*self._where(a), *self._where(b)))
                     caps.append(self.port)
             factor = self._slowdown(paths, caps)
-            hit = self._factors[key] = (factor, self._note(factor, len(paths)))
+            hit = self._factors[key] = (factor, self._note(factor, len(paths)).replace("copies", "transfers"))
         return hit
 
     def _note(self, factor: float, copies: int) -> str:
-        where = self.net.fabric.describe()
         if factor <= 1.0:
             return ""
-        return f"x{factor:.3g} bandwidth time: {copies} concurrent copies share the {where}"
+        who = "its flows share" if copies == 1 else f"{copies} concurrent copies share"
+        return f"x{factor:.3g} bandwidth time: {who} the {self.net.fabric.describe()}"

@@ -16,12 +16,12 @@ at the tier's own bandwidth and says which shared links lie between two endpoint
 * ``torus`` (Blue Gene, TPU pods, Fugaku's Tofu): nodes at the points of a `dims` torus, neighbours
   joined by links of `link_bandwidth` each way, dimension-order routing, shorter way round.
 * ``dragonfly`` (Kim, Dally, Scott, Abts, ISCA 2008; Cray XC's Aries): `nodes_per_router` nodes on a
-  router; routers grouped in `group_dims` (one dimension: all-to-all inside a group, as Kim et al.;
-  two: a row-and-column all-to-all, as Aries' chassis backplane and cables) with `local_links`
-  parallel links of `local_bandwidth` per dimension; each router has `global_links` links of
+  router, `routers_per_group` routers in a group, each router with `global_links` links of
   `global_bandwidth` to other groups, spread evenly over every other of the machine's `groups`
-  (counted from the profile's nodes, so that a job on a few nodes still sees the machine's wiring);
-  minimal routing.
+  (counted from the profile's nodes, so that a job on a few nodes still sees the machine's wiring).
+  Inside a group the routers are all-to-all (Aries: rows and columns) and adaptive routing spreads a
+  flow over the direct and the two-hop paths (UGAL, Kim et al. §4; Aries' adaptive routing), so the
+  group is treated as non-blocking; the links between groups are the shared ones.
 
 All bandwidths are bytes/s per direction (SI); a profile gives them with their unit in the key name
 (`dlsim.io.profile_yaml`).
@@ -55,9 +55,7 @@ class Fabric:
     dims: tuple[int, ...] = ()
     link_bandwidth: float = 0.0
     nodes_per_router: int = 0
-    group_dims: tuple[int, ...] = ()
-    local_links: tuple[int, ...] = ()
-    local_bandwidth: float = 0.0
+    routers_per_group: int = 0
     global_links: int = 0
     global_bandwidth: float = 0.0
     groups: int = 0
@@ -80,6 +78,5 @@ class Fabric:
         if self.kind == "torus":
             return f"torus {'x'.join(str(d) for d in self.dims)}"
         if self.kind == "dragonfly":
-            return (f"dragonfly ({self.nodes_per_router} nodes per router, groups of "
-                    f"{'x'.join(str(d) for d in self.group_dims)} routers)")
+            return f"dragonfly ({self.nodes_per_router} nodes per router, groups of {self.routers_per_group} routers)"
         return self.kind
