@@ -17,8 +17,7 @@ from dataclasses import replace
 
 import pytest
 
-import dlsim.sim.scenario_run as scenario_run
-from dlsim.api.simulate import run_simulation, simulate
+from dlsim.api.simulate import simulate
 from dlsim.cost.fabric import FabricLinks
 from dlsim.cost.fairshare import fair_rates, slowdown
 from dlsim.io.profile_yaml import load_profile
@@ -27,6 +26,7 @@ from dlsim.plan.commcost import ClusterPricer
 from dlsim.sim.engine import execute
 from dlsim.spec.cluster import LinkTier
 from dlsim.spec.network import Fabric, TreeLevel
+from simkit import captured_graph
 
 B = 1e9          # bytes/s per device on the inter-node tier
 ALPHA = 2e-6     # its latency (o = g = 0: Hockney)
@@ -185,17 +185,7 @@ KW = dict(dp=4, tp=2, collective="ring", stack="eager", global_batch=8)
 
 
 def _expanded_graph(monkeypatch, cluster):
-    seen = []
-    real = scenario_run.simulate_graph
-
-    def capture(graph, info):
-        seen.append(graph)
-        return real(graph, info)
-    with monkeypatch.context() as m:
-        m.setattr(scenario_run, "simulate_graph", capture)
-        m.setattr(scenario_run, "simulate_steady", lambda x, info: None)
-        run_simulation("lenet5", cluster, symmetry=False, expand_collectives=True, **KW)
-    return seen[0]
+    return captured_graph(monkeypatch, "lenet5", cluster, symmetry=False, expand_collectives=True, **KW)
 
 
 def test_two_data_parallel_groups_on_one_oversubscribed_uplink(monkeypatch):
