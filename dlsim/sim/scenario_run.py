@@ -35,8 +35,14 @@ def run_info(sc: Scenario) -> RunInfo:
     """The names and totals a scenario's record carries besides its timeline."""
     s = sc.strategy
     tokens = sc.full_model.input_shape[0] if sc.full_model.input_kind == "tokens" else 0
+    inter = sc.cluster.inter
+    shared = ()
+    if inter is not None and inter.fabric.shared and s.devices > sc.cluster.devices_per_node:
+        shared = (f"network: {inter.fabric.describe()}; collectives and transfers across nodes are slowed by the "
+                  "flows of their concurrent copies on its shared links (--full --expand-collectives: by the "
+                  "flows in flight)",)
     return RunInfo(sc.model.name, sc.cluster.name, sc.cluster.device.name, s.to_dict(), s.global_batch, s.pp > 1,
-                   sc.training_flops, sc.peak_flops, s.devices, sc.notes + (sc.partition_note,), tokens)
+                   sc.training_flops, sc.peak_flops, s.devices, sc.notes + (sc.partition_note,) + shared, tokens)
 
 
 def simulate_scenario(sc: Scenario, *, symmetry: bool = True, expand: bool = False, trace: bool = False,
