@@ -98,22 +98,22 @@ def test_torus_dimension_order_routes():
     assert all(link.capacity == 5e9 for link in net.links)
 
 
-def test_dragonfly_routes_cross_one_global_link():
-    """piz-daint's Aries: 4 nodes per router, 96 routers per group (non-blocking inside: adaptive
-    routing), 14 groups; a flow between groups crosses the one aggregate link of that pair, ⌊96 × 10 /
-    13⌋ = 73 optical links of 37.5 Gb/s."""
+def test_dragonfly_routes_share_the_groups_global_links():
+    """piz-daint's Aries: 4 nodes per router, 96 routers per group, adaptive routing: a group is
+    non-blocking inside and a flow between groups crosses its source group's global links out and its
+    destination group's in, 96 × 10 optical links of 37.5 Gb/s each way."""
     c = load_profile("piz-daint")
     net = FabricLinks(c.inter.fabric, c.nodes, 1, c.inter.effective_bandwidth)
     assert net.route(0, 0, 383, 0) == ()                     # same group
-    (link,) = [net.links[i] for i in net.route(0, 0, 384, 0)]
-    assert link.name == "global group 0->1" and link.capacity == pytest.approx(73 * 37.5e9 / 8)
-    assert net.route(5, 0, 400, 0) == net.route(0, 0, 384, 0)   # every flow of the pair shares it
-    assert net.route(384, 0, 0, 0) != net.route(0, 0, 384, 0)  # each direction its own
+    out, into = [net.links[i] for i in net.route(0, 0, 384, 0)]
+    assert (out.name, into.name) == ("group 0 global links out", "group 1 global links in")
+    assert out.capacity == into.capacity == pytest.approx(96 * 10 * 37.5e9 / 8)
+    assert net.route(5, 0, 800, 0)[0] == net.route(0, 0, 384, 0)[0]   # all of group 0's outgoing flows
 
 
-def test_dragonfly_global_link_shared_by_a_group_pair():
-    """Two groups of one router of 2 nodes, 1 global link of B/2 per router: one aggregate link of B/2
-    each way. Pipeline transfers from group 0's two nodes to group 1's: 2 flows of B on B/2, f = 4."""
+def test_dragonfly_tapered_global_links():
+    """Groups of one router of 2 nodes with one global link of B/2: pipeline transfers from group 0's
+    two nodes to group 1's share group 0's egress (B/2): 2 flows of B, f = 4."""
     fabric = Fabric("dragonfly", nodes_per_router=2, routers_per_group=1, global_links=1, global_bandwidth=B / 2)
     c = _cluster(fabric, nodes=4, per_node=1)
     pricer = ClusterPricer(c, Layout(dp=2, tp=1, pp=2, devices_per_node=1), "auto")

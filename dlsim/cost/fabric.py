@@ -25,12 +25,12 @@ first, [NCCL 2.12 release notes, NCCL_PXN_DISABLE]), so rail r's switches carry 
 Torus (`dims`, node n at coordinates n = x_0 + D_0·(x_1 + D_1·(…))): dimension-order routing,
 each dimension the shorter way round (ties: upwards), every hop a link of `link_bandwidth`.
 
-Dragonfly (Kim et al. 2008): router = node // p, group = router // R (R routers per group). A group
-is non-blocking (all-to-all routers, adaptive routing over its direct and two-hop paths,
-`dlsim.spec.network`); between groups, router j's `global_links` h ports are numbered j·h … j·h + h − 1
-and port q goes to the group (own + 1 + q mod (G − 1)) mod G, so every pair of the G groups is joined
-by ⌊R·h / (G − 1)⌋ links or more: one aggregate link each way, which every flow between the two
-groups crosses.
+Dragonfly (Kim et al. 2008): router = node // p, group = router // R (R routers per group). Adaptive
+routing (UGAL, Kim et al. §4; Aries routes adaptively at every level) spreads the traffic inside a
+group over its direct and two-hop paths and the traffic leaving a group over all its global links,
+so a group is non-blocking inside and the global links of a group act as one egress and one ingress
+link of R·h·B_global each: every flow between two groups crosses its source group's egress and its
+destination group's ingress.
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ class FabricLinks:
             if math.prod(fabric.dims) < nodes:
                 raise SpecError(f"the torus {'x'.join(map(str, fabric.dims))} has {math.prod(fabric.dims)} nodes, "
                                 f"the job needs {nodes}", field="inter_node.dims")
-        elif kind == "dragonfly":
-            self._dragonfly_setup()
 
     # -- links -------------------------------------------------------------------------------
     def _link(self, key: tuple, name: str, capacity: float) -> int:
@@ -136,25 +134,15 @@ class FabricLinks:
         return tuple(out)
 
     # -- dragonfly ---------------------------------------------------------------------------
-    def _dragonfly_setup(self) -> None:
-        f = self.fabric
-        routers = -(-self.nodes // f.nodes_per_router)
-        self._groups = max(f.groups, -(-routers // f.routers_per_group))
-        if self._groups > 1:
-            per_pair = f.routers_per_group * f.global_links // (self._groups - 1)
-            if per_pair < 1:
-                raise SpecError(f"{self._groups} groups of {f.routers_per_group} routers with {f.global_links} "
-                                "global links each cannot join every pair of groups",
-                                field="inter_node.global_links_per_router")
-            self._global_cap = per_pair * f.global_bandwidth
-
     def _dragonfly_route(self, a: int, b: int) -> tuple[int, ...]:
         f = self.fabric
         ga = a // f.nodes_per_router // f.routers_per_group
         gb = b // f.nodes_per_router // f.routers_per_group
         if ga == gb:
             return ()
-        return (self._link(("g", ga, gb), f"global group {ga}->{gb}", self._global_cap),)
+        cap = f.routers_per_group * f.global_links * f.global_bandwidth
+        return (self._link(("out", ga), f"group {ga} global links out", cap),
+                self._link(("in", gb), f"group {gb} global links in", cap))
 
 
 def _coords(index: int, dims: tuple[int, ...]) -> list[int]:

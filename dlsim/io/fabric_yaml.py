@@ -128,12 +128,3 @@ def read_fabric(data: dict, path: Path, field: str, *, between_nodes: bool) -> t
                                                 f"{field}.global_links_per_router"),
                             global_bandwidth=_rate(data, "global_link_bandwidth", path, field))
     return kind, Fabric(kind if kind in ("switch", "nvswitch", "fully-connected") else "switch")
-
-
-def with_machine(fabric: Fabric, nodes: int) -> Fabric:
-    """The fabric with what the whole machine fixes: a dragonfly's number of groups (from `nodes`)."""
-    if fabric.kind != "dragonfly":
-        return fabric
-    from dataclasses import replace
-    routers = -(-nodes // fabric.nodes_per_router)
-    return replace(fabric, groups=-(-routers // fabric.routers_per_group))

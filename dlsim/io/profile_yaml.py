@@ -8,7 +8,6 @@ to SI here.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -194,8 +193,6 @@ def load_profile(name_or_path: str | Path) -> Cluster:
         raise SpecError("missing required field", path=path, field="intra_node")
     intra = _link(data["intra_node"], path, "intra_node")
     inter = _link(data["inter_node"], path, "inter_node", between_nodes=True) if data.get("inter_node") else None
-    if inter is not None:
-        inter = replace(inter, fabric=fabric_yaml.with_machine(inter.fabric, nodes))
     if nodes > 1 and inter is None:
         raise SpecError(f"nodes={nodes} needs an inter_node link tier", path=path, field="inter_node")
     # the device's link to host memory (PCIe, NVLink-C2C): activation and optimizer-state offload

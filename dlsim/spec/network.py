@@ -17,11 +17,10 @@ at the tier's own bandwidth and says which shared links lie between two endpoint
   joined by links of `link_bandwidth` each way, dimension-order routing, shorter way round.
 * ``dragonfly`` (Kim, Dally, Scott, Abts, ISCA 2008; Cray XC's Aries): `nodes_per_router` nodes on a
   router, `routers_per_group` routers in a group, each router with `global_links` links of
-  `global_bandwidth` to other groups, spread evenly over every other of the machine's `groups`
-  (counted from the profile's nodes, so that a job on a few nodes still sees the machine's wiring).
-  Inside a group the routers are all-to-all (Aries: rows and columns) and adaptive routing spreads a
-  flow over the direct and the two-hop paths (UGAL, Kim et al. §4; Aries' adaptive routing), so the
-  group is treated as non-blocking; the links between groups are the shared ones.
+  `global_bandwidth` to other groups. Adaptive routing (UGAL; Aries routes adaptively at every level)
+  spreads a flow over the group's direct and two-hop paths and over all the group's global links, so
+  a group is non-blocking inside and its global links are shared by all the traffic leaving (and
+  entering) it.
 
 All bandwidths are bytes/s per direction (SI); a profile gives them with their unit in the key name
 (`dlsim.io.profile_yaml`).
@@ -58,7 +57,6 @@ class Fabric:
     routers_per_group: int = 0
     global_links: int = 0
     global_bandwidth: float = 0.0
-    groups: int = 0
     source: str = ""
 
     @property
