@@ -3,7 +3,7 @@ torch.distributed gloo, on this machine and on the emulated cluster (network nam
 bridge, each host's link shaped by tc). Every run writes a profile whose link tier is finite and
 loads, and `dlsim comm` on that profile prices a measured collective exactly as the simulator's
 pricer does: from the measured table. About 10-25 s each (process start-up, torch import), so
-they are slow tests: ``pytest -m slow tests/test_comm_backends.py`` (benchmarks/README.md)."""
+they are slow tests: ``pytest -m slow tests/test_comm_backends.py``."""
 
 from __future__ import annotations
 
