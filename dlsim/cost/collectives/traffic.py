@@ -19,6 +19,9 @@ slowest flow sets its time) and for a pipelined one in steady state (one pattern
 * chain: its steady state, every hop i → i + 1 at once.
 * double binary tree: its steady state, every edge of both trees both ways at once; across nodes the
   trees join nodes (node flows), as NCCL builds them.
+* all-to-all: pairwise, p − 1 patterns (in step k rank i sends to i + k); linear, every pair at once;
+  node-aware, every pair on different nodes at once (each sender's flows share its port); at most
+  `MAX_FLOWS` flows.
 * every other algorithm: the steps of its schedule (`schedule.py`), each step a pattern weighted by
   its largest message; built only for schedules of at most `MAX_MESSAGES` messages.
 """
@@ -33,6 +36,9 @@ from dlsim.cost.collectives.schedule import Schedule
 
 MAX_MESSAGES = 20_000
 """Largest schedule read step by step for its patterns (larger ones are not priced for contention)."""
+
+MAX_FLOWS = 300_000
+"""Most flows an all-to-all's patterns hold, all patterns together (p(p − 1): up to 548 ranks)."""
 
 
 @dataclass(frozen=True)
@@ -78,21 +84,32 @@ def patterns(collective: str, algorithm: str, p: int, g: int | None, schedule_of
         if node:
             return [Pattern(1.0, tuple((a * g, b * g) for a, b in _tree_edges(p // g)), True)]
         return [Pattern(1.0, _tree_edges(p))]
+    if collective == "all-to-all" and algorithm in ("pairwise", "linear", "hierarchical"):
+        if p * (p - 1) > MAX_FLOWS:
+            return None
+        if algorithm == "pairwise":  # step k: i sends to i + k
+            return [Pattern(1.0, tuple((i, (i + k) % p) for i in range(p))) for k in range(1, p)]
+        if algorithm == "linear":    # every send posted at once
+            return [Pattern(1.0, tuple((i, j) for i in range(p) for j in range(p) if j != i))]
+        if g is not None and p % g == 0:  # node-aware: every send to another node at once
+            return [Pattern(1.0, tuple((i, j) for i in range(p) for j in range(p) if j // g != i // g))]
     if algorithm == "hierarchical" and collective in _SPLIT and g is not None and p % g == 0:
         nodes = p // g
         if collective == "allreduce" and inner != "ring":
             sub = patterns(collective, inner, nodes, None, schedule_of)
             return None if sub is None else spread(sub, nodes, g)
         return spread([Pattern(1.0, ring_pairs(nodes))], nodes, g)
-    return schedule_patterns(schedule_of(collective, algorithm, p))
+    return schedule_patterns(schedule_of(collective, algorithm, p), p)
 
 
 _SPLIT = ("allreduce", "reduce-scatter", "allgather")
 
 
-def schedule_patterns(s: Schedule | None) -> list[Pattern] | None:
-    """Every step of a schedule as one pattern, weighted by its largest message (module doc)."""
-    if s is None or len(s.messages) > MAX_MESSAGES:
+def schedule_patterns(s: Schedule | None, p: int) -> list[Pattern] | None:
+    """Every step of a schedule as one pattern, weighted by its largest message (module doc); None for
+    a schedule over `MAX_MESSAGES` or with participants beyond the group's p ranks (a parameter
+    server's)."""
+    if s is None or len(s.messages) > MAX_MESSAGES or s.ranks > p:
         return None
     out = []
     for step in s.steps:
