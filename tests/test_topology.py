@@ -159,6 +159,19 @@ def test_ring_on_a_torus():
         _ring(6e6, 6, 8 / 3), rel=1e-12)
 
 
+def test_all_to_all_pattern_load():
+    """A linear all-to-all over the 8 ranks of the toy cluster: every rank posts its 7 sends at once;
+    6 leave its node and share its port (B/6 each; the 7th goes over the intra-node tier). The 4 ranks
+    under leaf 0 send 16 of them across its uplink of 4B/o: the slowdown is (16B/6) / (4B/o) = 2o/3
+    once that exceeds 1 (o = 4: 8/3; o = 1.5: none)."""
+    from dlsim.cost.collectives.traffic import patterns
+    for o, want in ((1.5, 1.0), (4.0, 8 / 3)):
+        contention = ClusterPricer(_cluster(_tree(o)), Layout(dp=8, tp=1, pp=1, devices_per_node=2)).contention
+        factor, _ = contention.collective(("a2a",), list(range(8)),
+                                          lambda: patterns("all-to-all", "linear", 8, 2, None))
+        assert factor == pytest.approx(want, rel=1e-12)
+
+
 def test_pipeline_transfers_feel_the_oversubscription():
     """Frontera (2 sockets per node), dp = 176 × pp = 2 on 176 nodes: each stage fills 88 nodes, two
     leaves of 44. Every position of stage 0 sends to stage 1 at once: 88 flows of B_dev up each leaf,
