@@ -32,7 +32,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
          ["--staleness", "--ps-shards", "--fetch-every", "--push-every", "--iterations"]),
         ("Variability", ["--jitter", "--jitter-cv", "--straggler-fraction", "--straggler-slowdown", "--seed"]),
         ("Convolutions (μ-cuDNN micro-batching)", ["--microbatch-plan", "--workspace-limit"]),
-        ("Simulation detail", ["--full", "--expand-collectives"]),
+        ("Simulation detail", ["--full", "--expand-collectives", "--analytic"]),
         ("Output", ["--tokens", "--json", "--trace", "--trace-ranks", "--trace-window", "--gantt", "--gantt-devices",
                     "--force", "--help"]),
     ],

@@ -455,14 +455,14 @@ MEMORY_FORMATS = ("contiguous", "channels_last")
 """How a convolution's input is stored: NCHW (PyTorch's default) or NHWC (``torch.channels_last``, what a
 network's permutes leave behind, ConvNeXt's among them); oneDNN runs different kernels for the two (a
 depthwise 7×7 backward over 32 × 32 × 8 × 8: 751-774 against 2007 µs on the 2-core EPYC host, 2026-11-24;
-`benchmarks/probes/kernel_form_probe.py`)."""
+`reports/archive/validation-torch-nets/kernel_form_probe.py`)."""
 
 
 def table_op(layer_type: str, attrs: Mapping[str, Any]) -> str:
     """The name a layer's memory-bound kernel has in the measured tables: its type, except the exact GELU
     (``approximate: none``, x·Φ(x) through erf), ``gelu_erf``: a different kernel from the tanh form that
     ``gelu`` rows time (on the 2-core EPYC host, 2026-11-24, for 262,144 fp32 elements: forward 131 against
-    441 µs, backward 239 against 505 µs; `benchmarks/probes/kernel_form_probe.py`)."""
+    441 µs, backward 239 against 505 µs; `reports/archive/validation-torch-nets/kernel_form_probe.py`)."""
     if layer_type == "gelu" and attrs.get("approximate", "tanh") == "none":
         return "gelu_erf"
     return layer_type
