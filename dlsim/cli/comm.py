@@ -52,6 +52,9 @@ def comm_text(rec: dict[str, Any], decimal: bool = False) -> str:
     where = (f"{net['link']['name']} NICs and {net['intra']['name']} across nodes of {net['ranks_per_node']} ranks"
              if net.get("intra") and (net.get("ranks_per_node") or 1) > 1 else f"link {net['link']['name']}")
     lines = [head, body, f"lower bound: {format_time(rec['lower_bound_s'])} on {where}; busbw = algbw x {rec['bus_factor']:.4g} (nccl-tests convention)"]
+    # measured rows and what the closed form alone does not say (contention on a shared network)
+    lines += [f"{r['algorithm']}: {r['source']}, {r['note']}" for r in rec["results"]
+              if r["source"] != "model" or "; " in r["note"]]
     lines += [f"skipped {s['algorithm']}: {s['reason']}" for s in rec["skipped"]]
     return "\n".join(lines)
 

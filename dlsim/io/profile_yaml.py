@@ -17,10 +17,11 @@ from pydantic import ConfigDict, Field
 
 from dlsim import units
 from dlsim.errors import SpecError
+from dlsim.io.fabric_yaml import FabricFields, read_fabric
 from dlsim.io.paths import resolve_profile
 from dlsim.io.profile_run import PowerRecord, ReliabilityRecord, RestartRecord, StorageRecord
 from dlsim.io.yamlfile import read_yaml
-from dlsim.spec.cluster import TOPOLOGIES, Cluster, Device, LinkTier
+from dlsim.spec.cluster import Cluster, Device, LinkTier
 from dlsim.spec.efficiency import DeviceEfficiency, EfficiencyCurve
 from dlsim.spec.typed import Count, Fraction, NonNegative, Positive, Record, Seq, Text, validate
 
@@ -83,8 +84,9 @@ class DeviceRecord(Record):
                                    "communication kernels take from the GEMMs beside them (unknown when left out)")
 
 
-class LinkRecord(Record):
-    """A link tier (LogGP); bandwidth in GB/s or in Gbit/s, not both."""
+class LinkRecord(FabricFields):
+    """A link tier (LogGP); bandwidth in GB/s or in Gbit/s, not both; its network keys (`FabricFields`:
+    topology and the shape of a fabric between nodes, `dlsim.io.fabric_yaml`)."""
 
     model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["bandwidth_gbytes_per_s"]},
                                                            {"required": ["bandwidth_gbits_per_s"]}]})
@@ -94,9 +96,6 @@ class LinkRecord(Record):
     bandwidth_gbits_per_s: Positive | None = None
     overhead_us: NonNegative = 0.0
     gap_us: NonNegative = 0.0
-    topology: Literal[TOPOLOGIES] = "switch"  # type: ignore[valid-type]
-    oversubscription: Positive = 1.0
-    dims: Seq[Count] = ()
     source: Text | None = None
     burst_bytes: NonNegative = 0.0
     burst_peak_bandwidth_gbytes_per_s: Positive | None = None
@@ -163,7 +162,7 @@ def _device(rec: DeviceRecord, path: Path) -> Device:
     )
 
 
-def _link(rec: LinkRecord, path: Path, field: str) -> LinkTier:
+def _link(rec: LinkRecord, path: Path, field: str, between_nodes: bool = False) -> LinkTier:
     if rec.bandwidth_gbytes_per_s is not None and rec.bandwidth_gbits_per_s is not None:
         raise SpecError("give bandwidth in GB/s or in Gbit/s, not both", path=path, field=field)
     if rec.bandwidth_gbits_per_s is not None:
@@ -173,10 +172,11 @@ def _link(rec: LinkRecord, path: Path, field: str) -> LinkTier:
     else:
         raise SpecError("missing required field", path=path, field=f"{field}.bandwidth_gbytes_per_s")
     peak = rec.burst_peak_bandwidth_gbytes_per_s
+    topology, fabric = read_fabric(rec, path, field, between_nodes=between_nodes)
     return LinkTier(
         name=rec.name if rec.name is not None else field, latency=rec.latency_us * units.US, bandwidth=bandwidth,
-        overhead=rec.overhead_us * units.US, gap=rec.gap_us * units.US, topology=rec.topology,
-        oversubscription=float(rec.oversubscription), dims=rec.dims, burst=float(rec.burst_bytes),
+        overhead=rec.overhead_us * units.US, gap=rec.gap_us * units.US, topology=topology, fabric=fabric,
+        burst=float(rec.burst_bytes),
         peak_bandwidth=math.inf if peak is None else peak * units.GBYTE_PER_S,
         bandwidth_efficiency=float(rec.bandwidth_efficiency),
     )
@@ -186,7 +186,7 @@ def _cluster(rec: ProfileFile, path: Path) -> Cluster:
     """The profile in SI units (the one place its file units are converted)."""
     device = _device(rec.device, path)
     intra = _link(rec.intra_node, path, "intra_node")
-    inter = _link(rec.inter_node, path, "inter_node") if rec.inter_node else None
+    inter = _link(rec.inter_node, path, "inter_node", between_nodes=True) if rec.inter_node else None
     if rec.nodes > 1 and inter is None:
         raise SpecError(f"nodes={rec.nodes} needs an inter_node link tier", path=path, field="inter_node")
     host = _link(rec.host_link, path, "host_link") if rec.host_link else None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dlsim.cost.overlap import overlap_cost
-from dlsim.plan.comm import INTRA, CommPricer, Layout
+from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.gradbuckets import gradient_buckets
@@ -74,6 +74,7 @@ class _Builder:
         self.chunk_entries = [x.entries[a:b] for a, b in x.ranges]
         self.boundary = boundary_bytes(x.model, x.entries, x.ranges)
         self.price_cache: dict[tuple, Estimate] = {}
+        self.placed = getattr(x.pricer, "contention", None) is not None
         self.group_cache: dict[tuple, tuple] = {}
         self.busy_cache: dict[tuple, set[str]] = {}
         # per (step list, position): whether it fuses, and the fused task's (parts, ports)
@@ -192,6 +193,8 @@ class _Builder:
         tier = tier or self.x.pricer.tier(ranks)
         per_node = per_node or lay.ranks_per_node(ranks)
         key = (op, nbytes, len(ranks), tier, per_node)
+        if self.placed and tier != INTRA:  # on a shared network the price depends on where the group sits
+            key += tuple(ranks)
         est = self.price_cache.get(key)
         if est is None:
             est = self.price_cache[key] = self._sendrecv(nbytes, ranks) if op == "sendrecv" else \
@@ -261,6 +264,22 @@ class _Builder:
             self._close_group(gkey, members, op, nbytes, ranks, est, kind)
         return tid
 
+    def _flows(self) -> bool:
+        """Whether transfers run as flows on the shared network's links (`ClusterPricer.flows`)."""
+        return bool(getattr(self.x.pricer, "flows", False))
+
+    def _flow(self, src: int, dst: int, tier: str, wire: float) -> tuple[tuple[int, ...], float, float]:
+        """(links, wire, rate) of a transfer from rank `src` to rank `dst`: its route on the shared
+        network when transfers run as flows there, else none."""
+        if tier != INTER or not self._flows():
+            return (), 0.0, 0.0
+        pricer = self.x.pricer
+        links = pricer.route(src, dst)
+        if not links:
+            return (), 0.0, 0.0
+        self.g.links = pricer.links
+        return links, wire, pricer.rate(tier)
+
     def _simulated(self, kind: str, ranks: list[int]) -> int:
         """Members of a group simulated one by one: all of a tp group; of a data-parallel group (dp,
         shard, replica) those at their cp ring's rank 0, which stands for its ring."""
@@ -287,7 +306,10 @@ class _Builder:
                 messages = tuple(Message(devices[tr.src], devices[tr.dst], tr.nbytes, tr.duration, tr.deps,
                                          (self.port(devices[tr.src], INTRA if tr.intra else tier, "out"),
                                           self.port(devices[tr.dst], INTRA if tr.intra else tier, "in")),
-                                         tr.hold, tr.recv_hold) for tr in transfers)
+                                         tr.hold, tr.recv_hold,
+                                         *self._flow(ranks[tr.src], ranks[tr.dst], INTRA if tr.intra else tier,
+                                                     tr.wire))
+                                 for tr in transfers)
         self.g.add_group(members, est.seconds, ports, messages)
         del self.pending[gkey]
 
@@ -565,9 +587,11 @@ class _Builder:
         if priced is None:
             priced = self.p2p_cache[(nbytes, ra, rb)] = (self.x.pricer.p2p(nbytes, ra, rb), self.x.pricer.tier([ra, rb]))
         est, tier = priced
+        flow = self._flow(ra, rb, tier, self.x.pricer.wire(nbytes, tier)) if self._flows() and nbytes > 0 \
+            else ((), 0.0, 0.0)
         tid = self.g.add(f"send {label[0][1]} chunk{label[1]} mb{label[2]}", da, ch, est.seconds, COMM, [src_task],
                          source=est.source, ports=(self.port(da, tier, "out"), self.port(db, tier, "in")),
-                         label=label, cross_stage=True)
+                         label=label, cross_stage=True, flow=flow)
         if src_task in self.after:  # a blocking exchange: the sender goes on once its send is done
             self.g.tasks[self.after[src_task]].deps.append(tid)
         if gather:  # the slices re-gathered over the receiver's tp group before its kernels use them

@@ -42,7 +42,8 @@ pipelines too long to walk pass by pass (p·m·v > WALK_OPS: the per-chunk lefto
 queue is hidden under the next forward pass instead), other pipelines too long to walk
 (p·m·v > WALK_PLAIN_OPS: the closed forms), interleaved with m = pp, pipeline transfers
 on the tensor-parallel link tier (their port contention is not modelled; within 2.3% on the test
-spaces). Not modelled: gradient compression's kernels (`supports` says no), layer groups, run-time
+spaces), strategies across the nodes of a network with shared links (contention: the simulation prices
+each group where it sits). Not modelled: gradient compression's kernels (`supports` says no), layer groups, run-time
 variability, parameter-server training; `supports` refuses them.
 """
 

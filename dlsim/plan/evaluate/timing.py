@@ -351,6 +351,8 @@ class Timing(StreamWalk):
             outside.append("hybrid sharding (collectives priced over the whole dp group)")
         if s.offload != "none":
             outside.append(f"offload {s.offload} (host copies not timed; activations kept on the device)")
+        if self.ev.shared_network(s):
+            outside.append("contention on a shared network (each group shape priced where it first occurs)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
 
     def _buckets_of(self, es):
