@@ -39,8 +39,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _LazyGroup(click.Group):
+class CheckedCommand(click.Command):
+    """A command whose output files are checked before it runs (`dlsim.cli.output.check_outputs`): a
+    path that cannot be written is refused before any work, not after it."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        from dlsim.cli.output import check_outputs
+        check_outputs(ctx)
+        return super().invoke(ctx)
+
+
+class CheckedGroup(click.Group):
+    """A group whose commands (and subgroups' commands) are `CheckedCommand`s."""
+
+    command_class = CheckedCommand
+    group_class = type
+
+
+class _LazyGroup(CheckedGroup):
     """A group whose commands are imported when used (see `COMMANDS`)."""
+
+    group_class = CheckedGroup
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMANDS) | set(self.commands))
@@ -86,9 +105,12 @@ def _fail(message: str) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted)."""
+    """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted).
+    Every file the command reads is an input no output of it may be (`dlsim.io.runfiles.run_scope`)."""
+    from dlsim.io.runfiles import run_scope
     try:
-        main.main(args=argv, prog_name="dlsim", standalone_mode=False)
+        with run_scope():
+            main.main(args=argv, prog_name="dlsim", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

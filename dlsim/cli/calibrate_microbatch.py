@@ -7,6 +7,7 @@ import click
 from dlsim.api.microbatch import calibrate_microbatch
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import parse_overrides, set_option
+from dlsim.cli.output import OutputFile
 from dlsim.cost.conv_methods import METHODS, PASSES
 from dlsim.plan.microbatch.policies import POLICIES
 
@@ -14,7 +15,7 @@ from dlsim.plan.microbatch.policies import POLICIES
 @calibrate.command("microbatch")
 @click.argument("model")
 @click.option("--batch", type=int, required=True, help="Mini-batch size the table is for.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", required=True, type=OutputFile(resume=True),
               help="Benchmark CSV to write (resumed if it exists; rows are never rewritten).")
 @click.option("--policy", type=click.Choice(POLICIES), default="powerOfTwo", show_default=True,
               help="Which micro-batch sizes to measure.")

@@ -12,7 +12,8 @@ from dlsim.api.optimize import OBJECTIVES, optimize
 from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, emit_figure
 from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
+                              wants_summary)
 from dlsim.errors import SpecError
 from dlsim.report.optimize_text import optimize_summary
 
@@ -73,10 +74,10 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Processes sizing, evaluating and simulating the candidates (the same result with 1) "
                    "[default: the machine's cores, at most 8].")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
-@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
               help="Print the record as JSON (or write it to FILE).")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), default=None, help="Write the ranked table as CSV.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--csv", "csv_out", type=OutputFile(), default=None, help="Write the ranked table as CSV.")
+@click.option("--plot", "plot_path", type=OutputFile(figure=True), default=None,
               help="Draw the Pareto front of iteration time against memory per device (PNG, PDF or SVG).")
 @force_option
 @set_option

@@ -7,12 +7,12 @@ from typing import Any, Callable
 import click
 import yaml
 
-from dlsim.cli.output import force_option
+from dlsim.cli.output import OutputFile, force_option
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.yamlfile import parse_yaml_text, yaml_problem
 
 _json_flag: Callable = click.option(
-    "--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+    "--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
     help="Print the result record as JSON, or write it to FILE (never over an input; an existing FILE only "
          "with --force) and print the summary too.")
 

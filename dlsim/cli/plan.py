@@ -14,7 +14,8 @@ from dlsim.api.microbatch import microbatch_sweep, microbatch_table, plan_from_t
 from dlsim.api.models import as_model, check_dtype
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, state_dtype, wants_summary
+from dlsim.cli.output import (OutputFile, check_plot_path, emit_json, emit_plot, json_safe, prepare_output, state_dtype,
+                              wants_summary)
 from dlsim.errors import SpecError
 from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.policies import POLICIES
@@ -88,7 +89,7 @@ def plan_text(rec: dict[str, Any], pareto: bool = False) -> str:
 @click.option("--time-limit", default="10s", show_default=True, help="ILP solver time limit.")
 @click.option("--gap", type=float, default=GAP_REL, show_default=True,
               help="ILP relative optimality gap (0: prove exact optimality; can take long).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=OutputFile(figure=True),
               help="Write a figure of time and speedup against the workspace limit (PNG, SVG, PDF).")
 @set_option
 @json_option

@@ -19,7 +19,7 @@ import click
 
 from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, draw_comparison, emit_figure
-from dlsim.cli.output import force_option
+from dlsim.cli.output import OutputFile, force_option
 from dlsim.errors import SpecError, excerpt
 
 MAX_RECORD_BYTES = 512 * 2 ** 20
@@ -105,7 +105,7 @@ def _legacy(kind: str, rec: dict[str, Any]) -> Any:
 
 @main.command("plot")
 @click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", "-o", "out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "-o", "out", required=True, type=OutputFile(figure=True),
               help="Figure file to write (.png, .pdf, .svg, ...).")
 @click.option("--devices", "devices", type=click.IntRange(1, 4096), default=16, show_default=True,
               help="Devices drawn at most (simulation records, Gantt charts of traces).")

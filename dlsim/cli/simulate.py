@@ -11,7 +11,8 @@ import click
 from dlsim.api.simulate import run_simulation
 from dlsim.cli import main
 from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
+                              wants_summary)
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
 from dlsim.spec.strategy import OFFLOADS
@@ -126,15 +127,15 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")
 @click.option("--expand-collectives", is_flag=True, help="Run collectives as point-to-point schedules (with --full).")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
-@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
               help="Print the result record as JSON (or write it to FILE).")
-@click.option("--trace", "trace_out", type=click.Path(dir_okay=False),
+@click.option("--trace", "trace_out", type=OutputFile(),
               help="Write a Chrome trace (Perfetto) of the iteration (--sync allreduce); gzip-compressed when FILE ends in .gz.")
 @click.option("--trace-ranks", metavar="RANKS",
               help="Trace only these ranks' devices, streams and links, e.g. 0-7,64 (with --trace).")
 @click.option("--trace-window", metavar="START:END",
               help="Trace only spans within this slice of simulated time, e.g. 1s:1.5s or 0:500ms (with --trace).")
-@click.option("--gantt", "gantt_out", type=click.Path(dir_okay=False),
+@click.option("--gantt", "gantt_out", type=OutputFile(figure=True),
               help="Draw the iteration's timeline (device streams and link ports) into FILE.png (--sync allreduce).")
 @click.option("--gantt-devices", type=click.IntRange(1, 4096), default=None,
               help="Devices drawn in the --gantt chart: the first N simulated devices [default: 8].")
