@@ -23,8 +23,9 @@ from dlsim.plan.microbatch.policies import POLICIES
 @click.option("--passes", default=",".join(PASSES), show_default=True, help="Comma-separated passes.")
 @click.option("--algorithms", default=",".join(METHODS), show_default=True, help="Comma-separated algorithms.")
 @click.option("--max-workspace", default=None, help="Skip configurations needing more workspace (e.g. 256MiB).")
-@click.option("--repeats", type=int, default=5, show_default=True, help="Timed repetitions (median kept).")
-@click.option("--threads", type=int, default=None, help="BLAS threads (1 gives steadier timings on a shared machine).")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed repetitions (median kept).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="BLAS threads (1 gives steadier timings on a shared machine).")
 @click.option("--no-prune", is_flag=True, help="Also time configurations dominated at the same micro-batch size.")
 @set_option
 def microbatch_calibrate_cmd(model: str, batch: int, out: str, policy: str, layers: str | None, passes: str,

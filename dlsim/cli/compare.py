@@ -15,7 +15,7 @@ from typing import Any, Callable
 import click
 
 from dlsim.cli import main
-from dlsim.cli.options import parse_overrides, set_option
+from dlsim.cli.options import announce_empty_strategy, parse_overrides, set_option
 from dlsim.cli.output import (OutputFile, check_plot_path, emit_json, emit_plot, emit_text, force_option, json_safe,
                               prepare_output, wants_summary)
 from dlsim.errors import InfeasibleError, SpecError
@@ -188,6 +188,8 @@ def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str
         if path is not None:
             prepare_output(path, option)
     from dlsim.api.compare import compare
+    for path in strategies:
+        announce_empty_strategy(path)
     gpus = _gpus(gpus_text)
     if scaling and not gpus:
         raise SpecError("--scaling needs --gpus with at least two counts, e.g. --gpus 8,16,32", field="gpus")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -44,3 +45,27 @@ def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
                             f"got {excerpt(value)}")
         out[key.strip()] = parsed
     return out
+
+
+def refuse_unused(names: tuple[str, ...], why: str) -> None:
+    """Refuse options the user gave (not defaults) that do nothing in this mode: one usage line naming
+    them and `why` (an option silently ignored is a result the user did not ask for)."""
+    ctx = click.get_current_context()
+    given = [p for p in ctx.command.params if p.name in names
+             and ctx.get_parameter_source(p.name) not in (None, click.core.ParameterSource.DEFAULT,
+                                                          click.core.ParameterSource.DEFAULT_MAP)]
+    if given:
+        labels = ", ".join(max(p.opts, key=len) for p in given)
+        raise click.UsageError(f"{labels} {'does' if len(given) == 1 else 'do'} nothing {why}")
+
+
+def announce_empty_strategy(path: str | None) -> None:
+    """Say so when a strategy file sets no field at all (empty, or comments only): the run then takes
+    every field's default, which the user may not expect from a file they named."""
+    if path is None:
+        return
+    from dlsim.io.yamlfile import read_yaml
+    data = read_yaml(Path(path))
+    if data is None or data == {}:
+        click.echo(f"warning: strategy file {path} sets no field (it is empty or holds only comments): every "
+                   "strategy field takes its default", err=True)

@@ -13,7 +13,7 @@ import click
 from dlsim.api.microbatch import microbatch_sweep, microbatch_table, plan_from_table
 from dlsim.api.models import as_model, check_dtype
 from dlsim.cli import main
-from dlsim.cli.options import json_option, parse_overrides, set_option
+from dlsim.cli.options import json_option, parse_overrides, refuse_unused, set_option
 from dlsim.cli.output import (OutputFile, check_plot_path, emit_json, emit_plot, json_safe, prepare_output, state_dtype,
                               wants_summary)
 from dlsim.errors import SpecError
@@ -108,6 +108,11 @@ def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | No
         raise SpecError("MODEL needs --cluster PROFILE (or --bench-table FILE.csv)")
     if model is None and bench_table is None:
         raise SpecError("give MODEL --cluster PROFILE, or --bench-table FILE.csv")
+    if model is None:
+        refuse_unused(("overrides", "dtype", "cluster"), "without MODEL: the benchmark table's times are measured, "
+                                                           "not modelled")
+    if mode == "wr":
+        refuse_unused(("solver", "time_limit", "gap"), "with --mode wr (the ILP solver runs with --mode wd)")
     limit = parse_size(workspace_limit)
     seconds = parse_time(time_limit)
     if plot_path:

@@ -10,7 +10,7 @@ import click
 
 from dlsim.api.simulate import run_simulation
 from dlsim.cli import main
-from dlsim.cli.options import parse_overrides, set_option
+from dlsim.cli.options import announce_empty_strategy, parse_overrides, set_option
 from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
                               wants_summary)
 from dlsim.errors import InfeasibleError, SpecError
@@ -162,6 +162,7 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
         raise SpecError("--gantt-devices applies to --gantt only", field="gantt_devices")
     if workspace_limit is not None and microbatch_plan is None:
         raise SpecError("--workspace-limit applies to --microbatch-plan only", field="workspace_limit")
+    announce_empty_strategy(strategy_file)
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
                          workspace_limit=workspace_limit or "64MiB", trace=trace_out is not None or gantt_out is not None,

@@ -12,6 +12,7 @@ import click
 
 from dlsim.api.sweep import run_sweep, summarize
 from dlsim.cli import main
+from dlsim.cli.options import refuse_unused
 from dlsim.cli.output import OutputFile, emit_plot, emit_text, force_option, prepare_output
 from dlsim.io.files import OutputError, same_file
 from dlsim.io.sweep_spec import load_sweep
@@ -72,6 +73,8 @@ def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | Non
     GPUs and the infeasible points counted by reason."""
     if scheduler and dask_local:
         raise click.UsageError("give --scheduler or --dask-local, not both")
+    if scheduler or dask_local:
+        refuse_unused(("jobs",), "on Dask (its workers run the points)")
     s = load_sweep(spec)
     # an existing results file is resumed (appended to, locked), never an input: the spec, its models or
     # profiles (every file the run reads: dlsim.io.runfiles), nor another output

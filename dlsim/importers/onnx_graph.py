@@ -36,7 +36,7 @@ from dlsim.importers.onnx_flops import pass_flops
 from dlsim.importers.onnx_flow import FLOW
 from dlsim.importers.onnx_flow import cost as flow_cost
 from dlsim.importers.onnx_node import reads
-from dlsim.importers.onnx_ops import MAP
+from dlsim.importers.onnx_ops import MAP, RECURRENT, check_recurrent
 from dlsim.importers.onnx_shapes import BATCHES, per_sample, run, shapes_at
 from dlsim.importers.onnx_weights import trainable, unsure
 from dlsim.spec.model import INPUT
@@ -306,6 +306,8 @@ def _add(g: _Graph, node: Any, consumed: set[str]) -> None:
         g.folded += node.op_type != "Constant"
         return
     g.activate(node, inputs)
+    if node.op_type in RECURRENT:
+        check_recurrent(g, node)  # malformed inputs are refused, not priced as a generic layer
     if outs[0] in g.fused:  # a bias add folded into the linear layer before it
         g.alias[outs[0]] = g.alias[g.fused[outs[0]]]
         return

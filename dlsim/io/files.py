@@ -122,6 +122,24 @@ def _stat(path: Path, option: str) -> os.stat_result | None:
         raise OutputError(f"{option} {shown(path)}: cannot look at it ({exc.strerror or exc})") from None
 
 
+def _check_folder(path: Path, option: str) -> None:
+    """The folder `path` goes into exists, or can be created, and takes new files (checked before any
+    work, not found out when writing)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    for d in (folder, *folder.parents):
+        try:
+            st = os.stat(d)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise OutputError(f"{option} {shown(path)}: cannot look at {shown(d)} ({exc.strerror or exc})") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise OutputError(f"{option} {shown(path)}: {shown(d)} is not a directory")
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise OutputError(f"{option} {shown(path)}: cannot create files in {shown(d)} (not writable)")
+        return
+
+
 def check_output(path: Path | str, *, inputs: tuple[Path | str | None, ...] = (), force: bool = False,
                  option: str = "output", resume: bool = False) -> Path:
     """The one gate every writer passes before it writes `path` (see the module docstring).
@@ -137,11 +155,15 @@ def check_output(path: Path | str, *, inputs: tuple[Path | str | None, ...] = ()
         if source is not None and same_file(path, source):
             raise OutputError(f"{option} {shown(path)} is an input of this run; refusing to overwrite it")
     st = _stat(path, option)
+    if st is None or stat.S_ISREG(st.st_mode):
+        _check_folder(Path(os.path.realpath(path)) if os.path.islink(path) else path, option)
     if st is not None:
         mode = st.st_mode
         if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
             if resume:
                 raise OutputError(f"{option} {shown(path)} is {_kind(mode)}; a results file must be a regular file")
+            if not os.access(path, os.W_OK):
+                raise OutputError(f"{option} {shown(path)} is {_kind(mode)} this process cannot write")
         elif not stat.S_ISREG(mode):
             raise OutputError(f"{option} {shown(path)} is {_kind(mode)}; refusing to write it")
         elif not force and not resume:

@@ -116,11 +116,16 @@ def _device(data: Any, path: Path) -> Device:
     for key, v in (("compute_efficiency", eff), ("memory_efficiency", meff)):
         if v > 1:
             raise SpecError(f"is a fraction of peak and must be at most 1, got {v}", path=path, field=f"device.{key}")
+    memory = _number(data, "memory_gib", path, "device")
+    reserved = _number(data, "memory_reserved_gib", path, "device", default=0.0, positive=False)
+    if reserved >= memory:
+        raise SpecError(f"{reserved:g} GiB reserved is not below the device's memory_gib {memory:g}", path=path,
+                        field="device.memory_reserved_gib")
     return Device(
         name=str(data.get("name", "device")),
         peak_flops=MappingProxyType(peak),
         vector_flops=MappingProxyType(vector),
-        memory_bytes=_number(data, "memory_gib", path, "device") * units.GIB,
+        memory_bytes=memory * units.GIB,
         memory_bandwidth=_number(data, "memory_bandwidth_gbytes_per_s", path, "device") * units.GBYTE_PER_S,
         launch_overhead=_number(data, "launch_overhead_us", path, "device", default=0.0, positive=False) * units.US,
         compute_efficiency=eff,
@@ -128,7 +133,7 @@ def _device(data: Any, path: Path) -> Device:
         memory_efficiency=meff,
         efficiency=_efficiency(data["efficiency"], path) if data.get("efficiency") else DeviceEfficiency(),
         overlap_slowdown=_fraction(data, "overlap_slowdown", path),
-        memory_reserved=_number(data, "memory_reserved_gib", path, "device", default=0.0, positive=False) * units.GIB,
+        memory_reserved=reserved * units.GIB,
         fp8_efficiency_ratio=_number(data, "fp8_efficiency_ratio", path, "device", default=1.0),
     )
 

@@ -22,12 +22,13 @@ uses it (issue 29):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.files import OutputError
@@ -124,6 +125,49 @@ def read_log(path: Path | str, kind: str, check: Callable[[dict[str, Any]], str 
     return out
 
 
+def lock_path(path: Path | str) -> Path:
+    """``<file>.lock`` beside the file a results path names through links."""
+    return Path(os.path.realpath(path) + LOCK_SUFFIX)
+
+
+def take_writer_lock(path: Path | str) -> Any:
+    """The lock that makes this process the one writer of the results file `path` (a held
+    `filelock.MarkerSoftFileLock`; `release()` it when done); one `OutputError` line naming the
+    process that holds it."""
+    from filelock import MarkerSoftFileLock, Timeout
+
+    lock_file = lock_path(path)
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        lock = MarkerSoftFileLock(str(lock_file), timeout=0)
+        for attempt in range(3):
+            try:
+                lock.acquire(timeout=0)
+                return lock
+            except Timeout:
+                owner = lock.owner
+                if owner is None and attempt < 2:  # being written or just released: look again
+                    time.sleep(0.05)
+                    continue
+                who = f"process {owner.pid} on host {owner.hostname}" if owner is not None else "another process"
+                raise OutputError(f"{shown(path)} is being written by {who} (lock {shown(lock_file)}); wait for it "
+                                  "to finish or write elsewhere (if that process is gone, delete the lock file)") \
+                    from None
+    except OSError as exc:
+        raise OutputError(f"cannot lock {shown(path)} ({exc.strerror or exc})") from None
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def one_writer(path: Path | str) -> Iterator[None]:
+    """Hold `path`'s writer lock (`take_writer_lock`) for the block."""
+    lock = take_writer_lock(path)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class ResultsLog:
     """The results file of one run: locked, resumed (`read_log`), appended to (`append`); a context manager."""
 
@@ -132,34 +176,11 @@ class ResultsLog:
         self.fd: int | None = None
         self._lock: Any = None
 
-    @staticmethod
-    def lock_path(path: Path | str) -> Path:
-        """``<file>.lock`` beside the file a results path names through links."""
-        return Path(os.path.realpath(path) + LOCK_SUFFIX)
+    lock_path = staticmethod(lock_path)
 
     def open(self) -> "ResultsLog":
         """Take the lock and open the file for appending; one `OutputError` line if another run holds it."""
-        from filelock import MarkerSoftFileLock, Timeout
-
-        lock_file = self.lock_path(self.path)
-        try:
-            lock_file.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = MarkerSoftFileLock(str(lock_file), timeout=0)
-            for attempt in range(3):
-                try:
-                    self._lock.acquire(timeout=0)
-                    break
-                except Timeout:
-                    owner = self._lock.owner
-                    if owner is None and attempt < 2:  # being written or just released: look again
-                        time.sleep(0.05)
-                        continue
-                    who = f"process {owner.pid} on host {owner.hostname}" if owner is not None else "another process"
-                    raise OutputError(f"{shown(self.path)} is being written by {who} (lock {shown(lock_file)}); "
-                                      "wait for it to finish or write elsewhere (if that process is gone, delete the "
-                                      "lock file)") from None
-        except OSError as exc:
-            raise OutputError(f"cannot lock {shown(self.path)} ({exc.strerror or exc})") from None
+        self._lock = take_writer_lock(self.path)
         try:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as exc:
