@@ -64,6 +64,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_dead_ones_lock_is_tak
     assert not ResultsLog.lock_path(out).exists()
 
 
+@pytest.mark.slow  # two sweep processes (seconds); benchmarks/fuzz.py races writers too
 def test_two_sweeps_started_together_record_every_point_once(tmp_path):
     spec, out = _spec_file(tmp_path, TINY), tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "dlsim", "sweep", str(spec), "--out", str(out), "--jobs", "1"]
