@@ -75,7 +75,8 @@ def _cpu_profile(folder: Path, table_outside: bool = False) -> Path:
     return prof
 
 
-def _onnx_file(folder: Path, kind: str = "mlp", trips: int = 3) -> Path:
+def onnx_file(folder: Path, kind: str = "mlp", trips: int = 3) -> Path:
+    """A small ONNX file in `folder`: one MatMul (``mlp``), or one Loop of `trips` iterations (``loop``)."""
     import onnx
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
@@ -164,7 +165,7 @@ def indirect(rng: random.Random, folder: Path) -> Case:
         spec.write_text(TINY_SPEC.replace("models: [lenet5]", f"models: [{model}]"))
         return Case(["sweep", str(spec), "--jobs", "1", "--out", str(model)], True, "indirect")
     if what == "onnx":
-        path = _onnx_file(folder)
+        path = onnx_file(folder)
         return Case(["import", "onnx", str(path), "--cluster", "dgx-h100", "--out", str(path), *force], True,
                     "indirect")
     results = folder / "r.jsonl"
@@ -350,7 +351,7 @@ def bounds(rng: random.Random, folder: Path) -> Case:
     value = rng.choice(values)
     argv = list(argv)
     if "LOOP" in argv or "HUGE_LOOP" in argv:
-        path = str(_onnx_file(folder, "loop", 10**18 if "HUGE_LOOP" in argv else 3))
+        path = str(onnx_file(folder, "loop", 10**18 if "HUGE_LOOP" in argv else 3))
         argv = [path if a in ("LOOP", "HUGE_LOOP") else a for a in argv]
     if "TRACE" in argv:
         trace = folder / "t.json"

@@ -68,34 +68,17 @@ def test_calibrate_microbatch_never_cuts_a_file_that_is_not_its_table(cli, tmp_p
 
 
 # ------------------------------------------------------------------------------------- ONNX
-def _loop_model(trips: int):
-    onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Relu", ["x_in"], ["x_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)])
-    graph = helper.make_graph(
-        [helper.make_node("Loop", ["M", "cond", "x"], ["y"], body=body)], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
-        initializer=[helper.make_tensor("M", TensorProto.INT64, [], [trips]),
-                     helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
-    return onnx, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_an_onnx_loop_of_a_huge_trip_count_is_refused_not_run(cli, tmp_path):
-    onnx, model = _loop_model(10**18)
-    onnx.save(model, tmp_path / "loop.onnx")
-    assert (tmp_path / "loop.onnx").stat().st_size < 400
-    code, _, err = cli("import", "onnx", tmp_path / "loop.onnx")
+    pytest.importorskip("onnx")
+    from fuzz_attacks import onnx_file
+    huge = onnx_file(tmp_path, "loop", 10**18)
+    assert huge.stat().st_size < 400
+    code, _, err = cli("import", "onnx", huge)
     assert code == 1 and "Loop y" in err and "loop iterations" in err
     _one_line(err)
-    onnx.save(_loop_model(3)[1], tmp_path / "small.onnx")  # a loop of a few iterations still imports
-    code, out, err = cli("import", "onnx", tmp_path / "small.onnx", "--cluster", "dgx-h100")
+    (tmp_path / "small").mkdir()
+    small = onnx_file(tmp_path / "small", "loop", 3)
+    code, out, err = cli("import", "onnx", small, "--cluster", "dgx-h100")  # a loop of a few iterations imports
     assert code == 0 and "type: generic" in out, err
 
 
