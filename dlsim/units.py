@@ -130,6 +130,18 @@ def parse_bandwidth(text: str | int | float) -> float:
     return _positive_rate(value * _RATE[unit], text)
 
 
+_COUNT = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_count(text: str | int | float) -> float:
+    """A count from ``"15T"``, ``"2.87T"``, ``"252M"``, ``"1.5B"`` (billion) or a plain number
+    (decimal prefixes: k/K thousand, M million, B/G billion, T trillion, P quadrillion)."""
+    value, unit = _split(text, "count")
+    if unit not in _COUNT:
+        raise UnitError(f"unknown count suffix {excerpt(unit)} in {excerpt(text)} (use k, M, B or G, T, P: 15T, 252M)")
+    return _finite_nonnegative(value * _COUNT[unit], text, "count")
+
+
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of a data type name (fp32, fp16, bf16, ...)."""
     if isinstance(dtype, str) and dtype in DTYPE_BYTES:

@@ -234,7 +234,7 @@ def test_expert_gradients_reduced_over_the_expert_data_parallel_group(tmp_path):
             return getattr(real, name)
 
     run_simulation(model, cluster, pricer=Recorder(), dp=8, ep=4, microbatch_size=2, num_microbatches=1,
-                   measured=False, bucket_size=1)
+                   measured=False, bucket_size=1, stack="eager")
     b = DTYPE_BYTES["bf16"]
     expert = 3 * 64 * 96                                    # one SwiGLU expert
     reduced = Counter()
@@ -267,7 +267,7 @@ def test_zero_shards_expert_states_over_the_expert_data_parallel_group(tmp_path,
             return getattr(real, name)
 
     sim = run_simulation(model, cluster, pricer=Recorder(), dp=8, ep=4, zero=zero, microbatch_size=2,
-                         num_microbatches=1, measured=False, bucket_size=1)
+                         num_microbatches=1, measured=False, bucket_size=1, stack="eager")
     b = DTYPE_BYTES["bf16"]
     expert = 2 * (8 // 4) * 3 * 64 * 96                  # two layers x 2 local SwiGLU experts
     dense = model.params - 2 * 8 * 3 * 64 * 96

@@ -145,7 +145,7 @@ def _summary(rec: dict[str, Any]) -> dict[str, Any]:
             "model_flops_utilisation": rec["model_flops_utilisation"], "peak_memory_bytes": rec["peak_memory_bytes"],
             "capacity_bytes": min((d["capacity_bytes"] for d in rec["devices"]), default=0.0),
             "measured_share": rec["measured_share"], "strategy": rec["strategy"], "dtype": rec["dtype"],
-            "simulated_devices": rec["simulation"]["simulated_devices"], "devices": devices}
+            "stack": rec.get("stack"), "simulated_devices": rec["simulation"]["simulated_devices"], "devices": devices}
 
 
 PS_MEMORY_NOTE = "memory per worker not simulated (parameter-server training)"
@@ -166,7 +166,8 @@ def _async_summary(rec: dict[str, Any]) -> dict[str, Any]:
             "throughput_samples_per_s": rec["throughput_samples_per_s"],
             "global_batch": rec["strategy"]["global_batch"], "model_flops_utilisation": None,
             "peak_memory_bytes": None, "capacity_bytes": None, "measured_share": None, "strategy": rec["strategy"],
-            "dtype": rec["dtype"], "simulated_devices": rec["workers"], "devices": [], "sync": rec["sync"],
+            "dtype": rec["dtype"], "stack": rec.get("stack"), "simulated_devices": rec["workers"], "devices": [],
+            "sync": rec["sync"],
             "staleness_mean": rec["staleness_mean"], "staleness_max": rec["staleness_max"],
             "updates_per_s": rec["updates_per_s"], "memory_note": PS_MEMORY_NOTE}
 

@@ -184,6 +184,16 @@ def state_dtype(record: dict, given: Any, resolved: Any) -> dict:
     return record
 
 
+def emit_record(record: Any, destination: str | None, render: Any) -> None:
+    """The JSON record (`emit_json`) where `destination` asks for it, and the summary `render(record)`
+    unless the record goes to stdout."""
+    if destination is not None:
+        emit_json(record, destination)
+    if wants_summary(destination):
+        json_safe(record)
+        click.echo(render(record))
+
+
 def emit_json(record: Any, destination: str | None) -> None:
     """Print `record` as JSON (destination ``-`` or None) or write it to a file (see the module rules).
     Dict records get their ``assumed`` block (`add_assumed`)."""

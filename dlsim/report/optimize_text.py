@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlsim.report.sim_text import stack_line
 from dlsim.report.text import table
 from dlsim.units import format_bytes
 
@@ -16,6 +17,9 @@ def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
              f"{rec['dtype']}, objective {rec['objective']}",
              f"candidates: {c['enumerated']} buildable, {c['evaluated']} fit and evaluated analytically, "
              f"{c['simulated']} simulated event by event (ranked by the simulation)"]
+    stack = stack_line(rec)
+    if stack:
+        lines.insert(1, stack)
     if c["dropped"]:
         lines.append("dropped: " + "; ".join(f"{k} ({v})" for k, v in c["dropped"].items()))
     lines.append("")
@@ -46,4 +50,16 @@ def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
                      f"({p['source']})")
     lines.append("")
     lines.append("assumed: " + ", ".join(f"{k} {v}" for k, v in a.items()))
+    return "\n".join(lines)
+
+
+def stacks_summary(rec: dict[str, Any]) -> str:
+    """A stack comparison (``kind: stack_comparison``): each stack's best strategy, fastest first,
+    then the fastest stack's own summary."""
+    lines = [f"{rec['model']} on {rec['cluster']}: the best strategy on each software stack (dlsim stacks show NAME)", ""]
+    head = ["stack", "version", "best strategy", "time s", "vs fastest", "MFU", "memory"]
+    body = [[r["stack"], r["version"], r["label"], f"{r['iteration_time_s']:.4g}", f"{r['slowdown']:+.1%}",
+             f"{r['mfu']:.0%}", format_bytes(r["memory_bytes"])] for r in rec["stacks"]]
+    lines.append(table(head, body, [False, False, False, True, True, True, True]))
+    lines += ["", optimize_summary(rec["results"][rec["stacks"][0]["stack"]], rows=5)]
     return "\n".join(lines)
