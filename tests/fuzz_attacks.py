@@ -342,7 +342,31 @@ def _bounds(folder: Path) -> list[tuple[list[str], str, list[str]]]:
         (cmb, "--passes", ["bogus"]), (cmb, "--algorithms", ["bogus"]),
         (["calibrate", "microbatch", "lenet5", "--out", str(folder / "t.csv")], "--batch", ["0", "-1", "100000"]),
         (["plot", "TRACE", "-o", str(folder / "p.png")], "--devices", ["0", "-1", "5000"]),
+        (["simulate", "gpt2", "-c", "dgx-h100"], "--global-batch", ["0", "-1", HUGE]),
+        (["simulate", "gpt2", "-c", "dgx-h100"], "--nodes", ["0", "-1", HUGE]),
+        (["run", "gpt2", "-c", "dgx-h100"], "--tokens", ["-1", "x", "0", "1e30"]),
+        (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--trials", ["-1", "1000000"]),
+        (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--pue", ["0", "nan", "-1"]),
+        (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--scale", ["0", "x", HUGE]),
+        (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--checkpoint-interval", ["-1s", "x"]),
+        (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--storage-write-per-node", ["0", "-1"]),
+        (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--batch-schedule", ["x", "0:1T", "1024:-1"]),
+        (["stacks", "show"], "NAME", ["bogus", "", str(folder / "missing.yaml")]),
     ]
+
+
+COMMANDS_WITHOUT_BOUNDS = {"models": "lists the zoo: no option to bound", "profiles": "lists profiles: none",
+                           "stacks": "lists stacks: none"}
+"""Commands the `bounds` attack does not cover, and why; every other command must be in `_bounds`."""
+
+
+def bounded_commands(folder: Path) -> set[str]:
+    """The commands (``validate ddp``, ``estimate``) that `_bounds` gives out-of-bounds options."""
+    out = set()
+    for argv, _, _ in _bounds(folder):
+        out.add(" ".join(argv[:2]) if argv[0] in ("plan", "import", "validate", "calibrate", "model", "stacks")
+                else argv[0])
+    return out
 
 
 def bounds(rng: random.Random, folder: Path) -> Case:
@@ -357,7 +381,7 @@ def bounds(rng: random.Random, folder: Path) -> Case:
         trace = folder / "t.json"
         trace.write_text(json.dumps({"traceEvents": [], "otherData": {"makespan_s": 0.0}}))
         argv = [str(trace) if a == "TRACE" else a for a in argv]
-    if option == "FACTORY":
+    if option in ("FACTORY", "NAME"):
         argv.insert(2, value)
     else:
         argv += [option, value]

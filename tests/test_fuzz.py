@@ -43,3 +43,27 @@ def test_fuzz_every_reader_and_command(tmp_path, monkeypatch):
     assert not bad, (counts, [(o["argv"], o["kind"], o.get("detail") or o.get("exception"), o["stderr"][-200:])
                               for o in bad[:5]])
     assert counts["by_kind"] == {"classic": 120, **ATTACK_CASES}
+
+
+def test_every_command_is_in_the_fuzzers_bounds(tmp_path):
+    """A new command joins the `bounds` attack (tests/fuzz_attacks.py `_bounds`), or says why it has no
+    option to bound (`COMMANDS_WITHOUT_BOUNDS`)."""
+    import click
+
+    from dlsim.cli import _register, main
+    from fuzz_attacks import COMMANDS_WITHOUT_BOUNDS, bounded_commands
+    _register()
+
+    def leaves(group: click.Group, prefix: str) -> set[str]:
+        out = set()
+        for name, command in group.commands.items():
+            path = f"{prefix}{name}"
+            if isinstance(command, click.Group) and command.commands:
+                out |= leaves(command, path + " ")
+                if any(not p.is_flag and p.name != "json_out" for p in command.params if isinstance(p, click.Option)):
+                    out.add(path)
+            else:
+                out.add(path)
+        return out
+    missing = leaves(main, "") - bounded_commands(tmp_path) - set(COMMANDS_WITHOUT_BOUNDS)
+    assert not missing, f"commands the fuzzer never gives an out-of-bounds option: {sorted(missing)}"
