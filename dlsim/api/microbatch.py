@@ -21,7 +21,7 @@ from dlsim.errors import SpecError, excerpt
 from dlsim.io.bench_table import append_rows, has_source_column, load_bench_table, resume_rows
 from dlsim.io.files import check_output
 from dlsim.io.results_log import one_writer
-from dlsim.io.runfiles import run_scope
+from dlsim.io.runfiles import RESUMED, note_input, run_scope
 from dlsim.plan.microbatch.model_table import conv_layers, model_bench_table
 from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.plan import plan_wd, plan_wr
@@ -239,6 +239,7 @@ def calibrate_microbatch(model: Model | str | Path, batch: int, out: str | Path,
     convs = select_layers(model, layers)
     with run_scope():
         check_output(out, option="--out", resume=True)
+        note_input(out, RESUMED)  # the table this calibration extends (read back at the end)
         with one_writer(out):
             if threads is not None and set_blas_threads(threads) is None and progress:
                 progress("could not set the BLAS thread count; using NumPy's default")

@@ -117,16 +117,19 @@ def run_scope() -> Iterator[RunFiles]:
 
 def note_input(path: Path | str, what: str = "input") -> None:
     """Record that this run reads `path` (`what` says how it was reached, for the message); raise
-    `OutputError` when an output of the run (other than a resumed one) is that file."""
+    `OutputError` when an output of the run is that file, unless it is a resumed output read as such
+    (`RESUMED`, or read again after it was: a calibration reads its finished table back)."""
     files = _CURRENT.get()
     if files is None:
         return
     claim = files.claim_for(path)
-    if claim is not None and not (claim.resume and what == RESUMED):
-        raise OutputError(f"{claim.option} {shown(claim.path)} is an input of this run ({what} {shown(path)}); "
-                          "refusing to overwrite it")
     ident = identity(path)
     key: object = ident if ident is not None else _resolved(path)
+    prior = files.input_for(path)
+    resumed = what == RESUMED or (prior is not None and prior[1] == RESUMED)
+    if claim is not None and not (claim.resume and resumed):
+        raise OutputError(f"{claim.option} {shown(claim.path)} is an input of this run ({what} {shown(path)}); "
+                          "refusing to overwrite it")
     files.inputs.setdefault(key, (str(path), what))
 
 
