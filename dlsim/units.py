@@ -159,12 +159,34 @@ def format_time(seconds: float) -> str:
     return f"{seconds / NS:.3g} ns"
 
 
-def format_bytes(n: float) -> str:
-    """Human-readable binary size (KiB, MiB, GiB)."""
-    for unit, scale in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+def format_bytes(n: float, decimal: bool = False) -> str:
+    """Human-readable size: binary (KiB, MiB, GiB, TiB), or decimal (kB, MB, GB, TB) for a size that was
+    given in decimal units (`size_is_decimal`: decimal in, decimal out)."""
+    scales = (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)) if decimal else \
+        (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
+    for unit, scale in scales:
         if abs(n) >= scale:
             return f"{n / scale:.4g} {unit}"
     return f"{n:.0f} B"
+
+
+def size_is_decimal(text: str | int | float) -> bool:
+    """Whether a size was written with a decimal prefix (``1GB``, ``100Mb``, ``3kB``), so that it is printed back
+    in decimal units; binary prefixes (``64MiB``) and plain byte counts print in binary units."""
+    if not isinstance(text, str):
+        return False
+    match = _NUMBER.match(text) if len(text) <= _MAX_TEXT else None
+    unit = match.group(2) if match else ""
+    return unit in _SIZE and unit[:1] in ("k", "K", "M", "G", "T", "P") and unit[1:2] != "i"
+
+
+def format_params(n: float) -> str:
+    """A parameter count as model cards write it, three significant digits: ``70.6B``, ``124M``, ``8.19K``
+    (K thousand, M million, B billion, T trillion)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
 
 
 def format_count(n: float) -> str:

@@ -94,6 +94,7 @@ def test_simulated_iteration_with_imbalance_one_equals_balanced_and_grows_with_i
     assert capped.result.iteration_time_s == pytest.approx(times[2], rel=1e-12)   # capacity 1.5: as imbalance 1.5
 
 
+@pytest.mark.torch
 def test_moe_forward_flops_equal_pytorch_counter_on_real_routing(tmp_path):
     """Dropless routing of real tokens is unbalanced, yet every pair is computed once: FlopCounterMode
     on the equivalent module (real tensors, real top-k) counts what dlsim counts."""
@@ -313,6 +314,7 @@ def test_ep_must_divide_the_experts_and_needs_experts(cli, tmp_path):
     assert code == 1 and "needs a model with mixture-of-experts layers" in err
 
 
+@pytest.mark.torch
 def test_latent_attention_params_and_flops_equal_pytorch():
     """DeepSeek-V2/V3's multi-head latent attention (`mla`): parameters by the closed form, forward
     FLOPs equal to FlopCounterMode on the equivalent module run on real tensors (with and without Q

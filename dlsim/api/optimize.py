@@ -64,6 +64,9 @@ class Candidate:
     strategy: Strategy
     estimate: Evaluation
     result: SimResult
+    equivalents: tuple[str, ...] = ()
+    """Labels of simulated candidates that ran exactly alike (the field they change does nothing
+    here, e.g. selective recomputation beside flash attention), collapsed into this one."""
 
     @property
     def time_s(self) -> float:
@@ -83,6 +86,7 @@ class Candidate:
         b = r.breakdown.to_dict()
         mem = max(r.devices, key=lambda d: d.peak_memory_bytes) if r.devices else None
         return {"rank": rank, "strategy": strategy_fields(self.strategy), "label": label(self.strategy),
+                "equivalents": list(self.equivalents),
                 "feasible": r.feasible, "infeasible_reason": r.infeasible_reason,
                 "iteration_time_s": r.iteration_time_s, "throughput_samples_per_s": r.throughput_samples_per_s,
                 "breakdown_s": b, "peak_memory_bytes": r.peak_memory_bytes,
@@ -376,7 +380,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     else:
         chosen = _to_simulate(outcome.evaluations, objective, top, max_simulations)
         pairs = list(zip(chosen, _simulate_all(model, cluster, chosen, measured, jobs)))
-    ranked = [Candidate(e.strategy, e, sim) for e, sim in pairs]
+    ranked = collapse_equivalents([Candidate(e.strategy, e, sim) for e, sim in pairs])
     ranked.sort(key=lambda c: c.key("time" if by_run else objective))
     run_why = None
     if by_run and ranked[0].result.feasible:
@@ -412,6 +416,23 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                            "total": time.perf_counter() - t0}, outcome.pruned,
                           tuple((t, m, src) for t, m, (_, src) in points), stack_record(run_stack, why, user_fixed),
                           run_why)
+
+
+def collapse_equivalents(candidates: list[Candidate]) -> list[Candidate]:
+    """One candidate per distinct simulated outcome: candidates whose time, memory and breakdown are
+    exactly alike keep the first (the simpler, in search order) and name the others in `equivalents`."""
+    kept: dict[tuple, int] = {}
+    out: list[Candidate] = []
+    for c in candidates:
+        r = c.result
+        key = (r.iteration_time_s, r.peak_memory_bytes, tuple(r.breakdown.to_dict().values()), r.feasible)
+        if key in kept:
+            first = out[kept[key]]
+            out[kept[key]] = replace(first, equivalents=first.equivalents + (label(c.strategy),))
+        else:
+            kept[key] = len(out)
+            out.append(c)
+    return out
 
 
 _WORK: list[tuple] = []

@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from dlsim.cli.command import DlsimCommand, DlsimGroup
 from dlsim.errors import DlsimError
 
 
@@ -41,27 +42,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class CheckedCommand(click.Command):
-    """A command whose output files are checked before it runs (`dlsim.cli.output.check_outputs`): a
-    path that cannot be written is refused before any work, not after it."""
+class _LazyGroup(click.Group):
+    """A group whose commands are imported when used (see `COMMANDS`); its own help stays plain click (it
+    lists the table above without importing a command), its commands and groups draw theirs with rich-click
+    in panels (`dlsim.cli.command`)."""
 
-    def invoke(self, ctx: click.Context) -> object:
-        from dlsim.cli.output import check_outputs
-        check_outputs(ctx)
-        return super().invoke(ctx)
-
-
-class CheckedGroup(click.Group):
-    """A group whose commands (and subgroups' commands) are `CheckedCommand`s."""
-
-    command_class = CheckedCommand
-    group_class = type
-
-
-class _LazyGroup(CheckedGroup):
-    """A group whose commands are imported when used (see `COMMANDS`)."""
-
-    group_class = CheckedGroup
+    command_class = DlsimCommand
+    group_class = DlsimGroup
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMANDS) | set(self.commands))

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dlsim.api.optimize import OBJECTIVES, optimize
+from dlsim.api.optimize import OBJECTIVES, label, optimize
 from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, emit_figure
 from dlsim.cli.options import parse_overrides, set_option
@@ -60,6 +60,18 @@ def _run_options(tokens: str | None, usd_per_gpu_hour: float | None, usd_per_kwh
     return out
 
 
+def best_strategy_yaml(result) -> str:
+    """The winner of `result` as a strategy file, with a header saying where it came from."""
+    import yaml
+    from dlsim.io.strategy_yaml import strategy_document
+    best = result.best
+    head = (f"# dlsim optimize: the best of {result.enumerated} candidates for {result.model} on {result.gpus} x "
+            f"{result.cluster}, global batch {result.global_batch}\n# {label(best.strategy)}: "
+            f"{best.time_s:.6g} s per iteration (simulated), {best.memory_bytes / 2**30:.4g} GiB per device\n")
+    return head + yaml.safe_dump(strategy_document(best.strategy), sort_keys=False)
+
+
+
 @main.command("optimize")
 @click.argument("model")
 @click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
@@ -102,6 +114,8 @@ def _run_options(tokens: str | None, usd_per_gpu_hour: float | None, usd_per_kwh
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
               help="Print the record as JSON (or write it to FILE).")
 @click.option("--csv", "csv_out", type=OutputFile(), default=None, help="Write the ranked table as CSV.")
+@click.option("--save-best", "save_best", type=OutputFile(), default=None, metavar="FILE.yaml",
+              help="Write the winning strategy as a strategy file (dlsim simulate --strategy FILE.yaml reads it).")
 @click.option("--plot", "plot_path", type=OutputFile(figure=True), default=None,
               help="Draw the Pareto front of iteration time against memory per device (PNG, PDF or SVG).")
 @force_option
@@ -113,7 +127,8 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
                  max_simulations: int, jobs: int | None, model_only: bool, tokens: str | None,
                  usd_per_gpu_hour: float | None, usd_per_kwh: float | None, checkpoint: str | None,
                  json_out: str | None,
-                 csv_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
+                 csv_out: str | None, save_best: str | None, plot_path: str | None,
+                 overrides: tuple[str, ...]) -> None:
     """Find the best parallel strategy for MODEL on --gpus devices of a cluster at a fixed global batch.
 
     Enumerates dp x tp x pp, micro-batching, schedule, recomputation, sequence parallelism and ZeRO;
@@ -122,7 +137,8 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
     the ranked table, why the winner wins and the Pareto front of time against memory. No feasible
     candidate: one line naming the limit, exit code 1.
     """
-    for path, option in ((json_out if json_out != "-" else None, "--json"), (csv_out, "--csv")):
+    for path, option in ((json_out if json_out != "-" else None, "--json"), (csv_out, "--csv"),
+                         (save_best, "--save-best")):
         if path is not None:
             prepare_output(path, option)
     if plot_path is not None:
@@ -163,6 +179,8 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
         emit_json(rec, json_out)
     if csv_out is not None:
         emit_text(csv_out, _csv(rec), "--csv")
+    if save_best is not None:
+        emit_text(save_best, best_strategy_yaml(result), "--save-best")
     if plot_path is not None:
         from dlsim.report.optimize_plot import pareto_figure
         emit_figure(plot_path, "--plot", lambda: pareto_figure(rec))

@@ -148,6 +148,9 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--dtype", help="fp32, tf32, fp16, bf16, fp8 (FP8 GEMMs as Transformer Engine runs them; default: the model's).")
 @click.option("--microbatch-plan", type=click.Choice(["wr", "wd"]), help="Price convolutions with a μ-cuDNN plan.")
 @click.option("--workspace-limit", default=None, help="Workspace limit of --microbatch-plan [default: 64MiB].")
+@click.option("--analytic", is_flag=True,
+              help="Time the strategy with the analytic evaluator (milliseconds; the search's fast path) instead "
+                   "of the event simulation; the record says how far it is held to the simulation.")
 @click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")
 @click.option("--expand-collectives", is_flag=True, help="Run collectives as point-to-point schedules (with --full).")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
@@ -170,7 +173,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None,
                  trace_out: str | None, trace_ranks: str | None, trace_window: str | None,
                  gantt_out: str | None, gantt_devices: int | None, tokens: str | None,
-                 microbatch_plan: str | None, workspace_limit: str | None, full: bool, expand_collectives: bool,
+                 microbatch_plan: str | None, workspace_limit: str | None, analytic: bool, full: bool,
+                 expand_collectives: bool,
                  model_only: bool, overrides: tuple[str, ...], **opts: Any) -> None:
     """Simulate one training iteration of MODEL on a cluster profile under a parallel strategy.
 
@@ -189,6 +193,10 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
     if workspace_limit is not None and microbatch_plan is None:
         raise SpecError("--workspace-limit applies to --microbatch-plan only", field="workspace_limit")
     announce_empty_strategy(strategy_file)
+    if analytic:
+        _analytic(model, cluster, strategy_file, json_out, nodes, overrides, model_only, opts,
+                  trace=trace_out, gantt=gantt_out, full=full, expand=expand_collectives, plan=microbatch_plan)
+        return
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
                          workspace_limit=workspace_limit or "64MiB", trace=trace_out is not None or gantt_out is not None,
@@ -217,5 +225,26 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
             t = rec["time_to_train"]
             click.echo(f"time to train {tokens} tokens: {t['iterations']:,} iterations, {t['wall_s'] / 86400:.4g} days, "
                        f"{t['gpu_hours']:.4g} GPU-hours (no failures or checkpoints; dlsim run models them)")
+    if rec.get("feasible") is False:
+        raise InfeasibleError(rec["infeasible_reason"])
+
+
+def _analytic(model: str, cluster: str, strategy_file: str | None, json_out: str | None, nodes: int | None,
+              overrides: tuple[str, ...], model_only: bool, opts: dict[str, Any], **event_only: Any) -> None:
+    """``simulate --analytic``: the analytic evaluator's record and summary (`dlsim.api.analytic`)."""
+    for name, value in event_only.items():
+        if value:
+            raise SpecError(f"--analytic times the strategy without events: drop --{name.replace('_', '-')}",
+                            field="analytic")
+    from dlsim.api.analytic import estimate_strategy
+    from dlsim.report.analytic_text import analytic_summary
+    rec = add_assumed(estimate_strategy(model, cluster, strategy_file, measured=not model_only, nodes=nodes,
+                                        overrides=parse_overrides(overrides), given=_nested_given(opts),
+                                        **_strategy_fields(opts)))
+    if json_out is not None:
+        emit_json(rec, json_out)
+    if wants_summary(json_out):
+        json_safe(rec)
+        click.echo(analytic_summary(rec))
     if rec.get("feasible") is False:
         raise InfeasibleError(rec["infeasible_reason"])

@@ -261,8 +261,10 @@ class OpHooks:
     step, prefetched `GATHER_PREFETCH` units ahead: when a unit starts, the gathers of the next units
     are issued, so a unit's gather runs beside the compute of the one before it (the pass's first
     units once the previous pass has ended and released its units: at most 1 + `GATHER_PREFETCH`
-    units gathered at a time, as FSDP2 allows); each gathered unit is held until its last step ends. ZeRO-1/2 with `gathers_in_forward`: the same gathers in the first micro-batch's
-    forward pass only, nothing held (the device keeps its whole parameters). Buckets: launch a
+    units gathered at a time, as FSDP2 allows); each gathered unit is held until its last step ends. ZeRO-1/2 with `gathers_in_forward`: the first micro-batch's forward pass of each
+    chunk waits for its units' gathers, all dispatched at the iteration's start (the optimizer step's
+    end), chunk after chunk in the order the device runs them; nothing held (the device keeps its
+    whole parameters). Buckets: launch a
     bucket's reduction after the step that completes its gradients.
     """
 
@@ -283,11 +285,14 @@ class OpHooks:
         if self.unit >= 0:
             self._release(self.unit)
         j = self.order.index(step.unit)
-        for q in range(j, min(len(self.order), j + 1 + GATHER_PREFETCH)):
+        ahead = len(self.order) if sync.s.zero != 3 else j + 1 + GATHER_PREFETCH
+        for q in range(j, min(len(self.order), ahead)):
             unit = self.order[q]
             if unit in self.issued:
                 continue
-            if q <= GATHER_PREFETCH:  # the pass's first units once the previous pass has ended (released its units)
+            if sync.s.zero != 3:  # the updated parameters: every gather dispatched when the step ended
+                deps = []
+            elif q <= GATHER_PREFETCH:  # the pass's first units once the previous pass has ended (released its units)
                 deps = [sync.prev_last] if sync.prev_last >= 0 else []
             else:  # issued as unit j starts, once the step before it has run
                 deps = [self.last] if self.last >= 0 else []

@@ -64,9 +64,10 @@ def gathers_in_forward(s) -> bool:
     """Whether ZeRO-1/2's all-gather of the updated parameters runs beside the next iteration's first
     forward pass, bucket by bucket (`Strategy.param_gather_overlap`), instead of after the optimizer
     step. In the periodic steady state the gathers the step launched run from the start of the next
-    iteration; each bucket's first layer in the first micro-batch's forward waits for its gather, the
-    next bucket's gather issued once that layer has run (apex DistributedFusedAdam's pre-forward hook,
-    one bucket ahead). Routed experts' gathers (ep > 1) stay after the step."""
+    iteration, dispatched at once in the order the device's chunks run (NeMo's distributed Adam
+    launches a chunk's bucket group ahead of it; the parameters stay resident, so nothing bounds how
+    many are in flight); each bucket's first layer in the first micro-batch's forward waits for its
+    gather. Routed experts' gathers (ep > 1) stay after the step."""
     return s.param_gather_overlap and gathers_updated_params(s.zero) and s.dp_cp > 1 and s.ep == 1
 
 

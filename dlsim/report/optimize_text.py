@@ -9,6 +9,12 @@ from dlsim.report.text import table
 from dlsim.units import format_bytes
 
 
+def _differs(base: str, other: str) -> str:
+    """The words of label `other` that `base` lacks (``rc-sel``): what an equivalent candidate adds."""
+    have = set(base.split())
+    return " ".join(w for w in other.split() if w not in have) or other
+
+
 def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
     """The ranked table (simulated), the winner's why, the Pareto front, the search's counts."""
     c = rec["candidates"]
@@ -28,7 +34,9 @@ def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
     body = []
     for r in rec["ranked"][:rows]:
         b = r["breakdown_s"]
-        body.append([r["rank"], r["label"], f"{r['iteration_time_s']:.4g}", f"{r['estimate']['iteration_time_s']:.4g}",
+        name = r["label"] + (f" (= with {', '.join(_differs(r['label'], e) for e in r['equivalents'])})"
+                             if r.get("equivalents") else "")
+        body.append([r["rank"], name, f"{r['iteration_time_s']:.4g}", f"{r['estimate']['iteration_time_s']:.4g}",
                      f"{r['throughput_samples_per_s']:.4g}", f"{b.get('compute', 0):.3g}", f"{b.get('recompute', 0):.3g}",
                      f"{b.get('exposed_comm', 0):.3g}", f"{b.get('bubble', 0):.3g}",
                      format_bytes(r["peak_memory_bytes"]), "yes" if r["feasible"] else "OOM"])

@@ -275,9 +275,17 @@ def _fraction(value: Any, name: str, low: float = 0.0, high: float = 1.0) -> flo
     return float(value)
 
 
+PIPELINED_MICROBATCH = 1
+"""The micro-batch size of a pipelined strategy given only its global batch: one sample per
+micro-batch, as Megatron-LM's pipelined examples run (NVIDIA/Megatron-LM examples/
+pretrain_gpt_distributed_with_mp.sh --micro-batch-size 1): many micro-batches fill the pipeline."""
+
+
 def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | None,
-                 global_batch: int | None) -> tuple[int, int]:
-    """(microbatch_size, num_microbatches) from any two of the three, checked against the third."""
+                 global_batch: int | None, pp: int = 1) -> tuple[int, int]:
+    """(microbatch_size, num_microbatches) from any two of the three, checked against the third; a
+    global batch alone gives one micro-batch per replica, or with a pipeline (`pp` > 1) micro-batches
+    of `PIPELINED_MICROBATCH` samples."""
     if global_batch is not None:
         _positive_int(global_batch, "global_batch")
     if microbatch_size is not None:
@@ -291,6 +299,8 @@ def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | N
         raise SpecError(f"global_batch {global_batch} is not divisible by dp {dp} (remainder {rest})",
                         field="global_batch")
     if microbatch_size is None and num_microbatches is None:
+        if pp > 1 and per_replica % PIPELINED_MICROBATCH == 0:
+            return PIPELINED_MICROBATCH, per_replica // PIPELINED_MICROBATCH
         return per_replica, 1
     if microbatch_size is None:
         mbs, rest = divmod(per_replica, num_microbatches)  # type: ignore[arg-type]
@@ -323,7 +333,9 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
         if isinstance(fields.get(name), list):
             fields[name] = tuple(fields[name])
     dp = _positive_int(fields.get("dp", 1), "dp")
-    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch)
+    pp = fields.get("pp", 1)
+    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch,
+                          pp if isinstance(pp, int) and not isinstance(pp, bool) else 1)
     s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
     return validate_strategy(s)
 

@@ -58,7 +58,8 @@ class StreamWalk:
         return out
 
     def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
-                   gathers: list[float] | None, now: float, busy: float, first_dep: float) -> tuple[float, float, float, float]:
+                   gathers: list[float] | None, now: float, busy: float, first_dep: float,
+                   ready_at: list[float] | None = None) -> tuple[float, float, float, float]:
         """Run a step list from time `now` beside the communication stream, busy until `busy` (the
         simulator's per-device streams, `dlsim.plan.iteration` and `dlsim.plan.syncplan`): `launches`
         maps a step position to the collective durations it enqueues when it ends; `gathers` (ZeRO-3,
@@ -66,7 +67,8 @@ class StreamWalk:
         unit, which the unit's first step waits for. Gathers are prefetched `GATHER_PREFETCH` units
         ahead (`dlsim.plan.syncplan.OpHooks`): the pass's first units are enqueued once `first_dep`, the
         end of the previous pass on this device (at or before the pass's start), has passed, each later
-        unit's behind what the stream holds when the unit `GATHER_PREFETCH` before it starts.
+        unit's behind what the stream holds when the unit `GATHER_PREFETCH` before it starts; with
+        `ready_at`, each unit's gather ends then instead (dispatched before the pass, `gathers_in_forward`).
         Compute runs slowed by σ while the stream is busy; a tensor-parallel
         collective on the data-parallel link tier waits for the queue that holds its ports. Returns
         (end, stream busy until, seconds compute was slowed, end of the first step)."""
@@ -78,7 +80,11 @@ class StreamWalk:
         order = self._unit_order(steps) if gathers is not None else ()
         ready: dict[int, float] = {}  # unit -> when its gather ends
         for pos, (kind, d, c, queued, st_unit) in enumerate(program):
-            if gathers is not None and st_unit >= 0 and st_unit != unit:
+            if ready_at is not None and st_unit >= 0 and st_unit != unit:
+                unit = st_unit
+                busy = max(busy, ready_at[st_unit])
+                now = max(now, ready_at[st_unit])
+            elif gathers is not None and st_unit >= 0 and st_unit != unit:
                 j = order.index(st_unit)
                 for q in range(j, min(len(order), j + 1 + GATHER_PREFETCH)):
                     u = order[q]
@@ -138,8 +144,14 @@ class StreamWalk:
         def run_op(r: int, op, k: int, t: float) -> float:
             busy, prev_end = state[r]
             fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
-            # ZeRO-3 gathers every pass; ZeRO-1/2's updated parameters, micro-batch 0's forward only
-            gathers = all_gathers if every_pass or (op.kind == FORWARD and op.microbatch == 0) else None
+            if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
+                # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
+                end, q, _, _ = self.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, self.first_busy[r] - t), 0.0,
+                                               [x - t for x in self.first_ready[k]])
+                state[r] = (t + q, t + end)
+                inside[r] += end
+                return t + end
+            gathers = all_gathers if every_pass else None
             # passes are time-invariant: keyed by relative times (a stream idle before the start and the
             # previous pass's end, from which the first gathers are issued, long before it are alike)
             floor = -sum(gathers[:1 + GATHER_PREFETCH]) if gathers else 0.0  # earlier is alike: done by the start

@@ -186,10 +186,8 @@ class Timing(StreamWalk):
             launches = {}
         chunk_sync = sum(sum(x) for x in launches.values())  # type: ignore[union-attr]
         gathers = None
-        first_delta = 0.0  # what micro-batch 0's forward takes longer waiting for its gathers
-        if first_gathers and buckets:
+        if first_gathers and buckets:  # ZeRO-1/2's updated parameters, waited for in micro-batch 0
             gathers = [self.price("allgather", bu.gather_nbytes, self.dpg(r)) for bu in buckets]
-            first_delta = self._walk(fwd_u, r, {}, gathers)[0] - f_t
         if zero3:
             dp_ranks = self.dpg(r)
             gathers = [self.price("allgather", bu.gather_nbytes, dp_ranks) for bu in buckets]
@@ -210,7 +208,7 @@ class Timing(StreamWalk):
             b_t += extra
             b_m += extra
         out = (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync, (bwd, launches, b_t), comm_bound,
-               (fwd_u, rec, bwd, launches, gathers, zero3), first_delta)
+               (fwd_u, rec, bwd, launches, gathers, zero3))
         ev._cache[key] = out
         return out
 
@@ -231,26 +229,48 @@ class Timing(StreamWalk):
         chunk_sync = [0.0] * K  # data-parallel collectives of a chunk's buckets (one backward pass)
         walked: list[tuple] = [()] * K  # (backward steps, launches, backward seconds without recompute)
         parts: list[tuple] = [()] * K  # (forward, recompute, backward steps, launches, gathers, every pass gathers)
-        first_wait = [0.0] * K  # micro-batch 0's forward waiting for the updated parameters' gathers
         for k in range(K):
             r = k % p
-            f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound, parts[k], first_wait[k] = \
-                self._chunk(k)
+            f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound, parts[k] = self._chunk(k)
             comm_bound = comm_bound or bound
             f[k], bk[k] = f_t, r_t + b_t
             comp[r] += f_c + b_c
             recomp[r] += r_c
             comm[r] += f_m + r_m + b_m
+        # ZeRO-1/2's updated parameters gathered from the start, chunk after chunk in the order each
+        # stage runs them (`gathers_in_forward`): when each unit's gather ends
+        self.first_ready, self.first_busy = {}, [0.0] * p  # per stage: when its last such gather ends
+        if gathers_in_forward(s) and dp_sync and not zero3:
+            for r in range(p):
+                offset = 0.0
+                for c in range(v):
+                    k = c * p + r
+                    fwd_u, gathers = parts[k][0], parts[k][4]
+                    if gathers:
+                        ready = [0.0] * len(gathers)
+                        for u in self._unit_order(fwd_u):
+                            offset += gathers[u]
+                            ready[u] = offset
+                        self.first_ready[k] = ready
+                self.first_busy[r] = offset
         # pipeline: when each stage's last backward pass of each local chunk ends
         c_fwd = self._p2p_times()
         programs = per_mb and p * m * v <= WALK_OPS and (zero3 or comm_bound)
         if programs:  # every pass walked beside the stage's communication stream, which carries over
             last, queue_end, busy_s = self._programs(parts, c_fwd)
             comm = [(busy_s[r] - m * (comp[r] + recomp[r])) / m for r in range(p)]
-        elif any(first_wait) and (p == 1 or p * m * v <= WALK_PLAIN_OPS):
-            last = pipeline_walk(s.schedule, p, m, v, (), (), c_fwd, lambda r, op, k, t: t + (
-                f[k] + (first_wait[k] if op.microbatch == 0 else 0.0) if op.kind == FORWARD else bk[k]))
-            comm = [comm[r] + sum(first_wait[c * p + r] for c in range(v)) / m for r in range(p)]
+        elif self.first_ready and (p == 1 or p * m * v <= WALK_PLAIN_OPS):
+            waited = [0.0] * p
+
+            def run_op(r: int, op, k: int, t: float) -> float:
+                if op.kind == FORWARD and op.microbatch == 0 and k in self.first_ready:
+                    end = self.walk_steps(parts[k][0], r, {}, None, 0.0, max(0.0, self.first_busy[r] - t), 0.0,
+                                          [x - t for x in self.first_ready[k]])[0]
+                    waited[r] += end - f[k]
+                    return t + end
+                return t + (f[k] if op.kind == FORWARD else bk[k])
+            last = pipeline_walk(s.schedule, p, m, v, (), (), c_fwd, run_op)
+            comm = [comm[r] + waited[r] / m for r in range(p)]
         elif p > 1 and p * m * v <= WALK_PLAIN_OPS:
             last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
         else:
@@ -319,7 +339,7 @@ class Timing(StreamWalk):
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
             outside.append("pipeline transfers sharing the tensor-parallel link ports")
-        if p > 1 and (zero3 or any(first_wait)) and self._p2p_shares_dp_ports():
+        if p > 1 and (zero3 or self.first_ready) and self._p2p_shares_dp_ports():
             outside.append("pipeline transfers sharing the data-parallel link ports with parameter gathers")
         if p > 1 and s.ep > 1 and self._p2p_shares_ep_ports():
             outside.append("pipeline transfers sharing the expert-parallel link ports")
