@@ -210,6 +210,7 @@ def test_a_damaged_device_csv_is_refused_naming_the_line(cli, tmp_path, text, wh
     _one_line(err)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("body, what", [("import sys\ndef f():\n    sys.exit(3)\n", "called sys.exit(3)"),
                                         ("import sys\ndef f():\n    sys.exit(0)\n", "called sys.exit(0)"),
                                         ("def f():\n    raise RuntimeError('no GPU')\n", "raised RuntimeError: no GPU"),

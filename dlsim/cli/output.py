@@ -7,7 +7,7 @@ with ``--force``, a character device or FIFO is written into, anything else refu
 written atomically (temporary file with an unpredictable name, fsync, rename), readable as the umask
 says, through symlinks. Options that write a file have the type `OutputFile`: every such path of a
 command is checked before the command does any work (`check_outputs`, run by
-`dlsim.cli.CheckedCommand`). Every number in a record is
+`dlsim.cli.command.DlsimCommand`). Every number in a record is
 checked finite before it is printed or written (no bare ``Infinity``/``NaN``, which are not JSON);
 an unbounded limit (a link without a burst peak) is written as ``null``.
 """
