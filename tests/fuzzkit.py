@@ -24,6 +24,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -261,6 +262,31 @@ def _non_finite(text: str) -> bool:
     return bool(found)
 
 
+class _Captured:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def read(self) -> str:
+        return self.text
+
+
+@contextlib.contextmanager
+def _fd2():
+    """File descriptor 2 sent to a temporary file for the block: what the processes a command starts (a
+    timing worker, MPI ranks) write to stderr, which `redirect_stderr` does not see, is read too."""
+    captured = _Captured()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.text = sink.read().decode("utf-8", "replace")[-4000:]
+
+
 def snapshot(folder: Path) -> dict[Path, tuple[str, str]]:
     """Every entry under `folder` (links not followed): its type and, for a regular file, its bytes' hash."""
     out: dict[Path, tuple[str, str]] = {}
@@ -323,7 +349,7 @@ def run_case(case: Case, folder: Path) -> dict:
                "non_finite": False, "long_error": False, "input_changed": False, "special_replaced": False,
                "results_bad": False, "code": None, "kind": case.kind}
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fd2() as children:
             outcome["code"] = run(case.argv)
     except _Timeout:
         outcome["slow"] = True
@@ -341,7 +367,7 @@ def run_case(case: Case, folder: Path) -> dict:
     outcome["cpu_seconds"] = time.process_time() - cpu0
     if outcome["cpu_seconds"] > TIME_LIMIT_S:
         outcome["slow"] = True
-    stderr = err.getvalue()
+    stderr = err.getvalue() + children.read()
     if rival is not None:
         try:
             _, rival_err = rival.communicate(timeout=WALL_LIMIT_S)

@@ -261,3 +261,35 @@ def test_plot_of_a_damaged_comm_record_is_one_line(cli, tmp_path, damage):
     code, _, err = cli("plot", tmp_path / "d.json", "-o", tmp_path / "p.png")
     assert code == 1 and "comm-sweep record is missing or has a malformed field" in err
     _one_line(err)
+
+
+def test_calibrate_comm_refuses_a_nan_budget_before_launching_ranks(cli, tmp_path, monkeypatch):
+    """Found by the fuzzer: --budget nan passed `budget <= 0` and reached the MPI ranks."""
+    import dlsim.api.calibrate_comm
+    monkeypatch.setattr(dlsim.api.calibrate_comm, "calibrate_comm", _never)
+    code, _, err = cli("calibrate", "comm", "--out", tmp_path / "cm", "--budget", "nan")
+    assert code == 2 and "--budget" in err and "not a finite number" in err
+    _one_line(err)
+    from dlsim.errors import SpecError
+    monkeypatch.undo()
+    with pytest.raises(SpecError, match="budget"):
+        dlsim.api.calibrate_comm.calibrate_comm(tmp_path / "cm", ranks=2, budget_s=float("nan"))
+    assert not (tmp_path / "cm").exists()
+
+
+def test_every_float_option_refuses_nan_and_inf():
+    """click's float reads ``nan`` and ``inf``; every float option of every command uses FINITE_FLOAT."""
+    import click
+
+    from dlsim.cli import _register, main
+    from dlsim.cli.options import FiniteFloat
+    _register()
+
+    def commands(group):
+        for command in group.commands.values():
+            yield command
+            if isinstance(command, click.Group):
+                yield from commands(command)
+    loose = [f"{c.name} {p.opts[0]}" for c in commands(main) for p in c.params
+             if type(p.type) is click.types.FloatParamType and not isinstance(p.type, FiniteFloat)]
+    assert not loose, f"float options that take nan: {loose}"

@@ -11,7 +11,7 @@ import click
 from dlsim.api.optimize import OBJECTIVES, label, optimize
 from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, emit_figure
-from dlsim.cli.options import parse_overrides, set_option
+from dlsim.cli.options import FINITE_FLOAT, parse_overrides, set_option
 from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
                               wants_summary)
 from dlsim.errors import SpecError
@@ -101,8 +101,8 @@ def best_strategy_yaml(result) -> str:
 @click.option("--offload", "offloads", default="none", show_default=True,
               help="Offload choices to search (none, activations, optimizer, both), comma-separated.")
 @click.option("--tokens", help="Token budget of the run (e.g. 15T): needed by --objective time-to-train, cost, energy.")
-@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour (USD; --objective cost).")
-@click.option("--usd-per-kwh", type=float, help="Price of one facility kWh (USD; --objective cost).")
+@click.option("--usd-per-gpu-hour", type=FINITE_FLOAT, help="Price of one GPU-hour (USD; --objective cost).")
+@click.option("--usd-per-kwh", type=FINITE_FLOAT, help="Price of one facility kWh (USD; --objective cost).")
 @click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
               help="Checkpointing of the run objectives [default: sync].")
 @click.option("--max-simulations", type=click.IntRange(1, 10000), default=24, show_default=True,

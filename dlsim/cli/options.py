@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -11,6 +12,21 @@ import yaml
 from dlsim.cli.output import OutputFile, force_option
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.yamlfile import parse_yaml_text, yaml_problem
+
+class FiniteFloat(click.types.FloatParamType):
+    """A float option's type that refuses ``nan`` and ``inf`` (which click's float reads) as a usage error:
+    no option of dlsim means anything by them, and a NaN slips past every ``<= 0`` check."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+FINITE_FLOAT = FiniteFloat()
 
 _json_flag: Callable = click.option(
     "--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),

@@ -13,7 +13,7 @@ import click
 from dlsim.api.microbatch import microbatch_sweep, microbatch_table, plan_from_table
 from dlsim.api.models import as_model, check_dtype
 from dlsim.cli import main
-from dlsim.cli.options import json_option, parse_overrides, refuse_unused, set_option
+from dlsim.cli.options import FINITE_FLOAT, json_option, parse_overrides, refuse_unused, set_option
 from dlsim.cli.output import (OutputFile, check_plot_path, emit_json, emit_plot, json_safe, prepare_output, state_dtype,
                               wants_summary)
 from dlsim.errors import SpecError
@@ -87,7 +87,7 @@ def plan_text(rec: dict[str, Any], pareto: bool = False) -> str:
 @click.option("--solver", type=click.Choice(["cbc", "highs"]), default="cbc", show_default=True,
               help="ILP solver for --mode wd (highs needs the highspy package).")
 @click.option("--time-limit", default="10s", show_default=True, help="ILP solver time limit.")
-@click.option("--gap", type=float, default=GAP_REL, show_default=True,
+@click.option("--gap", type=FINITE_FLOAT, default=GAP_REL, show_default=True,
               help="ILP relative optimality gap (0: prove exact optimality; can take long).")
 @click.option("--plot", "plot_path", type=OutputFile(figure=True),
               help="Write a figure of time and speedup against the workspace limit (PNG, SVG, PDF).")

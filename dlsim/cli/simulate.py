@@ -10,7 +10,7 @@ import click
 
 from dlsim.api.simulate import run_simulation
 from dlsim.cli import main
-from dlsim.cli.options import announce_empty_strategy, parse_overrides, set_option
+from dlsim.cli.options import FINITE_FLOAT, announce_empty_strategy, parse_overrides, set_option
 from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
                               wants_summary)
 from dlsim.errors import InfeasibleError, SpecError
@@ -134,11 +134,11 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Shard the ZeRO states within each node and replicate across nodes (FSDP HYBRID_SHARD).")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression (--sync allreduce).")
 @click.option("--compression-bits", type=int, help="QSGD bits per element (--compression qsgd; default 4).")
-@click.option("--compression-density", type=float, help="Top-k fraction kept (--compression topk; default 0.01).")
+@click.option("--compression-density", type=FINITE_FLOAT, help="Top-k fraction kept (--compression topk; default 0.01).")
 @click.option("--jitter", type=click.Choice(JITTERS), help="Run-time jitter distribution.")
-@click.option("--jitter-cv", type=float, help="Jitter coefficient of variation (with --jitter).")
-@click.option("--straggler-fraction", type=float, help="Fraction of devices that are stragglers.")
-@click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor (with --straggler-fraction).")
+@click.option("--jitter-cv", type=FINITE_FLOAT, help="Jitter coefficient of variation (with --jitter).")
+@click.option("--straggler-fraction", type=FINITE_FLOAT, help="Fraction of devices that are stragglers.")
+@click.option("--straggler-slowdown", type=FINITE_FLOAT, help="Straggler slowdown factor (with --straggler-fraction).")
 @click.option("--seed", type=int, help="Seed of the variability draws (jitter, stragglers).")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
 @click.option("--optimizer-impl", type=click.Choice(OPTIMIZER_IMPLS),

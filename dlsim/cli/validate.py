@@ -14,7 +14,7 @@ import click
 from dlsim.api.validate import validate_kernels, validate_model
 from dlsim.cli import main
 from dlsim.cli.command import DlsimGroup
-from dlsim.cli.options import json_option, parse_overrides, set_option
+from dlsim.cli.options import FINITE_FLOAT, json_option, parse_overrides, set_option
 from dlsim.cli.output import OutputFile, check_plot_path, emit_json, emit_plot, prepare_output, state_dtype, wants_summary
 from dlsim.report.text import table
 from dlsim.units import format_bytes, format_time
@@ -181,7 +181,7 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
 @click.option("--repeats", type=int, default=5, show_default=True, help="Timed DDP iterations.")
 @click.option("--warmup", type=int, default=2, show_default=True)
-@click.option("--bucket-mib", type=float, default=25.0, show_default=True, help="DDP gradient bucket size.")
+@click.option("--bucket-mib", type=FINITE_FLOAT, default=25.0, show_default=True, help="DDP gradient bucket size.")
 @click.option("--out-profile", type=OutputFile(), default=None, help="Where to write the 2-host profile (default: beside --profile).")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
 @set_option
