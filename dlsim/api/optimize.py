@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dlsim.api.limits import check_nodes_limit
+from dlsim.api.limits import check_batch_limit, check_nodes_limit
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.api.simulate import default_pricers, kernel_tables, run_simulation
 from dlsim.api.stacks import apply_stack, choose_stack, stack_record
@@ -327,6 +327,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                         ("max_microbatch_size", max_microbatch_size), ("max_simulations", max_simulations)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"must be a positive integer, got {value!r}", field=name)
+    check_batch_limit(global_batch, "global_batch")  # as simulate does, before any search
     if objective not in OBJECTIVES:
         raise SpecError(f"unknown objective {objective!r} (use {', '.join(OBJECTIVES)})", field="objective")
     by_run = objective not in ("time", "memory")

@@ -12,6 +12,7 @@ that the profile's tables do not contain and compares them with the table lookup
 from __future__ import annotations
 
 import functools
+import re
 import math
 import random
 import statistics
@@ -28,7 +29,8 @@ from dlsim.cost.allocation import FreshPageSplit
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.lookup import GEMM_METHODS
 from dlsim.cost.pricing import price_pass
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
+from dlsim.units import DTYPE_BYTES
 from dlsim.io.allocator_table import allocator_cost
 from dlsim.io.kernel_tables import load_kernel_times, read_meta_defaults, read_table
 from dlsim.spec.cluster import Cluster
@@ -232,6 +234,14 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
         raise SpecError(f"passes must be at least 1, got {passes}", field="passes")
     if anchors < 0:
         raise SpecError(f"anchors must be at least 0, got {anchors}", field="anchors")
+    for name, value in (("gemms", gemms), ("convs", convs), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "repeats" else 0):
+            raise SpecError(f"must be a {'positive' if name == 'repeats' else 'non-negative'} integer, got "
+                            f"{excerpt(value, 40)}", field=name)
+    if gemms == 0 and convs == 0:
+        raise SpecError("nothing to validate: give --gemms or --convs a count above 0", field="gemms")
+    if dtype not in DTYPE_BYTES or dtype.startswith("int"):
+        raise SpecError(f"unknown dtype {excerpt(dtype, 40)} (use {', '.join(FLOAT_DTYPES)})", field="dtype")
     cluster = as_cluster(cluster)
     if "gemm" not in cluster.tables:
         raise SpecError("has no gemm table to validate (run dlsim calibrate compute first)", path=cluster.source)
@@ -367,6 +377,34 @@ def ddp_profile_text(compute_profile: Path, link: dict[str, float], *, hosts: in
     return head + yaml.safe_dump(data, sort_keys=False, width=120)
 
 
+FLOAT_DTYPES = tuple(d for d in DTYPE_BYTES if not d.startswith("int"))
+
+TC_RATE = re.compile(r"^(\d+(\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.IGNORECASE)
+"""A rate as tc(8) reads it: a number and one of its units (``200mbit``, ``1gbit``, ``25mbps``)."""
+
+
+def check_ddp_options(*, rate: str, optimizer: str, repeats: int, warmup: int, link_repeats: int,
+                      bucket_mib: float, threads: int) -> None:
+    """Every option of `validate_ddp` that can be wrong, checked before the emulated cluster is built."""
+    from dlsim.api.limits import MAX_BUCKET, MIN_BUCKET
+    from dlsim.calibrate.compute_ops import OPTIMIZER_NAMES
+    from dlsim.units import MIB
+    found = TC_RATE.match(rate) if isinstance(rate, str) else None
+    if found is None or float(found.group(1)) <= 0:
+        raise SpecError(f"must be a positive tc rate such as 200mbit or 1gbit, got {excerpt(rate, 40)}", field="rate")
+    if optimizer not in OPTIMIZER_NAMES:
+        raise SpecError(f"unknown optimizer {excerpt(optimizer, 40)} (use {', '.join(OPTIMIZER_NAMES)})",
+                        field="optimizer")
+    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0), ("link_repeats", link_repeats, 1),
+                               ("threads", threads, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise SpecError(f"must be an integer of at least {least}, got {excerpt(value, 40)}", field=name)
+    if isinstance(bucket_mib, bool) or not isinstance(bucket_mib, (int, float)) or not math.isfinite(bucket_mib) \
+            or not MIN_BUCKET <= bucket_mib * MIB <= MAX_BUCKET:
+        raise SpecError(f"must be a bucket size in MiB between {MIN_BUCKET / MIB:g} and {MAX_BUCKET / MIB:g}, got "
+                        f"{excerpt(bucket_mib, 40)}", field="bucket_mib")
+
+
 def validate_ddp(model: Model | str | Path, compute_profile: str | Path, batch: int, *, rate: str = "200mbit",
                  optimizer: str = "adam", repeats: int = 5, warmup: int = 2, link_repeats: int = 5,
                  sizes: tuple[int, ...] = LINK_SIZES, bucket_mib: float = 25.0, threads: int = 1,
@@ -394,11 +432,15 @@ def validate_ddp(model: Model | str | Path, compute_profile: str | Path, batch: 
     model, batch = as_model(model, overrides), check_batch(batch)
     if statistic not in STATISTICS:
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
+    check_ddp_options(rate=rate, optimizer=optimizer, repeats=repeats, warmup=warmup, link_repeats=link_repeats,
+                      bucket_mib=bucket_mib, threads=threads)
     folder = Path(compute_profile)
     base = folder / "profile.yaml" if folder.is_dir() else folder
     if not base.exists():
         raise SpecError("no compute profile here (run dlsim calibrate compute --threads 1 first)", path=base)
     target = Path(out_profile) if out_profile else base.parent / "emulated-2host.yaml"
+    from dlsim.io.files import check_output
+    check_output(target, inputs=(base,), force=True, option="--out-profile")  # rewritten by each run, never an input
     pick = min if statistic == "min" else statistics.median
     with EmulatedCluster(hosts=2, rate=rate, prefix="dlsimd", subnet="10.231.78") as cluster:
         link = run_ranks(cluster, ["--job", "link", "--sizes", ",".join(str(s) for s in sizes),

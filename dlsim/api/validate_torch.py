@@ -66,6 +66,9 @@ def validate_torch(factory: str, input_shape: Sequence[int], batch: int, cluster
     batch = check_batch(batch)
     if repeats < 1 or warmup < 0:
         raise SpecError("repeats must be >= 1 and warmup >= 0", field="repeats")
+    for label, value in (("threads", threads), ("vocab", vocab), ("profile_steps", profile_steps)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SpecError(f"must be a positive integer, got {value!r}", field=label)  # before the timing process
     if statistic not in STATISTICS:
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
     check_device("cpu")

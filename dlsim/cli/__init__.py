@@ -94,9 +94,12 @@ def _fail(message: str) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted)."""
+    """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted).
+    Every file the command reads is an input no output of it may be (`dlsim.io.runfiles.run_scope`)."""
+    from dlsim.io.runfiles import run_scope
     try:
-        main.main(args=argv, prog_name="dlsim", standalone_mode=False)
+        with run_scope():
+            main.main(args=argv, prog_name="dlsim", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

@@ -7,6 +7,7 @@ import click
 from dlsim.api.microbatch import calibrate_microbatch
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import parse_overrides, set_option
+from dlsim.cli.output import OutputFile
 from dlsim.cost.conv_methods import METHODS, PASSES
 from dlsim.plan.microbatch.policies import POLICIES
 
@@ -14,7 +15,7 @@ from dlsim.plan.microbatch.policies import POLICIES
 @calibrate.command("microbatch")
 @click.argument("model")
 @click.option("--batch", type=int, required=True, help="Mini-batch size the table is for.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", required=True, type=OutputFile(resume=True),
               help="Benchmark CSV to write (resumed if it exists; rows are never rewritten).")
 @click.option("--policy", type=click.Choice(POLICIES), default="powerOfTwo", show_default=True,
               help="Which micro-batch sizes to measure.")
@@ -22,8 +23,9 @@ from dlsim.plan.microbatch.policies import POLICIES
 @click.option("--passes", default=",".join(PASSES), show_default=True, help="Comma-separated passes.")
 @click.option("--algorithms", default=",".join(METHODS), show_default=True, help="Comma-separated algorithms.")
 @click.option("--max-workspace", default=None, help="Skip configurations needing more workspace (e.g. 256MiB).")
-@click.option("--repeats", type=int, default=5, show_default=True, help="Timed repetitions (median kept).")
-@click.option("--threads", type=int, default=None, help="BLAS threads (1 gives steadier timings on a shared machine).")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed repetitions (median kept).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="BLAS threads (1 gives steadier timings on a shared machine).")
 @click.option("--no-prune", is_flag=True, help="Also time configurations dominated at the same micro-batch size.")
 @set_option
 def microbatch_calibrate_cmd(model: str, batch: int, out: str, policy: str, layers: str | None, passes: str,

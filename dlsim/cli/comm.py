@@ -9,7 +9,7 @@ import click
 from dlsim.api.comm import comm, comm_sweep
 from dlsim.cli import main
 from dlsim.cli.options import json_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
+from dlsim.cli.output import OutputFile, check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
 from dlsim.cost.collectives import COLLECTIVES
 from dlsim.cost.p2p import MODELS
 from dlsim.errors import SpecError
@@ -100,7 +100,7 @@ def sweep_text(rec: dict[str, Any], decimal: bool = False) -> str:
 @click.option("--shards", type=int, help="Parameter-server shards (push, pull, allreduce parameter-server) [default: 1].")
 @click.option("--fanout", type=int, help="Gossip peers per round [default: 3].")
 @click.option("--rounds", type=int, help="Gossip rounds [default: 1].")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the sweep into FILE.png.")
+@click.option("--plot", "plot_path", type=OutputFile(figure=True), help="Draw the sweep into FILE.png.")
 @json_option
 def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, plot_path: str | None,
              json_out: str | None, **kwargs: Any) -> None:

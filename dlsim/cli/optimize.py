@@ -11,8 +11,9 @@ import click
 from dlsim.api.optimize import OBJECTIVES, label, optimize
 from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, emit_figure
-from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, parse_overrides, set_option
+from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
+                              wants_summary)
 from dlsim.errors import SpecError
 from dlsim.report.optimize_text import optimize_summary, stacks_summary
 
@@ -100,8 +101,8 @@ def best_strategy_yaml(result) -> str:
 @click.option("--offload", "offloads", default="none", show_default=True,
               help="Offload choices to search (none, activations, optimizer, both), comma-separated.")
 @click.option("--tokens", help="Token budget of the run (e.g. 15T): needed by --objective time-to-train, cost, energy.")
-@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour (USD; --objective cost).")
-@click.option("--usd-per-kwh", type=float, help="Price of one facility kWh (USD; --objective cost).")
+@click.option("--usd-per-gpu-hour", type=FINITE_FLOAT, help="Price of one GPU-hour (USD; --objective cost).")
+@click.option("--usd-per-kwh", type=FINITE_FLOAT, help="Price of one facility kWh (USD; --objective cost).")
 @click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
               help="Checkpointing of the run objectives [default: sync].")
 @click.option("--max-simulations", type=click.IntRange(1, 10000), default=24, show_default=True,
@@ -110,12 +111,12 @@ def best_strategy_yaml(result) -> str:
               help="Processes sizing, evaluating and simulating the candidates (the same result with 1) "
                    "[default: the machine's cores, at most 8].")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
-@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
               help="Print the record as JSON (or write it to FILE).")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), default=None, help="Write the ranked table as CSV.")
-@click.option("--save-best", "save_best", type=click.Path(dir_okay=False), default=None, metavar="FILE.yaml",
+@click.option("--csv", "csv_out", type=OutputFile(), default=None, help="Write the ranked table as CSV.")
+@click.option("--save-best", "save_best", type=OutputFile(), default=None, metavar="FILE.yaml",
               help="Write the winning strategy as a strategy file (dlsim simulate --strategy FILE.yaml reads it).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=OutputFile(figure=True), default=None,
               help="Draw the Pareto front of iteration time against memory per device (PNG, PDF or SVG).")
 @force_option
 @set_option

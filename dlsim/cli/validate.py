@@ -14,8 +14,8 @@ import click
 from dlsim.api.validate import validate_kernels, validate_model
 from dlsim.cli import main
 from dlsim.cli.command import DlsimGroup
-from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, prepare_output, state_dtype, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, json_option, parse_overrides, set_option
+from dlsim.cli.output import OutputFile, check_plot_path, emit_json, emit_plot, prepare_output, state_dtype, wants_summary
 from dlsim.report.text import table
 from dlsim.units import format_bytes, format_time
 
@@ -87,7 +87,7 @@ def model_report(rec: dict, top: int | None) -> str:
 @click.option("--no-layers", is_flag=True, help="Skip the per-layer (hooked) iterations.")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True,
               help="Summarise the timed iterations by their median or (on a busy machine) their minimum.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
 @click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
 @allocator_option
 @set_option
@@ -134,7 +134,7 @@ def _emit_model_validation(rec: dict, plot: str | None, json_out: str | None, re
 @click.option("--anchors", type=click.IntRange(min=0), default=0, show_default=True,
               help="Also time the N measured table GEMMs nearest to each held-out one: the machine's drift "
                    "since calibration, and the error with that drift removed.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
 @json_option
 def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
                 statistic: str, repeats: int, passes: int, anchors: int, plot: str | None,
@@ -181,8 +181,8 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
 @click.option("--repeats", type=int, default=5, show_default=True, help="Timed DDP iterations.")
 @click.option("--warmup", type=int, default=2, show_default=True)
-@click.option("--bucket-mib", type=float, default=25.0, show_default=True, help="DDP gradient bucket size.")
-@click.option("--out-profile", default=None, help="Where to write the 2-host profile (default: beside --profile).")
+@click.option("--bucket-mib", type=FINITE_FLOAT, default=25.0, show_default=True, help="DDP gradient bucket size.")
+@click.option("--out-profile", type=OutputFile(), default=None, help="Where to write the 2-host profile (default: beside --profile).")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
 @set_option
 @json_option
@@ -283,7 +283,7 @@ def fresh_page_lines(rec: dict) -> list[str]:
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's).")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
 @allocator_option
 @json_option
 def torch_cmd(factory: str, input_shape: str, batch: int, cluster: str, tokens: bool, vocab: int, optimizer: str,

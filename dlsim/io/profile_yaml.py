@@ -150,6 +150,9 @@ def _efficiency(rec: Efficiency | None, path: Path) -> DeviceEfficiency:
 def _device(rec: DeviceRecord, path: Path) -> Device:
     peak = {k: v * units.TFLOPS for k, v in rec.peak_tflops.items()}
     vector = {k: v * units.TFLOPS for k, v in rec.vector_tflops.items()} if rec.vector_tflops else dict(peak)
+    if rec.memory_reserved_gib >= rec.memory_gib:
+        raise SpecError(f"{rec.memory_reserved_gib:g} GiB reserved is not below the device's memory_gib "
+                        f"{rec.memory_gib:g}", path=path, field="device.memory_reserved_gib")
     return Device(
         name=rec.name, peak_flops=MappingProxyType(peak), vector_flops=MappingProxyType(vector),
         memory_bytes=rec.memory_gib * units.GIB,

@@ -76,7 +76,8 @@ def conv_geometry(attrs: dict, in_shape: Shape) -> dict:
     Output size (S002 Appendix B, with dilation d): H' = floor((H + 2P - d(K-1) - 1)/S) + 1.
     """
     kh, kw = _pair(attrs["kernel"], "kernel")
-    sh, sw = _pair(attrs.get("stride") or attrs["kernel"], "stride")
+    stride = attrs.get("stride")
+    sh, sw = _pair(attrs["kernel"] if stride is None else stride, "stride")  # a window's stride defaults to it
     padding = attrs.get("padding", 0)
     dh, dw = _pair(attrs.get("dilation", 1), "dilation")
     if padding == "same":
@@ -295,7 +296,7 @@ def _conv_transpose2d(a: dict, ins: list[Shape]) -> Shape:
 def transposed_geometry(a: dict, in_shape: Shape) -> dict:
     """Kernel, stride, padding, dilation, output padding and output size of a transposed convolution."""
     kh, kw = _pair(a["kernel"], "kernel")
-    sh, sw = _pair(a.get("stride") or 1, "stride")
+    sh, sw = _pair(1 if a.get("stride") is None else a["stride"], "stride")
     ph, pw = _pair(a.get("padding", 0), "padding")
     dh, dw = _pair(a.get("dilation", 1), "dilation")
     oh, ow = _pair(a.get("output_padding", 0), "output_padding")
