@@ -15,7 +15,6 @@ one `simulate()` call and nothing more.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from dlsim.errors import DlsimError, InfeasibleError, SpecError
-from dlsim.io.files import OutputError
+from dlsim.io.jsonl import JsonLinesWriter, read_records
 from dlsim.io.sweep_spec import SweepPoint, SweepSpec
 
 RECORD_KIND = "sweep_point"
@@ -165,57 +164,16 @@ def evaluate_chunk(points: list[SweepPoint], model_only: bool = False) -> list[d
 def read_results(path: Path | str, repair: bool = False) -> dict[str, dict[str, Any]]:
     """The records of a results file by id (the first of each id). A line that is not a whole JSON
     record (the tail of a killed sweep) is skipped; with `repair` a truncated last line is cut off,
-    so that appending starts on a fresh line."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise OutputError(f"cannot read {path} ({exc.strerror or exc})") from None
-    cut = data.rfind(b"\n") + 1
-    if repair and cut < len(data):
-        try:
-            with open(path, "r+b") as f:
-                f.truncate(cut)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise OutputError(f"cannot repair {path} ({exc.strerror or exc})") from None
+    so that appending starts on a fresh line (`dlsim.io.jsonl.read_records`)."""
     out: dict[str, dict[str, Any]] = {}
-    for line in data[:cut].splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("id"), str) and rec.get("kind") == RECORD_KIND:
+    for rec in read_records(path, repair):
+        if isinstance(rec.get("id"), str) and rec.get("kind") == RECORD_KIND:
             out.setdefault(rec["id"], rec)
     return out
 
 
-class ResultsWriter:
-    """Appends whole lines: one write and one fsync per batch."""
-
-    def __init__(self, path: Path | str, sync: bool = True):
-        self.path, self.sync = Path(path), sync
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise OutputError(f"cannot write {path} ({exc.strerror or exc})") from None
-
-    def append(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
-        if self.sync:
-            os.fsync(self.fd)
-
-    def close(self) -> None:
-        os.close(self.fd)
+ResultsWriter = JsonLinesWriter
+"""Appends whole lines: one write and one fsync per batch (`dlsim.io.jsonl.JsonLinesWriter`)."""
 
 
 # ---------------------------------------------------------------------------------------- the sweep
