@@ -58,6 +58,8 @@ class SimResult:
     infeasible_reason: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     assumed: dict[str, Any] = field(default_factory=dict)
+    stack: dict[str, Any] | None = None
+    """The software stack the run used (`dlsim.api.stacks.stack_record`), None when none was named."""
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -80,7 +82,7 @@ class SimResult:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "simulation",
             "model": self.model, "cluster": self.cluster, "device": self.device, "strategy": self.strategy,
-            "dtype": self.strategy.get("dtype"), "assumed": dict(self.assumed),
+            "dtype": self.strategy.get("dtype"), "stack": self.stack, "assumed": dict(self.assumed),
             "feasible": self.feasible, "infeasible_reason": self.infeasible_reason,
             "iteration_time_s": t, "throughput_samples_per_s": self.throughput_samples_per_s,
             "global_batch": self.global_batch,
@@ -119,6 +121,8 @@ class AsyncResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     worker_finish_s: tuple[float, ...] = ()
     assumed: dict[str, Any] = field(default_factory=dict)
+    stack: dict[str, Any] | None = None
+    """The software stack the run used (`dlsim.api.stacks.stack_record`), None when none was named."""
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -136,7 +140,7 @@ class AsyncResult:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "async_simulation",
             "model": self.model, "cluster": self.cluster, "strategy": self.strategy, "sync": self.sync,
-            "dtype": self.strategy.get("dtype"), "assumed": dict(self.assumed),
+            "dtype": self.strategy.get("dtype"), "stack": self.stack, "assumed": dict(self.assumed),
             "workers": self.workers, "simulated_time_s": self.simulated_time_s, "updates": self.updates,
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "updates_per_s": self.updates / self.simulated_time_s if self.simulated_time_s > 0 else 0.0,

@@ -28,8 +28,10 @@ from typing import Any, Mapping, Sequence
 
 from dlsim.api.limits import check_nodes_limit
 from dlsim.api.models import as_cluster, as_model, check_dtype
-from dlsim.api.simulate import _default_pricer, run_simulation
+from dlsim.api.simulate import default_pricers, kernel_tables, run_simulation
+from dlsim.api.stacks import apply_stack, choose_stack, stack_record
 from dlsim.errors import InfeasibleError, SpecError
+from dlsim.plan.scenario import ScenarioBuilder
 from dlsim.plan.evaluate import Evaluation, Evaluator
 from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, Prune, SearchSpace, search, upper_bound
 from dlsim.results import SCHEMA_VERSION
@@ -141,6 +143,8 @@ class OptimizeResult:
     points: tuple[tuple[float, float, str], ...] = ()
     """Every evaluated candidate as (iteration seconds, peak bytes per device, "simulated" or
     "estimated"), the simulation's numbers where there is one: what the Pareto front is drawn from."""
+    stack: dict[str, Any] | None = None
+    """The software stack every candidate ran on (`dlsim.api.stacks.stack_record`)."""
 
     @property
     def best(self) -> Candidate:
@@ -188,7 +192,7 @@ class OptimizeResult:
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": "optimize", "model": self.model, "cluster": self.cluster,
                 "gpus": self.gpus, "global_batch": self.global_batch, "objective": self.objective,
-                "dtype": self.dtype, "assumed": dict(self.assumed), "space": self.space,
+                "dtype": self.dtype, "stack": self.stack, "assumed": dict(self.assumed), "space": self.space,
                 "candidates": {"enumerated": self.enumerated, "dropped": dict(self.dropped),
                                "pruned_by_bound": self.pruned, "evaluated": self.evaluated,
                                "simulated": len(self.ranked)},
@@ -287,7 +291,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
              tp_across_nodes: bool = False, measured: bool = True, max_simulations: int = 24,
              overrides: Mapping[str, Any] | None = None, prune_bound: bool = True,
              jobs: int | None = None, cp: Sequence[int] = (1,), hybrid_shard: bool = False,
-             offload: Sequence[str] = ("none",)) -> OptimizeResult:
+             offload: Sequence[str] = ("none",), stack: str | None = None) -> OptimizeResult:
     """Search the strategies of `model` on `gpus` devices of `cluster` for `global_batch` samples per
     iteration (see the module docstring). `objective` time (fastest) or memory (least peak memory
     per device); `fix` pins strategy fields (``["tp=8"]`` or a mapping); `max_memory_fraction` of
@@ -295,7 +299,9 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     that the evaluator's lower bound shows can neither be simulated nor sit on the Pareto front
     (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `cp` the
     context-parallel degrees, `hybrid_shard` also hybrid sharding, `offload` the offload choices
-    searched (`dlsim.plan.search`); `jobs` processes
+    searched (`dlsim.plan.search`); `stack` the software stack every candidate runs on (default: the
+    model's, else `dlsim.api.stacks.DEFAULT_STACK`): its values for every field neither fixed nor
+    searched; `jobs` processes
     size, evaluate and simulate the candidates (default: the machine's cores, at most `MAX_JOBS`; the
     same result with 1). Raises `InfeasibleError` naming the limit
     when nothing can be built or fits."""
@@ -332,13 +338,13 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                               f"({gpus - cluster.num_devices} short)")
     fixed = parse_fix(fix)
     _check_fixed_degrees(fixed, gpus)
+    chosen, why = choose_stack(stack or fixed.get("stack"), model)
+    user_fixed = set(fixed)
+    fixed = apply_stack(chosen, {k: v for k, v in fixed.items() if k != "stack"}, user_fixed | set(SEARCHED),
+                        model, cluster)
     dtype = check_dtype(fixed.get("dtype"), model)
-    tables = None
-    if measured and cluster.tables:
-        from dlsim.io.kernel_tables import load_kernel_times
-        tables = load_kernel_times(cluster)[0]
-    evaluator = Evaluator(model, cluster, dtype, lambda lay, algo: _default_pricer(cluster, lay, algo, measured),
-                          tables)
+    evaluator = Evaluator.of(ScenarioBuilder(model, cluster, dtype, default_pricers(cluster, measured),
+                                             kernel_tables(cluster, measured)[0]))
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
@@ -387,7 +393,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                           dict(outcome.dropped.most_common()), evaluator.capacity, limit, assumed,
                           {"search_and_evaluate": t_eval, "simulate": t_sim,
                            "total": time.perf_counter() - t0}, outcome.pruned,
-                          tuple((t, m, src) for t, m, (_, src) in points))
+                          tuple((t, m, src) for t, m, (_, src) in points), stack_record(chosen, why, user_fixed))
 
 
 _WORK: list[tuple] = []

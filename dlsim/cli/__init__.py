@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("plot", "Redraw saved records (simulation, comparison, comm sweep, trace) as a figure."),
     "profiles": ("zoo", "List the built-in hardware profiles."),
     "simulate": ("simulate", "Simulate one training iteration of MODEL on a cluster under a strategy."),
+    "stacks": ("stacks", "List the software stacks (framework, version) a prediction can assume; show one's keys."),
     "sweep": ("sweep", "Simulate a grid of models x clusters x strategies x sizes; resumable; Dask or a process pool."),
     "validate": ("validate", "Compare predictions with real runs (model, kernels, ddp)."),
 }

@@ -157,6 +157,9 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
 @click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
 @click.option("--strategy", "strategies", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Strategy YAML file (repeatable); with --grid, one file is the grid's base.")
+@click.option("--stack", metavar="NAME|FILE",
+              help="Software stack of every strategy (dlsim stacks) [default: the model's, else pytorch]; "
+                   "compare stacks with --grid \"stack=pytorch,megatron-core\".")
 @click.option("--grid", help='Grid of strategy fields, e.g. "dp=8,16 tp=1,2,4 pp=1,2" (YAML keys and units).')
 @click.option("--gpus", "gpus_text", metavar="N[,N...]",
               help="GPU counts: dp = N / (tp x pp) on enough nodes (a grid with dp keeps the combinations using N).")
@@ -181,7 +184,8 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
               help="Draw the comparison (or the scaling study) into FILE.png.")
 @force_option
 @set_option
-def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str | None, gpus_text: str | None,
+def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], stack: str | None, grid: str | None,
+                gpus_text: str | None,
                 scaling: str | None, global_batch: int | None, sync: str | None, staleness: int | None,
                 ps_shards: int | None, iterations: int | None, nodes: int | None, model_only: bool, jobs: int,
                 csv_out: str | None, json_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
@@ -202,7 +206,7 @@ def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str
     if scaling and not gpus:
         raise SpecError("--scaling needs --gpus with at least two counts, e.g. --gpus 8,16,32", field="gpus")
     common = {k: v for k, v in (("sync", sync), ("staleness", staleness), ("ps_shards", ps_shards),
-                                ("iterations", iterations)) if v is not None}
+                                ("iterations", iterations), ("stack", stack)) if v is not None}
     rec = compare(model, cluster, strategies, grid=grid, gpus=gpus, scaling=scaling, global_batch=global_batch,
                   nodes=nodes, measured=not model_only, overrides=parse_overrides(overrides), jobs=jobs,
                   fields=common)

@@ -55,6 +55,8 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Simulate at least the K best candidates of the analytic evaluator.")
 @click.option("--max-memory-fraction", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
               help="A candidate must fit in this fraction of the device memory.")
+@click.option("--stack", metavar="NAME|FILE",
+              help="Software stack every candidate runs on (dlsim stacks) [default: the model's, else pytorch].")
 @click.option("--fix", multiple=True, metavar="FIELD=VALUE",
               help="Pin a strategy field, e.g. --fix tp=8 --fix schedule=1f1b (repeatable).")
 @click.option("--schedules", default="1f1b,interleaved", show_default=True,
@@ -81,7 +83,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @force_option
 @set_option
 def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: int | None, objective: str, top: int,
-                 max_memory_fraction: float, fix: tuple[str, ...], schedules: str, max_microbatch_size: int,
+                 max_memory_fraction: float, stack: str | None, fix: tuple[str, ...], schedules: str, max_microbatch_size: int,
                  tp_across_nodes: bool, cp_degrees: str, hybrid_shard: bool, offloads: str,
                  max_simulations: int, jobs: int | None, model_only: bool,
                  json_out: str | None,
@@ -106,7 +108,7 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
                       measured=not model_only, max_simulations=max_simulations, jobs=jobs,
                       cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
                       offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
-                      overrides=parse_overrides(overrides))
+                      overrides=parse_overrides(overrides), stack=stack)
     rec = add_assumed(json_safe(result.to_dict()))
     if wants_summary(json_out):
         click.echo(optimize_summary(rec))

@@ -14,7 +14,7 @@ from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
-from dlsim.spec.strategy import OFFLOADS
+from dlsim.spec.strategy import OFFLOADS, OPTIMIZER_IMPLS
 from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, GRAD_ACCUMULATIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
 
@@ -25,7 +25,8 @@ _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """Strategy fields from the options the user actually gave."""
     fields: dict[str, Any] = {k: opts[k] for k in _INTS if opts.get(k) is not None}
-    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype", "grad_accumulation", "offload"):
+    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype", "grad_accumulation", "offload",
+                "stack", "optimizer_impl"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
@@ -70,6 +71,9 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--nodes", type=int, default=None, help="Resize the cluster to this many nodes (same node type).")
 @click.option("--strategy", "strategy_file", type=click.Path(dir_okay=False), default=None,
               help="Strategy YAML file (flags given beside it override its fields).")
+@click.option("--stack", metavar="NAME|FILE",
+              help="Software stack (dlsim stacks): its values for every stack key not given [default: the model's, "
+                   "else pytorch].")
 @click.option("--dp", type=int, help="Data-parallel replicas.")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
 @click.option("--pp", type=int, help="Pipeline stages.")
@@ -118,6 +122,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor (with --straggler-fraction).")
 @click.option("--seed", type=int, help="Seed of the variability draws (jitter, stragglers).")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
+@click.option("--optimizer-impl", type=click.Choice(OPTIMIZER_IMPLS),
+              help="How the optimizer step runs: fused kernels, PyTorch foreach ops, or a per-tensor loop.")
 @click.option("--offload", type=click.Choice(OFFLOADS),
               help="Move activations, the optimizer state or both to host memory over the host link (PCIe).")
 @click.option("--dtype", help="fp32, tf32, fp16, bf16, fp8 (FP8 GEMMs as Transformer Engine runs them; default: the model's).")

@@ -18,12 +18,12 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 from dlsim.plan.compression import plan_sync
-from dlsim.plan.dataparallel import Bucket
+from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.expertparallel import EDP, expert_params_of, updated_params
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.offload import OFFLOAD_SLICES
 from dlsim.plan.taskgraph import BUFFERS, COMPUTE, STAGING, TRANSIENT_PARAMS
-from dlsim.plan.zero import (gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch,
+from dlsim.plan.zero import (gathers_updated_params, gradient_collective, reduces_every_microbatch,
                              sharded_sync)
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import Estimate
@@ -141,7 +141,8 @@ class DeviceSync:
         b, s = self.b, self.s
         bucket = b.buckets[k][j]
         base = gradient_collective(s.zero)
-        plan = plan_sync(s.compression, bucket.nbytes, self.gb, s.dp_cp, base)
+        plan = plan_sync(s.compression, bucket.nbytes, reduce_element_bytes(s, self.b.x.dtype),
+                         s.dp_cp, base)
         steps = [(op, nbytes, bucket.group) for op, nbytes in plan.collectives]
         if s.zero:  # uncompressed (compression needs zero 0): sharded, maybe hybrid
             steps = sharded_sync(s.zero, s.hybrid_shard, bucket.nbytes, self.shard, self.replicas)
@@ -272,7 +273,7 @@ class OpHooks:
             deps = [self.unit_first]
         else:
             deps = [sync.prev_first] if sync.prev_first >= 0 else []
-        nbytes = b.buckets[self.k][step.unit].nbytes
+        nbytes = b.buckets[self.k][step.unit].gather_nbytes
         tid = b.collective(f"allgather unit{step.unit} chunk{self.k} {self.phase} mb{self.i}", "allgather", nbytes,
                            sync.shard_kind, sync.pos, ("ag", self.phase, self.k, self.i, step.unit), sync.ms, deps,
                            ("AG", self.k, self.i, step.unit))

@@ -21,9 +21,11 @@ from __future__ import annotations
 from dlsim.cost.memory import state_bytes_per_param
 
 
-def model_state_bytes(params: float, dtype: str, optimizer: str, zero: int, dp: int) -> dict[str, float]:
-    """Weights, gradients and optimizer state one device holds for `params` parameters."""
-    per = state_bytes_per_param(dtype, optimizer)
+def model_state_bytes(params: float, dtype: str, optimizer: str, zero: int, dp: int,
+                      grad_bytes: float | None = None) -> dict[str, float]:
+    """Weights, gradients and optimizer state one device holds for `params` parameters (gradients of
+    `grad_bytes` each when the buffer is not in `dtype`)."""
+    per = state_bytes_per_param(dtype, optimizer, grad_bytes)
     weights, grads, opt = params * per.weights, params * per.gradients, params * per.optimizer
     if zero >= 1:
         opt /= dp

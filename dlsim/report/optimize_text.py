@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlsim.report.sim_text import stack_line
 from dlsim.report.text import table
 from dlsim.units import format_bytes
 
@@ -16,6 +17,9 @@ def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
              f"{rec['dtype']}, objective {rec['objective']}",
              f"candidates: {c['enumerated']} buildable, {c['evaluated']} fit and evaluated analytically, "
              f"{c['simulated']} simulated event by event (ranked by the simulation)"]
+    stack = stack_line(rec)
+    if stack:
+        lines.insert(1, stack)
     if c["dropped"]:
         lines.append("dropped: " + "; ".join(f"{k} ({v})" for k, v in c["dropped"].items()))
     lines.append("")

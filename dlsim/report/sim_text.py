@@ -46,6 +46,25 @@ def precision_line(rec: dict[str, Any]) -> str:
     return f"precision {dtype}{why}, optimizer {s.get('optimizer')}"
 
 
+_WHY = {"default": ", the default for a model that names none", "the model's": ", the model's",
+        "given": ""}
+
+
+def stack_line(rec: dict[str, Any]) -> str | None:
+    """``stack megatron-core (…), the model's; overridden: fused_kernels`` (None without a stack)."""
+    st = rec.get("stack")
+    if not st:
+        return None
+    label = f"{st['name']} ({st['version']})" if st.get("version") else st["name"]
+    line = f"stack {label}{_WHY.get(st.get('chosen', 'given'), '')}"
+    fused = (rec.get("strategy") or st.get("values") or {}).get("fused_kernels")
+    if fused is not None:
+        line += "; fused kernels " + (", ".join(fused) if fused else "none")
+    if st.get("overridden"):
+        line += "; you set " + ", ".join(st["overridden"])
+    return line + " (--stack to change; dlsim stacks show NAME)"
+
+
 def assumed_line(rec: dict[str, Any]) -> str | None:
     """The headline defaults the run assumed, or None (`--json` lists every one under ``assumed``)."""
     assumed = rec.get("assumed") or {}
@@ -66,8 +85,10 @@ def simulation_summary(rec: dict[str, Any]) -> str:
         return async_summary(rec)
     t = rec["iteration_time_s"]
     lines = [f"{rec['model']} on {rec['cluster']} ({rec['device']})",
-             f"strategy: {_strategy_line(rec['strategy'])}",
-             precision_line(rec)]
+             f"strategy: {_strategy_line(rec['strategy'])}"]
+    if stack_line(rec):
+        lines.append(stack_line(rec))
+    lines.append(precision_line(rec))
     extra = assumed_line(rec)
     if extra:
         lines.append(extra)

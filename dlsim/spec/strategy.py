@@ -21,7 +21,12 @@ COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
 PARALLEL_MODES = ("data", "model")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused_fp32", "none")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+"""How the optimizer step runs (strategy key `optimizer_impl`): one fused kernel per group of
+tensors (apex / Transformer Engine FusedAdam, torch ``fused=True``), PyTorch's multi-tensor
+``_foreach`` ops (one pass over the state per op), or one kernel per op and tensor; the traffic of
+each is counted in `dlsim.cost.memory.optimizer_step_traffic`."""
+GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused", "fused_fp32", "none")
 """How each micro-batch's weight gradient reaches the gradient buffer (strategy key
 `grad_accumulation`; bytes per parameter in `dlsim.cost.memory.grad_accumulation_bytes`):
 
@@ -32,6 +37,9 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused_fp32", "
   `main_grad` (megatron/model/distributed.py, `param.main_grad.add_(param.grad.data)`);
 * main_grad_fp32: the same buffer in fp32 (`--accumulate-allreduce-grads-in-fp32` without
   gradient-accumulation fusion);
+* fused: Transformer Engine's gradient-accumulation fusion into a buffer in the training dtype
+  (or `grad_reduce_dtype`): the weight-gradient GEMM accumulates in its epilogue, no kernel of its
+  own (NeMo's distributed Adam with a bf16 gradient buffer);
 * fused_fp32: Megatron-LM / Transformer Engine's gradient-accumulation fusion: the weight-gradient
   GEMM accumulates into the fp32 buffer in its epilogue (no kernel of its own; bf16 default);
 * none: not charged.
@@ -145,6 +153,13 @@ class Strategy:
     distributed optimizer): reduce-scatter and all-gather over the node's dp ranks, the shard's
     gradients all-reduced across nodes (`dlsim.plan.zero`). `offload` moves activations, the
     optimizer state or both to host memory over the device's host link (`dlsim.plan.offload`).
+    `optimizer_impl` says how the optimizer step runs: fused, PyTorch's foreach ops or a per-tensor
+    loop (`dlsim.cost.memory.optimizer_step_traffic`). `grad_reduce_dtype` is the dtype of the
+    gradient buffer the data-parallel reduction runs on (fp32 in Megatron-LM's
+    ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
+    accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
+    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype. `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    empty: every field as given).
     """
 
     dp: int = 1
@@ -184,6 +199,9 @@ class Strategy:
     cp: int = 1
     hybrid_shard: bool = False
     offload: str = "none"
+    optimizer_impl: str = "fused"
+    grad_reduce_dtype: str = ""
+    stack: str = ""
 
     @property
     def global_batch(self) -> int:
@@ -228,6 +246,8 @@ class Strategy:
             "fused_kernels": list(self.fused_kernels), "ep": self.ep, "ep_overlap": self.ep_overlap,
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
+            "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
+            "stack": self.stack,
         }
 
 
@@ -293,6 +313,9 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
         if key not in known:
             raise SpecError(f"unknown strategy field (known: {', '.join(sorted(known | {'global_batch'}))})",
                             field=key)
+    for name in ("fused_kernels", "stage_partition", "layer_groups"):  # lists and tuples alike
+        if isinstance(fields.get(name), list):
+            fields[name] = tuple(fields[name])
     dp = _positive_int(fields.get("dp", 1), "dp")
     mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch)
     s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
@@ -336,6 +359,10 @@ def validate_strategy(s: Strategy) -> Strategy:
     _choice(s.sync, "sync", SYNCS)
     _choice(s.recompute, "recompute", RECOMPUTE)
     _choice(s.optimizer, "optimizer", OPTIMIZERS)
+    _choice(s.optimizer_impl, "optimizer_impl", OPTIMIZER_IMPLS)
+    if s.grad_reduce_dtype not in ("", "fp32", "bf16", "fp16"):
+        raise SpecError(f"unknown dtype {s.grad_reduce_dtype!r} (use fp32, bf16, fp16; empty: the training dtype)",
+                        field="grad_reduce_dtype")
     if s.zero not in (0, 1, 2, 3) or isinstance(s.zero, bool):
         raise SpecError(f"must be 0, 1, 2 or 3, got {s.zero!r}", field="zero")
     if s.virtual_stages > 1 and s.schedule != "interleaved":
@@ -417,6 +444,8 @@ def validate_strategy(s: Strategy) -> Strategy:
         raise SpecError("context parallelism splits the sequence of every layer; it cannot be combined with "
                         "layer_groups", field="cp")
     _choice(s.grad_accumulation, "grad_accumulation", GRAD_ACCUMULATIONS)
+    if not isinstance(s.stack, str):
+        raise SpecError(f"must be a stack name, got {s.stack!r}", field="stack")
     if s.dtype is not None and s.dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         raise SpecError(f"unknown dtype {s.dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
     return s
