@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from dlsim.api.calibrate_compute import calibrate_tasks, plan
 from dlsim.api.models import as_model, profiles
-from dlsim.api.validate_gpu_compare import (builtin_device, calibrated_kernels, family_rows, network_rows,
+from dlsim.api.validate_gpu_compare import (STACK, builtin_device, calibrated_kernels, family_rows, network_rows,
                                             predict_step, record_kernels, safely)
 from dlsim.calibrate.compute_plan import (DEFAULT_CONV_ALGORITHM, GemmTask, OptimizerTask, memory_sweep,
                                           optimizer_sweep, square_gemms)
@@ -110,8 +110,10 @@ def fit_batch(case: StepCase, device: str, memory_bytes: float, cluster: str | N
         return case, None
     batch = case.batch
     while True:
-        need = predict_step(replace(case, batch=batch), device, cluster).get("peak_memory_bytes")
-        if need is None or need <= MEMORY_SHARE * memory_bytes or batch == 1:
+        got = predict_step(replace(case, batch=batch), device, cluster)
+        if "error" in got:
+            return case, f"{case.key}: batch {batch} not checked against the device's memory ({got['error']})"
+        if got["peak_memory_bytes"] <= MEMORY_SHARE * memory_bytes or batch == 1:
             break
         batch //= 2
     note = f"{case.key}: batch {case.batch} -> {batch} (predicted memory)" if batch != case.batch else None
@@ -340,6 +342,8 @@ def summarize(records: list[dict[str, Any]], workdir: Path, cache: dict[tuple, A
         "not_reached": [name for name, _ in PHASES if name not in reached],
         "calibration": [{k: v for k, v in r.items() if k not in ("kind", "run")} for r in records
                         if r.get("kind") == "calibration"],
+        "prediction": {"how": "dlsim simulate, one device (dp = tp = pp = 1), one micro-batch of the case's batch, "
+                              "the case's dtype and fused kernels, Adam as the run ran it", "stack": STACK},
         "networks": networks, "kernel_families": family_rows(kernels),
         "unavailable_kernels": sorted({f"{r['family']} {r['pass']}: {r['reason']}" for r in records
                                        if r.get("kind") == "kernel" and r.get("status") != "measured"}),

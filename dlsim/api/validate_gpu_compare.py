@@ -53,12 +53,19 @@ def case_model(case: StepCase, device: str) -> Any:
     return prepared_model(as_model(case.model, case.override_map), case, device)
 
 
-def predict_step(case: StepCase, device: str, cluster: Cluster | str | Path) -> dict[str, Any]:
+STACK = "pytorch"
+"""The software stack of the predictions (stacks/pytorch.yaml: eager PyTorch, SDPA, Adam); the case sets the
+dtype and the fused kernels, the run its optimizer implementation (fused Adam where PyTorch has it)."""
+
+
+def predict_step(case: StepCase, device: str, cluster: Cluster | str | Path,
+                 optimizer_impl: str = "fused") -> dict[str, Any]:
     """dlsim's prediction of one training step of `case` on one device of `cluster` (module docstring)."""
-    from dlsim.api.simulate import simulate
     try:
+        from dlsim.api.simulate import simulate  # the simulator needs simpy, which a GPU machine may lack
         r = simulate(case_model(case, device), cluster, dp=1, tp=1, pp=1, microbatch_size=case.batch,
-                     global_batch=case.batch, dtype=case.dtype, optimizer="adam", fused_kernels=case.fused)
+                     global_batch=case.batch, dtype=case.dtype, optimizer="adam", fused_kernels=case.fused,
+                     stack=STACK, optimizer_impl=optimizer_impl)
     except (DlsimError, ImportError) as exc:
         return {"error": _line(exc)}
     return {"step_s": r.iteration_time_s, "measured_share": r.measured_share, "peak_memory_bytes": r.peak_memory_bytes,
@@ -77,15 +84,17 @@ def network_rows(cases: Iterable[StepCase], steps: Mapping[tuple[str, str], dict
     `cache` keeps predictions between calls (a calibrated profile's until its files change)."""
     rows, cache = [], {} if cache is None else cache
 
-    def predicted(case: StepCase, cluster: str | Path, key: tuple) -> dict[str, Any]:
-        key = (case, str(cluster), key)
+    def predicted(case: StepCase, cluster: str | Path, key: tuple, impl: str) -> dict[str, Any]:
+        key = (case, str(cluster), key, impl)
         if key not in cache:
-            cache[key] = predict_step(case, device, cluster)
+            cache[key] = predict_step(case, device, cluster, impl)
         return cache[key]
 
     for case in cases:
-        preds = {"builtin": predicted(case, builtin, ()) if builtin else {"error": "no built-in profile"},
-                 "calibrated": predicted(case, calibrated, _state(calibrated)) if calibrated else
+        impl = next((r["optimizer_impl"] for m in ("eager", "compiled") if (r := steps.get((case.key, m)))
+                     and r.get("optimizer_impl") in ("fused", "foreach")), "fused")
+        preds = {"builtin": predicted(case, builtin, (), impl) if builtin else {"error": "no built-in profile"},
+                 "calibrated": predicted(case, calibrated, _state(calibrated), impl) if calibrated else
                  {"error": "no calibrated profile yet (the GEMM phase did not finish)"}}
         for mode in ("eager", "compiled"):
             rec = steps.get((case.key, mode))

@@ -86,7 +86,7 @@ CUDA_CASES = (
              4, fused=FLASH),
     StepCase("gpt2-124m-s1024", "GPT-2 124M, seq 1024, AMP bf16, SDPA", "gpt2", (), 16, params_dtype="fp32",
              amp="bf16", fused=FLASH),
-    StepCase("resnet50-cl-amp", "ResNet-50, 224x224, channels-last, AMP bf16", "resnet50", (), 128,
+    StepCase("resnet50-cl-amp", "ResNet-50, 224x224, channels-last, AMP bf16", "resnet50", (), 256,
              params_dtype="fp32", amp="bf16", channels_last=True, attention="math"),
 )
 _SMALL_LLAMA = (("layers", 2), ("hidden", 128), ("heads", 4), ("kv_heads", 2), ("ffn_hidden", 256), ("vocab", 512))
