@@ -45,7 +45,8 @@ def test_budget_phases_end_at_their_cumulative_share_and_leftover_time_carries()
 
 
 def test_cases_scales_and_their_records():
-    assert [c.key for c in CPU_CASES] == [c.key for c in CUDA_CASES] and set(COMPILE_ORDER) == {c.key for c in CPU_CASES}
+    assert [c.key for c in CPU_CASES] == [c.key for c in CUDA_CASES]
+    assert set(COMPILE_ORDER) == {c.key for c in CPU_CASES}
     assert step_cases("cuda") == CUDA_CASES and step_cases("cpu") == CPU_CASES
     for case in CUDA_CASES + CPU_CASES:
         assert StepCase.from_dict(json.loads(json.dumps(case.to_dict()))) == case

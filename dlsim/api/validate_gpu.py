@@ -233,7 +233,8 @@ def validate_gpu(out: str | Path = "reports", *, device: str = "cuda", budget_s:
     started = time.monotonic()
     if compile_backend != "none":
         by_key = {c.key: c for c in cases}
-        for case in [by_key[k] for k in COMPILE_ORDER if k in by_key] + [c for c in cases if c.key not in COMPILE_ORDER]:
+        ordered = [by_key[k] for k in COMPILE_ORDER if k in by_key] + [c for c in cases if c.key not in COMPILE_ORDER]
+        for case in ordered:
             say(f"compiled: {case.label} (torch.compile, {compile_backend})")
             release(device)
             log.add(measure_case(case, "compiled", budget.left(), **_step_args(device, compile_backend, scale,
@@ -335,7 +336,8 @@ def summarize(records: list[dict[str, Any]], workdir: Path, cache: dict[tuple, A
         "schema_version": SCHEMA_VERSION, "kind": KIND, "run": run["run"], "device": device,
         "command": run.get("command"), "budget_s": run["budget_s"], "compile_backend": run.get("compile_backend"),
         "finished": end is not None, "elapsed_s": (end or records[-1]).get("seconds", records[-1].get("at_s")),
-        "facts": (dev or {}).get("facts", {}), "fp8": (dev or {}).get("fp8"), "gemm_dtypes": (dev or {}).get("gemm_dtypes"),
+        "facts": (dev or {}).get("facts", {}), "fp8": (dev or {}).get("fp8"),
+        "gemm_dtypes": (dev or {}).get("gemm_dtypes"),
         "builtin_profile": (dev or {}).get("builtin"), "calibrated_profile": str(profile_dir),
         "calibrated_profile_written": calibrated is not None, "scale": (dev or {}).get("scale"),
         "phases": [{k: p.get(k) for k in ("phase", "status", "seconds")} for p in phases],

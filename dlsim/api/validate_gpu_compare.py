@@ -28,7 +28,7 @@ from dlsim.api.models import as_cluster, as_model
 from dlsim.cost.layers import Gemm, layer_cost
 from dlsim.cost.pricing import gemm_bytes, price_pass
 from dlsim.cost.roofline import compute_efficiency, memory_efficiency, peak, roofline_time
-from dlsim.errors import DlsimError
+from dlsim.errors import DlsimError, one_line
 from dlsim.io.kernel_tables import read_table
 from dlsim.spec.cluster import Cluster, Device
 from dlsim.units import DTYPE_BYTES
@@ -43,10 +43,6 @@ def rel(predicted: float | None, measured: float | None) -> float | None:
     if predicted is None or measured is None or not measured > 0:
         return None
     return (predicted - measured) / measured
-
-
-def _line(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def case_model(case: StepCase, device: str) -> Any:
@@ -67,7 +63,7 @@ def predict_step(case: StepCase, device: str, cluster: Cluster | str | Path,
                      global_batch=case.batch, dtype=case.dtype, optimizer="adam", fused_kernels=case.fused,
                      stack=STACK, optimizer_impl=optimizer_impl)
     except (DlsimError, ImportError) as exc:
-        return {"error": _line(exc)}
+        return {"error": one_line(exc)}
     return {"step_s": r.iteration_time_s, "measured_share": r.measured_share, "peak_memory_bytes": r.peak_memory_bytes,
             "flops": r.flops_per_iteration}
 
@@ -198,7 +194,8 @@ def family_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
                "builtin_fraction_median": _median([k["builtin_fraction"] for k in ks]),
                "builtin_error_median": _median([k["builtin_error"] for k in ks]),
                "largest_size": top["size"], "largest_rate": top["rate"],
-               "largest_measured_fraction": top["measured_fraction"], "largest_builtin_fraction": top["builtin_fraction"],
+               "largest_measured_fraction": top["measured_fraction"],
+               "largest_builtin_fraction": top["builtin_fraction"],
                "largest_builtin_error": top["builtin_error"], "best_rate": max(k["rate"] for k in ks)}
         ratio = rel(row["largest_builtin_fraction"], row["largest_measured_fraction"])
         row["builtin_vs_measured"] = ratio
@@ -227,4 +224,4 @@ def safely(fn: Callable[[], Any], default: Any) -> tuple[Any, str | None]:
     try:
         return fn(), None
     except (DlsimError, ImportError, OSError, ValueError) as exc:
-        return default, _line(exc)
+        return default, one_line(exc)

@@ -46,6 +46,7 @@ from dlsim.calibrate.host_ops import QUANTITIES as HOST_QUANTITIES, host_op_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CHANNELS_LAST, CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
     MemoryRow, record
+from dlsim.errors import one_line
 from dlsim.progress import PHASE_DONE, PHASE_RUNNING
 from dlsim.units import format_time
 
@@ -239,7 +240,7 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
         try:
             rec = measure(task, backend, timer)
         except Exception as exc:  # a kernel the library cannot run here: report it, keep going
-            summary.failed.append(f"{label(task)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            summary.failed.append(f"{label(task)}: {one_line(exc)}")
             if progress:
                 progress(i, total, label(task), f"failed ({type(exc).__name__})")
             continue

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dlsim.errors import DlsimError
+from dlsim.errors import DlsimError, one_line
 
 FP8_MIN_CAPABILITY = (8, 9)
 FP8_MULTIPLE = 16
@@ -83,7 +83,7 @@ def fp8_support(device: str, torch_module: Any = None) -> tuple[bool, str]:
     try:
         fp8_matmul(FP8_MULTIPLE, FP8_MULTIPLE, FP8_MULTIPLE, device, torch)()
     except Exception as exc:  # the library's own refusal, reported as the reason
-        return False, f"torch._scaled_mm fails here: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return False, f"torch._scaled_mm fails here: {one_line(exc)}"
     return True, f"torch._scaled_mm (E4M3 x E4M3 -> bf16) runs on {device}, torch {version}"
 
 

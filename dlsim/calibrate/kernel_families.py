@@ -18,6 +18,7 @@ from dlsim.calibrate.compute_plan import sdpa_layer
 from dlsim.calibrate.compute_timer import KernelTimer
 from dlsim.calibrate.cuda_calls import sdpa_backend
 from dlsim.cost.layers import layer_cost
+from dlsim.errors import one_line
 
 
 def _timed(rec: dict[str, Any], fn: Any, timer: KernelTimer) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def _timed(rec: dict[str, Any], fn: Any, timer: KernelTimer) -> dict[str, Any]:
 
 
 def _failed(rec: dict[str, Any], exc: Exception) -> dict[str, Any]:
-    return {**rec, "status": "unavailable", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    return {**rec, "status": "unavailable", "reason": one_line(exc)}
 
 
 def time_sdpa(shape: tuple[int, int, int, int], backend: str, pass_name: str, dtype: str, device: Any,

@@ -100,8 +100,9 @@ def _families(s: dict[str, Any]) -> list[str]:
              pct(f["largest_measured_fraction"], False), pct(f["largest_builtin_fraction"], False),
              pct(f["measured_fraction_median"], False), pct(f["builtin_fraction_median"], False),
              pct(f["builtin_error_median"])] for f in fams]
-    differ = [f"- {f['family']}: the built-in profile assumes {pct(f['largest_builtin_fraction'], False)} of its peak at "
-              f"the largest kernel, measured {pct(f['largest_measured_fraction'], False)}" for f in fams if f["differs"]]
+    differ = [f"- {f['family']}: the built-in profile assumes {pct(f['largest_builtin_fraction'], False)} of its "
+              f"peak at the largest kernel, measured {pct(f['largest_measured_fraction'], False)}"
+              for f in fams if f["differs"]]
     b = (s.get("builtin_profile") or {}).get("name") or "the built-in profile"
     return ["## Kernel families", "",
             f"Attained fraction of {b}'s peak (matrix FLOP/s for GEMMs and attention, memory bytes/s for the rest) "
