@@ -60,6 +60,20 @@ class SimResult:
     assumed: dict[str, Any] = field(default_factory=dict)
     stack: dict[str, Any] | None = None
     """The software stack the run used (`dlsim.api.stacks.stack_record`), None when none was named."""
+    tokens_per_sample: int = 0
+    """Tokens of one sample (its sequence) for a token model; 0 otherwise."""
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Training tokens per second (None for a model that does not read tokens)."""
+        return self.throughput_samples_per_s * self.tokens_per_sample if self.tokens_per_sample else None
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU: the model's training FLOPs per iteration (no recomputation) over the
+        iteration time and the devices, as Megatron-LM and torchtitan report it."""
+        t = self.iteration_time_s
+        return self.flops_per_iteration / (t * self.total_devices) / 1e12 if t > 0 and self.total_devices else 0.0
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -85,6 +99,7 @@ class SimResult:
             "dtype": self.strategy.get("dtype"), "stack": self.stack, "assumed": dict(self.assumed),
             "feasible": self.feasible, "infeasible_reason": self.infeasible_reason,
             "iteration_time_s": t, "throughput_samples_per_s": self.throughput_samples_per_s,
+            "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu,
             "global_batch": self.global_batch,
             "breakdown_s": self.breakdown.to_dict(), "communication_s": self.communication_s,
             "utilisation": sum(d.utilisation * d.multiplicity for d in self.devices)

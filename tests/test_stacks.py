@@ -134,3 +134,15 @@ def test_compare_grids_stacks(capsys):
                 "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert [e["strategy"]["stack"] for e in rec["entries"]] == ["eager", "megatron-lm-2022"]
+
+
+def test_optimize_compares_stacks_side_by_side(capsys):
+    assert run(["optimize", "gpt2", "-c", "dgx-h100", "--gpus", "8", "--global-batch", "16", "--set", "layers=2",
+                "--max-microbatch-size", "2", "--jobs", "1", "--stacks", "eager,megatron-lm-2022", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["kind"] == "stack_comparison" and {r["stack"] for r in rec["stacks"]} == {"eager", "megatron-lm-2022"}
+    times = [r["iteration_time_s"] for r in rec["stacks"]]
+    assert times == sorted(times) and rec["stacks"][0]["slowdown"] == 0.0
+    for row in rec["stacks"]:  # each stack's best is its own search's winner
+        assert rec["results"][row["stack"]]["best"]["iteration_time_s"] == row["iteration_time_s"]
+    assert run(["optimize", "gpt2", "-c", "dgx-h100", "--gpus", "8", "--global-batch", "16", "--stacks", "eager"]) == 1

@@ -53,4 +53,5 @@ class StrategyFields(TypedDict, total=False):
     offload: str
     optimizer_impl: str
     grad_reduce_dtype: str
+    param_gather_overlap: bool
     stack: str

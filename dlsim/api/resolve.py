@@ -15,7 +15,7 @@ from dlsim.io.strategy_yaml import load_strategy
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.spec.stack import STACK_KEYS
-from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
+from dlsim.spec.strategy import PIPELINED_MICROBATCH, Strategy, make_strategy, validate_strategy
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,9 @@ def assumed_fields(s: Strategy, given: set[str] | None, dtype: str) -> dict[str,
         derived.add("staleness")
     if s.stack:  # the stack's keys come from the stack, named in the record's `stack`
         derived |= set(load_stack(s.stack).values)
+    if "global_batch" in given and not {"microbatch_size", "num_microbatches"} & given and s.pp > 1:
+        out["microbatch_size"] = (f"{s.microbatch_size}: a pipelined strategy given only its global batch runs "
+                                  f"micro-batches of {PIPELINED_MICROBATCH} sample (Megatron-LM's examples)")
     for name in Strategy.__dataclass_fields__:
         key = _RECORD_NAMES.get(name, name)
         if name in given or name in derived or name == "dtype" or key not in record:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Unpack
 
@@ -63,31 +63,26 @@ def _default_pricer(cluster: Cluster, layout: Layout, algorithm: str, measured: 
     return ClusterPricer(cluster, layout, algorithm, comm_table(cluster, measured))
 
 
-def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
-                   strategy: Strategy | str | Path | None = None, *, measured: bool = True, symmetry: bool = True,
-                   expand_collectives: bool = False, microbatch_plan: str | None = None,
-                   workspace_limit: str | float = "64MiB", trace: bool = False,
-                   overrides: Mapping[str, Any] | None = None, pricer: CommPricer | None = None,
-                   nodes: int | None = None, given: Iterable[str] = (),
-                   trace_ranks: str | Iterable[int] | None = None,
-                   trace_window: str | tuple[float | str, float | str] | None = None,
-                   **fields: Unpack[StrategyFields]) -> Simulation:
-    """Simulate `model` on `cluster` under `strategy` (a Strategy, a YAML file, or strategy fields).
+@dataclass(frozen=True)
+class Prepared:
+    """A run's inputs loaded and checked: its strategy, the builder of its scenario, what it assumed
+    and the record of its stack (`prepare`)."""
 
-    `symmetry` simulates one data-parallel replica and one tensor-parallel rank per stage (their
-    collectives priced at the full rank count); run-time variability keeps all replicas.
-    `expand_collectives` executes collectives as their point-to-point schedules on the link ports
-    (only where all their ranks are simulated). `microbatch_plan` (wr | wd) prices convolutions
-    with the μ-cuDNN planner under `workspace_limit`. `nodes` resizes the cluster (same nodes, more
-    or fewer of them). `given` names nested strategy fields set by the caller (see `as_strategy`).
-    `trace_ranks` (``"0-7,64"`` or a list of ranks) and `trace_window` (``"1s:1.5s"`` or (start,
-    end) in seconds) keep only part of the trace (`dlsim.sim.tracefilter`).
-    Options the run would ignore are refused: `trace` with parameter-server training,
-    `expand_collectives` under the symmetry reduction, `workspace_limit` without a plan.
+    strategy: Strategy
+    builder: ScenarioBuilder
+    assumed: dict[str, Any]
+    stack: dict[str, Any] | None
 
-    This function loads and checks; the scenario is built by `dlsim.plan.scenario` and timed by
-    `dlsim.sim.scenario_run`.
-    """
+
+def prepare(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,
+            *, measured: bool = True, full: bool = False, microbatch_plan: str | None = None,
+            workspace_limit: str | float = "64MiB", overrides: Mapping[str, Any] | None = None,
+            pricer: CommPricer | None = None, nodes: int | None = None, given: Iterable[str] = (),
+            **fields: Any) -> Prepared:
+    """Load and check what a run needs (the model, the cluster sized to the strategy, the strategy
+    completed by its stack, the measured tables, a μ-cuDNN plan's layer times) and the builder of its
+    scenario (`dlsim.plan.scenario`): what `run_simulation` and the analytic `estimate_strategy`
+    share. `full` checks the strategy's limits for simulating every rank."""
     model, cluster = as_model(model, overrides), as_cluster(cluster)
     if nodes is not None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -95,20 +90,13 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         cluster = replace(cluster, nodes=check_nodes_limit(nodes, cluster.devices_per_node))
     r = resolve_strategy(strategy, fields, given, model, cluster)
     s, names = r.strategy, r.names
-    s = check_strategy_limits(s, full=not symmetry)
-    keep = make_filter(trace_ranks, trace_window)
-    if keep is not None and not trace:
-        raise SpecError("trace ranks and window filter a trace: ask for one (--trace FILE)",
-                        field="trace_ranks" if trace_ranks is not None else "trace_window")
-    if trace and s.sync != "allreduce":
-        raise SpecError(f"a trace records one synchronous iteration; sync {s.sync} runs many iterations "
-                        "without one (drop --trace or use sync allreduce)", field="trace")
-    if expand_collectives and s.cp > 1:
-        raise SpecError("collectives run as point-to-point schedules need every rank simulated; the ranks of a "
-                        "context-parallel ring are simulated as one (cp > 1)", field="expand_collectives")
-    if expand_collectives and symmetry:
-        raise SpecError("collectives run as point-to-point schedules only where all their ranks are simulated: "
-                        "needs --full (symmetry=False)", field="expand_collectives")
+    sized = ()
+    if nodes is None and s.devices > cluster.num_devices:  # a profile's node count is nominal: fit the strategy
+        need = -(-s.devices // cluster.devices_per_node)
+        sized = (f"cluster sized to the strategy: {need} nodes of {cluster.devices_per_node} for its {s.devices} "
+                 f"devices (the profile lists {cluster.nodes}; --nodes to choose)",)
+        cluster = replace(cluster, nodes=check_nodes_limit(need, cluster.devices_per_node))
+    s = check_strategy_limits(s, full=full)
     dtype = check_dtype(s.dtype, model)
     assumed = assumed_fields(s, names, dtype)
     if dtype == "fp8":  # refused before the tables are read
@@ -126,10 +114,55 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
         notes.append(note)
     pricers = (lambda layout, algorithm: pricer) if pricer is not None else default_pricers(cluster, measured)
     builder = ScenarioBuilder(model, cluster, dtype, pricers, tables, layer_overrides=layer_overrides,
-                              notes=tuple(notes))
-    scenario = builder.scenario(s)
+                              notes=sized + tuple(notes))
+    return Prepared(s, builder, assumed, r.stack_record)
+
+
+def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
+                   strategy: Strategy | str | Path | None = None, *, measured: bool = True, symmetry: bool = True,
+                   expand_collectives: bool = False, microbatch_plan: str | None = None,
+                   workspace_limit: str | float = "64MiB", trace: bool = False,
+                   overrides: Mapping[str, Any] | None = None, pricer: CommPricer | None = None,
+                   nodes: int | None = None, given: Iterable[str] = (),
+                   trace_ranks: str | Iterable[int] | None = None,
+                   trace_window: str | tuple[float | str, float | str] | None = None,
+                   **fields: Unpack[StrategyFields]) -> Simulation:
+    """Simulate `model` on `cluster` under `strategy` (a Strategy, a YAML file, or strategy fields).
+
+    `symmetry` simulates one data-parallel replica and one tensor-parallel rank per stage (their
+    collectives priced at the full rank count); run-time variability keeps all replicas.
+    `expand_collectives` executes collectives as their point-to-point schedules on the link ports
+    (only where all their ranks are simulated). `microbatch_plan` (wr | wd) prices convolutions
+    with the μ-cuDNN planner under `workspace_limit`. `nodes` resizes the cluster (same nodes, more
+    or fewer of them); without it a strategy needing more devices than the profile lists runs on a
+    cluster of enough nodes (a note says so). `given` names nested strategy fields set by the caller
+    (see `as_strategy`). `trace_ranks` (``"0-7,64"`` or a list of ranks) and `trace_window`
+    (``"1s:1.5s"`` or (start, end) in seconds) keep only part of the trace (`dlsim.sim.tracefilter`).
+    Options the run would ignore are refused: `trace` with parameter-server training,
+    `expand_collectives` under the symmetry reduction, `workspace_limit` without a plan.
+
+    This function loads and checks (`prepare`); the scenario is built by `dlsim.plan.scenario` and
+    timed by `dlsim.sim.scenario_run`.
+    """
+    keep = make_filter(trace_ranks, trace_window)
+    if keep is not None and not trace:
+        raise SpecError("trace ranks and window filter a trace: ask for one (--trace FILE)",
+                        field="trace_ranks" if trace_ranks is not None else "trace_window")
+    if expand_collectives and symmetry:
+        raise SpecError("collectives run as point-to-point schedules only where all their ranks are simulated: "
+                        "needs --full (symmetry=False)", field="expand_collectives")
+    p = prepare(model, cluster, strategy, measured=measured, full=not symmetry, microbatch_plan=microbatch_plan,
+                workspace_limit=workspace_limit, overrides=overrides, pricer=pricer, nodes=nodes, given=given, **fields)
+    s = p.strategy
+    if trace and s.sync != "allreduce":
+        raise SpecError(f"a trace records one synchronous iteration; sync {s.sync} runs many iterations "
+                        "without one (drop --trace or use sync allreduce)", field="trace")
+    if expand_collectives and s.cp > 1:
+        raise SpecError("collectives run as point-to-point schedules need every rank simulated; the ranks of a "
+                        "context-parallel ring are simulated as one (cp > 1)", field="expand_collectives")
+    scenario = p.builder.scenario(s)
     return simulate_scenario(scenario, symmetry=symmetry, expand=expand_collectives, trace=trace, keep=keep,
-                             assumed=assumed, stack=r.stack_record)
+                             assumed=p.assumed, stack=p.stack)
 
 
 def simulate(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,

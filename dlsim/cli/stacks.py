@@ -6,7 +6,7 @@ import click
 
 from dlsim.cli import main
 from dlsim.cli.options import json_option
-from dlsim.cli.output import emit_json, json_safe, wants_summary
+from dlsim.cli.output import emit_record
 from dlsim.io.stack_yaml import all_stacks, load_stack
 from dlsim.report.stack_text import stack_table, stacks_table
 
@@ -21,12 +21,8 @@ def stacks_group(ctx: click.Context, json_out: str | None) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    rows = [{**s.to_dict(), "description": s.description, "path": s.path} for s in all_stacks()]
-    if json_out is not None:
-        emit_json(rows, json_out)
-    if wants_summary(json_out):
-        json_safe(rows)
-        click.echo(stacks_table(rows))
+    emit_record([{**s.to_dict(), "description": s.description, "path": s.path} for s in all_stacks()], json_out,
+                stacks_table)
 
 
 @stacks_group.command("show")
@@ -37,8 +33,4 @@ def show_cmd(name: str, json_out: str | None) -> None:
     s = load_stack(name)
     rec = {**s.to_dict(), "description": s.description, "repositories": list(s.repositories),
            "sources": {k: s.sources[k] for k in s.values}, "notes": list(s.notes), "path": s.path}
-    if json_out is not None:
-        emit_json(rec, json_out)
-    if wants_summary(json_out):
-        json_safe(rec)
-        click.echo(stack_table(rec))
+    emit_record(rec, json_out, stack_table)

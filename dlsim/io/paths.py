@@ -36,8 +36,13 @@ def stack_dirs() -> list[Path]:
 
 def list_stacks() -> list[Path]:
     """All stack files, first directory wins on a name clash."""
+    return _yaml_files(stack_dirs())
+
+
+def _yaml_files(dirs: list[Path]) -> list[Path]:
+    """The YAML files of `dirs` by name, the first directory winning a name clash."""
     seen: dict[str, Path] = {}
-    for d in stack_dirs():
+    for d in dirs:
         for p in sorted(d.glob("*.yaml")) if d.is_dir() else []:
             seen.setdefault(p.stem, p)
     return sorted(seen.values(), key=lambda p: p.stem)
@@ -60,11 +65,7 @@ def resolve_stack(name_or_path: str | Path) -> Path:
 
 def list_models() -> list[Path]:
     """All zoo model files, first directory wins on a name clash."""
-    seen: dict[str, Path] = {}
-    for d in model_dirs():
-        for p in sorted(d.glob("*.yaml")) if d.is_dir() else []:
-            seen.setdefault(p.stem, p)
-    return sorted(seen.values(), key=lambda p: p.stem)
+    return _yaml_files(model_dirs())
 
 
 def list_profiles() -> list[Path]:

@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 from dlsim.errors import SpecError, UnitError
 from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
+from dlsim.spec.stack import STACK_KEYS
 from dlsim.spec.strategy import Compression, LayerGroup, Strategy, Variability, make_strategy
 from dlsim.units import KIB, MIB
 
@@ -48,7 +49,7 @@ _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
           "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "grad_accumulation", "cp", "hybrid_shard", "offload",
-          "stack", "optimizer_impl", "grad_reduce_dtype"}
+          "stack", "optimizer_impl", "grad_reduce_dtype", "param_gather_overlap"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}
@@ -142,3 +143,36 @@ def load_strategy(path: str | Path, overrides: dict[str, Any] | None = None,
         raise SpecError(exc.reason, path=path, field=exc.field) from None
     except (TypeError, UnitError) as exc:
         raise SpecError(str(exc), path=path) from None
+
+
+def strategy_document(s: Strategy) -> dict[str, Any]:
+    """A strategy as the mapping a strategy file holds, which `load_strategy` reads back to the same
+    strategy: the layout, the batch, the schedule, the stack and every key a stack may set (so that the
+    stack's own values cannot replace them), every other field off its default; sizes in bytes."""
+    default = Strategy()
+    always = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "stack"} | set(STACK_KEYS)
+    if s.sync != "allreduce":  # all-reduce's own fields would be refused beside parameter-server training
+        always -= {"overlap", "bucket_size", "first_bucket_size"}
+    out: dict[str, Any] = {}
+    for key in Strategy.__dataclass_fields__:
+        value = getattr(s, key)
+        if key not in always and value == getattr(default, key):
+            continue
+        if value is None or value == "" or key == "variability" and not value.active:
+            continue
+        if key in ("bucket_size", "first_bucket_size"):
+            out[f"{key}_bytes"] = value
+        elif key in ("fused_kernels", "stage_partition"):
+            out[key] = list(value)
+        elif key == "compression":
+            out[key] = {"kind": value.kind, "bits": value.bits, "density": value.density,
+                        "bucket_elements": value.bucket_elements, "error_feedback": value.error_feedback}
+        elif key == "variability":
+            out[key] = {"jitter": value.jitter, "jitter_cv": value.jitter_cv, "straggler_fraction":
+                        value.straggler_fraction, "straggler_slowdown": value.straggler_slowdown, "seed": value.seed,
+                        "device_slowdown": {rank: factor for rank, factor in value.device_slowdown}}
+        elif key == "layer_groups":
+            out[key] = [{"first": g.first, "last": g.last, "parallel": g.parallel} for g in value]
+        else:
+            out[key] = value
+    return out

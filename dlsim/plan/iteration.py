@@ -31,7 +31,7 @@ from dlsim.plan.recompute import full_recompute_memory, recompute_layers, select
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
-from dlsim.plan.zero import model_state_bytes
+from dlsim.plan.zero import gathers_in_forward, model_state_bytes
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import LinkTier
 from dlsim.spec.model import Model
@@ -108,6 +108,9 @@ class _Builder:
                 units = units_of(es, buckets)
                 self.fwd_units.append(forward_steps(es, tp, COMPUTE, units))
                 self.bwd_units.append(backward_steps(es, tp, ready, units, overlap=overlap))
+            elif gathers_in_forward(s) and buckets:  # the first forward waits for each bucket's gather
+                self.fwd_units.append(forward_steps(es, tp, COMPUTE, units_of(es, buckets)))
+                self.bwd_units.append(self.bwd_split[k])
             else:
                 self.fwd_units.append(self.fwd[k])
                 self.bwd_units.append(self.bwd_split[k])

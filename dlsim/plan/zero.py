@@ -52,6 +52,25 @@ def gathers_updated_params(zero: int) -> bool:
     return zero in (1, 2)
 
 
+GATHER_PREFETCH = 1
+"""Parameter units whose all-gathers are issued ahead of the unit that runs (ZeRO-3 / FSDP, and the
+updated parameters' gathers of `gathers_in_forward`): one, as FSDP2's implicit forward prefetch and
+explicit backward prefetch (torch/distributed/_composable/fsdp/_fsdp_state.py: a unit's pre-forward
+issues the next unit's all-gather; at most two gathered outputs alive) and apex DistributedFusedAdam's
+pre-forward hook (the next bucket's all-gather launched when a bucket is waited for) do."""
+
+
+def gathers_in_forward(s) -> bool:
+    """Whether ZeRO-1/2's all-gather of the updated parameters runs beside the next iteration's first
+    forward pass, bucket by bucket (`Strategy.param_gather_overlap`), instead of after the optimizer
+    step. In the periodic steady state the gathers the step launched run from the start of the next
+    iteration, dispatched at once in the order the device's chunks run (NeMo's distributed Adam
+    launches a chunk's bucket group ahead of it; the parameters stay resident, so nothing bounds how
+    many are in flight); each bucket's first layer in the first micro-batch's forward waits for its
+    gather. Routed experts' gathers (ep > 1) stay after the step."""
+    return s.param_gather_overlap and gathers_updated_params(s.zero) and s.dp_cp > 1 and s.ep == 1
+
+
 def optimizer_share(zero: int, dp: int) -> float:
     """Fraction of the device's parameters its optimizer step updates."""
     return 1.0 / dp if zero >= 1 else 1.0

@@ -34,8 +34,9 @@ class Simulation:
 def run_info(sc: Scenario) -> RunInfo:
     """The names and totals a scenario's record carries besides its timeline."""
     s = sc.strategy
+    tokens = sc.full_model.input_shape[0] if sc.full_model.input_kind == "tokens" else 0
     return RunInfo(sc.model.name, sc.cluster.name, sc.cluster.device.name, s.to_dict(), s.global_batch, s.pp > 1,
-                   sc.training_flops, sc.peak_flops, s.devices, sc.notes + (sc.partition_note,))
+                   sc.training_flops, sc.peak_flops, s.devices, sc.notes + (sc.partition_note,), tokens)
 
 
 def simulate_scenario(sc: Scenario, *, symmetry: bool = True, expand: bool = False, trace: bool = False,

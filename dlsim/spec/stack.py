@@ -15,7 +15,8 @@ from types import MappingProxyType
 from typing import Any, Collection, Mapping
 
 STACK_KEYS = ("dtype", "fused_kernels", "optimizer", "optimizer_impl", "grad_accumulation", "grad_reduce_dtype", "tp_async_backward", "sequence_parallel",
-              "p2p_overlap", "p2p_scatter_gather", "overlap", "bucket_size", "first_bucket_size", "zero", "recompute")
+              "p2p_overlap", "p2p_scatter_gather", "overlap", "bucket_size", "first_bucket_size", "zero",
+              "param_gather_overlap", "recompute")
 """The strategy fields a stack may set (`dlsim.spec.strategy.Strategy`). The layout (dp, tp, pp, cp,
 ep), the batch and the schedule are the strategy's own; `zero`, `sequence_parallel` and
 `recompute` are the stack's defaults, which a strategy changes at will."""

@@ -158,7 +158,11 @@ class Strategy:
     gradient buffer the data-parallel reduction runs on (fp32 in Megatron-LM's
     ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
     accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
-    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype. `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype.
+    `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
+    iteration's first forward pass, each bucket's gather waited for by its first layer
+    (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
+    `dlsim.plan.zero.gathers_in_forward`). `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
     empty: every field as given).
     """
 
@@ -201,6 +205,7 @@ class Strategy:
     offload: str = "none"
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
+    param_gather_overlap: bool = False
     stack: str = ""
 
     @property
@@ -247,6 +252,7 @@ class Strategy:
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
+            "param_gather_overlap": self.param_gather_overlap,
             "stack": self.stack,
         }
 
@@ -269,9 +275,17 @@ def _fraction(value: Any, name: str, low: float = 0.0, high: float = 1.0) -> flo
     return float(value)
 
 
+PIPELINED_MICROBATCH = 1
+"""The micro-batch size of a pipelined strategy given only its global batch: one sample per
+micro-batch, as Megatron-LM's pipelined examples run (NVIDIA/Megatron-LM examples/
+pretrain_gpt_distributed_with_mp.sh --micro-batch-size 1): many micro-batches fill the pipeline."""
+
+
 def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | None,
-                 global_batch: int | None) -> tuple[int, int]:
-    """(microbatch_size, num_microbatches) from any two of the three, checked against the third."""
+                 global_batch: int | None, pp: int = 1) -> tuple[int, int]:
+    """(microbatch_size, num_microbatches) from any two of the three, checked against the third; a
+    global batch alone gives one micro-batch per replica, or with a pipeline (`pp` > 1) micro-batches
+    of `PIPELINED_MICROBATCH` samples."""
     if global_batch is not None:
         _positive_int(global_batch, "global_batch")
     if microbatch_size is not None:
@@ -285,6 +299,8 @@ def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | N
         raise SpecError(f"global_batch {global_batch} is not divisible by dp {dp} (remainder {rest})",
                         field="global_batch")
     if microbatch_size is None and num_microbatches is None:
+        if pp > 1 and per_replica % PIPELINED_MICROBATCH == 0:
+            return PIPELINED_MICROBATCH, per_replica // PIPELINED_MICROBATCH
         return per_replica, 1
     if microbatch_size is None:
         mbs, rest = divmod(per_replica, num_microbatches)  # type: ignore[arg-type]
@@ -317,7 +333,9 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
         if isinstance(fields.get(name), list):
             fields[name] = tuple(fields[name])
     dp = _positive_int(fields.get("dp", 1), "dp")
-    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch)
+    pp = fields.get("pp", 1)
+    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch,
+                          pp if isinstance(pp, int) and not isinstance(pp, bool) else 1)
     s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
     return validate_strategy(s)
 
@@ -420,7 +438,7 @@ def validate_strategy(s: Strategy) -> Strategy:
                         "model-parallel groups are split over the dp devices", field="layer_groups")
     if not isinstance(s.sequence_parallel, bool):
         raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
-    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather"):
+    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "param_gather_overlap"):
         if not isinstance(getattr(s, name), bool):
             raise SpecError(f"must be true or false, got {getattr(s, name)!r}", field=name)
     if s.sequence_parallel and s.tp < 2:

@@ -102,7 +102,8 @@ class Evaluator(LowerBounds, MemoryModel):
         """Whether `evaluate(s)` may come flagged `Evaluation.approximate`, known before timing `s` (a
         superset, for the search's pruning): a field other than those of the validated space off its
         default, a pipeline timed by its closed form, ZeRO-2/3 not walked pass by pass, interleaved
-        with m = pp, pipeline transfers on the tensor-parallel link tier."""
+        with m = pp, pipeline transfers on the tensor-parallel link tier, a pipeline beside parameter
+        gathers."""
         if self._off_default(s):
             return True
         p, m, v = s.pp, s.num_microbatches, s.virtual_stages
@@ -110,6 +111,8 @@ class Evaluator(LowerBounds, MemoryModel):
             return True
         if s.schedule == "interleaved" and m == p:
             return True
+        if p > 1 and s.dp > 1 and (s.zero == 3 or s.param_gather_overlap):
+            return True  # pipeline transfers may share the data-parallel ports with parameter gathers
         if p > 1 and s.tp > 1:
             key = ("p2p tier", s.dp, s.tp, p, s.collective)
             got = self._cache.get(key)

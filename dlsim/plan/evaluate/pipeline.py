@@ -86,7 +86,6 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
     return last
 
 
-
 def pipeline_ends(schedule: str, p: int, m: int, v: int, f: list[float], b: list[float],
               c: list[float]) -> list[list[float]]:
     """Closed forms (see `dlsim.plan.evaluate`): ends[r][local chunk] of the last backward passes."""

@@ -75,7 +75,6 @@ def supports(s: Strategy) -> str:
     return ""
 
 
-
 VALIDATED_FIELDS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages",
                     "recompute", "sequence_parallel", "zero")
 """The strategy fields of the space tests/test_optimize.py holds the evaluator to the simulation on

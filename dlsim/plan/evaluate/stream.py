@@ -6,12 +6,12 @@ overlap slowdown while a collective is in flight.
 
 from __future__ import annotations
 
-
 from dlsim.cost.overlap import overlap_cost
-from dlsim.plan.expertparallel import (EP)
+from dlsim.plan.evaluate.pipeline import pipeline_walk
+from dlsim.plan.expertparallel import EP
 from dlsim.plan.pipeline import FORWARD
 from dlsim.plan.templates import Step
-from dlsim.plan.evaluate.pipeline import pipeline_walk
+from dlsim.plan.zero import GATHER_PREFETCH
 
 
 _COMPUTE, _COLLECTIVE, _OVERLAP = 0, 1, 2  # step kinds of a priced program (`StreamWalk._program`)
@@ -59,38 +59,41 @@ class StreamWalk:
 
     def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
                    gathers: list[float] | None, now: float, busy: float, first_dep: float,
-                   first_gather: float | None = None) -> tuple[float, float, float, float]:
+                   ready_at: list[float] | None = None) -> tuple[float, float, float, float]:
         """Run a step list from time `now` beside the communication stream, busy until `busy` (the
         simulator's per-device streams, `dlsim.plan.iteration` and `dlsim.plan.syncplan`): `launches`
-        maps a step position to the collective durations it enqueues when it ends; `gathers` (ZeRO-3)
-        the all-gather of each parameter unit, which the unit's first step waits for. A unit's gather is
-        enqueued behind what the stream holds once the previous unit's first step has ended (the first
-        unit's once `first_dep`, the end of the previous pass's first step, has passed): at most two
-        units gathered at a time; `first_gather`, when given, is when the first unit's gather ends
-        (issued before the pass started). Compute runs slowed by σ while the stream is busy; a tensor-parallel
+        maps a step position to the collective durations it enqueues when it ends; `gathers` (ZeRO-3,
+        or the updated parameters' gathers of `gathers_in_forward`) the all-gather of each parameter
+        unit, which the unit's first step waits for. Gathers are prefetched `GATHER_PREFETCH` units
+        ahead (`dlsim.plan.syncplan.OpHooks`): the pass's first units are enqueued once `first_dep`, the
+        end of the previous pass on this device (at or before the pass's start), has passed, each later
+        unit's behind what the stream holds when the unit `GATHER_PREFETCH` before it starts; with
+        `ready_at`, each unit's gather ends then instead (dispatched before the pass, `gathers_in_forward`).
+        Compute runs slowed by σ while the stream is busy; a tensor-parallel
         collective on the data-parallel link tier waits for the queue that holds its ports. Returns
         (end, stream busy until, seconds compute was slowed, end of the first step)."""
         sigma = self.sigma
         program = self._program(steps, stage)
         slowed = 0.0
         unit = None
-        dep = first_dep  # what the next unit's gather waits for
-        unit_first = False
         first_end = -1.0
-        ahead = -1  # a unit whose gather is already queued
-        nxt = {}
-        if gathers is not None and not launches:  # nothing queued between a unit's gather and the next one's:
-            order = [st.unit for st in steps if st.unit >= 0]  # it is queued once the unit's first step ends
-            nxt = {a: b for a, b in zip(order, order[1:]) if a != b}
+        order = self._unit_order(steps) if gathers is not None else ()
+        ready: dict[int, float] = {}  # unit -> when its gather ends
         for pos, (kind, d, c, queued, st_unit) in enumerate(program):
-            if gathers is not None and st_unit >= 0 and st_unit != unit:
-                if unit is None and first_gather is not None:
-                    busy = max(busy, first_gather)
-                elif st_unit != ahead:
-                    busy = max(busy, dep) + gathers[st_unit]
+            if ready_at is not None and st_unit >= 0 and st_unit != unit:
                 unit = st_unit
-                now = max(now, busy)
-                unit_first = True
+                busy = max(busy, ready_at[st_unit])
+                now = max(now, ready_at[st_unit])
+            elif gathers is not None and st_unit >= 0 and st_unit != unit:
+                j = order.index(st_unit)
+                for q in range(j, min(len(order), j + 1 + GATHER_PREFETCH)):
+                    u = order[q]
+                    if u in ready:
+                        continue
+                    busy = max(busy, first_dep if q <= GATHER_PREFETCH else now) + gathers[u]
+                    ready[u] = busy
+                unit = st_unit
+                now = max(now, ready[st_unit])
             if kind == _COMPUTE:
                 if busy > now and sigma > 0:
                     window = busy - now
@@ -111,17 +114,20 @@ class StreamWalk:
                     now += c
             else:
                 now += d + c  # overlap: its kernels and what the collective beside them adds (`_program`)
-            if unit_first:
-                dep, unit_first = now, False
-                if unit in nxt:
-                    ahead = nxt[unit]
-                    busy = max(busy, dep) + gathers[ahead]  # type: ignore[index]
             if first_end < 0:
                 first_end = now
             if launches:
                 for dur in launches.get(pos, ()):
                     busy = max(busy, now) + dur
         return now, busy, slowed, first_end if first_end >= 0 else now
+
+    def _unit_order(self, steps: list[Step]) -> tuple[int, ...]:
+        """The parameter units of a step list in step order (cached with its priced program)."""
+        key = ("units", id(steps))
+        got = self._programs_of.get(key)
+        if got is None:
+            got = self._programs_of[key] = tuple(dict.fromkeys(st.unit for st in steps if st.unit >= 0))
+        return got  # type: ignore[return-value]
 
     def _programs(self, parts: list[tuple], c: list[float]) -> tuple[list[list[float]], list[float], list[float]]:
         """ZeRO-2/3: every stage's op order (`pipeline_walk`), each pass walked (`walk_steps`) beside the
@@ -131,40 +137,38 @@ class StreamWalk:
         stage's stream empties, each stage's seconds inside its passes)."""
         s = self.s
         p = s.pp
-        state = [(0.0, 0.0) for _ in range(p)]  # per stage: stream busy until, end of the last pass's first step
+        state = [(0.0, 0.0) for _ in range(p)]  # per stage: stream busy until, end of the last pass
         inside = [0.0] * p
         memo: dict[tuple, tuple[float, float, float]] = {}
 
-        first_unit: dict[tuple, int] = {}  # (chunk, kind) -> the pass's first parameter unit (-1: none)
-
         def run_op(r: int, op, k: int, t: float) -> float:
-            busy, dep = state[r]
-            fwd, rec, bwd, launches, gathers = parts[k]
-            # passes are time-invariant: keyed by relative times, a stream idle before the start and a
-            # first gather (issued once the previous pass's first step ended) done before it are alike
-            gather = None
-            if gathers:
-                unit = first_unit.get((k, op.kind))
-                if unit is None:
-                    steps = fwd if op.kind == FORWARD else bwd
-                    unit = first_unit[(k, op.kind)] = next((st.unit for st in steps if st.unit >= 0), -1)
-                if unit >= 0:
-                    gather = max(0.0, max(busy, dep) - t + gathers[unit])
-            key = (k, op.kind, max(0.0, busy - t), gather)
+            busy, prev_end = state[r]
+            fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
+            if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
+                # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
+                end, q, _, _ = self.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, self.first_busy[r] - t), 0.0,
+                                               [x - t for x in self.first_ready[k]])
+                state[r] = (t + q, t + end)
+                inside[r] += end
+                return t + end
+            gathers = all_gathers if every_pass else None
+            # passes are time-invariant: keyed by relative times (a stream idle before the start and the
+            # previous pass's end, from which the first gathers are issued, long before it are alike)
+            floor = -sum(gathers[:1 + GATHER_PREFETCH]) if gathers else 0.0  # earlier is alike: done by the start
+            key = (k, op.kind, gathers is not None, max(floor, busy - t), max(floor, prev_end - t) if gathers else 0.0)
             got = memo.get(key)
             if got is None:
-                q = key[2]
+                q, dep = key[3], key[4]
                 if op.kind == FORWARD:
-                    end, q, _, first = self.walk_steps(fwd, r, {}, gathers, 0.0, q, 0.0, gather)
+                    end, q, _, _ = self.walk_steps(fwd, r, {}, gathers, 0.0, q, dep)
                 else:
-                    now, first = 0.0, -1.0
+                    now = 0.0
                     if rec:
-                        now, q, _, first = self.walk_steps(rec, r, {}, None, now, q, 0.0)
-                    end, q, _, first_b = self.walk_steps(bwd, r, launches, gathers, now, q, 0.0, gather)
-                    first = first if rec else first_b
-                got = memo[key] = (end, q, first)
-            end, q, first = got
-            state[r] = (t + q, t + first)
+                        now, q, _, _ = self.walk_steps(rec, r, {}, None, now, q, 0.0)
+                    end, q, _, _ = self.walk_steps(bwd, r, launches, gathers, now, q, dep)
+                got = memo[key] = (end, q, 0.0)
+            end, q, _ = got
+            state[r] = (t + q, t + end)
             inside[r] += end
             return t + end
 

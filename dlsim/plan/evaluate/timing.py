@@ -14,7 +14,8 @@ from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
                                       updated_params)
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
-from dlsim.plan.zero import gathers_updated_params, gradient_collective, reduces_every_microbatch
+from dlsim.plan.pipeline import FORWARD
+from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation)
 from dlsim.plan.evaluate.pipeline import pipeline_ends, pipeline_walk
@@ -123,7 +124,8 @@ class Timing(StreamWalk):
                   self.lay.ranks_per_node(dp_ranks)) if s.dp > 1 or s.tp > 1 else ()
         a, b = self.ranges[k]
         key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, groups, s.recompute, s.recompute_layers,
-               s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective)
+               s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
+               s.grad_reduce_dtype, s.param_gather_overlap)
         got = ev._cache.get(key)
         if got is not None:
             return got  # type: ignore[return-value]
@@ -131,6 +133,7 @@ class Timing(StreamWalk):
         dp_sync = s.dp > 1
         per_mb = reduces_every_microbatch(s.zero) and dp_sync
         zero3 = s.zero == 3 and dp_sync
+        first_gathers = gathers_in_forward(s) and dp_sync  # ZeRO-1/2's updated parameters, in micro-batch 0
         comm_bound = False
         # the pieces that depend on fewer fields are kept apart, so that candidates differing only in
         # recomputation, ZeRO stage or data-parallel degree share their step lists and pass times
@@ -139,25 +142,26 @@ class Timing(StreamWalk):
         # forward and recomputation steps do not depend on the gradient accumulation: keyed by the
         # chunk of the table without it, shared by every micro-batch count
         fsig = self.t.base.signature(a, b, ev.instance)  # type: ignore[union-attr]
-        fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets, zero3)
+        fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets,
+                zero3 or first_gathers, s.grad_reduce_dtype)
         forward = ev._cache.get(fkey)
         if forward is None:
             es = self.chunk_entries[k]
             buckets = self._buckets_of(es)
             fwd = forward_steps(es, tp)
-            units = units_of(es, buckets) if zero3 and buckets else None
+            units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
             fwd_u = forward_steps(es, tp, unit_of=units) if units is not None else fwd
             forward = ev._cache[fkey] = (buckets, units, fwd_u, self.steps_time(fwd, r))
         buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
         pkey = ("backward", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
-                zero3)
+                zero3, s.grad_reduce_dtype)
         passes = ev._cache.get(pkey)
         if passes is None:
             es = self.chunk_entries[k]
             ready: dict[int, tuple[int, ...]] = {}
             for j, bu in enumerate(buckets):
                 ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
-            bwd = backward_steps(es, tp, ready, units, overlap=overlap) if units is not None else \
+            bwd = backward_steps(es, tp, ready, units, overlap=overlap) if zero3 and units is not None else \
                 backward_steps(es, tp, ready, overlap=overlap)
             passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
         bwd, (b_t, b_c, b_m) = passes  # type: ignore[misc]
@@ -182,6 +186,8 @@ class Timing(StreamWalk):
             launches = {}
         chunk_sync = sum(sum(x) for x in launches.values())  # type: ignore[union-attr]
         gathers = None
+        if first_gathers and buckets:  # ZeRO-1/2's updated parameters, waited for in micro-batch 0
+            gathers = [self.price("allgather", bu.gather_nbytes, self.dpg(r)) for bu in buckets]
         if zero3:
             dp_ranks = self.dpg(r)
             gathers = [self.price("allgather", bu.gather_nbytes, dp_ranks) for bu in buckets]
@@ -202,7 +208,7 @@ class Timing(StreamWalk):
             b_t += extra
             b_m += extra
         out = (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync, (bwd, launches, b_t), comm_bound,
-               (fwd_u, rec, bwd, launches, gathers))
+               (fwd_u, rec, bwd, launches, gathers, zero3))
         ev._cache[key] = out
         return out
 
@@ -222,7 +228,7 @@ class Timing(StreamWalk):
         comm = [0.0] * p
         chunk_sync = [0.0] * K  # data-parallel collectives of a chunk's buckets (one backward pass)
         walked: list[tuple] = [()] * K  # (backward steps, launches, backward seconds without recompute)
-        parts: list[tuple] = [()] * K  # (forward, recompute, backward steps, launches, gathers)
+        parts: list[tuple] = [()] * K  # (forward, recompute, backward steps, launches, gathers, every pass gathers)
         for k in range(K):
             r = k % p
             f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound, parts[k] = self._chunk(k)
@@ -231,12 +237,40 @@ class Timing(StreamWalk):
             comp[r] += f_c + b_c
             recomp[r] += r_c
             comm[r] += f_m + r_m + b_m
+        # ZeRO-1/2's updated parameters gathered from the start, chunk after chunk in the order each
+        # stage runs them (`gathers_in_forward`): when each unit's gather ends
+        self.first_ready, self.first_busy = {}, [0.0] * p  # per stage: when its last such gather ends
+        if gathers_in_forward(s) and dp_sync and not zero3:
+            for r in range(p):
+                offset = 0.0
+                for c in range(v):
+                    k = c * p + r
+                    fwd_u, gathers = parts[k][0], parts[k][4]
+                    if gathers:
+                        ready = [0.0] * len(gathers)
+                        for u in self._unit_order(fwd_u):
+                            offset += gathers[u]
+                            ready[u] = offset
+                        self.first_ready[k] = ready
+                self.first_busy[r] = offset
         # pipeline: when each stage's last backward pass of each local chunk ends
         c_fwd = self._p2p_times()
         programs = per_mb and p * m * v <= WALK_OPS and (zero3 or comm_bound)
         if programs:  # every pass walked beside the stage's communication stream, which carries over
             last, queue_end, busy_s = self._programs(parts, c_fwd)
             comm = [(busy_s[r] - m * (comp[r] + recomp[r])) / m for r in range(p)]
+        elif self.first_ready and (p == 1 or p * m * v <= WALK_PLAIN_OPS):
+            waited = [0.0] * p
+
+            def run_op(r: int, op, k: int, t: float) -> float:
+                if op.kind == FORWARD and op.microbatch == 0 and k in self.first_ready:
+                    end = self.walk_steps(parts[k][0], r, {}, None, 0.0, max(0.0, self.first_busy[r] - t), 0.0,
+                                          [x - t for x in self.first_ready[k]])[0]
+                    waited[r] += end - f[k]
+                    return t + end
+                return t + (f[k] if op.kind == FORWARD else bk[k])
+            last = pipeline_walk(s.schedule, p, m, v, (), (), c_fwd, run_op)
+            comm = [comm[r] + waited[r] / m for r in range(p)]
         elif p > 1 and p * m * v <= WALK_PLAIN_OPS:
             last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
         else:
@@ -282,7 +316,7 @@ class Timing(StreamWalk):
             updated = updated_params(params - expert, expert, s.zero, s.dp, s.ep)
             opt = ev.builder.optimizer_timer(s, self.t)(updated).seconds
             end = stage_end[r] + opt
-            if dp_sync and gathers_updated_params(s.zero):
+            if dp_sync and gathers_updated_params(s.zero) and not gathers_in_forward(s):
                 dp_ranks = self.dpg(r)
                 gather = sum(self._param_gathers(k, dp_ranks, r) for k in chunks)
                 end += gather
@@ -305,6 +339,8 @@ class Timing(StreamWalk):
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
             outside.append("pipeline transfers sharing the tensor-parallel link ports")
+        if p > 1 and (zero3 or self.first_ready) and self._p2p_shares_dp_ports():
+            outside.append("pipeline transfers sharing the data-parallel link ports with parameter gathers")
         if p > 1 and s.ep > 1 and self._p2p_shares_ep_ports():
             outside.append("pipeline transfers sharing the expert-parallel link ports")
         if s.ep > 1 and s.zero == 2 and s.dp > 1:
@@ -326,6 +362,13 @@ class Timing(StreamWalk):
         lay = self.lay
         ep_tier = self.pricer.tier(self.ev.ep_ranks(self.s, 0))
         return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == ep_tier for r in range(self.s.pp - 1))
+
+    def _p2p_shares_dp_ports(self) -> bool:
+        """Whether pipeline transfers use the link tier of the data-parallel group, where parameter
+        gathers run beside compute (the simulator serialises the two on the ports; not modelled here)."""
+        lay = self.lay
+        dp_tier = self.pricer.tier(lay.dp_group(0, 0))
+        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == dp_tier for r in range(self.s.pp - 1))
 
     def _p2p_shares_tp_ports(self) -> bool:
         """Whether pipeline transfers use the link tier of the tensor-parallel collectives."""
