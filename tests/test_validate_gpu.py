@@ -208,10 +208,9 @@ def test_nvidia_smi_facts(monkeypatch):
     assert hi.nvidia_smi() == {}
 
 
-torch = pytest.importorskip("torch")
-
-
+@pytest.mark.torch
 def test_fp8_copy_and_swiglu_kernels_run_here():
+    torch = pytest.importorskip("torch")
     from dlsim.calibrate.compute_ops import copy_fn, gemm_fn, memory_op
     from dlsim.calibrate.cuda_calls import fp8_support
     from dlsim.cost.layers import Gemm
@@ -228,7 +227,9 @@ def test_fp8_copy_and_swiglu_kernels_run_here():
     assert len(memory_op(layer, 2, "backward_data", "bf16", cpu)()) == 1
 
 
+@pytest.mark.torch
 def test_sdpa_backends_here_one_runs_one_is_unavailable():
+    torch = pytest.importorskip("torch")
     from dlsim.calibrate.compute_timer import KernelTimer
     from dlsim.calibrate.kernel_families import time_sdpa
     timer = KernelTimer("cpu", repeats=1, min_block_s=0.0)
@@ -238,6 +239,7 @@ def test_sdpa_backends_here_one_runs_one_is_unavailable():
     assert efficient["status"] == "unavailable" and "\n" not in efficient["reason"]
 
 
+@pytest.mark.torch
 def test_a_calibration_stops_when_told_and_keeps_its_rows(tmp_path):
     from dlsim.calibrate.compute_plan import square_gemms
     from dlsim.calibrate.compute_run import Backend, run_calibration
@@ -250,7 +252,9 @@ def test_a_calibration_stops_when_told_and_keeps_its_rows(tmp_path):
     assert len((tmp_path / "gemm.csv").read_text().splitlines()) == 1 + 2
 
 
+@pytest.mark.torch
 def test_amp_runner_keeps_fp32_parameters_and_channels_last_input():
+    torch = pytest.importorskip("torch")
     from dlsim.api.validate_gpu_compare import case_model
     from dlsim.calibrate.compute_ops import make_optimizer
     from dlsim.validate.compute_iteration import IterationRunner
@@ -268,6 +272,7 @@ def test_amp_runner_keeps_fp32_parameters_and_channels_last_input():
 @pytest.fixture(scope="module")
 def cut_run(tmp_path_factory):
     """One small network on the CPU, the clock jumping past the budget when the steps phase starts."""
+    pytest.importorskip("torch")
     from dlsim.api import validate_gpu as vg
     tmp_path = tmp_path_factory.mktemp("cut")
     small = scale_for("cpu", 60.0)
@@ -287,6 +292,7 @@ def cut_run(tmp_path_factory):
     return tmp_path, rec, messages
 
 
+@pytest.mark.torch
 def test_a_run_cut_by_the_budget_keeps_what_it_measured(cut_run):
     out, rec, messages = cut_run
     work = out / "validation-gpu-cpu"
@@ -310,6 +316,7 @@ def test_a_run_cut_by_the_budget_keeps_what_it_measured(cut_run):
     assert "| gemm-square-bf16 |" in md and "cut: not started" in md and messages[0].startswith("device")
 
 
+@pytest.mark.torch
 def test_a_run_killed_midway_still_reports_what_it_recorded(cut_run, cli, tmp_path):
     from dlsim.api.validate_gpu import report_gpu
     import shutil
@@ -327,16 +334,20 @@ def test_a_run_killed_midway_still_reports_what_it_recorded(cut_run, cli, tmp_pa
     assert code == 0 and "not reached within the budget: steps, kernels, families, compiled" in text
 
 
+@pytest.mark.torch
 def test_bad_input_is_one_line(cli, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for args, reason in ((["--device", "cuda"], "no CUDA device"), (["--device", "cpu", "--budget", "0"], "positive"),
                          (["--device", "cpu", "--budget", "5 m"], "unknown time unit"),
-                         (["--device", "cpu", "--report-only"], "no run of dlsim validate gpu")):
+                         (["--device", "cpu", "--report-only"], "no run of dlsim validate gpu"),
+                         (["--device", "cpu", "--builtin", "nonesuch"], "no such profile")):
         code, out, err = cli("validate", "gpu", "--out", tmp_path / "r", *args)
         assert code == 1 and err.count("\n") == 1 and reason in err, (args, err)
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.torch
 @pytest.mark.slow
 def test_cpu_run_end_to_end(tmp_path, cli):
     """The whole command at its CPU sizes (1.5 to 2 minutes on 2 cores): every phase, every network eager

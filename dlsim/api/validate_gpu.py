@@ -143,6 +143,9 @@ def validate_gpu(out: str | Path = "reports", *, device: str = "cuda", budget_s:
     if not budget_s > 0:
         raise SpecError(f"the budget must be positive, got {budget_s!r} s", field="budget")
     check_device(device)
+    if builtin is not None:
+        from dlsim.api.models import as_cluster
+        as_cluster(builtin)  # a profile that does not load: one line now, not a note after the run
     say = progress or (lambda _text: None)
     budget = Budget(budget_s, clock)
     threads_used = set_threads(threads)
@@ -335,7 +338,7 @@ def summarize(records: list[dict[str, Any]], workdir: Path, cache: dict[tuple, A
     return {
         "schema_version": SCHEMA_VERSION, "kind": KIND, "run": run["run"], "device": device,
         "command": run.get("command"), "budget_s": run["budget_s"], "compile_backend": run.get("compile_backend"),
-        "finished": end is not None, "elapsed_s": (end or records[-1]).get("seconds", records[-1].get("at_s")),
+        "finished": end is not None, "elapsed_s": end["seconds"] if end else records[-1].get("at_s"),
         "facts": (dev or {}).get("facts", {}), "fp8": (dev or {}).get("fp8"),
         "gemm_dtypes": (dev or {}).get("gemm_dtypes"),
         "builtin_profile": (dev or {}).get("builtin"), "calibrated_profile": str(profile_dir),

@@ -189,7 +189,9 @@ def family_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for family, ks in by.items():
         ks.sort(key=lambda k: k["size"])
         top = ks[-1]
-        row = {"family": family, "kernels": len(ks), "unit": "FLOP/s" if family.startswith(("gemm", "sdpa")) else "B/s",
+        matrix = family.startswith(("gemm", "sdpa"))
+        row = {"family": family, "kernels": len(ks), "size_unit": "FLOP" if matrix else "bytes",
+               "rate_unit": "FLOP/s" if matrix else "bytes/s",
                "measured_fraction_median": _median([k["measured_fraction"] for k in ks]),
                "builtin_fraction_median": _median([k["builtin_fraction"] for k in ks]),
                "builtin_error_median": _median([k["builtin_error"] for k in ks]),

@@ -30,13 +30,15 @@ def secs(x: float | None) -> str:
 
 
 def rate(x: float | None, unit: str) -> str:
+    """A rate in FLOP/s (as TFLOP/s) or bytes/s (as GB/s)."""
     if x is None:
         return "n/a"
     return f"{x / 1e12:.3g} TFLOP/s" if unit == "FLOP/s" else f"{x / 1e9:.3g} GB/s"
 
 
 def size(x: float, unit: str) -> str:
-    return f"{x / 1e9:.3g} GFLOP" if unit == "FLOP/s" else format_bytes(x)
+    """A kernel's size in FLOP (as GFLOP) or bytes."""
+    return f"{x / 1e9:.3g} GFLOP" if unit == "FLOP" else format_bytes(x)
 
 
 def _device(s: dict[str, Any]) -> list[str]:
@@ -96,7 +98,7 @@ def _families(s: dict[str, Any]) -> list[str]:
     fams = s["kernel_families"]
     if not fams:
         return ["## Kernel families", "", "No kernel was measured (or no built-in profile to compare with)."]
-    rows = [[f["family"], f["kernels"], size(f["largest_size"], f["unit"]), rate(f["largest_rate"], f["unit"]),
+    rows = [[f["family"], f["kernels"], size(f["largest_size"], f["size_unit"]), rate(f["largest_rate"], f["rate_unit"]),
              pct(f["largest_measured_fraction"], False), pct(f["largest_builtin_fraction"], False),
              pct(f["measured_fraction_median"], False), pct(f["builtin_fraction_median"], False),
              pct(f["builtin_error_median"])] for f in fams]
