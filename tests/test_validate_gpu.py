@@ -350,9 +350,10 @@ def test_bad_input_is_one_line(cli, tmp_path, monkeypatch):
 @pytest.mark.torch
 @pytest.mark.slow
 def test_cpu_run_end_to_end(tmp_path, cli):
-    """The whole command at its CPU sizes (1.5 to 2 minutes on 2 cores): every phase, every network eager
+    """The whole command at its CPU sizes (about 100 s on 2 cores; the run ends when its work is done, the
+    budget is a cap, generous here so that a busy machine does not cut it): every phase, every network eager
     and compiled (Dynamo's eager backend: inductor's C++ compilation takes minutes on 2 cores)."""
-    code, text, err = cli("validate", "gpu", "--device", "cpu", "--budget", "4m", "--compile-backend", "eager",
+    code, text, err = cli("validate", "gpu", "--device", "cpu", "--budget", "20m", "--compile-backend", "eager",
                           "--out", tmp_path)
     assert code == 0, err
     rec = json.loads((tmp_path / "validation-gpu-cpu.json").read_text())
