@@ -309,6 +309,9 @@ def test_a_run_cut_by_the_budget_keeps_what_it_measured(cut_run):
     assert (work / "cpu-measured" / "profile.yaml").exists() and (work / "cpu-measured" / "gemm.csv").exists()
     summary = json.loads((out / "validation-gpu-cpu.json").read_text())
     assert summary == json.loads(json.dumps(rec)) and summary["finished"] and summary["calibrated_profile_written"]
+    assert {p["phase"]: p["status"] for p in summary["phases"]} == {
+        "device": "done", "gemm": "done", "steps": "stopped", "kernels": "stopped", "families": "stopped",
+        "compiled": "stopped"}
     assert {r["status"] for r in summary["networks"]} == {"cut"}
     fams = {f["family"] for f in summary["kernel_families"]}
     assert {"gemm-square-bf16", "gemm-square-fp16", "gemm-networks-bf16"} <= fams

@@ -125,6 +125,12 @@ def _phase(log: RunLog, name: str, started: float, status: str = "done", **detai
              **detail})
 
 
+def _steps_status(log: RunLog, mode: str) -> str:
+    """"stopped" when the budget cut a step measurement of `mode`, else "done"."""
+    cut = any(r.get("kind") == "step" and r["mode"] == mode and r["status"] == "cut" for r in log.records)
+    return "stopped" if cut else "done"
+
+
 def _calibration(log: RunLog, phase: str, rec: dict[str, Any]) -> str:
     log.add({"kind": "calibration", "phase": phase, **{k: rec.get(k) for k in (
         "tasks", "measured", "already_measured", "failed", "stopped", "seconds", "profile", "warnings")}})
@@ -208,7 +214,7 @@ def validate_gpu(out: str | Path = "reports", *, device: str = "cuda", budget_s:
         log.add(measure_case(case, "eager", budget.phase_left("steps"), **_step_args(device, compile_backend, scale,
                                                                                        threads)))
         report()
-    _phase(log, "steps", started)
+    _phase(log, "steps", started, _steps_status(log, "eager"))
 
     # 4. the networks' other kernels
     started = time.monotonic()
@@ -243,7 +249,7 @@ def validate_gpu(out: str | Path = "reports", *, device: str = "cuda", budget_s:
             log.add(measure_case(case, "compiled", budget.left(), **_step_args(device, compile_backend, scale,
                                                                                 threads)))
             report()
-    _phase(log, "compiled", started, "skipped" if compile_backend == "none" else "done")
+    _phase(log, "compiled", started, "skipped" if compile_backend == "none" else _steps_status(log, "compiled"))
     log.add({"kind": "end", "seconds": round(budget.elapsed(), 3)})
     return report()
 
