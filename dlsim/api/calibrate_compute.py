@@ -250,7 +250,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
     backend = Backend.create(device)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None,
-                        statistic=statistic)
+                        statistic=statistic, events=True)
     from dlsim.calibrate.health import LoadWatch, quantisation_warning
     watch = LoadWatch(threads=threads_used or 1).start()
     summary: RunSummary = run_passes(tasks, out, backend, timer, passes, statistic=statistic, progress=progress)
@@ -266,7 +266,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         warm_tasks = plan(models, batches, overrides=overrides, device=device, dtypes=dtypes, grid=False,
                           algorithms=algorithms, only=keep)
         if warm_tasks:
-            warm_timer = KernelTimer(device, repeats=repeats, flush=None, statistic=statistic)
+            warm_timer = KernelTimer(device, repeats=repeats, flush=None, statistic=statistic, events=True)
             w = run_passes(warm_tasks, out, backend, warm_timer, passes, suffix="-warm", statistic=statistic,
                            device_params=False, progress=progress)
             summary.measured += w.measured
@@ -276,6 +276,60 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             summary.times += w.times
             tasks = tasks + warm_tasks
     warnings = [w for w in (quantisation_warning(summary.times), watch.warning()) if w]
+    run = {"models": [m if isinstance(m, str) else m.name for m in models], "batches": list(batches),
+           "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "passes": passes,
+           "warm": warm, "warm_models_working_set_bytes": warm_models}
+    method = (f"{statistic} of single calls, each after a cache flush" if flush_cache else
+              f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls" + \
+        (f"; {statistic} over {passes} shuffled passes" if passes > 1 else "") + f" ({timer.method})"
+    return _record(out, device, dtypes, threads_used, summary, len(tasks), started, command, run, warnings,
+                   {"repeats": repeats, "passes": passes, "threads": threads_used, "flush_cache": flush_cache,
+                    "statistic": statistic, "method": method,
+                    "warm_tables": f"{statistic} over blocks of back-to-back calls (no flush), for the kernels of "
+                                   "models whose training step is at most 8x the last-level cache"})
+
+
+def calibrate_tasks(out: str | Path, tasks: Sequence[Task], *, device: str = "cpu", dtypes: Sequence[str] = ("fp32",),
+                    threads: int | None = None, repeats: int = 5, flush_cache: bool = True, statistic: str = "median",
+                    seed: int | None = None, stop: Callable[[], bool] | None = None, host_probes: bool = True,
+                    command: str = "", run: Mapping[str, Any] | None = None,
+                    progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
+    """Measure the given `tasks` (kernels planned by the caller) into the profile directory `out`, exactly
+    as `calibrate_compute` measures its plan: the same timer (CUDA events on a GPU), resumable tables,
+    meta.yaml and a new profile.yaml fitted on the `dtypes` measured (or only the tables added to an
+    existing one). With `seed` the tasks run in that seeded random order; `stop()` (a time budget) is
+    asked before each kernel; `host_probes` as in `run_calibration`; `run` adds fields to meta.yaml's
+    entry for this run. Returns the summary record of `calibrate_compute`, with ``stopped`` (kernels
+    left unmeasured)."""
+    from dlsim.calibrate.compute_passes import shuffled
+    from dlsim.calibrate.compute_run import run_calibration
+    out = Path(out)
+    check_device(device)
+    threads_used = set_threads(threads)
+    backend = Backend.create(device)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    timer = KernelTimer(device, repeats=repeats, flush=cache_flusher(device) if flush_cache else None,
+                        statistic=statistic, events=True)
+    order = shuffled(tasks, seed) if seed is not None else list(tasks)
+    summary = run_calibration(order, out, backend, timer, progress=progress, stop=stop, host_probes=host_probes)
+    from dlsim.calibrate.health import quantisation_warning
+    warnings = [w for w in (quantisation_warning(summary.times),) if w]
+    method = (f"{statistic} of single calls, each after a cache flush" if flush_cache else
+              f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls" + \
+        (f", kernels in a random order (seed {seed})" if seed is not None else "") + f" ({timer.method})"
+    rec = _record(out, device, dtypes, threads_used, summary, len(tasks), started, command,
+                  {"dtypes": list(dtypes), "seed": seed, "stopped": summary.stopped, **dict(run or {})}, warnings,
+                  {"repeats": repeats, "passes": 1, "threads": threads_used, "flush_cache": flush_cache,
+                   "statistic": statistic, "method": method})
+    rec["stopped"] = summary.stopped
+    return rec
+
+
+def _record(out: Path, device: str, dtypes: Sequence[str], threads_used: int, summary: RunSummary, tasks: int,
+            started: str, command: str, run: Mapping[str, Any], warnings: list[str],
+            timing: Mapping[str, Any]) -> dict[str, Any]:
+    """meta.yaml (this run appended to its runs), the fits, and profile.yaml (new, or its tables added) of
+    a calibration into `out`; the summary record."""
     dev = _device_rows(out)
     fits, mem, curves = _fits(out, dtypes, dev, DEFAULT_CONV_ALGORITHM[device])
     host = host_description(device, threads_used)
@@ -290,11 +344,8 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             warnings.append(f"this run added rows on a host other than the one meta.yaml records (differs in "
                             f"{', '.join(same.differences)}): the tables now mix two hosts")
     runs = list(meta.get("runs", [])) + [{
-        "date": started, "command": command or " ".join(sys.argv),
-        "models": [m if isinstance(m, str) else m.name for m in models], "batches": list(batches),
-        "overrides": dict(overrides or {}), "dtypes": list(dtypes), "grid": grid, "threads": threads_used,
-        "flush_cache": flush_cache, "statistic": statistic, "passes": passes, "tasks": len(tasks),
-        "warm": warm, "warm_models_working_set_bytes": warm_models,
+        "date": started, "command": command or " ".join(sys.argv), **run, "threads": threads_used,
+        "flush_cache": timing["flush_cache"], "statistic": timing["statistic"], "tasks": tasks,
         "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
         "seconds": round(summary.seconds, 1), **({"warnings": warnings} if warnings else {})}]
     meta = {"device": host, **({"host": host_block} if host_block else {}),
@@ -302,13 +353,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             "conv_algorithms": list(CONV_ALGORITHMS[device]),
             "measured": {k: v for k, v in dev.items()},
             "fitted": {**{f"gemm_{d}": asdict(f) for d, f in fits.items()}, **({"memory": asdict(mem)} if mem else {})},
-            "timing": {"repeats": repeats, "passes": passes, "threads": threads_used, "flush_cache": flush_cache,
-                       "statistic": statistic,
-                       "method": (f"{statistic} of single calls, each after a cache flush" if flush_cache else
-                                  f"{statistic} over blocks of back-to-back calls") + ", after two warm-up calls"
-                                 + (f"; {statistic} over {passes} shuffled passes" if passes > 1 else ""),
-                       "warm_tables": f"{statistic} over blocks of back-to-back calls (no flush), for the kernels of "
-                                      "models whose training step is at most 8x the last-level cache"},
+            "timing": dict(timing),
             "allocator": {"tables": "retained: mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, INT_MAX) "
                                     "(dlsim.calibrate.compute_timer.warm_allocator); kernels timed without page faults",
                           "fresh_memory": "device.csv fresh_memory_s_per_byte_t<threads>: a default glibc process's "
@@ -327,7 +372,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         changes = ["profile.yaml: written"]
     else:
         changes = ["profile.yaml: not written (too few GEMM or convolution rows to fit the roofline; run with the grid)"]
-    return {"kind": "calibrate-compute", "out": str(out), "device": host["device"], "tasks": len(tasks),
+    return {"kind": "calibrate-compute", "out": str(out), "device": host["device"], "tasks": tasks,
             "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
             "dropped_partial_lines": summary.dropped_partial, "seconds": summary.seconds, "profile": changes,
             "fitted": meta["fitted"], "measured_device": meta["measured"], "warnings": warnings}

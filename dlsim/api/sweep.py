@@ -23,14 +23,15 @@ import math
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from dlsim.errors import DlsimError, InfeasibleError, SpecError, excerpt
 from dlsim.io.files import check_output
-from dlsim.io.results_log import Resumed, ResultsLog, read_log
+from dlsim.io.results_log import ResultsLog, Resumed, read_log
 from dlsim.io.runfiles import run_scope
 from dlsim.io.sweep_spec import SweepPoint, SweepSpec
 
@@ -60,7 +61,7 @@ def _cluster(name: str, nodes: int | None) -> Any:
     return _CLUSTERS[key]
 
 
-_PRICERS: dict[tuple, "_MemoPricer"] = {}
+_PRICERS: dict[tuple, _MemoPricer] = {}
 MAX_PRICERS = 512
 
 

@@ -26,7 +26,8 @@ Tables (in the output directory; columns in `dlsim.cost.lookup`): ``gemm.csv``, 
 A row is written (and fsynced) as soon as it is measured (`compute_store.TableFile`), and a
 restart skips every key already in the tables: an interrupted run loses no measured row and
 repeats none. A kernel that fails (an unsupported shape or out of memory) is reported and left
-out, so the next run tries it again.
+out, so the next run tries it again. A caller's `stop()` (a time budget) is asked before each kernel: when
+it says so the run ends there, with every row measured so far in the tables.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from dlsim.calibrate.host_ops import QUANTITIES as HOST_QUANTITIES, host_op_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CHANNELS_LAST, CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
     MemoryRow, record
+from dlsim.errors import one_line
 from dlsim.progress import PHASE_DONE, PHASE_RUNNING
 from dlsim.units import format_time
 
@@ -98,6 +100,7 @@ class RunSummary:
     seconds: float = 0.0
     dropped_partial: list[str] = field(default_factory=list)
     times: list[float] = field(default_factory=list)  # seconds of each kernel measured in this run
+    stopped: int = 0  # kernels left unmeasured because the caller's stop() said so
 
 
 def table_file(name: str, suffix: str = "") -> str:
@@ -182,9 +185,13 @@ def device_quantities(backend: Backend, timer: KernelTimer) -> list[tuple[str, f
 
 def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend, timer: KernelTimer, *,
                     device_params: bool = True, suffix: str = "",
-                    progress: Callable[[int, int, str, str], None] | None = None) -> RunSummary:
+                    progress: Callable[[int, int, str, str], None] | None = None,
+                    stop: Callable[[], bool] | None = None, host_probes: bool = True) -> RunSummary:
     """Measure every task whose row is missing from the tables in `out_dir` (see the module docstring);
-    `suffix` "-warm" writes the warm tables (timer without a cache flush)."""
+    `suffix` "-warm" writes the warm tables (timer without a cache flush); `stop()`, asked before each
+    kernel, ends the run early (the summary counts the kernels left in `stopped`). `host_probes` False leaves
+    out the CPU probes of the allocator, the plain loop and the host operators (minutes; they price a CPU
+    process's step beyond its kernels) and measures the device-level quantities only."""
     out_dir = Path(out_dir)
     warm_allocator()
     tables = open_tables(out_dir, suffix)
@@ -202,17 +209,17 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
             timing = timer.time(fn)
             value = timing.seconds if unit == "s" else amount / timing.seconds
             dev_table.append({"quantity": quantity, "value": f"{value:.9g}", "unit": unit, "how": how})
-        if backend.name == "cpu" and not dev_table.has({"quantity": QUANTITY.format(threads=1)}):
+        if host_probes and backend.name == "cpu" and not dev_table.has({"quantity": QUANTITY.format(threads=1)}):
             import torch
             for row in fresh_memory_rows(torch.get_num_threads()):  # what a default process pays per fresh byte
                 dev_table.append(row)
-        if backend.name == "cpu" and not all(dev_table.has({"quantity": q}) for q in LOOP_QUANTITIES):
+        if host_probes and backend.name == "cpu" and not all(dev_table.has({"quantity": q}) for q in LOOP_QUANTITIES):
             if progress:  # the probe runs before the first kernel and takes a minute or two
                 progress(summary.skipped, total, "loop probe (plain training loops in fresh processes)", PHASE_RUNNING)
             for row in loop_probe_rows():  # what a plain loop pays beyond the tables: heap re-faults, optimizer
                 if not dev_table.has({"quantity": row["quantity"]}):
                     dev_table.append(row)
-        if backend.name == "cpu" and not dev_table.has({"quantity": HOST_QUANTITIES[0]}):
+        if host_probes and backend.name == "cpu" and not dev_table.has({"quantity": HOST_QUANTITIES[0]}):
             if progress:
                 progress(summary.skipped, total, "host probe (an eager step against its operators replayed)",
                          PHASE_RUNNING)
@@ -220,7 +227,12 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
                 dev_table.append(row)
         if progress:
             progress(summary.skipped, total, "probes", PHASE_DONE)
-    for i, task in enumerate(todo, start=summary.skipped + 1):
+    first = summary.skipped + 1
+    for j, task in enumerate(todo):
+        i = first + j
+        if stop is not None and stop():
+            summary.stopped = len(todo) - j
+            break
         table = tables[kind_of(task)]
         if table.has(_row(task, None)):  # the same key planned twice (a grid GEMM a model also needs)
             summary.skipped += 1
@@ -228,7 +240,7 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
         try:
             rec = measure(task, backend, timer)
         except Exception as exc:  # a kernel the library cannot run here: report it, keep going
-            summary.failed.append(f"{label(task)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            summary.failed.append(f"{label(task)}: {one_line(exc)}")
             if progress:
                 progress(i, total, label(task), f"failed ({type(exc).__name__})")
             continue

@@ -297,3 +297,78 @@ def torch_cmd(factory: str, input_shape: str, batch: int, cluster: str, tokens: 
                          optimizer=optimizer, repeats=repeats, warmup=warmup, threads=threads, statistic=statistic,
                          allocator=allocator)
     _emit_model_validation(rec, plot, json_out, lambda: torch_report(rec))
+
+
+def parse_budget(text: str) -> float:
+    """Seconds from ``8m`` (minutes), ``90s``, ``2min``, ``0.5h`` or a plain number of seconds."""
+    import re
+
+    from dlsim.errors import SpecError
+    from dlsim.units import parse_time
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)m\s*", text)
+    seconds = float(m.group(1)) * 60.0 if m else parse_time(text)
+    if not seconds > 0:
+        raise SpecError(f"--budget must be positive, got {text!r}")
+    return seconds
+
+
+def gpu_text(rec: dict) -> str:
+    """The run in a few lines: each network against both predictions, the families that differ."""
+    rows = []
+    for n in rec["networks"]:
+        if n["status"] != "measured":
+            rows.append([n["case"], n["mode"], n["status"], "", "", "", ""])
+            continue
+        rows.append([n["case"], n["mode"], format_time(n["measured_step_s"]),
+                     format_time(n["predicted_builtin_s"]) if n["predicted_builtin_s"] else "-", _pct(n["error_builtin"]),
+                     format_time(n["predicted_calibrated_s"]) if n["predicted_calibrated_s"] else "-",
+                     _pct(n["error_calibrated"])])
+    builtin = (rec.get("builtin_profile") or {}).get("name") or "-"
+    lines = [f"{rec['facts'].get('device', rec['device'])}: {len(rec['networks'])} training steps, "
+             f"{sum(f['kernels'] for f in rec['kernel_families'])} family kernels in {format_time(rec['elapsed_s'] or 0)}"
+             f"{'' if rec['finished'] else ' (cut short)'}; built-in profile {builtin}",
+             table(["network", "mode", "measured", "built-in", "error", "calibrated", "error"], rows,
+                   [False, False, True, True, True, True, True])]
+    differ = [f["family"] for f in rec["kernel_families"] if f["differs"]]
+    if differ:
+        lines.append(f"built-in efficiency off the measured by > 20%: {', '.join(differ)}")
+    if rec["not_reached"]:
+        lines.append(f"not reached within the budget: {', '.join(rec['not_reached'])}")
+    return "\n".join(lines)
+
+
+@validate.command("gpu")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="cuda: full sizes on the GPU; cpu: the same pipeline at small sizes.")
+@click.option("--budget", default="8m", show_default=True,
+              help="Wall-clock budget of the whole run: 8m, 90s, 2min, 0.5h; phases of decreasing value share it.")
+@click.option("--out", "-o", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
+              help="Report directory: validation-gpu-<device>.md/.json and validation-gpu-<device>/ (records, "
+                   "the calibrated profile; a rerun resumes its calibration).")
+@click.option("--builtin", default=None,
+              help="Built-in profile of prediction (a) (default: the one whose device is this GPU's model).")
+@click.option("--compile-backend", type=click.Choice(["inductor", "aot_eager", "eager", "none"]), default="inductor",
+              show_default=True, help="torch.compile backend of the compiled steps (none: no compiled steps).")
+@click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's).")
+@click.option("--report-only", is_flag=True,
+              help="Measure nothing: rewrite the report of the last run in --out from its records and profile.")
+@json_option
+def gpu_cmd(device: str, budget: str, out_dir: str, builtin: str | None, compile_backend: str, threads: int | None,
+            report_only: bool, json_out: str | None) -> None:
+    """Calibrate and validate on one GPU within a time budget: device facts, GEMM curve, real training steps
+    (Llama 1.1B, GPT-2, ResNet-50; eager and compiled) against the built-in and the calibrated profile."""
+    from dlsim.api.validate_gpu import report_gpu_in, validate_gpu
+    from dlsim.progress import Progress
+    if report_only:
+        rec = report_gpu_in(out_dir, device)
+    else:
+        seconds = parse_budget(budget)
+        with Progress() as bar:
+            rec = validate_gpu(out_dir, device=device, budget_s=seconds, builtin=builtin,
+                               compile_backend=compile_backend, threads=threads, progress=bar.line)
+    if json_out is not None:
+        emit_json(rec, json_out)
+        if not wants_summary(json_out):
+            return
+    click.echo(gpu_text(rec))
+    click.echo(f"wrote {rec['report_md']} and {rec['report_json']}; calibrated profile {rec['calibrated_profile']}")
