@@ -326,16 +326,33 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
                         statistic=statistic)
     from dlsim.calibrate.health import LoadWatch, quantisation_warning
     watch = LoadWatch(threads=threads_used or 1).start()
-    probes = None
+    probes, grid_record = None, None
     if device == "cpu":  # the host probes first (the kernels are timed in the allocator regime they run in)
+        from dlsim.api.host_grid import grid_params, grid_tasks, keep_grid, reuse_grid
         from dlsim.api.host_probes import needs, run_probes
         from dlsim.calibrate.compute_run import open_tables
+        from dlsim.calibrate.host_probe import host_key
+        from dlsim.io.host_cache import HostCache
+        cache = HostCache(host_key())
         warm_allocator()
         probes = run_probes(open_tables(out)["device"], needs(model_objects, threads_used), reuse=reuse_probes,
-                            progress=progress)
+                            cache=cache, progress=progress)
         if progress:
             progress(0, len(tasks), "probes", PHASE_DONE)
-    summary: RunSummary = run_passes(tasks, out, backend, timer, passes, statistic=statistic, progress=progress)
+        generic = grid_tasks(tasks)
+        if generic:  # the generic grid: this host's, measured once (dlsim.api.host_grid)
+            gparams = grid_params(generic, dtypes=dtypes, threads=threads_used, repeats=repeats, flush=flush_cache,
+                                  statistic=statistic, passes=passes)
+            copied, entry = reuse_grid(out, generic, gparams, cache) if reuse_probes else (0, None)
+            grid_record = {"kernels": len(generic), "copied_from_host_cache": copied,
+                           **({"measured": entry.measured, "cache": str(entry.path)} if entry is not None else {})}
+    from dlsim.calibrate.compute_run import missing
+    todo = missing(tasks, out)
+    summary: RunSummary = run_passes(todo, out, backend, timer, passes, statistic=statistic, progress=progress)
+    summary.skipped += len(tasks) - len(todo)
+    if grid_record is not None and not grid_record["copied_from_host_cache"]:
+        kept = keep_grid(out, generic, gparams, cache, summary.seconds)
+        grid_record["kept_in_host_cache"] = str(kept.path) if kept is not None else None
     warm_tasks, warm_models = _warm_plan(models, batches, device, warm, flush_cache, **kw)
     if warm_tasks:
         warm_timer = KernelTimer(device, repeats=repeats, flush=None, statistic=statistic)
@@ -370,6 +387,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         "warm": warm, "warm_models_working_set_bytes": warm_models,
         "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
         "seconds": round(summary.seconds, 1), **({"probes": probes.to_dict()} if probes is not None else {}),
+        **({"grid_rows": grid_record} if grid_record is not None else {}),
         **({"warnings": warnings} if warnings else {})}]
     meta = {"device": host, **({"host": host_block} if host_block else {}),
             "defaults": {"conv_algorithm": DEFAULT_CONV_ALGORITHM[device]},
@@ -405,4 +423,5 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
             "measured": summary.measured, "already_measured": summary.skipped, "failed": summary.failed,
             "dropped_partial_lines": summary.dropped_partial, "seconds": summary.seconds, "profile": changes,
             **({"probes": probes.to_dict()} if probes is not None else {}),
+            **({"grid_rows": grid_record} if grid_record is not None else {}),
             "fitted": meta["fitted"], "measured_device": meta["measured"], "warnings": warnings}

@@ -130,6 +130,10 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], input_shape: str
         click.echo(f"  {line}")
     if rec.get("probes"):
         click.echo("  " + probe_line(rec["probes"]))
+    grid = rec.get("grid_rows") or {}
+    if grid.get("copied_from_host_cache"):
+        click.echo(f"  generic grid: {grid['copied_from_host_cache']} rows copied from this host's cache (measured "
+                   f"{grid.get('measured', '?')}; --reprobe times them again)")
 
 
 def probe_line(probes: dict) -> str:
