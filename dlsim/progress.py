@@ -1,7 +1,8 @@
 """Progress of long work (calibration, validation, sweeps) on stderr, drawn with rich; quiet off a terminal.
 
-On a terminal, a live display (`rich.progress`) redrawn a few times a second, so its clock ticks even
-while one long item or phase runs::
+On a terminal, a live display (`rich.progress`), redrawn at every update and, while this process waits on
+others (a probe in a fresh process) or does nothing it times (`tick`), every half second too, so its
+clock ticks even while one long item or phase runs::
 
     ⠧ loop probe (heap) 3/16: cnn in a fresh process ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━    0:42
     ⠧ kernels                         ━━━━━━━━╸━━━━━━━━━━━━━━━━━━━━━━━━━   812/6028  2:10 elapsed  ~5:48 left  gemm 512x512x512
@@ -11,7 +12,8 @@ model's measured iterations), shown on a line of its own with its own count when
 time is left out of the items' pace. The time left is the mean time per finished item so far times
 the items left; items resumed from an earlier run are not counted as work done now. Off a terminal
 (CI logs, pipes, ``TERM=dumb``) nothing is drawn; `line()` messages (failures, warnings) are printed
-in both cases. ``DLSIM_PROGRESS=0`` turns the display off, ``DLSIM_PROGRESS=1`` on. A module of its own
+in both cases. No drawing thread runs while this process times work (a kernel, a training step): it
+would take the interpreter's lock and the CPU from what is timed. ``DLSIM_PROGRESS=0`` turns the display off, ``DLSIM_PROGRESS=1`` on. A module of its own
 at the bottom layer (no dlsim imports) because the communication calibration workers draw it from a
 process of their own.
 """
@@ -25,9 +27,11 @@ import time
 from typing import Any, Callable, TextIO
 
 _COUNT = re.compile(r"(\d+)\s*/\s*(\d+)")
-PHASE_RUNNING, PHASE_DONE = "running", "done"
+PHASE_RUNNING, PHASE_WAITING, PHASE_DONE = "running", "waiting", "done"
 """Statuses a per-item progress callback passes for work that is not an item: it started (or advanced: the
-callback's counts are then the phase's own), it ended."""
+callback's counts are then the phase's own) in this process, or in other processes this one waits on (the
+display's clock may tick on its own), it ended."""
+TICK_S = 0.5
 
 
 def on_terminal(stream: TextIO) -> bool:
@@ -67,7 +71,7 @@ class Progress:
 
     def __init__(self, total: int = 0, stream: TextIO | None = None, enabled: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, min_interval: float = 0.1, label: str = "",
-                 width: int | None = None):
+                 width: int | None = None, tick: bool = False):
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = on_terminal(self.stream) if enabled is None else enabled
         self.clock, self.min_interval, self.label = clock, min_interval, label
@@ -81,6 +85,8 @@ class Progress:
         self._live: Any = None
         self._tasks: dict[str, Any] = {}
         self._width = width
+        self._tick_always, self._ticking = tick, False
+        self._ticker: Any = None
 
     # -- state -------------------------------------------------------------------------------
     def update(self, done: int, total: int | None = None, status: str = "") -> None:
@@ -97,14 +103,16 @@ class Progress:
         if self._drawn_at is None or now - self._drawn_at >= self.min_interval or done >= self.total:
             self._draw(now)
 
-    def phase(self, name: str, total: int | None = None, done: int | None = None) -> None:
+    def phase(self, name: str, total: int | None = None, done: int | None = None, waiting: bool = False) -> None:
         """Work that is none of the counted items begins or advances (a probe before the first kernel): its
         own line, with `done` of `total` steps when it counts them; its time is left out of the items' pace
-        until `end_phase` (or the next finished item)."""
+        until `end_phase` (or the next finished item). `waiting`: the work runs in other processes, so the
+        clock ticks on its own meanwhile."""
         now = self.clock()
         if self._phase_at is None:
             self._phase_at = now
         self._phase = (name, done, total)
+        self._ticking = waiting
         self._draw(now)
 
     def end_phase(self) -> None:
@@ -112,9 +120,24 @@ class Progress:
         if self._phase_at is not None:
             now = self.clock()
             self._excluded += now - self._phase_at
-            self._phase_at, self._last = None, now
+            self._phase_at, self._last, self._ticking = None, now, False
             if self._live is not None and "phase" in self._tasks:
                 self._live.update(self._tasks["phase"], visible=False)
+
+    def callback(self) -> Callable[[int, int, str, str], None]:
+        """The callback long work reports to, ``(done, total, label, status)``: status `PHASE_RUNNING` or
+        `PHASE_WAITING` is a phase advancing (its own `done` of `total`), `PHASE_DONE` ends it, anything else
+        is an item finished (a status starting with "failed" is also printed as a line of its own)."""
+        def report(done: int, total: int, label: str, status: str) -> None:
+            if status in (PHASE_RUNNING, PHASE_WAITING):
+                self.phase(label, total or None, done, waiting=status == PHASE_WAITING)
+            elif status == PHASE_DONE:
+                self.end_phase()
+            else:
+                if status.startswith("failed"):
+                    self.line(f"[{done}/{total}] {label}: {status}")
+                self.update(done, total, f"{label}: {status}")
+        return report
 
     def message(self, text: str, keep_uncounted: bool = False) -> None:
         """A free-form progress message; a leading ``[i/n]``, ``i/n`` or ``round i/n`` sets the count.
@@ -138,6 +161,10 @@ class Progress:
         """Leave the last display on the terminal and move on."""
         if self._live is not None:
             self._draw(self.clock())
+            if self._ticker is not None:
+                self._ticker[1].set()
+                self._ticker[0].join()
+                self._ticker = None
             self._live.stop()
             self._live = None
 
@@ -163,10 +190,21 @@ class Progress:
         console = Console(file=self.stream, force_terminal=True, width=self._width, highlight=False)
         self._live = Live(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=30),
                           MofNCompleteColumn(), _clock_column(self), TextColumn("{task.fields[status]}"),
-                          console=console, refresh_per_second=4, transient=False, get_time=self.clock)
+                          console=console, auto_refresh=False, transient=False, get_time=self.clock)
         self._tasks["items"] = self._live.add_task(self.label, total=self.total or None, status="", main=True,
                                                    visible=False)
         self._live.start()
+        import threading
+        stop = threading.Event()
+
+        def tick() -> None:  # redraws only while nothing in this process is timed (see the module docstring)
+            while not stop.wait(TICK_S):
+                if self._tick_always or self._ticking:
+                    live = self._live
+                    if live is not None:
+                        live.refresh()
+        self._ticker = (threading.Thread(target=tick, name="dlsim-progress", daemon=True), stop)
+        self._ticker[0].start()
 
     def _draw(self, now: float) -> None:
         self._drawn_at = now

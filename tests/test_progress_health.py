@@ -58,11 +58,16 @@ def test_the_clock_ticks_while_nothing_finishes(monkeypatch):
     out = Tty()
     clock = Clock()
     bar = Progress(stream=out, enabled=True, clock=clock, min_interval=0, width=200)
-    bar.phase("loop probe (heap) 3/16: cnn in a fresh process", 16, 3)
+    bar.phase("loop probe (heap) 3/16: cnn in a fresh process", 16, 3, waiting=True)
     clock.t = 75.0
-    real_time.sleep(0.8)  # rich's refresh thread redraws 4 times a second
-    bar.close()
+    real_time.sleep(1.2)  # redrawn every half second while this process waits on another
     assert "1:15" in out.getvalue() and "3/16" in out.getvalue()
+    bar.phase("host probe", waiting=False)  # timed here: no redraw behind the timing's back
+    drawn = out.getvalue()
+    clock.t = 200.0
+    real_time.sleep(1.2)
+    assert out.getvalue() == drawn
+    bar.close()
 def test_quiet_off_a_terminal(monkeypatch):
     monkeypatch.delenv("DLSIM_PROGRESS", raising=False)
     out = io.StringIO()
@@ -99,7 +104,7 @@ def test_phase_before_the_items_left_out_of_the_pace():
     clock, out = Clock(), Tty()
     bar = Progress(stream=out, enabled=True, clock=clock, min_interval=0, width=200)
     report = _progress(bar)
-    report(2, 16, "loop probe (heap) 3/16: cnn", "running")  # a phase's own count
+    report(2, 16, "loop probe (heap) 3/16: cnn", "waiting")  # a phase's own count, in another process
     assert bar.done == 0 and "2/16" in out.getvalue() and "loop probe" in out.getvalue()
     clock.t = 90.0
     report(0, 10, "probes", "done")

@@ -45,7 +45,7 @@ from dlsim.calibrate.host_probe import host_key
 from dlsim.cost.allocation import REFAULT_QUANTITY
 from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY, QUANTITIES as HOST_QUANTITIES
 from dlsim.io.host_cache import Entry, HostCache
-from dlsim.progress import PHASE_RUNNING
+from dlsim.progress import PHASE_RUNNING, PHASE_WAITING
 
 Progress = Callable[[int, int, str, str], None]
 FRESH_REPEATS = 5
@@ -125,22 +125,23 @@ class _Runner:
             if not self.has(row["quantity"]):
                 self.table.append(row)
 
-    def say(self, done: int, total: int, label: str) -> None:
+    def say(self, done: int, total: int, label: str, elsewhere: bool = True) -> None:
+        """Progress of a probe: `done` of `total` steps; `elsewhere`: it runs in another process."""
         if self.progress:
-            self.progress(done, total, label, PHASE_RUNNING)
+            self.progress(done, total, label, PHASE_WAITING if elsewhere else PHASE_RUNNING)
 
     def cached(self, probe: str, params: dict[str, Any]) -> Entry | None:
         return self.cache.get(probe, params) if self.reuse else None
 
     def single(self, name: str, label: str, params: dict[str, Any], measure: Callable[[], Any],
-               rows: Callable[[Any, str], list[dict[str, str]]]) -> None:
+               rows: Callable[[Any, str], list[dict[str, str]]], elsewhere: bool = True) -> None:
         """A probe with one result: from the cache, else measured (and kept)."""
         entry = self.cached(name, params)
         if entry is not None:
             self.append(rows(entry.value, entry.provenance()))
             self.report.sources[name] = "cache"
             return
-        self.say(0, 1, label)
+        self.say(0, 1, label, elsewhere)
         start = time.perf_counter()
         value = measure()
         seconds = time.perf_counter() - start
@@ -216,7 +217,7 @@ def run_probes(device_csv: TableFile, wanted: ProbeNeeds, *, reuse: bool = True,
         import torch
         run.single("host_op", "host probe (an eager step against its operators replayed)",
                    {"threads": torch.get_num_threads(), "method": _method(host_ops)}, host_ops.host_op_seconds,
-                   lambda v, origin: host_ops.host_op_rows(tuple(v), origin))
+                   lambda v, origin: host_ops.host_op_rows(tuple(v), origin), elsewhere=False)
     return run.report
 
 

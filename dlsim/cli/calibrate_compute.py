@@ -11,26 +11,14 @@ from dlsim.cli import resumable
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option, parse_overrides, set_option
 from dlsim.cli.output import emit_json, state_dtype, wants_summary
-from dlsim.progress import PHASE_DONE, PHASE_RUNNING, Progress
+from dlsim.progress import Progress
 from dlsim.units import format_time
 
 
 def _progress(bar: Progress | None):
-    """Per-kernel progress on the display; phases (the host probes, with their own counts) on a line of their
-    own; failures as lines of their own (also off a terminal)."""
-    def report(i: int, total: int, label: str, status: str) -> None:
-        if bar is None:
-            return
-        if status == PHASE_RUNNING:  # work before the kernels (the host probes): i of total are the phase's own
-            bar.phase(label, total or None, i)
-            return
-        if status == PHASE_DONE:
-            bar.end_phase()
-            return
-        if status.startswith("failed"):
-            bar.line(f"[{i}/{total}] {label}: {status}")
-        bar.update(i, total, f"{label}: {status}")
-    return report
+    """Per-kernel progress on the display; the host probes as a phase with their own counts; failures as lines
+    of their own (also off a terminal): `Progress.callback`."""
+    return bar.callback() if bar is not None else None
 
 
 def print_warnings(warnings: list[str]) -> None:
