@@ -99,14 +99,18 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
             prepare_output(path, option)
     if plot_path is not None:
         check_figure_path(plot_path, "--plot")
-    result = optimize(model, cluster, gpus=gpus, global_batch=global_batch, objective=objective, top=top,
-                      max_memory_fraction=max_memory_fraction, fix=list(fix), nodes=nodes,
-                      schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
-                      max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
-                      measured=not model_only, max_simulations=max_simulations, jobs=jobs,
-                      cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
-                      offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
-                      overrides=parse_overrides(overrides))
+    from dlsim.progress import Progress
+    with Progress(tick=True) as bar:  # a ticking clock on stderr while the search runs (a terminal only)
+        bar.phase(f"optimize {model} on {gpus} GPUs: sizing, evaluating and simulating candidates", waiting=True)
+        result = optimize(model, cluster, gpus=gpus, global_batch=global_batch, objective=objective, top=top,
+                          max_memory_fraction=max_memory_fraction, fix=list(fix), nodes=nodes,
+                          schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
+                          max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
+                          measured=not model_only, max_simulations=max_simulations, jobs=jobs,
+                          cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
+                          offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
+                          overrides=parse_overrides(overrides))
+        bar.end_phase()
     rec = add_assumed(json_safe(result.to_dict()))
     if wants_summary(json_out):
         click.echo(optimize_summary(rec))

@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
+
 from dlsim.api.sweep import run_sweep, summarize
-from dlsim.cli import main
+from dlsim.cli import main, resumable
 from dlsim.cli.output import check_plot_path, emit_plot, emit_text, force_option
 from dlsim.io.files import check_output
 from dlsim.io.sweep_spec import load_sweep
@@ -63,9 +64,10 @@ def summary_csv(s: dict[str, Any]) -> str:
               help="Write the best point per model x cluster x GPUs as CSV.")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None, help="Draw the summary figure.")
 @click.option("--json", "json_out", is_flag=True, help="Print the summary record as JSON instead of the table.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display (it is drawn on a terminal only, on stderr).")
 @force_option
 def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | None, dask_local: int | None,
-              summary_out: str | None, plot_out: str | None, json_out: bool) -> None:
+              summary_out: str | None, plot_out: str | None, json_out: bool, quiet: bool) -> None:
     """Simulate every point of the grid in SPEC (YAML: models, clusters, gpus, global_batch, grid,
     fixed). Each result is appended to --out as it finishes; run the same command again after an
     interruption and it resumes where it stopped. Ends with the best strategy per model x cluster x
@@ -80,7 +82,8 @@ def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | Non
     named = [Path(n) for n in s.models + s.clusters]
     inputs = (spec,) + tuple(f for p in named for f in ([p] if p.is_file() else p.glob("*") if p.is_dir() else []))
     check_output(results, inputs=inputs, force=True, option="--out")
-    with Progress() as bar:
+    resumable(f"every point simulated so far (in {results})")
+    with Progress(enabled=False if quiet else None, label="points", tick=True) as bar:
         outcome = run_sweep(s, results, jobs=jobs, scheduler=scheduler, dask_local=dask_local,
                             progress=lambda done, total: bar.update(done, total, "points"))
     click.echo(f"{outcome.total} points ({outcome.resumed} resumed, {outcome.computed} simulated, "
