@@ -47,7 +47,10 @@ class Task:
     `label` = (phase, chunk, micro-batch, ...) for event-order inspection; `cross_stage` marks
     transfers between pipeline stages; `parts` splits a fused task into its pieces; `rigid` are the
     indices (into `segments()`) of compute pieces whose duration already includes the overlap
-    slowdown, which the engine does not slow again."""
+    slowdown, which the engine does not slow again. `info` says what the task is, for traces (the
+    engine never reads it): ``layers`` (the layer run, "a..b"), or ``op``, ``bytes``, ``group``,
+    ``ranks``, ``source`` of a collective or transfer (``to_task``: the task a transfer feeds);
+    `part_info` is the same per entry of `parts`."""
 
     tid: int
     name: str
@@ -65,6 +68,8 @@ class Task:
     cross_stage: bool = False
     parts: tuple[tuple[str, float, float], ...] = ()
     rigid: tuple[int, ...] = ()
+    info: dict | None = None
+    part_info: tuple[dict, ...] = ()
 
     def segments(self) -> tuple[tuple[str, float, float], ...]:
         """(category, seconds, measured seconds) of the pieces this task runs back to back: a fused
@@ -163,9 +168,11 @@ class TaskGraph:
             source: Source = Source.MODEL, ports: tuple[int, ...] = (), group: int = -1,
             mem_start: tuple[tuple[str, float], ...] = (), mem_end: tuple[tuple[str, float], ...] = (),
             label: tuple = (), cross_stage: bool = False,
-            parts: tuple[tuple[str, float, float], ...] = (), rigid: tuple[int, ...] = ()) -> int:
+            parts: tuple[tuple[str, float, float], ...] = (), rigid: tuple[int, ...] = (),
+            info: dict | None = None, part_info: tuple[dict, ...] = ()) -> int:
         """Append a task (to its stream's order when it has one); returns its id. A fused task gives
-        its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`: see `Task`."""
+        its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`, `info`,
+        `part_info`: see `Task`."""
         tid = len(self.tasks)
         if parts:
             # a pass's parts are one tuple shared by its tasks of every micro-batch: summed once
@@ -178,7 +185,7 @@ class TaskGraph:
         else:
             measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
-                               mem_start, mem_end, label, cross_stage, parts, rigid))
+                               mem_start, mem_end, label, cross_stage, parts, rigid, info, part_info))
         if stream >= 0:
             self.orders[stream].append(tid)
         return tid
