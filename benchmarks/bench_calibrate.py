@@ -18,8 +18,6 @@ record: per scenario the wall time, the command's own summary line, the load ave
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -30,21 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from validate_torch_nets import exclusive  # noqa: E402  (the benchmarks' one lock helper)
 COMMAND = ["calibrate", "compute", "--device", "cpu", "--statistic", "min", "--passes", "2", "--model", "resnet18",
            "--batch", "4"]
-
-
-@contextlib.contextmanager
-def exclusive(lock: str | None):
-    if not lock:
-        yield
-        return
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def timed(out: Path, cache: Path, lock: str | None, extra: list[str]) -> dict:
