@@ -1,4 +1,5 @@
-"""Packaging glue: the model zoo (models/) and the hardware profiles (hardware_profiles/) are package data.
+"""Packaging glue: the model zoo (models/), the hardware profiles (hardware_profiles/) and the software
+stacks (stacks/) are package data.
 
 They live at the top of the checkout (where the README and the tests name them); a built wheel
 carries a copy under ``dlsim/_data/``. `dlsim.io.paths` looks there first and falls back to the
@@ -11,7 +12,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-DATA = ("models", "hardware_profiles")
+DATA = ("models", "hardware_profiles", "stacks")
 
 
 class build_py_with_data(build_py):

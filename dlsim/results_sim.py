@@ -58,6 +58,22 @@ class SimResult:
     infeasible_reason: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     assumed: dict[str, Any] = field(default_factory=dict)
+    stack: dict[str, Any] | None = None
+    """The software stack the run used (`dlsim.api.stacks.stack_record`), None when none was named."""
+    tokens_per_sample: int = 0
+    """Tokens of one sample (its sequence) for a token model; 0 otherwise."""
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Training tokens per second (None for a model that does not read tokens)."""
+        return self.throughput_samples_per_s * self.tokens_per_sample if self.tokens_per_sample else None
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU: the model's training FLOPs per iteration (no recomputation) over the
+        iteration time and the devices, as Megatron-LM and torchtitan report it."""
+        t = self.iteration_time_s
+        return self.flops_per_iteration / (t * self.total_devices) / 1e12 if t > 0 and self.total_devices else 0.0
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -80,9 +96,10 @@ class SimResult:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "simulation",
             "model": self.model, "cluster": self.cluster, "device": self.device, "strategy": self.strategy,
-            "dtype": self.strategy.get("dtype"), "assumed": dict(self.assumed),
+            "dtype": self.strategy.get("dtype"), "stack": self.stack, "assumed": dict(self.assumed),
             "feasible": self.feasible, "infeasible_reason": self.infeasible_reason,
             "iteration_time_s": t, "throughput_samples_per_s": self.throughput_samples_per_s,
+            "tokens_per_s": self.tokens_per_s, "model_tflops_per_gpu": self.tflops_per_gpu,
             "global_batch": self.global_batch,
             "breakdown_s": self.breakdown.to_dict(), "communication_s": self.communication_s,
             "utilisation": sum(d.utilisation * d.multiplicity for d in self.devices)
@@ -119,6 +136,8 @@ class AsyncResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     worker_finish_s: tuple[float, ...] = ()
     assumed: dict[str, Any] = field(default_factory=dict)
+    stack: dict[str, Any] | None = None
+    """The software stack the run used (`dlsim.api.stacks.stack_record`), None when none was named."""
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -136,7 +155,7 @@ class AsyncResult:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "async_simulation",
             "model": self.model, "cluster": self.cluster, "strategy": self.strategy, "sync": self.sync,
-            "dtype": self.strategy.get("dtype"), "assumed": dict(self.assumed),
+            "dtype": self.strategy.get("dtype"), "stack": self.stack, "assumed": dict(self.assumed),
             "workers": self.workers, "simulated_time_s": self.simulated_time_s, "updates": self.updates,
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "updates_per_s": self.updates / self.simulated_time_s if self.simulated_time_s > 0 else 0.0,

@@ -123,6 +123,18 @@ def parse_bandwidth(text: str | int | float) -> float:
     return _positive_rate(value * _RATE[unit], text)
 
 
+_COUNT = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_count(text: str | int | float) -> float:
+    """A count from ``"15T"``, ``"2.87T"``, ``"252M"``, ``"1.5B"`` (billion) or a plain number
+    (decimal prefixes: k/K thousand, M million, B/G billion, T trillion, P quadrillion)."""
+    value, unit = _split(text, "count")
+    if unit not in _COUNT:
+        raise UnitError(f"unknown count suffix {excerpt(unit)} in {excerpt(text)} (use k, M, B or G, T, P: 15T, 252M)")
+    return _finite_nonnegative(value * _COUNT[unit], text, "count")
+
+
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of a data type name (fp32, fp16, bf16, ...)."""
     if isinstance(dtype, str) and dtype in DTYPE_BYTES:
@@ -140,12 +152,34 @@ def format_time(seconds: float) -> str:
     return f"{seconds / NS:.3g} ns"
 
 
-def format_bytes(n: float) -> str:
-    """Human-readable binary size (KiB, MiB, GiB)."""
-    for unit, scale in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+def format_bytes(n: float, decimal: bool = False) -> str:
+    """Human-readable size: binary (KiB, MiB, GiB, TiB), or decimal (kB, MB, GB, TB) for a size that was
+    given in decimal units (`size_is_decimal`: decimal in, decimal out)."""
+    scales = (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)) if decimal else \
+        (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
+    for unit, scale in scales:
         if abs(n) >= scale:
             return f"{n / scale:.4g} {unit}"
     return f"{n:.0f} B"
+
+
+def size_is_decimal(text: str | int | float) -> bool:
+    """Whether a size was written with a decimal prefix (``1GB``, ``100Mb``, ``3kB``), so that it is printed back
+    in decimal units; binary prefixes (``64MiB``) and plain byte counts print in binary units."""
+    if not isinstance(text, str):
+        return False
+    match = _NUMBER.match(text) if len(text) <= _MAX_TEXT else None
+    unit = match.group(2) if match else ""
+    return unit in _SIZE and unit[:1] in ("k", "K", "M", "G", "T", "P") and unit[1:2] != "i"
+
+
+def format_params(n: float) -> str:
+    """A parameter count as model cards write it, three significant digits: ``70.6B``, ``124M``, ``8.19K``
+    (K thousand, M million, B billion, T trillion)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
 
 
 def format_count(n: float) -> str:

@@ -140,6 +140,7 @@ def test_named_allocator_must_be_loaded():
         set_allocator("jemalloc")
 
 
+@pytest.mark.torch
 def test_fresh_memory_rate_is_measured():
     pytest.importorskip("torch")
     from dlsim.calibrate.alloc_probe import fresh_memory_cost
@@ -148,6 +149,7 @@ def test_fresh_memory_rate_is_measured():
     assert 0.1e-6 / 4096 < rate < 100e-6 / 4096
 
 
+@pytest.mark.torch
 def test_calibration_records_the_allocator_regime(tmp_path):
     pytest.importorskip("torch")
     from dlsim.api.calibrate_compute import calibrate_compute

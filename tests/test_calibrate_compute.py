@@ -68,6 +68,7 @@ def test_table_file_appends_resumes_and_drops_a_partial_line(tmp_path):
         TableFile(path, ("a", "c"), key)
 
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, memory_op, optimizer_step_fn  # noqa: E402

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
 
 from dlsim.calibrate.compute_passes import combine_passes, pass_dir, run_passes, shuffled

@@ -79,11 +79,12 @@ def test_global_batch_without_a_microbatch_size_is_derived_as_simulate_does_and_
         assert (by[name]["strategy"]["microbatch_size"], by[name]["strategy"]["num_microbatches"]) == (
             sim.strategy["microbatch_size"], sim.strategy["num_microbatches"]) == (64 * tp // 8, 1)
         assert by[name]["iteration_time_s"] == pytest.approx(sim.iteration_time_s, rel=1e-12)
-        assert "one micro-batch per replica" in by[name]["assumed"]["microbatch_size"]
+        assert "one micro-batch of global batch / dp samples per replica" in by[name]["assumed"]["microbatch_size"]
     assert rec["assumed"]["microbatch_size"].endswith(": tp1, tp2")
     code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", *GPT, "--grid", "tp=1,2", "--gpus", "8",
                          "--global-batch", "64")
-    assert "assumed microbatch_size: global batch / dp samples, one micro-batch per replica" in out
+    assert "assumed microbatch_size: as dlsim simulate derives it from a global batch: one micro-batch of global " \
+        "batch / dp samples per replica" in out
 
 
 def test_a_strategy_that_sets_its_microbatches_keeps_them_and_assumes_nothing():

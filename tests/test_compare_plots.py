@@ -43,7 +43,7 @@ def strategies(tmp_path):
 def test_compare_table_csv_json_and_figure(cli, tmp_path, strategies):
     png, csv_path, js = tmp_path / "cmp.png", tmp_path / "cmp.csv", tmp_path / "cmp.json"
     args = ["compare", "gpt2", "--cluster", "dgx-h100", "--gpus", "8", *GPT, "--plot", png, "--csv", csv_path,
-            "--json", js]
+            "--json", js, "--stack", "eager"]
     for name in ("a", "b", "odd", "huge"):
         args += ["--strategy", strategies[name]]
     code, out, err = cli(*args)
@@ -78,7 +78,7 @@ def test_compare_table_csv_json_and_figure(cli, tmp_path, strategies):
 def test_all_infeasible_exits_1_after_writing(cli, tmp_path, strategies):
     png = tmp_path / "bad.png"
     code, out, err = cli("compare", "gpt2", "--cluster", "dgx-h100", "--gpus", "8", *GPT, "--strategy",
-                         strategies["odd"], "--strategy", strategies["huge"], "--plot", png)
+                         strategies["odd"], "--strategy", strategies["huge"], "--plot", png, "--stack", "eager")
     assert code == 1
     assert len(err.strip().splitlines()) == 2 and err.strip().splitlines()[-1].startswith("error: none of the 2")
     assert "x odd" in out and "x huge" in out

@@ -48,7 +48,7 @@ def test_ring_attention_equals_closed_form(cp, bandwidth):
     layers of the ring's closed form (forward and backward) minus its core."""
     latency = 5e-6
     kw = dict(dp=1, tp=1, pp=1, cp=cp, microbatch_size=1, num_microbatches=1, dtype="bf16", measured=False,
-              overrides=TINY)
+              overrides=TINY, stack="eager")
     priced = simulate("llama3-8b", "dgx-h100", pricer=RingPricer(latency, bandwidth), **kw).iteration_time_s
     free = simulate("llama3-8b", "dgx-h100", pricer=RingPricer(0.0, float("inf")), **kw).iteration_time_s
     entries, sigma = _rings(cp)

@@ -28,6 +28,7 @@ def test_the_layout_is_checked():
         depthwise("nhwc")
 
 
+@pytest.mark.torch
 def test_calibration_times_the_layout_the_layer_has():
     torch = pytest.importorskip("torch")
     from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn
@@ -58,6 +59,7 @@ def test_each_layout_is_priced_from_its_own_rows():
     assert price_layer(nchw, 4, "fp32", device, alone).forward.seconds != 1e-4
 
 
+@pytest.mark.torch
 def test_import_records_a_channels_last_input():
     torch = pytest.importorskip("torch")
     from dlsim.api.importers import import_torch_module
@@ -80,6 +82,7 @@ def test_import_records_a_channels_last_input():
         ["contiguous", "channels_last"]
 
 
+@pytest.mark.torch
 def test_the_pytorch_rebuild_runs_a_channels_last_layer_in_that_layout():
     """`validate model` rebuilds a YAML network in PyTorch: a channels_last convolution runs NHWC there too."""
     torch = pytest.importorskip("torch")

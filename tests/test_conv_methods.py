@@ -141,6 +141,7 @@ def test_numpy_methods_agree_with_each_other(args):
         assert relative_error(res, results["direct", p]) <= TOLERANCE, (method, p)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("args", GEOMETRIES)
 def test_numpy_methods_match_pytorch(args):
     pytest.importorskip("torch")
@@ -151,6 +152,7 @@ def test_numpy_methods_match_pytorch(args):
         assert relative_error(res, refs[p]) <= TOLERANCE, (method, p)
 
 
+@pytest.mark.torch
 def test_check_layers_covers_every_applicable_algorithm_and_pass():
     pytest.importorskip("torch")
     layers = [("a", conv_geometry(1, 3, 6, 6, 4, 3, 3, 1, 1)), ("s", conv_geometry(1, 3, 9, 9, 2, 3, 3, 2, 1))]

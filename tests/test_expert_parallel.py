@@ -94,6 +94,7 @@ def test_simulated_iteration_with_imbalance_one_equals_balanced_and_grows_with_i
     assert capped.result.iteration_time_s == pytest.approx(times[2], rel=1e-12)   # capacity 1.5: as imbalance 1.5
 
 
+@pytest.mark.torch
 def test_moe_forward_flops_equal_pytorch_counter_on_real_routing(tmp_path):
     """Dropless routing of real tokens is unbalanced, yet every pair is computed once: FlopCounterMode
     on the equivalent module (real tensors, real top-k) counts what dlsim counts."""
@@ -234,7 +235,7 @@ def test_expert_gradients_reduced_over_the_expert_data_parallel_group(tmp_path):
             return getattr(real, name)
 
     run_simulation(model, cluster, pricer=Recorder(), dp=8, ep=4, microbatch_size=2, num_microbatches=1,
-                   measured=False, bucket_size=1)
+                   measured=False, bucket_size=1, stack="eager")
     b = DTYPE_BYTES["bf16"]
     expert = 3 * 64 * 96                                    # one SwiGLU expert
     reduced = Counter()
@@ -267,7 +268,7 @@ def test_zero_shards_expert_states_over_the_expert_data_parallel_group(tmp_path,
             return getattr(real, name)
 
     sim = run_simulation(model, cluster, pricer=Recorder(), dp=8, ep=4, zero=zero, microbatch_size=2,
-                         num_microbatches=1, measured=False, bucket_size=1)
+                         num_microbatches=1, measured=False, bucket_size=1, stack="eager")
     b = DTYPE_BYTES["bf16"]
     expert = 2 * (8 // 4) * 3 * 64 * 96                  # two layers x 2 local SwiGLU experts
     dense = model.params - 2 * 8 * 3 * 64 * 96
@@ -313,6 +314,7 @@ def test_ep_must_divide_the_experts_and_needs_experts(cli, tmp_path):
     assert code == 1 and "needs a model with mixture-of-experts layers" in err
 
 
+@pytest.mark.torch
 def test_latent_attention_params_and_flops_equal_pytorch():
     """DeepSeek-V2/V3's multi-head latent attention (`mla`): parameters by the closed form, forward
     FLOPs equal to FlopCounterMode on the equivalent module run on real tensors (with and without Q

@@ -45,7 +45,8 @@ class VolumePricer:
 
 def _run(dp, count=None, **kw):
     r = simulate("llama3-8b", "dgx-h100", dp=dp, tp=1, pp=1, microbatch_size=1, num_microbatches=1, dtype="bf16",
-                 measured=False, overrides=TINY, nodes=2, pricer=VolumePricer(count), bucket_size=2**20, **kw)
+                 measured=False, overrides=TINY, nodes=2, pricer=VolumePricer(count), bucket_size=2**20, stack="eager",
+                 **kw)
     return r
 
 
@@ -95,4 +96,4 @@ def test_groups_and_steps():
 
 def test_bad_hybrid():
     with pytest.raises(SpecError, match="needs zero"):
-        simulate("llama3-8b", "dgx-h100", dp=2, hybrid_shard=True, overrides=TINY)
+        simulate("llama3-8b", "dgx-h100", dp=2, hybrid_shard=True, overrides=TINY, stack="eager")

@@ -30,6 +30,7 @@ def test_the_form_is_an_attribute_tanh_by_default_and_checked():
         gelus("erf")
 
 
+@pytest.mark.torch
 def test_calibration_plans_and_runs_each_form_as_written(monkeypatch):
     torch = pytest.importorskip("torch")
     from dlsim.calibrate.compute_ops import memory_op
@@ -60,6 +61,7 @@ def test_each_form_is_priced_from_its_own_rows():
     assert (exact, tanh) == (1e-4, 4e-4)
 
 
+@pytest.mark.torch
 def test_imports_record_the_form(tmp_path):
     torch = pytest.importorskip("torch")
     import torchnets

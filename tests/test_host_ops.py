@@ -14,6 +14,7 @@ from dlsim.spec.model import build_model
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.torch
 def test_captured_layers_count_the_operators_an_eager_step_dispatches():
     torch = pytest.importorskip("torch")
     import torchnets

@@ -159,6 +159,7 @@ def test_cache_root_honours_the_environment(monkeypatch, tmp_path):
     assert cache_root() == tmp_path / "xdg" / "dlsim" / "hosts"
 
 
+@pytest.mark.torch
 def test_the_generic_grid_is_measured_once_per_host(tmp_path, monkeypatch):
     """A second profile on the same host copies the generic grid's rows from the host cache instead of timing
     them again (2 x 2,912 kernels: 12 of a ResNet-18 calibration's 18 minutes on the shared machine)."""

@@ -69,6 +69,7 @@ def _fake_profile(tmp_path: Path, cpu: str = "Intel Xeon Faked 1234", gemm_gflop
     return out
 
 
+@pytest.mark.torch
 def test_prediction_on_another_host_warns_with_ratio(tmp_path, monkeypatch, cli):
     pytest.importorskip("torch")
     import dlsim.api.hostcheck as hc
@@ -87,6 +88,7 @@ def test_prediction_on_another_host_warns_with_ratio(tmp_path, monkeypatch, cli)
     assert code == 0 and [ln for ln in err.splitlines() if ln.startswith("warning:")] == [f"warning: {w}"]
 
 
+@pytest.mark.torch
 def test_the_host_check_is_measured_once_per_host(tmp_path, monkeypatch):
     """Every estimate with a CPU profile measured on another host spent 10-17 s probing this host again
     (issue 34): this host's reference speeds are timed once and kept in the host cache with their date."""
@@ -110,6 +112,7 @@ def test_the_host_check_is_measured_once_per_host(tmp_path, monkeypatch):
     assert timed == [2, 2]
 
 
+@pytest.mark.torch
 def test_prediction_with_real_probe(tmp_path):
     """The real reference kernels run (about 2 s) and give positive ratios against an absurd record."""
     pytest.importorskip("torch")
@@ -121,6 +124,7 @@ def test_prediction_with_real_probe(tmp_path):
     assert not host["same_host"] and 0 < host["gemm_ratio"] < 0.1 and 0 < host["stream_ratio"] < 1.0
 
 
+@pytest.mark.torch
 def test_profile_without_host_is_noted_not_warned():
     pytest.importorskip("torch")
     import dlsim.api.hostcheck as hc
@@ -146,6 +150,7 @@ def test_pick_and_verdict():
     assert "no longer hold" in verdict([3.0]).line()
 
 
+@pytest.mark.torch
 def test_quick_detects_stale_tables(tmp_path):
     """Tables whose times are a third of this machine's do not hold; the host is not recorded then."""
     pytest.importorskip("torch")
@@ -176,6 +181,7 @@ def test_quick_without_calibration_is_one_line(tmp_path, cli):
     assert code == 2 and "give --model and --batch" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.torch
 def test_quick_on_a_new_directory_calibrates_the_model_only(tmp_path, cli):
     """--quick is the fast path: on a new OUT the --model kernels in one pass of 3 calls, no generic grid; on
     an OUT that holds a calibration it checks it."""

@@ -6,6 +6,7 @@ within 2% of PyTorch's counter on a real training step, as issue 15's first acce
 
 import pytest
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 import heldout_torchnets  # noqa: E402

@@ -12,6 +12,7 @@ which the counter sees (its oneDNN kernel counts zero).
 
 import pytest
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 import torchnets  # noqa: E402

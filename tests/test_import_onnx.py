@@ -5,6 +5,7 @@ training step (`torchnets.counted_by_torch`)."""
 
 import pytest
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 nn = torch.nn

@@ -2,6 +2,7 @@
 
 import pytest
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 NET = '''

@@ -7,6 +7,7 @@ and the estimate must price that backward (it priced none of a first GRU's befor
 
 import pytest
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 nn = torch.nn
 

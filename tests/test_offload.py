@@ -13,7 +13,8 @@ from dlsim.plan.offload import OFFLOAD_SLICES, host_transfer
 from dlsim.plan.partition import partition
 
 TINY = {"layers": 4, "hidden": 512, "heads": 8, "kv_heads": 4, "ffn_hidden": 1024, "seq_len": 1024, "vocab": 1000}
-KW = dict(dp=1, tp=1, pp=2, microbatch_size=1, num_microbatches=4, dtype="bf16", measured=False, overrides=TINY)
+KW = dict(dp=1, tp=1, pp=2, microbatch_size=1, num_microbatches=4, dtype="bf16", measured=False, overrides=TINY,
+          stack="eager")
 
 
 def _events(sim, prefix):

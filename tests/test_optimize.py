@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from dlsim.api.models import as_cluster, as_model
-from dlsim.api.optimize import EVALUATOR_TOLERANCE, optimize, pareto_front, parse_fix
+from dlsim.api.optimize import APPROXIMATE_TOLERANCE, EVALUATOR_TOLERANCE, optimize, pareto_front, parse_fix
 from dlsim.api.simulate import _default_pricer, simulate
 from dlsim.cli import run
 from dlsim.errors import InfeasibleError, SpecError
@@ -49,11 +49,16 @@ def simulated_space(request):
 
 
 def test_evaluator_within_tolerance_of_the_simulation(simulated_space):
-    """Every candidate of the space, the approximate-flagged ones included."""
+    """Every candidate of the space within the tolerance the search relies on: `EVALUATOR_TOLERANCE`
+    where the evaluator is exact in composition, `APPROXIMATE_TOLERANCE` where it flags what it does not
+    model (here: pipeline transfers contending for the tensor-parallel ports beside prefetched gathers)."""
     _, _, _, rows = simulated_space
-    errors = {s: e.iteration_time_s / r.iteration_time_s - 1 for s, e, r in rows}
-    worst = max(errors, key=lambda s: abs(errors[s]))
-    assert abs(errors[worst]) <= EVALUATOR_TOLERANCE, (worst, errors[worst])
+    for flagged, limit in ((False, EVALUATOR_TOLERANCE), (True, APPROXIMATE_TOLERANCE)):
+        errors = {s: e.iteration_time_s / r.iteration_time_s - 1 for s, e, r in rows if bool(e.approximate) == flagged}
+        if errors:
+            worst = max(errors, key=lambda s: abs(errors[s]))
+            assert abs(errors[worst]) <= limit, (worst, errors[worst])
+    assert sum(not e.approximate for _, e, _ in rows) >= len(rows) // 2
     # ZeRO-2/3 are in it: the walk of every pass beside the communication stream is what holds them
     assert sum(s.zero >= 2 for s, _, _ in rows) >= len(rows) // 4
 
@@ -73,7 +78,7 @@ def test_optimize_returns_the_exhaustive_simulated_optimum(simulated_space):
     feasible = [(r.iteration_time_s, s) for s, e, r in rows if r.feasible]
     best_time = min(t for t, _ in feasible)
     result = optimize(model, cluster, gpus=8 * nodes, global_batch=batch, top=3,
-                      max_microbatch_size=opts["max_microbatch_size"], fix=opts.get("fix"))
+                      max_microbatch_size=opts["max_microbatch_size"], fix=opts.get("fix"), stack="eager")
     assert result.best.result.iteration_time_s == pytest.approx(best_time, rel=1e-12)
     assert result.enumerated == len(rows)
 
@@ -95,7 +100,8 @@ def test_optimize_memory_objective_and_tight_memory():
 def test_record_states_why_pareto_and_assumptions():
     r = optimize(as_model("gpt3-175b", SMALL_GPT), "dgx-a100", gpus=8, global_batch=16, top=3, fix=["tp=2"])
     rec = r.to_dict()
-    assert rec["kind"] == "optimize" and rec["dtype"] == "fp16"
+    assert rec["kind"] == "optimize" and rec["dtype"] == "bf16"  # the default stack's precision
+    assert rec["stack"]["name"] == "pytorch" and all(c.strategy.stack == "pytorch" for c in r.ranked)
     assert all(row["strategy"]["tp"] == 2 for row in rec["ranked"])
     why = rec["why"]
     assert why["bottleneck"] in ("compute", "recompute", "exposed_comm", "bubble", "idle")
@@ -155,7 +161,8 @@ def test_cli_table_json_csv(tmp_path, capsys):
     # never overwrite without --force
     assert run(args + ["--csv", str(out_csv)]) == 1
     assert run(args + ["--csv", str(out_csv), "--force"]) == 0
-    assert run(args + ["--objective", "cost"]) == 2
+    assert run(args + ["--objective", "speed"]) == 2  # not an objective: usage error
+    assert run(args + ["--objective", "cost"]) == 1  # the whole run's cost needs a token budget (--tokens)
 
 
 def test_fast_paths_equal_the_slow_ones(simulated_space):

@@ -49,7 +49,8 @@ def test_evaluator_follows_the_simulation(dtype, fields):
 
 def test_optimize_searches_context_parallel_and_fp8():
     r = optimize("llama3-8b", "dgx-h100", gpus=16, global_batch=8, overrides=TINY, cp=(1, 2),
-                 fix=["dtype=fp8", "tp=2", "pp=1", "recompute=none", "zero=1"], top=2, jobs=1, max_simulations=4)
+                 fix=["dtype=fp8", "tp=2", "pp=1", "recompute=none", "zero=1"], top=2, jobs=1, max_simulations=4,
+                 stack="eager")
     d = r.to_dict()
     assert d["space"]["cp"] == [1, 2]
     assert {row["strategy"]["cp"] for row in d["ranked"]} == {1, 2}

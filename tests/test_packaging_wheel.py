@@ -1,14 +1,15 @@
 """The built wheel installs whole (issue 16): the zoo and the profiles are package data.
 
 Builds the wheel from this checkout (no network: --no-build-isolation, --no-deps), installs it into
-a fresh venv that sees the already-installed dependencies (--system-site-packages), and runs, from
+a fresh venv that sees the dependencies installed for this test run (a .pth file naming this interpreter's
+site-packages, behind the venv's own; an editable install there stays inactive), and runs, from
 an empty directory, `dlsim models` (non-empty) and the README's first command. About 10-30 s.
 """
 
 import os
-import re
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -18,9 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _readme_first_command() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"```bash\n(.*?)\n", text).group(1)
-    command = block.split("&&", 1)[1].strip()
+    from docs_examples import readme_ci_commands
+    command = readme_ci_commands()[0].split("&&", 1)[1].strip()
     assert command.startswith("dlsim ")
     return command.split()[1:]
 
@@ -35,8 +35,14 @@ def test_wheel_installs_with_zoo_and_profiles(tmp_path):
     import zipfile
     assert "dlsim/py.typed" in zipfile.ZipFile(wheel).namelist()  # typed package (PEP 561)
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
+    # the dependencies installed for this test run (this interpreter's site-packages), appended after the new
+    # venv's own, where the wheel goes; not the base interpreter's, which need not hold them
+    here = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    there = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    Path(there, "test-deps.pth").write_text("".join(f"{path}\n" for path in sorted(here)))
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                               "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]

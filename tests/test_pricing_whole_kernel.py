@@ -23,6 +23,7 @@ def layer(entry: dict, shape: tuple) -> object:
     return build_model("m", "fp32", shape, "tensor", [entry]).layers[0]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("entry,shape", [(SDPA, (4, 8, 16)), (LSTM, (6, 8)), (UP, (8, 5, 5))])
 def test_plan_times_the_operator_forward_and_whole_backward(entry, shape):
     lay = layer(entry, shape)

@@ -25,10 +25,14 @@ def _record(cli, *args):
 
 def test_simulate_names_dtype_and_defaults(cli):
     rec = _record(cli, "simulate", "gpt2", "-c", "dgx-h100")
-    assert rec["dtype"] == rec["strategy"]["dtype"] == "fp32"
+    assert rec["dtype"] == rec["strategy"]["dtype"] == "bf16"  # the default stack's precision (dlsim stacks)
+    assert rec["stack"]["name"] == "pytorch" and rec["stack"]["chosen"] == "default"
     a = rec["assumed"]
-    assert a["dtype"] == "fp32" and a["optimizer"] == "adam" and a["recompute"] == "none" and a["fused_kernels"] == []
-    assert a["dp"] == 1 and a["model_only"] is False
+    assert not {"dtype", "optimizer", "recompute", "fused_kernels"} & set(a)  # the stack's, named in rec["stack"]
+    assert a["dp"] == 1 and a["model_only"] is False and a["collective"] == "auto"
+    rec = _record(cli, "simulate", "gpt2", "-c", "dgx-h100", "--stack", "eager")
+    a = rec["assumed"]
+    assert rec["dtype"] == "fp32" and a["dtype"] == "fp32" and a["zero"] == 0  # eager names no dtype: the model's
     assert "iterations" not in a and "staleness" not in a  # another mode's defaults are no assumption of this run
     rec = _record(cli, "simulate", "gpt2", "-c", "dgx-h100", "--dtype", "bf16", "--dp", "2", "--optimizer", "sgd")
     assert rec["dtype"] == "bf16" and "dtype" not in rec["assumed"] and "dp" not in rec["assumed"]
@@ -36,7 +40,7 @@ def test_simulate_names_dtype_and_defaults(cli):
 
 
 def test_simulate_summary_says_the_precision(cli):
-    code, out, _ = cli("simulate", "gpt2", "-c", "dgx-h100")
+    code, out, _ = cli("simulate", "gpt2", "-c", "dgx-h100", "--stack", "eager")
     assert code == 0 and "precision fp32 (the model's dtype" in out
     code, out, _ = cli("simulate", "gpt2", "-c", "dgx-h100", "--dtype", "bf16")
     assert "precision bf16, optimizer adam" in out
@@ -47,11 +51,13 @@ def test_strategy_file_fields_are_given(cli, tmp_path):
     f.write_text("dp: 2\nrecompute: full\nbucket_size_mib: 10\n")
     rec = _record(cli, "simulate", "gpt2", "-c", "dgx-h100", "--strategy", f)
     assert not {"dp", "recompute", "bucket_size_bytes"} & set(rec["assumed"])
-    assert rec["assumed"]["zero"] == 0
+    assert rec["assumed"]["collective"] == "auto" and "zero" not in rec["assumed"]  # zero: the stack's
+    assert rec["stack"]["overridden"] == ["bucket_size_bytes", "recompute"]
 
 
 def test_parameter_server_record(cli):
-    rec = _record(cli, "simulate", "lenet5", "-c", "dgx-h100", "--dp", "2", "--sync", "ps", "--iterations", "3")
+    rec = _record(cli, "simulate", "lenet5", "-c", "dgx-h100", "--dp", "2", "--sync", "ps", "--iterations", "3",
+                  "--stack", "eager")
     assert rec["kind"] == "async_simulation" and rec["dtype"] == "fp32" and rec["assumed"]["dtype"] == "fp32"
     assert rec["staleness_max"] == 0  # BSP
     assert "bucket_size_bytes" not in rec["assumed"] and "iterations" not in rec["assumed"]

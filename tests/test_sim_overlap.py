@@ -118,7 +118,7 @@ def _cluster(sigma: float):
     return replace(c, device=replace(c.device, overlap_slowdown=sigma))
 
 
-KW = dict(overrides={"layers": 8}, nodes=4, microbatch_size=4, tp=1, pp=1, dp=32)
+KW = dict(overrides={"layers": 8}, nodes=4, microbatch_size=4, tp=1, pp=1, dp=32, stack="eager")  # overlapped buckets
 
 
 def test_data_parallel_buckets_slow_the_backward_within_the_closed_form_bounds():
@@ -146,8 +146,9 @@ def test_data_parallel_buckets_slow_the_backward_within_the_closed_form_bounds()
 def test_async_tensor_parallel_kernels_are_not_slowed_twice():
     """The kernels beside an asynchronous tensor-parallel collective carry their slowdown already
     (dlsim.cost.overlap in the graph builder): marked rigid, the engine leaves them as priced."""
-    from dlsim.api import simulate as api
-    kw = dict(overrides={"layers": 4}, nodes=1, microbatch_size=1, tp=8, pp=1, dp=1, tp_async_backward=True)
+    from dlsim.sim import scenario_run as api
+    kw = dict(overrides={"layers": 4}, nodes=1, microbatch_size=1, tp=8, pp=1, dp=1, tp_async_backward=True,
+              stack="eager")
     seen = {}
     real = api.build_iteration
 

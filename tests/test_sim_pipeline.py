@@ -78,7 +78,7 @@ def test_tied_embedding_copy_and_gradient_sync():
     from dlsim.api.simulate import run_simulation
     gpt = as_model("gpt2", {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1024})
     sim = run_simulation(gpt, "dgx-h100", pp=2, microbatch_size=1, num_microbatches=4, stage_partition=(22, 23),
-                         trace=True)
+                         trace=True, stack="eager")  # fp32 weights: 4 bytes each
     first = sum(layer.params for layer in gpt.layers[:22])
     last = sum(layer.params for layer in gpt.layers[22:]) + gpt.layer("embed").params
     assert [d.memory["weights"] / 4 for d in sim.result.devices] == [first, last]
@@ -89,8 +89,9 @@ def test_tied_embedding_copy_and_gradient_sync():
 
 def test_microbatch_plan_prices_convolutions():
     from dlsim.api.simulate import simulate
-    plain = simulate("resnet18", "dgx-h100", microbatch_size=32)
-    planned = simulate("resnet18", "dgx-h100", microbatch_size=32, microbatch_plan="wr", workspace_limit="8MiB")
+    plain = simulate("resnet18", "dgx-h100", microbatch_size=32, stack="eager")
+    planned = simulate("resnet18", "dgx-h100", microbatch_size=32, microbatch_plan="wr", workspace_limit="8MiB",
+                       stack="eager")
     assert any("μ-cuDNN WR plan" in n for n in planned.notes)
     assert planned.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=0.5)
 

@@ -32,15 +32,18 @@ def test_reduced_equals_full(tiny_gpt, case):
     assert full.breakdown.to_dict() == pytest.approx(reduced.breakdown.to_dict(), rel=1e-12)
     # every simulated device of the full run matches its representative
     rep = {d.stage: d for d in reduced.devices}
-    for d in full.devices:
-        assert d.breakdown == rep[d.stage].breakdown and d.peak_memory_bytes == rep[d.stage].peak_memory_bytes
+    for d in full.devices:  # the same to the last bits of a sum's rounding
+        assert d.breakdown.to_dict() == pytest.approx(rep[d.stage].breakdown.to_dict(), rel=1e-12, abs=1e-15)
+        assert d.peak_memory_bytes == rep[d.stage].peak_memory_bytes
 
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[0]], ids=["dp-overlap", "dp-no-overlap", "3d"])
 def test_reduced_equals_full_with_point_to_point_schedules(tiny_gpt, case):
-    """Collectives executed message by message on the link ports agree with their closed forms."""
-    reduced = simulate(tiny_gpt, "dgx-h100", **case)
-    expanded = simulate(tiny_gpt, "dgx-h100", symmetry=False, expand_collectives=True, **case)
+    """Collectives executed message by message on the link ports agree with their closed forms where
+    nothing contends for the ports (fp32, the eager stack: in bf16 a pipeline send meets a tensor-parallel
+    collective on the ports, which a priced collective holds whole and an expanded one message by message)."""
+    reduced = simulate(tiny_gpt, "dgx-h100", stack="eager", **case)
+    expanded = simulate(tiny_gpt, "dgx-h100", symmetry=False, expand_collectives=True, stack="eager", **case)
     assert expanded.iteration_time_s == pytest.approx(reduced.iteration_time_s, rel=1e-12)
 
 

@@ -10,6 +10,7 @@ from dlsim.io.model_yaml import load_model
 from dlsim.io.paths import list_models
 from dlsim.spec.ops import OPS
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from dlsim.validate.torch_model import (build_torch_model, example_batch, module_key,  # noqa: E402

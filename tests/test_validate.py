@@ -47,6 +47,7 @@ def test_heldout_convs_are_new_batches_or_new_geometries():
     assert conv_layer(shape).out_shape == (16, 10, 10)
 
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 

@@ -48,6 +48,7 @@ def nets(tmp_path):
     return path
 
 
+@pytest.mark.torch
 def test_training_model_appends_the_loops_loss(nets):
     from dlsim.api.validate_torch import training_model
     model, imported = training_model(f"{nets}:seg", [3, 6, 6])
@@ -58,6 +59,7 @@ def test_training_model_appends_the_loops_loss(nets):
     assert model.layers[-1].type == "cross_entropy" and model.layers[-1].in_shapes == ((10,),)
 
 
+@pytest.mark.torch
 def test_validate_torch_end_to_end(nets, tmp_path, cli):
     out = tmp_path / "rec.json"
     plot = tmp_path / "rec.png"
@@ -100,18 +102,21 @@ def test_fresh_page_lines():
     assert fresh_page_lines({"allocator": "default", "measured": {"iteration_s": 1.0}}) == []
 
 
+@pytest.mark.torch
 def test_untrainable_output_is_one_line(nets, cli):
     code, _, err = cli("validate", "torch", f"{nets}:tuple_out", "--input-shape", "8", "--batch", "2",
                        "-c", "cpu-epyc-2core", "--repeats", "1")
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.torch
 def test_bad_shape_is_one_line(nets, cli):
     code, _, err = cli("validate", "torch", f"{nets}:mlp", "--input-shape", "3x", "--batch", "2",
                        "-c", "cpu-epyc-2core")
     assert code == 1 and "--input-shape" in err
 
 
+@pytest.mark.torch
 def test_calibrate_exactly_the_factorys_kernels(nets, tmp_path, cli):
     """calibrate compute --model FILE.py:FACTORY (issue 15 item 6): its GEMMs, resumable, nothing overwritten."""
     import csv

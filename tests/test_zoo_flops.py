@@ -29,6 +29,7 @@ def reduced(name):
     return {"layers": 2} if name.startswith(("gpt3", "megatron", "llama", "mixtral")) else None
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("name", ZOO)
 def test_forward_flops_match_pytorch_flop_counter(name):
     pytest.importorskip("torch")
@@ -42,6 +43,7 @@ def test_forward_flops_match_pytorch_flop_counter(name):
     assert trace.mismatches(model, BATCH) == []  # and the PyTorch model has every dlsim shape
 
 
+@pytest.mark.torch
 def test_meta_counting_equals_counting_real_tensors():
     """The meta run counts what a real CPU run counts (small models, to keep it quick)."""
     torch = pytest.importorskip("torch")

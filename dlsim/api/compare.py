@@ -113,8 +113,9 @@ def _fields_for(fields: Mapping[str, Any], gpus: int | None, global_batch: int |
     return out
 
 
-ASSUMED_MICROBATCH = ("global batch / dp samples, one micro-batch per replica (as dlsim simulate derives it "
-                      "from a global batch; set microbatch_size or num_microbatches to choose)")
+ASSUMED_MICROBATCH = ("as dlsim simulate derives it from a global batch: one micro-batch of global batch / dp "
+                      "samples per replica, or with a pipeline micro-batches of 1 sample (set microbatch_size or "
+                      "num_microbatches to choose)")
 
 
 def batch_assumption(fields: Mapping[str, Any], global_batch: int | None) -> dict[str, str]:
@@ -142,10 +143,11 @@ def _summary(rec: dict[str, Any]) -> dict[str, Any]:
     return {"feasible": rec["feasible"], "reason": rec["infeasible_reason"], "limit": "memory" if not rec["feasible"]
             else "", "iteration_time_s": rec["iteration_time_s"], "breakdown_s": {k: rec["breakdown_s"][k] for k in PARTS},
             "throughput_samples_per_s": rec["throughput_samples_per_s"], "global_batch": rec["global_batch"],
+            "tokens_per_s": rec.get("tokens_per_s"), "model_tflops_per_gpu": rec.get("model_tflops_per_gpu"),
             "model_flops_utilisation": rec["model_flops_utilisation"], "peak_memory_bytes": rec["peak_memory_bytes"],
             "capacity_bytes": min((d["capacity_bytes"] for d in rec["devices"]), default=0.0),
             "measured_share": rec["measured_share"], "strategy": rec["strategy"], "dtype": rec["dtype"],
-            "simulated_devices": rec["simulation"]["simulated_devices"], "devices": devices}
+            "stack": rec.get("stack"), "simulated_devices": rec["simulation"]["simulated_devices"], "devices": devices}
 
 
 PS_MEMORY_NOTE = "memory per worker not simulated (parameter-server training)"
@@ -166,7 +168,8 @@ def _async_summary(rec: dict[str, Any]) -> dict[str, Any]:
             "throughput_samples_per_s": rec["throughput_samples_per_s"],
             "global_batch": rec["strategy"]["global_batch"], "model_flops_utilisation": None,
             "peak_memory_bytes": None, "capacity_bytes": None, "measured_share": None, "strategy": rec["strategy"],
-            "dtype": rec["dtype"], "simulated_devices": rec["workers"], "devices": [], "sync": rec["sync"],
+            "dtype": rec["dtype"], "stack": rec.get("stack"), "simulated_devices": rec["workers"], "devices": [],
+            "sync": rec["sync"],
             "staleness_mean": rec["staleness_mean"], "staleness_max": rec["staleness_max"],
             "updates_per_s": rec["updates_per_s"], "memory_note": PS_MEMORY_NOTE}
 

@@ -51,3 +51,7 @@ class StrategyFields(TypedDict, total=False):
     cp: int
     hybrid_shard: bool
     offload: str
+    optimizer_impl: str
+    grad_reduce_dtype: str
+    param_gather_overlap: bool
+    stack: str

@@ -214,9 +214,8 @@ def run_probes(device_csv: TableFile, wanted: ProbeNeeds, *, reuse: bool = True,
     elif not wanted.host_ops:
         run.report.sources["host_op"] = "not needed"
     else:
-        import torch
         run.single("host_op", "host probe (an eager step against its operators replayed)",
-                   {"threads": torch.get_num_threads(), "method": _method(host_ops)}, host_ops.host_op_seconds,
+                   {"threads": t, "method": _method(host_ops)}, host_ops.host_op_seconds,
                    lambda v, origin: host_ops.host_op_rows(tuple(v), origin), elsewhere=False)
     return run.report
 

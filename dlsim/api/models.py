@@ -66,7 +66,8 @@ def profiles() -> list[dict[str, Any]]:
         rows.append({"name": folder.name, "description": c.description, "device": c.device.name,
                      "devices": c.num_devices, "nodes": c.nodes, "devices_per_node": c.devices_per_node,
                      "intra_node": c.intra.name, "inter_node": c.inter.name if c.inter else None,
-                     "memory_bytes": c.device.memory_bytes, "peak_flops": dict(c.device.peak_flops),
+                     "memory_bytes": c.device.memory_bytes,
+                     "memory_usable_bytes": c.device.memory_bytes - c.device.memory_reserved, "peak_flops": dict(c.device.peak_flops),
                      "measured_tables": sorted(c.tables), "path": str(folder)})
     return rows
 

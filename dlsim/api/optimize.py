@@ -28,8 +28,10 @@ from typing import Any, Mapping, Sequence
 
 from dlsim.api.limits import check_nodes_limit
 from dlsim.api.models import as_cluster, as_model, check_dtype
-from dlsim.api.simulate import _default_pricer, run_simulation
+from dlsim.api.simulate import default_pricers, kernel_tables, run_simulation
+from dlsim.api.stacks import apply_stack, choose_stack, stack_record
 from dlsim.errors import InfeasibleError, SpecError
+from dlsim.plan.scenario import ScenarioBuilder
 from dlsim.plan.evaluate import Evaluation, Evaluator
 from dlsim.plan.search import OUT_OF_MEMORY, SEARCHED, Prune, SearchSpace, search, upper_bound
 from dlsim.results import SCHEMA_VERSION
@@ -39,7 +41,9 @@ from dlsim.spec.model import Model
 from dlsim.spec.strategy import DEFAULT_BUCKET_BYTES, OFFLOADS, Strategy
 from dlsim.units import format_bytes
 
-OBJECTIVES = ("time", "memory")
+OBJECTIVES = ("time", "memory", "time-to-train", "cost", "energy")
+"""time-to-train, cost, energy: the candidates simulated as for time, ranked by the whole run
+(`dlsim.api.run_rank`: failures, checkpoints, energy, prices)."""
 MAX_JOBS = 8
 POOL_MIN_SIMULATIONS = 4
 """Fewer simulations than this run in the calling process (a pool costs more than it saves)."""
@@ -60,6 +64,9 @@ class Candidate:
     strategy: Strategy
     estimate: Evaluation
     result: SimResult
+    equivalents: tuple[str, ...] = ()
+    """Labels of simulated candidates that ran exactly alike (the field they change does nothing
+    here, e.g. selective recomputation beside flash attention), collapsed into this one."""
 
     @property
     def time_s(self) -> float:
@@ -79,6 +86,7 @@ class Candidate:
         b = r.breakdown.to_dict()
         mem = max(r.devices, key=lambda d: d.peak_memory_bytes) if r.devices else None
         return {"rank": rank, "strategy": strategy_fields(self.strategy), "label": label(self.strategy),
+                "equivalents": list(self.equivalents),
                 "feasible": r.feasible, "infeasible_reason": r.infeasible_reason,
                 "iteration_time_s": r.iteration_time_s, "throughput_samples_per_s": r.throughput_samples_per_s,
                 "breakdown_s": b, "peak_memory_bytes": r.peak_memory_bytes,
@@ -141,6 +149,10 @@ class OptimizeResult:
     points: tuple[tuple[float, float, str], ...] = ()
     """Every evaluated candidate as (iteration seconds, peak bytes per device, "simulated" or
     "estimated"), the simulation's numbers where there is one: what the Pareto front is drawn from."""
+    stack: dict[str, Any] | None = None
+    """The software stack every candidate ran on (`dlsim.api.stacks.stack_record`)."""
+    run: dict[str, Any] | None = None
+    """Objectives of the whole run: the run winner against the step-time winner (`dlsim.api.run_rank`)."""
 
     @property
     def best(self) -> Candidate:
@@ -183,17 +195,19 @@ class OptimizeResult:
             ru = y["runner_up"]
             changes = ", ".join(f"{k} {a}->{b}" for k, (a, b) in ru["differs"].items())
             lines.append(f"runner-up {ru['trade']} ({changes})")
+        if self.run is not None:
+            lines.append(self.run["sentence"])
         return lines
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": "optimize", "model": self.model, "cluster": self.cluster,
                 "gpus": self.gpus, "global_batch": self.global_batch, "objective": self.objective,
-                "dtype": self.dtype, "assumed": dict(self.assumed), "space": self.space,
+                "dtype": self.dtype, "stack": self.stack, "assumed": dict(self.assumed), "space": self.space,
                 "candidates": {"enumerated": self.enumerated, "dropped": dict(self.dropped),
                                "pruned_by_bound": self.pruned, "evaluated": self.evaluated,
                                "simulated": len(self.ranked)},
                 "capacity_bytes": self.capacity_bytes, "memory_limit_bytes": self.memory_limit_bytes,
-                "best": self.best.row(1), "why": self.why(),
+                "best": self.best.row(1), "why": self.why(), "run": self.run,
                 "ranked": [c.row(i + 1) for i, c in enumerate(self.ranked)],
                 "pareto": list(self.pareto),
                 "points": {"iteration_time_s": [p[0] for p in self.points],
@@ -287,7 +301,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
              tp_across_nodes: bool = False, measured: bool = True, max_simulations: int = 24,
              overrides: Mapping[str, Any] | None = None, prune_bound: bool = True,
              jobs: int | None = None, cp: Sequence[int] = (1,), hybrid_shard: bool = False,
-             offload: Sequence[str] = ("none",)) -> OptimizeResult:
+             offload: Sequence[str] = ("none",), stack: str | None = None,
+             run_options: Mapping[str, Any] | Any | None = None) -> OptimizeResult:
     """Search the strategies of `model` on `gpus` devices of `cluster` for `global_batch` samples per
     iteration (see the module docstring). `objective` time (fastest) or memory (least peak memory
     per device); `fix` pins strategy fields (``["tp=8"]`` or a mapping); `max_memory_fraction` of
@@ -295,7 +310,10 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     that the evaluator's lower bound shows can neither be simulated nor sit on the Pareto front
     (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `cp` the
     context-parallel degrees, `hybrid_shard` also hybrid sharding, `offload` the offload choices
-    searched (`dlsim.plan.search`); `jobs` processes
+    searched (`dlsim.plan.search`); `stack` the software stack every candidate runs on (default: the
+    model's, else `dlsim.api.stacks.DEFAULT_STACK`): its values for every field neither fixed nor
+    searched; `run_options` the token budget, prices and overrides of the run objectives
+    (`dlsim.api.run.RunOptions`); `jobs` processes
     size, evaluate and simulate the candidates (default: the machine's cores, at most `MAX_JOBS`; the
     same result with 1). Raises `InfeasibleError` naming the limit
     when nothing can be built or fits."""
@@ -309,6 +327,10 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
             raise SpecError(f"must be a positive integer, got {value!r}", field=name)
     if objective not in OBJECTIVES:
         raise SpecError(f"unknown objective {objective!r} (use {', '.join(OBJECTIVES)})", field="objective")
+    by_run = objective not in ("time", "memory")
+    if by_run:
+        from dlsim.api.run_rank import run_options as _run_options
+        run_options = _run_options(objective, run_options)
     if isinstance(max_memory_fraction, bool) or not isinstance(max_memory_fraction, (int, float)) \
             or not (0 < max_memory_fraction <= 1):
         raise SpecError(f"must be a number in (0, 1], got {max_memory_fraction!r}", field="max_memory_fraction")
@@ -332,33 +354,37 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                               f"({gpus - cluster.num_devices} short)")
     fixed = parse_fix(fix)
     _check_fixed_degrees(fixed, gpus)
+    run_stack, why = choose_stack(stack or fixed.get("stack"), model)
+    user_fixed = set(fixed)
+    fixed = apply_stack(run_stack, {k: v for k, v in fixed.items() if k != "stack"}, user_fixed | set(SEARCHED),
+                        model, cluster)
     dtype = check_dtype(fixed.get("dtype"), model)
-    tables = None
-    if measured and cluster.tables:
-        from dlsim.io.kernel_tables import load_kernel_times
-        tables = load_kernel_times(cluster)[0]
-    evaluator = Evaluator(model, cluster, dtype, lambda lay, algo: _default_pricer(cluster, lay, algo, measured),
-                          tables)
+    evaluator = Evaluator.of(ScenarioBuilder(model, cluster, dtype, default_pricers(cluster, measured),
+                                             kernel_tables(cluster, measured)[0]))
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
                         offload=tuple(dict.fromkeys(offload)))
     limit = evaluator.capacity * max_memory_fraction
-    prune = _prune(objective, top, evaluator.capacity)
+    prune = _prune("time" if by_run else objective, top, evaluator.capacity)
     if not prune_bound:
         prune = None
     outcome = search(evaluator, model, space, limit, prune, jobs)
     t_eval = time.perf_counter() - t0
     if not outcome.evaluations:
         raise _no_feasible(outcome, space, cluster, limit, max_memory_fraction)
-    if objective == "time":
-        upper = upper_bound(outcome.evaluations, _prune(objective, top, evaluator.capacity))
+    if objective == "time" or by_run:
+        upper = upper_bound(outcome.evaluations, _prune("time", top, evaluator.capacity))
         pairs = _simulate_by_time(model, cluster, outcome.evaluations, top, max_simulations, measured, jobs, upper)
     else:
         chosen = _to_simulate(outcome.evaluations, objective, top, max_simulations)
         pairs = list(zip(chosen, _simulate_all(model, cluster, chosen, measured, jobs)))
-    ranked = [Candidate(e.strategy, e, sim) for e, sim in pairs]
-    ranked.sort(key=lambda c: c.key(objective))
+    ranked = collapse_equivalents([Candidate(e.strategy, e, sim) for e, sim in pairs])
+    ranked.sort(key=lambda c: c.key("time" if by_run else objective))
+    run_why = None
+    if by_run and ranked[0].result.feasible:
+        from dlsim.api.run_rank import rank_by_run
+        ranked, run_why = rank_by_run(ranked, model, cluster, objective, run_options, lambda s: label(s))
     t_sim = time.perf_counter() - t0 - t_eval
     if not ranked[0].result.feasible:
         raise InfeasibleError(f"no feasible candidate: the simulation puts every simulated candidate out of memory "
@@ -387,7 +413,25 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                           dict(outcome.dropped.most_common()), evaluator.capacity, limit, assumed,
                           {"search_and_evaluate": t_eval, "simulate": t_sim,
                            "total": time.perf_counter() - t0}, outcome.pruned,
-                          tuple((t, m, src) for t, m, (_, src) in points))
+                          tuple((t, m, src) for t, m, (_, src) in points), stack_record(run_stack, why, user_fixed),
+                          run_why)
+
+
+def collapse_equivalents(candidates: list[Candidate]) -> list[Candidate]:
+    """One candidate per distinct simulated outcome: candidates whose time, memory and breakdown are
+    exactly alike keep the first (the simpler, in search order) and name the others in `equivalents`."""
+    kept: dict[tuple, int] = {}
+    out: list[Candidate] = []
+    for c in candidates:
+        r = c.result
+        key = (r.iteration_time_s, r.peak_memory_bytes, tuple(r.breakdown.to_dict().values()), r.feasible)
+        if key in kept:
+            first = out[kept[key]]
+            out[kept[key]] = replace(first, equivalents=first.equivalents + (label(c.strategy),))
+        else:
+            kept[key] = len(out)
+            out.append(c)
+    return out
 
 
 _WORK: list[tuple] = []
@@ -511,3 +555,29 @@ def _to_simulate(evals: list[Evaluation], objective: str, top: int, cap: int) ->
             chosen.append(e)
             seen.add(id(e))
     return chosen
+
+
+def optimize_stacks(model: Model | str | Path, cluster: Cluster | str | Path, stacks: Sequence[str],
+                    **options: Any) -> dict[str, Any]:
+    """`optimize` once per software stack in `stacks` (the same search space and options): the record
+    of a stack comparison, ``kind: stack_comparison``, with each stack's best strategy and full
+    optimize record, the stacks ranked by their best (simulated) iteration time. The stack changes
+    what is fused, overlapped and reduced, so it can change which strategy wins, not only its time."""
+    names = list(dict.fromkeys(stacks))
+    if len(names) < 2:
+        raise SpecError("--stacks needs at least two stacks to compare, e.g. --stacks pytorch,megatron-core",
+                        field="stacks")
+    model, cluster = as_model(model, options.pop("overrides", None)), as_cluster(cluster)
+    results = {name: optimize(model, cluster, stack=name, **options) for name in names}
+    rows = []
+    for name, r in results.items():
+        best = r.best
+        rows.append({"stack": name, "version": (r.stack or {}).get("version", ""), "label": label(best.strategy),
+                     "iteration_time_s": best.time_s, "memory_bytes": best.memory_bytes,
+                     "mfu": best.result.mfu, "strategy": best.strategy.to_dict()})
+    rows.sort(key=lambda x: x["iteration_time_s"])
+    fastest = rows[0]["iteration_time_s"]
+    for row in rows:
+        row["slowdown"] = row["iteration_time_s"] / fastest - 1 if fastest else 0.0
+    return {"schema_version": SCHEMA_VERSION, "kind": "stack_comparison", "model": model.name,
+            "cluster": cluster.name, "stacks": rows, "results": {n: r.to_dict() for n, r in results.items()}}

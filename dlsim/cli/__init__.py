@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from dlsim.cli.command import DlsimCommand, DlsimGroup
 from dlsim.errors import DlsimError
 
 
@@ -33,14 +34,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "Plan how to run a network (micro-batches for convolutions, μ-cuDNN)."),
     "plot": ("plot", "Redraw saved records (simulation, comparison, comm sweep, trace) as a figure."),
     "profiles": ("zoo", "List the built-in hardware profiles."),
+    "run": ("run_cmd", "A whole training run: time to train with failures and checkpoints, GPU-hours, energy, cost."),
     "simulate": ("simulate", "Simulate one training iteration of MODEL on a cluster under a strategy."),
+    "stacks": ("stacks", "List the software stacks (framework, version) a prediction can assume; show one's keys."),
     "sweep": ("sweep", "Simulate a grid of models x clusters x strategies x sizes; resumable; Dask or a process pool."),
     "validate": ("validate", "Compare predictions with real runs (model, kernels, ddp)."),
 }
 
 
 class _LazyGroup(click.Group):
-    """A group whose commands are imported when used (see `COMMANDS`)."""
+    """A group whose commands are imported when used (see `COMMANDS`); its own help stays plain click (it
+    lists the table above without importing a command), its commands and groups draw theirs with rich-click
+    in panels (`dlsim.cli.command`)."""
+
+    command_class = DlsimCommand
+    group_class = DlsimGroup
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMANDS) | set(self.commands))

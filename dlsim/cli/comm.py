@@ -14,7 +14,7 @@ from dlsim.cost.collectives import COLLECTIVES
 from dlsim.cost.p2p import MODELS
 from dlsim.errors import SpecError
 from dlsim.report.text import table
-from dlsim.units import GBYTE_PER_S, format_bytes, format_time
+from dlsim.units import GBYTE_PER_S, format_bytes, format_time, size_is_decimal
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -36,8 +36,9 @@ def _network_line(rec: dict[str, Any]) -> str:
     return f"{net['source']}, link {link['name']} ({', '.join(parts)})"
 
 
-def comm_text(rec: dict[str, Any]) -> str:
-    head = (f"{rec['collective']} of {format_bytes(rec['size_bytes'])} on {rec['ranks']} ranks; "
+def comm_text(rec: dict[str, Any], decimal: bool = False) -> str:
+    """One collective priced by each algorithm; the size in decimal units when it was given so (`decimal`)."""
+    head = (f"{rec['collective']} of {format_bytes(rec['size_bytes'], decimal)} on {rec['ranks']} ranks; "
             f"{_network_line(rec)}")
     rows = []
     for r in sorted(rec["results"], key=lambda r: r["time_s"]):
@@ -55,17 +56,18 @@ def comm_text(rec: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def sweep_text(rec: dict[str, Any]) -> str:
+def sweep_text(rec: dict[str, Any], decimal: bool = False) -> str:
+    """Times over sizes and the crossovers; sizes in decimal units when the sweep was given so (`decimal`)."""
     names = rec["algorithms"]
     rows = []
     for i, size in enumerate(rec["sizes_bytes"]):
-        rows.append([format_bytes(size)] + [format_time(rec["times_s"][a][i]) for a in names]
+        rows.append([format_bytes(size, decimal)] + [format_time(rec["times_s"][a][i]) for a in names]
                     + [rec["best"][i], format_time(rec["lower_bound_s"][i])])
     body = table(["size"] + names + ["best", "bound"], rows, [True] * (len(names) + 1) + [False, True])
     lines = [f"{rec['collective']} on {rec['ranks']} ranks; {_network_line(rec)}", body]
     if rec["crossovers"]:
         lines.append("crossovers of the best algorithm:")
-        lines += [f"  {c['from']} -> {c['to']} at {format_bytes(c['size_bytes'])}" for c in rec["crossovers"]]
+        lines += [f"  {c['from']} -> {c['to']} at {format_bytes(c['size_bytes'], decimal)}" for c in rec["crossovers"]]
     else:
         lines.append("no crossover: one algorithm is best over the whole range")
     return "\n".join(lines)
@@ -121,10 +123,10 @@ def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, p
             from dlsim.report.comm_plots import plot_sweep
             json_safe(rec)
             emit_plot(plot_path, lambda tmp: plot_sweep(rec, tmp))
-        text = sweep_text(rec)
+        text = sweep_text(rec, size_is_decimal(sweep.split(":", 1)[0]))
     else:
         rec = comm(collective, size, ranks, algorithm=algorithm, model=model, **kwargs).to_dict()
-        text = comm_text(rec)
+        text = comm_text(rec, size_is_decimal(size))
     if json_out is not None:
         emit_json(rec, json_out)
     if wants_summary(json_out):

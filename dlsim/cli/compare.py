@@ -21,13 +21,15 @@ from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import PLOT_FORMATS, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.io.files import OutputError
+from dlsim.report.strategy_fields import field_text, varying_fields
 from dlsim.spec.strategy import SYNCS
 
 PARTS = ("compute", "recompute", "exposed_comm", "bubble", "idle")
 CSV_COLUMNS = ("strategy", "gpus", "dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch",
                "schedule", "feasible", "iteration_time_s", "compute_s", "recompute_s", "exposed_comm_s", "bubble_s",
                "idle_s", "throughput_samples_per_s", "model_flops_utilisation", "peak_memory_bytes", "capacity_bytes",
-               "speedup", "parallel_efficiency", "reason", "sync", "staleness", "staleness_mean")
+               "speedup", "parallel_efficiency", "reason", "sync", "staleness", "staleness_mean", "tokens_per_s",
+               "model_tflops_per_gpu")
 
 
 def check_figure_path(path: str, option: str) -> Path:
@@ -85,10 +87,13 @@ def comparison_table(rec: dict[str, Any]) -> str:
     if curves:
         head[12:12] = ["speedup", "efficiency"]
     rows = []
+    varying = varying_fields(rec["entries"])
     for e in rec["entries"]:
         s = e.get("strategy") or {}
         bd = e.get("breakdown_s") or {}
-        row = [e["name"], e.get("gpus") or "-", f"{s['dp']} x {s['tp']} x {s['pp']}" if s else "-",
+        name = e["name"] + "".join(f" {k}={field_text(s[k])}" for k in varying
+                                   if k in s and f"{k}={field_text(s[k])}" not in e["name"])
+        row = [name, e.get("gpus") or "-", f"{s['dp']} x {s['tp']} x {s['pp']}" if s else "-",
                f"{s['microbatch_size']} x {s['num_microbatches']}" if s else "-",
                _fmt(e.get("iteration_time_s")), *(_fmt(bd.get(k)) for k in PARTS),
                _fmt(e.get("throughput_samples_per_s")),
@@ -107,8 +112,11 @@ def comparison_table(rec: dict[str, Any]) -> str:
         where += f", {rec['scaling']} scaling"
     if rec.get("fixed"):
         where += f", every strategy {rec['fixed']}"
-    lines = [f"{where}: {len(rec['entries'])} simulations, {rec['feasible']} feasible; times in seconds",
-             table(head, rows, right)]
+    stacks = {(e["stack"]["name"], e["stack"]["version"]) for e in rec["entries"] if e.get("stack")}
+    lines = [f"{where}: {len(rec['entries'])} simulations, {rec['feasible']} feasible; times in seconds"]
+    if stacks:
+        lines.append("stack " + "; ".join(f"{n} ({v})" for n, v in sorted(stacks)) + " (dlsim stacks show NAME)")
+    lines.append(table(head, rows, right))
     lines += [f"assumed {key}: {why}" for key, why in (rec.get("assumed") or {}).items()]
     notes: dict[str, list[str]] = {}
     for e in rec["entries"]:
@@ -133,7 +141,8 @@ def comparison_csv(rec: dict[str, Any]) -> str:
     curves = {(name, p["gpus"]): p for name, pts in (rec.get("scaling_curves") or {}).items() for p in pts}
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    varying = varying_fields(rec["entries"])
+    w.writerow(CSV_COLUMNS + tuple(varying))
     for e in rec["entries"]:
         s = e.get("strategy") or {}
         bd = e.get("breakdown_s") or {}
@@ -143,7 +152,9 @@ def comparison_csv(rec: dict[str, Any]) -> str:
                     e["feasible"], e.get("iteration_time_s"), *(bd.get(k) for k in PARTS),
                     e.get("throughput_samples_per_s"), e.get("model_flops_utilisation"), e.get("peak_memory_bytes"),
                     e.get("capacity_bytes"), p.get("speedup"), p.get("efficiency"), e.get("reason", ""),
-                    s.get("sync"), s.get("staleness") if s.get("sync") == "ssp" else None, e.get("staleness_mean")])
+                    s.get("sync"), s.get("staleness") if s.get("sync") == "ssp" else None, e.get("staleness_mean"),
+                    e.get("tokens_per_s"), e.get("model_tflops_per_gpu"),
+                    *(field_text(s[k]) if k in s else None for k in varying)])
     return out.getvalue()
 
 
@@ -157,6 +168,9 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
 @click.option("--cluster", "-c", required=True, help="Hardware profile: built-in name or directory.")
 @click.option("--strategy", "strategies", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Strategy YAML file (repeatable); with --grid, one file is the grid's base.")
+@click.option("--stack", metavar="NAME|FILE",
+              help="Software stack of every strategy (dlsim stacks) [default: the model's, else pytorch]; "
+                   "compare stacks with --grid \"stack=pytorch,megatron-core\".")
 @click.option("--grid", help='Grid of strategy fields, e.g. "dp=8,16 tp=1,2,4 pp=1,2" (YAML keys and units).')
 @click.option("--gpus", "gpus_text", metavar="N[,N...]",
               help="GPU counts: dp = N / (tp x pp) on enough nodes (a grid with dp keeps the combinations using N).")
@@ -181,7 +195,8 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
               help="Draw the comparison (or the scaling study) into FILE.png.")
 @force_option
 @set_option
-def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str | None, gpus_text: str | None,
+def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], stack: str | None, grid: str | None,
+                gpus_text: str | None,
                 scaling: str | None, global_batch: int | None, sync: str | None, staleness: int | None,
                 ps_shards: int | None, iterations: int | None, nodes: int | None, model_only: bool, jobs: int,
                 csv_out: str | None, json_out: str | None, plot_path: str | None, overrides: tuple[str, ...]) -> None:
@@ -202,7 +217,7 @@ def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], grid: str
     if scaling and not gpus:
         raise SpecError("--scaling needs --gpus with at least two counts, e.g. --gpus 8,16,32", field="gpus")
     common = {k: v for k, v in (("sync", sync), ("staleness", staleness), ("ps_shards", ps_shards),
-                                ("iterations", iterations)) if v is not None}
+                                ("iterations", iterations), ("stack", stack)) if v is not None}
     rec = compare(model, cluster, strategies, grid=grid, gpus=gpus, scaling=scaling, global_batch=global_batch,
                   nodes=nodes, measured=not model_only, overrides=parse_overrides(overrides), jobs=jobs,
                   fields=common)

@@ -49,7 +49,7 @@ def _inputs(ctx: click.Context | None) -> list[Path]:
             values = value if isinstance(value, (list, tuple)) else [value]
             for v in values:
                 if not isinstance(v, (str, Path)) or name in ("json_out", "trace_out", "plot_path", "plot", "out",
-                                                                 "gantt_out", "csv_out"):
+                                                                 "gantt_out", "csv_out", "save_best"):
                     continue
                 p = Path(v)
                 try:
@@ -134,6 +134,16 @@ def state_dtype(record: dict, given: Any, resolved: Any) -> dict:
     if given is None or given == ():
         record.setdefault("assumed", {})["dtype"] = resolved
     return record
+
+
+def emit_record(record: Any, destination: str | None, render: Any) -> None:
+    """The JSON record (`emit_json`) where `destination` asks for it, and the summary `render(record)`
+    unless the record goes to stdout."""
+    if destination is not None:
+        emit_json(record, destination)
+    if wants_summary(destination):
+        json_safe(record)
+        click.echo(render(record))
 
 
 def emit_json(record: Any, destination: str | None) -> None:

@@ -14,7 +14,7 @@ from dlsim.cli.options import parse_overrides, set_option
 from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
-from dlsim.spec.strategy import OFFLOADS
+from dlsim.spec.strategy import OFFLOADS, OPTIMIZER_IMPLS
 from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, GRAD_ACCUMULATIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
 
@@ -25,12 +25,14 @@ _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """Strategy fields from the options the user actually gave."""
     fields: dict[str, Any] = {k: opts[k] for k in _INTS if opts.get(k) is not None}
-    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype", "grad_accumulation", "offload"):
+    for key in ("schedule", "sync", "collective", "recompute", "optimizer", "dtype", "grad_accumulation", "offload",
+                "stack", "optimizer_impl"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
-    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard"):
+    for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard",
+                "param_gather_overlap"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("fsdp"):
@@ -57,6 +59,21 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+def _time_to_train(model: str, overrides: tuple[str, ...], tokens: str, rec: dict[str, Any]) -> dict[str, Any]:
+    """Iterations x iteration time for a token budget (the `dlsim.api.run` arithmetic, without failures)."""
+    from dlsim.api.models import as_model
+    from dlsim.api.run import phase_iterations, tokens_per_sample
+    from dlsim.units import parse_count
+    budget = parse_count(tokens)
+    if budget <= 0 or rec.get("kind") != "simulation":
+        raise SpecError("--tokens needs a positive budget and synchronous training (sync allreduce)", field="tokens")
+    per = tokens_per_sample(as_model(model, parse_overrides(overrides)))
+    (_, n), = phase_iterations(budget, per, (), rec["global_batch"])
+    wall = n * rec["iteration_time_s"]
+    return {"tokens": budget, "tokens_per_sample": per, "iterations": n, "wall_s": wall,
+            "gpu_hours": wall * rec["simulation"]["total_devices"] / 3600}
+
+
 def _nested_given(opts: dict[str, Any]) -> set[str]:
     """Nested strategy fields given as flags (`dlsim.api.modes` refuses those their mode ignores)."""
     names = {f"compression.{k}" for k in ("bits", "density") if opts.get(f"compression_{k}") is not None}
@@ -70,6 +87,9 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--nodes", type=int, default=None, help="Resize the cluster to this many nodes (same node type).")
 @click.option("--strategy", "strategy_file", type=click.Path(dir_okay=False), default=None,
               help="Strategy YAML file (flags given beside it override its fields).")
+@click.option("--stack", metavar="NAME|FILE",
+              help="Software stack (dlsim stacks): its values for every stack key not given [default: the model's, "
+                   "else pytorch].")
 @click.option("--dp", type=int, help="Data-parallel replicas.")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
 @click.option("--pp", type=int, help="Pipeline stages.")
@@ -106,6 +126,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--grad-accumulation", type=click.Choice(GRAD_ACCUMULATIONS),
               help="How each micro-batch's weight gradient is added into the gradient buffer [default: autograd].")
 @click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage (1: distributed optimizer, 3: FSDP).")
+@click.option("--param-gather-overlap/--no-param-gather-overlap", default=None,
+              help="ZeRO-1/2: all-gather the updated parameters beside the next forward pass (Megatron-Core).")
 @click.option("--fsdp", is_flag=True, default=None, help="FSDP / ZeRO-3: parameters, gradients and optimizer state sharded.")
 @click.option("--hybrid-shard/--no-hybrid-shard", default=None,
               help="Shard the ZeRO states within each node and replicate across nodes (FSDP HYBRID_SHARD).")
@@ -118,11 +140,16 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor (with --straggler-fraction).")
 @click.option("--seed", type=int, help="Seed of the variability draws (jitter, stragglers).")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
+@click.option("--optimizer-impl", type=click.Choice(OPTIMIZER_IMPLS),
+              help="How the optimizer step runs: fused kernels, PyTorch foreach ops, or a per-tensor loop.")
 @click.option("--offload", type=click.Choice(OFFLOADS),
               help="Move activations, the optimizer state or both to host memory over the host link (PCIe).")
 @click.option("--dtype", help="fp32, tf32, fp16, bf16, fp8 (FP8 GEMMs as Transformer Engine runs them; default: the model's).")
 @click.option("--microbatch-plan", type=click.Choice(["wr", "wd"]), help="Price convolutions with a μ-cuDNN plan.")
 @click.option("--workspace-limit", default=None, help="Workspace limit of --microbatch-plan [default: 64MiB].")
+@click.option("--analytic", is_flag=True,
+              help="Time the strategy with the analytic evaluator (milliseconds; the search's fast path) instead "
+                   "of the event simulation; the record says how far it is held to the simulation.")
 @click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")
 @click.option("--expand-collectives", is_flag=True, help="Run collectives as point-to-point schedules (with --full).")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
@@ -134,6 +161,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Trace only these ranks' devices, streams and links, e.g. 0-7,64 (with --trace).")
 @click.option("--trace-window", metavar="START:END",
               help="Trace only spans within this slice of simulated time, e.g. 1s:1.5s or 0:500ms (with --trace).")
+@click.option("--tokens", help="Also print the time to train this many tokens (e.g. 15T; no failures or checkpoints: "
+                                "see dlsim run).")
 @click.option("--gantt", "gantt_out", type=click.Path(dir_okay=False),
               help="Draw the iteration's timeline (device streams and link ports) into FILE.png (--sync allreduce).")
 @click.option("--gantt-devices", type=click.IntRange(1, 4096), default=None,
@@ -142,8 +171,9 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @set_option
 def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str | None, json_out: str | None,
                  trace_out: str | None, trace_ranks: str | None, trace_window: str | None,
-                 gantt_out: str | None, gantt_devices: int | None,
-                 microbatch_plan: str | None, workspace_limit: str | None, full: bool, expand_collectives: bool,
+                 gantt_out: str | None, gantt_devices: int | None, tokens: str | None,
+                 microbatch_plan: str | None, workspace_limit: str | None, analytic: bool, full: bool,
+                 expand_collectives: bool,
                  model_only: bool, overrides: tuple[str, ...], **opts: Any) -> None:
     """Simulate one training iteration of MODEL on a cluster profile under a parallel strategy.
 
@@ -161,6 +191,10 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
         raise SpecError("--gantt-devices applies to --gantt only", field="gantt_devices")
     if workspace_limit is not None and microbatch_plan is None:
         raise SpecError("--workspace-limit applies to --microbatch-plan only", field="workspace_limit")
+    if analytic:
+        _analytic(model, cluster, strategy_file, json_out, nodes, overrides, model_only, opts,
+                  trace=trace_out, gantt=gantt_out, full=full, expand=expand_collectives, plan=microbatch_plan)
+        return
     sim = run_simulation(model, cluster, strategy_file, measured=not model_only, symmetry=not full,
                          expand_collectives=expand_collectives, microbatch_plan=microbatch_plan,
                          workspace_limit=workspace_limit or "64MiB", trace=trace_out is not None or gantt_out is not None,
@@ -168,6 +202,8 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
                          trace_ranks=trace_ranks, trace_window=trace_window, overrides=parse_overrides(overrides),
                          given=_nested_given(opts), **_strategy_fields(opts))
     rec = add_assumed(sim.result.to_dict())
+    if tokens is not None:
+        rec["time_to_train"] = _time_to_train(model, overrides, tokens, rec)
     if trace_out is not None and sim.trace is not None:
         text = json.dumps(sim.trace, allow_nan=False, separators=(",", ":")).encode() + b"\n"
         if trace_out.endswith(".gz"):
@@ -183,5 +219,30 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
     if wants_summary(json_out):
         json_safe(rec)
         click.echo(simulation_summary(rec))
+        if "time_to_train" in rec:
+            t = rec["time_to_train"]
+            click.echo(f"time to train {tokens} tokens: {t['iterations']:,} iterations, {t['wall_s'] / 86400:.4g} days, "
+                       f"{t['gpu_hours']:.4g} GPU-hours (no failures or checkpoints; dlsim run models them)")
+    if rec.get("feasible") is False:
+        raise InfeasibleError(rec["infeasible_reason"])
+
+
+def _analytic(model: str, cluster: str, strategy_file: str | None, json_out: str | None, nodes: int | None,
+              overrides: tuple[str, ...], model_only: bool, opts: dict[str, Any], **event_only: Any) -> None:
+    """``simulate --analytic``: the analytic evaluator's record and summary (`dlsim.api.analytic`)."""
+    for name, value in event_only.items():
+        if value:
+            raise SpecError(f"--analytic times the strategy without events: drop --{name.replace('_', '-')}",
+                            field="analytic")
+    from dlsim.api.analytic import estimate_strategy
+    from dlsim.report.analytic_text import analytic_summary
+    rec = add_assumed(estimate_strategy(model, cluster, strategy_file, measured=not model_only, nodes=nodes,
+                                        overrides=parse_overrides(overrides), given=_nested_given(opts),
+                                        **_strategy_fields(opts)))
+    if json_out is not None:
+        emit_json(rec, json_out)
+    if wants_summary(json_out):
+        json_safe(rec)
+        click.echo(analytic_summary(rec))
     if rec.get("feasible") is False:
         raise InfeasibleError(rec["infeasible_reason"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import csv
 import io
 import json
@@ -10,8 +12,8 @@ from typing import Any
 
 import click
 
-
 from dlsim.api.sweep import run_sweep, summarize
+from dlsim.errors import SpecError
 from dlsim.cli import main, resumable
 from dlsim.cli.output import check_plot_path, emit_plot, emit_text, force_option
 from dlsim.io.files import check_output
@@ -64,10 +66,13 @@ def summary_csv(s: dict[str, Any]) -> str:
               help="Write the best point per model x cluster x GPUs as CSV.")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None, help="Draw the summary figure.")
 @click.option("--json", "json_out", is_flag=True, help="Print the summary record as JSON instead of the table.")
+@click.option("--stack", metavar="NAME|FILE",
+              help="Software stack of every point the spec does not give one (dlsim stacks); a spec compares "
+                   "stacks with grid: {stack: [pytorch, megatron-core]}.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display (it is drawn on a terminal only, on stderr).")
 @force_option
 def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | None, dask_local: int | None,
-              summary_out: str | None, plot_out: str | None, json_out: bool, quiet: bool) -> None:
+              summary_out: str | None, plot_out: str | None, json_out: bool, stack: str | None, quiet: bool) -> None:
     """Simulate every point of the grid in SPEC (YAML: models, clusters, gpus, global_batch, grid,
     fixed). Each result is appended to --out as it finishes; run the same command again after an
     interruption and it resumes where it stopped. Ends with the best strategy per model x cluster x
@@ -77,6 +82,12 @@ def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | Non
     if plot_out:
         check_plot_path(plot_out)
     s = load_sweep(spec)
+    if stack is not None:
+        if "stack" in dict(s.grid) or "stack" in dict(s.fixed):
+            raise SpecError("--stack: the spec already sets stack (in grid or fixed)", field="stack")
+        from dlsim.io.stack_yaml import load_stack
+        load_stack(stack)  # an unknown stack is refused before any point runs
+        s = replace(s, fixed=tuple(sorted({**dict(s.fixed), "stack": stack}.items())))
     results = Path(out) if out else Path(spec).with_suffix(".results.jsonl")
     # an existing results file is resumed (appended to), never an input: the spec, its models or profiles
     named = [Path(n) for n in s.models + s.clusters]

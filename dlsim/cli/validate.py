@@ -13,13 +13,14 @@ import click
 
 from dlsim.api.validate import validate_kernels, validate_model
 from dlsim.cli import main
+from dlsim.cli.command import DlsimGroup
 from dlsim.cli.options import json_option, parse_overrides, set_option
 from dlsim.cli.output import check_plot_path, emit_json, emit_plot, prepare_output, state_dtype, wants_summary
 from dlsim.report.text import table
 from dlsim.units import format_bytes, format_time
 
 
-class _DefaultModelGroup(click.Group):
+class _DefaultModelGroup(DlsimGroup):
     """A group whose unknown first word is a model name for the ``model`` subcommand."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:

@@ -7,7 +7,7 @@ import click
 from dlsim.api.models import describe_model, profiles as list_profile_records, zoo
 from dlsim.cli import main
 from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import add_assumed, emit_json, json_safe, wants_summary
+from dlsim.cli.output import add_assumed, emit_record
 from dlsim.report.text import model_table, models_table, profiles_table
 
 
@@ -15,24 +15,14 @@ from dlsim.report.text import model_table, models_table, profiles_table
 @json_option
 def models_cmd(json_out: str | None) -> None:
     """List the built-in model zoo."""
-    rows = zoo()
-    if json_out is not None:
-        emit_json(rows, json_out)
-    if wants_summary(json_out):
-        json_safe(rows)
-        click.echo(models_table(rows))
+    emit_record(zoo(), json_out, models_table)
 
 
 @main.command("profiles")
 @json_option
 def profiles_cmd(json_out: str | None) -> None:
     """List the built-in hardware profiles."""
-    rows = list_profile_records()
-    if json_out is not None:
-        emit_json(rows, json_out)
-    if wants_summary(json_out):
-        json_safe(rows)
-        click.echo(profiles_table(rows))
+    emit_record(list_profile_records(), json_out, profiles_table)
 
 
 @main.group("model")
@@ -51,9 +41,4 @@ def show_cmd(model: str, batch: int, dtype: str | None, overrides: tuple[str, ..
 
     MODEL is a zoo name (see `dlsim models`) or a path to a YAML description.
     """
-    rec = add_assumed(describe_model(model, batch, dtype, parse_overrides(overrides)))
-    if json_out is not None:
-        emit_json(rec, json_out)
-    if wants_summary(json_out):
-        json_safe(rec)
-        click.echo(model_table(rec))
+    emit_record(add_assumed(describe_model(model, batch, dtype, parse_overrides(overrides))), json_out, model_table)

@@ -12,111 +12,19 @@ are memory-bound on every device dlsim models, so their time comes from the byte
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
-from dlsim.cost.moe_routing import routing
+from dlsim.cost.attention import attention_cost, mla_cost, sdpa_cost
+from dlsim.cost.layercost import ACTIVATION_FLOPS, GLU_FLOPS, INDEX_BYTES, MASK_BYTES, NO_PASS, Gemm, LayerCost, PassCost, elementwise, without_gemms
+from dlsim.cost.moe import MOE_ROUTED_GEMMS, ROUTER_BYTES, moe_cost
 from dlsim.cost.workdepth import clog2, conv_direct_depth
 from dlsim.spec.model import Layer
-from dlsim.spec.ops import broadcast, conv_geometry, recurrent_gates, transposed_geometry
+from dlsim.spec.ops import conv_geometry, recurrent_gates, transposed_geometry
 from dlsim.units import DTYPE_BYTES
 
-MASK_BYTES = 1   # a dropout keep-mask element (bool)
-INDEX_BYTES = 8  # an int64 token id
-
-
-@dataclass(frozen=True)
-class Gemm:
-    """C[m×n] = A[m×k]·B[k×n], `count` independent times (a batched GEMM)."""
-
-    m: int
-    n: int
-    k: int
-    count: int = 1
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.count
-
-
-@dataclass(frozen=True)
-class PassCost:
-    """Cost of one pass of one layer for a whole (micro-)batch.
-
-    `kind` is "gemm" (priced by its GEMMs), "conv" (a convolution; `gemms` is its im2col form)
-    or "memory" (element-wise / reduction work, bandwidth-bound). `kernels` is the number of
-    kernel launches the pass needs. `parts` lists the memory-bound kernels a "gemm" pass runs
-    between its GEMMs, as (op type priced like, pass of that op, its cost): measured tables price
-    each from that op's curve (an unfused attention's scaling, softmax, dropout and layout copies).
-    """
-
-    flops: float = 0.0
-    work: float = 0.0
-    depth: int = 0
-    bytes_read: float = 0.0
-    bytes_written: float = 0.0
-    gemms: tuple[Gemm, ...] = ()
-    kind: str = "memory"
-    kernels: int = 1
-    parts: tuple[tuple[str, str, "PassCost"], ...] = ()
-
-    @property
-    def bytes(self) -> float:
-        return self.bytes_read + self.bytes_written
-
-    @property
-    def matmul_flops(self) -> float:
-        return float(sum(g.flops for g in self.gemms))
-
-
-NO_PASS = PassCost(kernels=0)
-
-
-@dataclass(frozen=True)
-class LayerCost:
-    """Forward, ∇x and ∇w costs of a layer, and what it keeps for the backward pass."""
-
-    forward: PassCost
-    backward_data: PassCost
-    backward_weight: PassCost
-    saves_input: bool = False
-    saves_output: bool = False
-    extra_saved_bytes: float = 0.0
-    conv: dict | None = field(default=None)
-    internal_backward: PassCost = NO_PASS
-    """The part of the ∇x pass that still runs when no input needs a gradient: in a composite layer the
-    gradients its own weights need (through time and between stacked layers of a recurrent layer, into
-    an attention's Q, K and V), all but the products giving the input's gradient."""
-    input_backward: tuple[PassCost, ...] = ()
-    """For a layer of several activation inputs whose ∇x is one product per input (∇A and ∇B of a
-    matrix product), each input's part of the ∇x pass, in input order."""
-
-    @property
-    def matmul_flops(self) -> float:
-        """Forward FLOPs of matrix-multiply-class work (conv, linear, attention products), as
-        PyTorch's FlopCounterMode counts them."""
-        return self.forward.matmul_flops
-
-    @property
-    def flops(self) -> float:
-        return self.forward.flops + self.backward_data.flops + self.backward_weight.flops
-
-
-def _without_gemms(cost: PassCost, drop: tuple[Gemm, ...], bytes_written: float) -> PassCost:
-    """`cost` less the GEMMs `drop` (one occurrence each, with their FLOPs and launches), writing
-    `bytes_written` instead."""
-    gemms = list(cost.gemms)
-    for g in drop:
-        gemms.remove(g)
-    flops = sum(g.flops for g in drop)
-    return replace(cost, flops=cost.flops - flops, work=cost.work - flops / 2, gemms=tuple(gemms),
-                   kernels=cost.kernels - len(drop), bytes_written=bytes_written)
-
-
-def _elementwise(elements: float, b: int, flops_per: float, reads: int = 1, writes: int = 1,
-                 depth: int = 1) -> PassCost:
-    return PassCost(flops=flops_per * elements, work=flops_per * elements, depth=depth,
-                    bytes_read=reads * elements * b, bytes_written=writes * elements * b)
+__all__ = ["Gemm", "INDEX_BYTES", "LayerCost", "MASK_BYTES", "MOE_ROUTED_GEMMS", "NO_PASS", "PassCost", "ROUTER_BYTES",
+           "fuse_dropout_add", "layer_cost"]
 
 
 def _conv2d(layer: Layer, n: int, b: int) -> LayerCost:
@@ -212,17 +120,12 @@ def _rmsnorm(layer: Layer, n: int, b: int) -> LayerCost:
     return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=4 * (elems // d or 1))
 
 
-# FLOP per output element, forward / backward: silu(a)·b = a·σ(a)·b (σ ≈ 4, two products);
-# gelu(a)·b with gelu's tanh approximation (14) and one product; backward about 1.5x
-_GLU_FLOPS = {"swiglu": (6, 10), "geglu": (15, 22)}
-
-
 def _glu(layer: Layer, n: int, b: int) -> LayerCost:
     """Gated linear unit over the two halves a, b of the last dimension (Shazeer 2020, "GLU variants
     improve transformer"): reads 2F, writes F; the backward reads a, b and ∇y and writes ∇a, ∇b.
     Keeps its input (both halves)."""
     out = n * layer.out_elements
-    f, bw = _GLU_FLOPS[layer.type]
+    f, bw = GLU_FLOPS[layer.type]
     fwd = PassCost(f * out, f * out, 1, 2 * out * b, out * b)
     bwd = PassCost(bw * out, bw * out, 1, 3 * out * b, 2 * out * b)
     return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
@@ -240,17 +143,14 @@ def _lrn(layer: Layer, n: int, b: int) -> LayerCost:
 
 # FLOP per element, forward / backward (conventions: relu a compare; sigmoid exp+add+div;
 # tanh ~ exp-based; gelu tanh-approximation).
-# relu6 two compares each way; silu x·σ(x) = σ (4) + 1 product, backward σ(x)(1 + x(1 - σ(x))) ≈ 6.
-_ACTIVATION_FLOPS = {"relu": (1, 1), "sigmoid": (4, 3), "tanh": (5, 3), "gelu": (14, 20), "relu6": (2, 2),
-                     "silu": (5, 6)}
 
 
 def _activation(layer: Layer, n: int, b: int) -> LayerCost:
     """Activation σ(x) (S002 Table 4, Appendix A.2): W = O(NCHW), D = O(1) for y and ∇x; no parameters."""
     elems = n * layer.in_elements
-    f, bw = _ACTIVATION_FLOPS[layer.type]
+    f, bw = ACTIVATION_FLOPS[layer.type]
     out_saved = layer.type in ("relu", "sigmoid", "tanh")
-    return LayerCost(_elementwise(elems, b, f), _elementwise(elems, b, bw, reads=2), NO_PASS,
+    return LayerCost(elementwise(elems, b, f), elementwise(elems, b, bw, reads=2), NO_PASS,
                      saves_input=not out_saved, saves_output=out_saved)
 
 
@@ -258,7 +158,7 @@ def _softmax(layer: Layer, n: int, b: int) -> LayerCost:
     """Softmax over the last dimension d: max, subtract, exp, sum, divide ≈ 5 FLOP/element, depth
     2⌈log2 d⌉ (two reductions); backward y⊙(∇y − Σ y⊙∇y) ≈ 4 FLOP/element."""
     elems, d = n * layer.in_elements, layer.in_shapes[0][-1]
-    return LayerCost(_elementwise(elems, b, 5, depth=2 * clog2(d)), _elementwise(elems, b, 4, reads=2, depth=clog2(d)),
+    return LayerCost(elementwise(elems, b, 5, depth=2 * clog2(d)), elementwise(elems, b, 4, reads=2, depth=clog2(d)),
                      NO_PASS, saves_output=True)
 
 
@@ -273,7 +173,7 @@ def _dropout(layer: Layer, n: int, b: int) -> LayerCost:
 def _add(layer: Layer, n: int, b: int) -> LayerCost:
     """Sum of k tensors: (k−1) adds per element, reads k, writes 1; the gradient passes through unchanged."""
     k, elems = len(layer.inputs), n * layer.out_elements
-    return LayerCost(_elementwise(elems, b, k - 1, reads=k), NO_PASS, NO_PASS)
+    return LayerCost(elementwise(elems, b, k - 1, reads=k), NO_PASS, NO_PASS)
 
 
 def _concat(layer: Layer, n: int, b: int) -> LayerCost:
@@ -334,225 +234,7 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
     bwd_x = gemm_pass(bx_g, out_elems * b + state_bytes + w_bytes, in_elems * b, 2 * flops_el)
     bwd_w = gemm_pass(bw_g, state_bytes + in_elems * b, w_bytes, 0)
     return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, saves_output=True, extra_saved_bytes=state_bytes,
-                     internal_backward=_without_gemms(bwd_x, input_grad, state_bytes))
-
-
-def _attention(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
-    """Multi-head self-attention, R = N·L rows, h heads of width d_h = D/h, KV width D_kv = kv_heads·d_h:
-    Q/K/V projections GEMM (R, D + 2·D_kv, D); scores QKᵀ batched GEMM (L, L, d_h)×N·h; softmax over
-    N·h·L² scores (5 FLOP/element); context AV (L, d_h, L)×N·h; output projection (R, D, D).
-    ∇x: projections' transposes plus four batched GEMMs (∇P = ∇O·Vᵀ, ∇V = Pᵀ·∇O, ∇Q = ∇S·K, ∇K = ∇Sᵀ·Q);
-    ∇w: (D + 2·D_kv, D, R) and (D, D, R). Causal masking is counted as full products, as PyTorch's
-    counter does. The memory-bound kernels between the GEMMs are `_attention_parts`. Under context
-    parallelism (attribute `context_parallel` = cp, set by `dlsim.plan.contextparallel`) L is the
-    rank's share of the sequence and the scores span its L queries and all cp·L keys.
-
-    Kept for the backward pass (Korthikanti et al. 2022, §4.1, per layer 11·sbh + 5·a·s²·b bytes in
-    16-bit with the layer norm's output counted at its producer): the input x, Q, K, V and the
-    context (each L×D per sample), the softmax output (2 bytes per score in 16-bit), and with
-    attention dropout its 1-byte mask and its output (the probabilities PV reads). With
-    `flash_attention` (Dao et al. 2022) no score is kept: Q, K, V, the output and one fp32
-    log-sum-exp per row and head; its backward recomputes QKᵀ (one more batched GEMM).
-    """
-    a, (steps, d) = layer.attrs, layer.in_shapes[0]
-    heads = a["heads"]
-    dh = d // heads
-    kv = dh * (a["kv_heads"] or heads)
-    rows, bh = n * steps, n * heads
-    keys = steps * a.get("context_parallel", 1)  # context parallelism: local queries, all keys
-    scores = bh * steps * keys
-    w_bytes = layer.params * b
-    qkv = d + 2 * kv
-    flash = "flash_attention" in fused
-    core_fwd = (Gemm(steps, keys, dh, bh), Gemm(steps, dh, keys, bh))
-    core_bwd = (Gemm(steps, keys, dh, bh),) * (5 if flash else 4)
-    fwd_g = (Gemm(rows, qkv, d),) + core_fwd + (Gemm(rows, d, d),)
-    bx_g = (Gemm(rows, d, d),) + core_bwd + (Gemm(rows, d, qkv),)
-    bw_g = (Gemm(d, d, rows), Gemm(qkv, d, rows))
-    bias = rows * (qkv + d) if a["bias"] else 0
-    act = rows * (d + qkv + d) * b  # x, Q/K/V, context
-    depth = clog2(d) + clog2(dh) + 2 * clog2(steps) + clog2(steps) + clog2(d)
-    def gemm_pass(gemms: tuple[Gemm, ...], extra: float, reads: float, writes: float) -> PassCost:
-        flops = sum(g.flops for g in gemms) + extra
-        return PassCost(flops, flops / 2, depth, reads, writes, gemms, "gemm", kernels=len(gemms) + 2)
-    score_traffic = 0 if flash else scores * b
-    fwd = gemm_pass(fwd_g, 5 * scores + bias, rows * d * b + w_bytes + act + 2 * score_traffic, act + 2 * score_traffic)
-    bwd_x = gemm_pass(bx_g, 4 * scores, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
-    fwd_parts, bwd_parts = _attention_parts(scores, rows * d, b, bool(a["dropout"]), bool(a.get("causal")), fused)
-    if a.get("rotary"):  # rotary embeddings on Q and K (Su et al. 2021): x·cos + rotate(x)·sin, 3 FLOP/element
-        rope = ("rope", "forward", _elementwise(rows * (d + kv), b, 3))
-        fwd_parts, bwd_parts = (rope,) + fwd_parts, bwd_parts + (rope,)
-    fwd, bwd_x = replace(fwd, parts=fwd_parts), replace(bwd_x, parts=bwd_parts)
-    bwd_w = gemm_pass(bw_g, bias, 2 * act, w_bytes)
-    if flash:
-        kept_scores = bh * steps * 4  # fp32 log-sum-exp per row and head
-    else:
-        kept_scores = scores * b + (scores * (b + MASK_BYTES) if a["dropout"] else 0)
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores,
-                     internal_backward=_without_gemms(bwd_x, (Gemm(rows, d, qkv),), act - rows * d * b))
-
-
-def _mla(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
-    """Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1.2-2.1.3; DeepSeek-V3 §2.1.1),
-    R = N·L rows, H heads, score width d_qk = nope + rope, value width d_v, latent widths c_q, c_kv:
-    Q down (R, c_q, D) and RMSNorm, Q up (R, H·d_qk, c_q) (one (R, H·d_qk, D) without Q compression);
-    KV down (R, c_kv + rope, D) and RMSNorm of the c_kv part, KV up (R, H·(nope + d_v), c_kv); rotary
-    embeddings on the R·H·rope query and the R·rope shared key elements (3 FLOP/element); scores
-    QKᵀ (L, L, d_qk)×N·H, softmax, context (L, d_v, L)×N·H, output (R, D, H·d_v). Training runs the
-    projections unabsorbed (the report's §2.1.2 absorption is an inference optimisation). ∇x and ∇w
-    as `_attention` (four core GEMMs backward, five with `flash_attention`, which keeps no scores).
-    Kept: x, the two latents, Q, K, V, the context and the softmax output (or one fp32 log-sum-exp
-    per row and head with flash attention)."""
-    a, (steps, d) = layer.attrs, layer.in_shapes[0]
-    h, cq, ckv = a["heads"], a["q_lora"], a["kv_lora"]
-    rope, dqk, dv = a["qk_rope_dim"], a["qk_nope_dim"] + a["qk_rope_dim"], a["v_head_dim"]
-    rows, bh = n * steps, n * h
-    scores = bh * steps * steps
-    flash = "flash_attention" in fused
-    proj = ([(cq, d), (h * dqk, cq)] if cq else [(h * dqk, d)]) + [(ckv + rope, d), (h * (a["qk_nope_dim"] + dv), ckv)]
-    fwd_g = tuple(Gemm(rows, o, i) for o, i in proj) + (Gemm(steps, steps, dqk, bh), Gemm(steps, dv, steps, bh),
-                                                          Gemm(rows, d, h * dv))
-    bx_g = (Gemm(rows, h * dv, d),) + (Gemm(steps, steps, dqk, bh),) * (5 if flash else 4) + \
-        tuple(Gemm(rows, i, o) for o, i in reversed(proj))
-    bw_g = (Gemm(d, h * dv, rows),) + tuple(Gemm(o, i, rows) for o, i in reversed(proj))
-    norms = rows * (cq + ckv)
-    rope_el = rows * (h + 1) * rope
-    w_bytes = layer.params * b
-    act = rows * (d + cq + ckv + rope + h * (dqk + dqk + dv) + h * dv) * b  # x, latents, Q, K, V, context
-    score_traffic = 0 if flash else scores * b
-    fwd_parts, bwd_parts = _attention_parts(scores, rows * h * dv, b, False, bool(a["causal"]), fused)
-    extra_f = [("rmsnorm", "forward", _elementwise(norms, b, 4, reads=2)), ("rope", "forward", _elementwise(rope_el, b, 3))]
-    extra_b = [("rope", "forward", _elementwise(rope_el, b, 3)), ("rmsnorm", "backward_data", _elementwise(norms, b, 8, reads=4))]
-    fwd_parts, bwd_parts = tuple(extra_f) + fwd_parts, bwd_parts + tuple(extra_b)
-    depth = clog2(d) + clog2(dqk) + 3 * clog2(steps) + clog2(h * dv)
-    def gemm_pass(gemms: tuple[Gemm, ...], parts, reads: float, writes: float) -> PassCost:
-        flops = sum(g.flops for g in gemms) + sum(p[2].flops for p in parts)
-        return PassCost(flops, flops / 2, depth, reads, writes, gemms, "gemm", kernels=len(gemms) + len(parts),
-                        parts=tuple(parts))
-    fwd = gemm_pass(fwd_g, fwd_parts, rows * d * b + w_bytes + act + 2 * score_traffic, act + 2 * score_traffic)
-    bwd_x = gemm_pass(bx_g, bwd_parts, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
-    bwd_w = gemm_pass(bw_g, (), 2 * act, w_bytes)
-    kept_scores = bh * steps * 4 if flash else scores * b
-    reads_x = tuple(Gemm(rows, i, o) for o, i in (proj[0], proj[-2]))  # ∇x of the Q and KV down-projections
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores,
-                     internal_backward=_without_gemms(bwd_x, reads_x, act - rows * d * b))
-
-
-def _attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, causal: bool,
-                     fused: frozenset[str] = frozenset()) -> tuple[tuple[tuple[str, str, PassCost], ...],
-                                                                   tuple[tuple[str, str, PassCost], ...]]:
-    """The memory-bound kernels an attention runs between its GEMMs, forward and backward, each as
-    (op whose measured curve prices it, pass, cost). Unfused (PyTorch's math path:
-    ``softmax(QKᵀ · d_h^-1/2 [masked]) [dropout] · V``), over the S = N·h·L² scores: the scaling
-    (one read, one write; priced like relu forward), the causal mask's fill (same), softmax,
-    dropout; over the N·L·D activations four layout copies (Q, Kᵀ and V made contiguous for the
-    batched GEMMs, the context moved back), each a read and a write. The backward runs the
-    gradient of each. `scale_mask_softmax` makes scaling, mask and softmax one kernel each way;
-    `strided_attention` leaves only the context's copy; `flash_attention` keeps only the
-    context's copy (the core is one kernel, priced by its GEMMs). The FLOPs of scaling, softmax
-    and dropout are already in the pass's element-wise remainder, so the parts replace it when
-    priced."""
-    unary = _elementwise(scores, b, 1)
-    copy = _elementwise(rows_by_width, b, 0)
-    copies = 1 if fused & {"strided_attention", "flash_attention"} else 4
-    fwd: list[tuple[str, str, PassCost]] = []
-    bwd: list[tuple[str, str, PassCost]] = []
-    if "flash_attention" not in fused:
-        if "scale_mask_softmax" in fused:
-            fwd.append(("softmax", "forward", _elementwise(scores, b, 6 + causal)))
-            bwd.append(("softmax", "backward_data", _elementwise(scores, b, 5, reads=2)))
-        else:
-            for _ in range(1 + causal):
-                fwd.append(("relu", "forward", unary))
-                bwd.append(("relu", "forward", unary))
-            fwd.append(("softmax", "forward", _elementwise(scores, b, 5)))
-            bwd.append(("softmax", "backward_data", _elementwise(scores, b, 4, reads=2)))
-        if dropout:
-            fwd.append(("dropout", "forward", PassCost(2 * scores, 2 * scores, 1, scores * b,
-                                                       scores * (b + MASK_BYTES))))
-            bwd.append(("dropout", "backward_data", PassCost(scores, scores, 1, scores * (b + MASK_BYTES), scores * b)))
-    fwd += [("relu", "forward", copy)] * copies
-    bwd += [("relu", "forward", copy)] * copies
-    return tuple(fwd), tuple(bwd)
-
-
-ROUTER_BYTES = 4  # router logits, probabilities and the auxiliary loss's statistics are kept in fp32
-MOE_ROUTED_GEMMS = 3
-"""A `moe` pass lists its router GEMM, the routed experts' up and down GEMMs, then the shared experts'."""
-
-
-def _moe(layer: Layer, n: int, b: int, ep: int = 1) -> LayerCost:
-    """Mixture-of-experts layer (Shazeer et al. 2017; GShard; Switch Transformer, Fedus et al. 2022;
-    DeepSeekMoE, Dai et al. 2024, for shared and fine-grained experts) on the busiest of `ep` expert
-    ranks, R = N·L tokens of width D, E experts of width F, top-k, S shared experts of width F_s:
-
-    * router: GEMM (R, E, D), softmax over R·E scores (5 FLOP/element, fp32) and top-k selection
-      (one pass over the scores); with `aux_loss` the load-balancing loss (Switch eq. 4:
-      α·E·Σ_i f_i·P_i: per score a count and a mean, 2 FLOP/element);
-    * permute: the R·k routed copies of the tokens gathered into expert order (a copy);
-    * routed experts: on this rank E/ep experts, each a GEMM (t, m·F, D) up (m = 2 gated, 1 otherwise),
-      the activation and (t, D, F) down, t = ⌈u·R·k / (E/ep)⌉ rows (`dlsim.cost.moe_routing`:
-      u = the busiest rank's load over the mean, capped by the capacity factor) — balanced, the same
-      FLOPs as all E experts over the R·k pairs at ep = 1;
-    * unpermute: the k outputs of each token scaled by its gates and summed (2 FLOP per element);
-    * shared experts: GEMMs (R, m·S·F_s, D) and (R, D, S·F_s) on every token.
-
-    ∇x and ∇w repeat the GEMM volumes (as `_linear`); the router's ∇x includes the softmax's.
-    Fine-grained experts (DeepSeekMoE) are many experts of small F with a larger k: the same formulas.
-    Kept for the backward pass: the input, the router's probabilities (fp32) and indices, the
-    permuted tokens, each expert's up-projection output and activation, the shared experts' likewise.
-    """
-    a, (steps, d) = layer.attrs, layer.in_shapes[0]
-    rows = n * steps
-    r = routing(a, rows, ep)
-    e, k, f = r.experts, r.top_k, a["ffn_hidden"]
-    gated = a["activation"] in ("swiglu", "geglu")
-    up = (2 if gated else 1) * f
-    local, t = r.local_experts, r.rows_per_expert
-    pairs = t * local
-    fs = (a["shared_ffn_hidden"] or f) * a["shared_experts"]
-    ups = (2 if gated else 1) * fs
-    fwd_g = [Gemm(rows, e, d), Gemm(t, up, d, local), Gemm(t, d, f, local)]
-    bx_g = [Gemm(rows, d, e), Gemm(t, f, d, local), Gemm(t, d, up, local)]
-    bw_g = [Gemm(e, d, rows), Gemm(d, f, t, local), Gemm(up, d, t, local)]
-    if fs:
-        fwd_g += [Gemm(rows, ups, d), Gemm(rows, d, fs)]
-        bx_g += [Gemm(rows, fs, d), Gemm(rows, d, ups)]
-        bw_g += [Gemm(d, fs, rows), Gemm(ups, d, rows)]
-    scores = rows * e
-    act = a["activation"]
-    act_f, act_b = _GLU_FLOPS[act] if gated else _ACTIVATION_FLOPS[act]
-    act_elems = pairs * f + rows * fs
-    bias = (pairs * (up + d) + rows * (ups + d if fs else 0)) if a["bias"] else 0
-    fwd_parts = [("softmax", "forward", _elementwise(scores, ROUTER_BYTES, 5 + (2 if a["aux_loss"] else 0),
-                                                      depth=2 * clog2(e))),
-                 ("relu", "forward", _elementwise(pairs * d, b, 0)),  # permute: gather in expert order
-                 (act, "forward", _elementwise(act_elems, b, act_f, reads=2 if gated else 1)),
-                 ("add", "forward", _elementwise(pairs * d, b, 2, reads=2))]  # unpermute, gate and sum
-    bwd_parts = [("add", "forward", _elementwise(pairs * d, b, 2, reads=2)),
-                 (act, "backward_data", _elementwise(act_elems, b, act_b, reads=3 if gated else 2,
-                                                     writes=2 if gated else 1)),
-                 ("relu", "forward", _elementwise(pairs * d, b, 0)),
-                 ("softmax", "backward_data", _elementwise(scores, ROUTER_BYTES, 4 + (2 if a["aux_loss"] else 0), reads=2))]
-    elementwise_f = sum(p[2].flops for p in fwd_parts) + bias
-    elementwise_b = sum(p[2].flops for p in bwd_parts)
-    w_bytes = (d * e + local * (up + f) * d + (ups + fs) * d) * b
-    hidden = (pairs * (up + (f if gated else 0)) + rows * (ups + (fs if gated else 0))) * b
-    x_bytes, perm = rows * d * b, pairs * d * b
-    depth = clog2(d) + 2 * clog2(e) + clog2(f) + 1
-    def gemm_pass(gemms: list[Gemm], extra: float, reads: float, writes: float, parts) -> PassCost:
-        flops = sum(g.flops for g in gemms) + extra
-        return PassCost(flops, flops / 2, depth, reads, writes, tuple(gemms), "gemm",
-                        kernels=len(gemms) + len(parts), parts=tuple(parts))
-    fwd = gemm_pass(fwd_g, elementwise_f, x_bytes + w_bytes + scores * ROUTER_BYTES + perm + hidden,
-                    scores * ROUTER_BYTES + perm + hidden + x_bytes, fwd_parts)
-    bwd_x = gemm_pass(bx_g, elementwise_b, x_bytes + w_bytes + hidden + perm + scores * ROUTER_BYTES,
-                      x_bytes + hidden + perm, bwd_parts)
-    bwd_w = gemm_pass(bw_g, bias, x_bytes + perm + hidden, w_bytes, ())
-    saved = scores * ROUTER_BYTES + rows * k * INDEX_BYTES + perm + hidden
-    reads_x = (Gemm(rows, d, e), Gemm(t, d, up, local)) + ((Gemm(rows, d, ups),) if fs else ())  # router, up-projections
-    return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=saved,
-                     internal_backward=_without_gemms(bwd_x, reads_x, hidden + perm))
+                     internal_backward=without_gemms(bwd_x, input_grad, state_bytes))
 
 
 def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:
@@ -614,39 +296,8 @@ def _matmul(layer: Layer, n: int, b: int) -> LayerCost:
     grad_a, grad_b = Gemm(m, k, cols, count), Gemm(k, cols, m, count)
     bwd = PassCost(4 * m * cols * k * count, 2 * m * cols * k * count, max(clog2(cols), clog2(m)),
                    2 * c_bytes + a_bytes + b_bytes, a_bytes + b_bytes, (grad_a, grad_b), "gemm", kernels=2)
-    per_input = (_without_gemms(bwd, (grad_b,), a_bytes), _without_gemms(bwd, (grad_a,), b_bytes))
+    per_input = (without_gemms(bwd, (grad_b,), a_bytes), without_gemms(bwd, (grad_a,), b_bytes))
     return LayerCost(fwd, bwd, NO_PASS, saves_input=True, input_backward=per_input)
-
-
-def _sdpa(layer: Layer, n: int, b: int) -> LayerCost:
-    """Scaled dot-product attention softmax(Q·Kᵀ/√d)·V without projections, Q (..., L, d), K (..., S, d),
-    V (..., S, d_v), batched over the leading dimensions and the samples: forward QKᵀ (L, S, d) and
-    P·V (L, d_v, S); ≈ 5 FLOP per score for scaling and softmax. Backward the five products of PyTorch's
-    FLOP counter (torch.utils.flop_counter.sdpa_backward_flop_count, torch 2.13): the scores recomputed
-    Q·Kᵀ (L, S, d) as the fused kernels do (Dao et al. 2022, Algorithm 4), ∇P = ∇O·Vᵀ (L, S, d_v),
-    ∇V = Pᵀ·∇O (S, d_v, L), ∇Q = ∇S·K (L, d, S), ∇K = ∇Sᵀ·Q (S, d, L); ≈ 4 FLOP per score. Causal masking
-    is counted as full products, as the counter does. Without dropout PyTorch runs a fused kernel (flash
-    attention on CPU and GPU) that keeps no score: Q, K, V, the output and one fp32 log-sum-exp per row.
-    With dropout its CPU dispatch falls back to the unfused math path (the CPU flash kernel has none),
-    whose backward reads the kept probabilities and their dropout mask instead of recomputing Q·Kᵀ:
-    four products (the counter counts the math path's four batched matmuls)."""
-    q, k, v = layer.in_shapes
-    steps, d, s, dv = q[-2], q[-1], k[-2], v[-1]
-    count = n * math.prod(layer.out_shape[:-2])
-    scores = count * steps * s
-    io = n * (math.prod(q) + math.prod(k) + math.prod(v)) * b
-    out = n * layer.out_elements * b
-    fwd_g = (Gemm(steps, s, d, count), Gemm(steps, dv, s, count))
-    math_path = bool(layer.attrs["dropout"])
-    bwd_g = (Gemm(steps, s, d, count),) * (not math_path) + (
-        Gemm(steps, s, dv, count), Gemm(s, dv, steps, count), Gemm(steps, d, s, count), Gemm(s, d, steps, count))
-    depth = clog2(d) + 2 * clog2(s) + clog2(s)
-    fwd = PassCost(sum(g.flops for g in fwd_g) + 5 * scores, sum(g.flops for g in fwd_g) / 2 + 5 * scores, depth,
-                   io, out + count * steps * 4, fwd_g, "gemm", kernels=1)
-    bwd = PassCost(sum(g.flops for g in bwd_g) + 4 * scores, sum(g.flops for g in bwd_g) / 2 + 4 * scores, depth,
-                   io + 2 * out, io, bwd_g, "gemm", kernels=1)
-    kept = scores * (b + MASK_BYTES) if math_path else count * steps * 4
-    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, saves_output=True, extra_saved_bytes=kept)
 
 
 def _generic(layer: Layer, n: int, b: int) -> LayerCost:
@@ -673,9 +324,9 @@ _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
     "softmax": _softmax, "dropout": _dropout, "add": _add, "concat": _concat,
     "flatten": _view, "reshape": _view, "embedding": _embedding,
     "lstm": _recurrent, "gru": _recurrent, "rnn": _recurrent,
-    "attention": _attention, "cross_entropy": _cross_entropy,
+    "attention": attention_cost, "cross_entropy": _cross_entropy,
     "relu6": _activation, "silu": _activation, "conv_transpose2d": _conv_transpose2d, "groupnorm": _groupnorm,
-    "matmul": _matmul, "sdpa": _sdpa, "generic": _generic,
+    "matmul": _matmul, "sdpa": sdpa_cost, "generic": _generic,
 }
 
 
@@ -687,11 +338,11 @@ def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[s
     if batch < 1:
         raise ValueError(f"batch must be positive, got {batch}")
     if layer.type == "attention":
-        return _attention(layer, batch, DTYPE_BYTES[dtype], fused)
+        return attention_cost(layer, batch, DTYPE_BYTES[dtype], fused)
     if layer.type == "moe":
-        return _moe(layer, batch, DTYPE_BYTES[dtype], ep)
+        return moe_cost(layer, batch, DTYPE_BYTES[dtype], ep)
     if layer.type == "mla":
-        return _mla(layer, batch, DTYPE_BYTES[dtype], fused)
+        return mla_cost(layer, batch, DTYPE_BYTES[dtype], fused)
     return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])
 
 
@@ -704,3 +355,4 @@ def fuse_dropout_add(dropout: LayerCost, add: LayerCost, residual_bytes: float) 
     fused_fwd = replace(f, flops=f.flops + add.forward.flops, work=f.work + add.forward.work,
                         bytes_read=f.bytes_read + residual_bytes)
     return replace(dropout, forward=fused_fwd), replace(add, forward=NO_PASS)
+

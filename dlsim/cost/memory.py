@@ -23,6 +23,14 @@ OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
 # bytes moved and FLOPs per parameter of one optimizer step (fp32 state; read w, g and state, write w and state)
 _STEP = {"sgd": (3, 2), "momentum": (5, 4), "adam": (7, 12)}
 
+_UNFUSED_STEP = {"sgd": (3, 1), "momentum": (8, 3), "adam": (21, 8)}
+"""(fp32 elements read or written per parameter, element-wise ops) of the unfused step, counted in
+pytorch/pytorch@005941e torch/optim/adam.py `_multi_tensor_adam` (mul_ and add_ of exp_avg, mul_
+and addcmul_ of exp_avg_sq, sqrt, div_, add of eps, addcdiv_ into the parameters: 2 + 3 + 2 + 4 + 2
++ 2 + 2 + 4 elements, 8 ops) and torch/optim/sgd.py `_multi_tensor_sgd` (momentum: mul_ and add_
+of the buffer, add_ into the parameters; plain SGD: the add_ alone). The single-tensor loop runs
+the same ops tensor by tensor."""
+
 
 @dataclass(frozen=True)
 class StateBytes:
@@ -37,18 +45,32 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes_per_param(dtype: str, optimizer: str) -> StateBytes:
-    """Bytes per parameter: weights and gradients in `dtype`; optimizer state (+ fp32 master weights
-    for half precision) in fp32."""
+def state_bytes_per_param(dtype: str, optimizer: str, grad_bytes: float | None = None) -> StateBytes:
+    """Bytes per parameter: weights in `dtype`, gradients in `dtype` or `grad_bytes` (a gradient
+    buffer kept in another dtype, e.g. fp32 for an fp32 reduction); optimizer state (+ fp32 master
+    weights for half precision) in fp32."""
     b = DTYPE_BYTES[dtype]
     master = 4 if b < 4 else 0
-    return StateBytes(b, b, 4 * OPTIMIZERS[optimizer] + master)
+    return StateBytes(b, b if grad_bytes is None else grad_bytes, 4 * OPTIMIZERS[optimizer] + master)
 
 
-def optimizer_step_traffic(params: int, optimizer: str) -> tuple[float, float]:
-    """(bytes, FLOPs) of one optimizer step over `params` fp32 parameters."""
+def optimizer_step_traffic(params: int, optimizer: str, impl: str = "fused") -> tuple[float, float]:
+    """(bytes, FLOPs) of one optimizer step over `params` fp32 parameters: one pass over weights,
+    gradients and state when fused; with `impl` foreach or for_loop, every op's pass
+    (`_UNFUSED_STEP`)."""
     per_bytes, per_flops = _STEP[optimizer]
+    if impl != "fused":
+        per_bytes = _UNFUSED_STEP[optimizer][0]
     return params * per_bytes * 4.0, params * float(per_flops)
+
+
+def optimizer_step_kernels(tensor_groups: int, tensors: int, optimizer: str, impl: str = "fused") -> int:
+    """Kernel launches of one optimizer step: fused, one per group of tensors (`tensor_groups`,
+    multi-tensor apply); foreach, one per op and group; for_loop, one per op and tensor."""
+    if impl == "fused":
+        return tensor_groups
+    ops = _UNFUSED_STEP[optimizer][1]
+    return ops * (tensor_groups if impl == "foreach" else max(1, tensors))
 
 
 def mixed_precision_step_traffic(params: int, dtype: str) -> tuple[float, float]:
@@ -72,7 +94,7 @@ def grad_accumulation_bytes(mode: str, dtype: str, num_microbatches: int) -> flo
       but the first, whose gradient is kept as it is: 3b (m - 1) / m averaged over m micro-batches;
     * main_grad: 3b for every micro-batch (Megatron-LM's hook adds into a zeroed buffer);
     * main_grad_fp32: read 4 + read b + write 4 for every micro-batch;
-    * fused_fp32, none: 0 (inside the weight-gradient GEMM's epilogue, which stays compute-bound;
+    * fused, fused_fp32, none: 0 (inside the weight-gradient GEMM's epilogue, which stays compute-bound;
       or not charged).
     """
     b = DTYPE_BYTES[dtype]

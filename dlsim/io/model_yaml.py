@@ -13,6 +13,8 @@ the input of repeat i+1 is the last layer of repeat i.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,7 +25,8 @@ from dlsim.io.paths import resolve_model
 from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
 from dlsim.spec.model import INPUT, Model, build_model
 
-_TOP_KEYS = {"name", "description", "source", "dtype", "input", "params", "blocks", "layers", "extends", "published"}
+_TOP_KEYS = {"name", "description", "source", "dtype", "input", "params", "blocks", "layers", "extends", "published",
+             "stack"}
 _MAX_DEPTH = 8
 MAX_LAYERS = 50_000          # operators once blocks are expanded
 MAX_INT = 2**40              # any integer attribute (sizes, counts)
@@ -213,6 +216,11 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
                             kind, expander.out, source=str(path), params_used=names)
     except (TypeError, ValueError, OverflowError, ZeroDivisionError, KeyError, IndexError) as exc:
         raise SpecError(f"malformed description ({type(exc).__name__}: {excerpt(str(exc), 120)})", path=path) from None
+    stack = raw.get("stack") or ""
+    if not isinstance(stack, str) or len(stack) > 200:
+        raise SpecError(f"must be a stack name or file, got {excerpt(stack)}", path=path, field="stack")
+    if stack:
+        model = replace(model, stack=stack)
     for layer in model.layers:
         for what, count in (("output elements per sample", math.prod(layer.out_shape)), ("parameters", layer.params)):
             if count > MAX_ELEMENTS:

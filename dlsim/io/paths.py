@@ -28,13 +28,44 @@ def profile_dirs() -> list[Path]:
     return extra + [data_root() / "hardware_profiles"]
 
 
-def list_models() -> list[Path]:
-    """All zoo model files, first directory wins on a name clash."""
+def stack_dirs() -> list[Path]:
+    """Directories searched for software stacks: $DLSIM_STACKS (colon-separated), then the built-in ones."""
+    extra = [Path(p) for p in os.environ.get("DLSIM_STACKS", "").split(os.pathsep) if p]
+    return extra + [data_root() / "stacks"]
+
+
+def list_stacks() -> list[Path]:
+    """All stack files, first directory wins on a name clash."""
+    return _yaml_files(stack_dirs())
+
+
+def _yaml_files(dirs: list[Path]) -> list[Path]:
+    """The YAML files of `dirs` by name, the first directory winning a name clash."""
     seen: dict[str, Path] = {}
-    for d in model_dirs():
+    for d in dirs:
         for p in sorted(d.glob("*.yaml")) if d.is_dir() else []:
             seen.setdefault(p.stem, p)
     return sorted(seen.values(), key=lambda p: p.stem)
+
+
+def resolve_stack(name_or_path: str | Path) -> Path:
+    """A stack file from a name (``megatron-core``) or a path to a YAML file."""
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")) or os.sep in text:
+        if Path(text).is_file():
+            return Path(text)
+        raise SpecError("no such stack file", path=text)
+    for d in stack_dirs():
+        c = d / f"{text}.yaml"
+        if c.is_file():
+            return c
+    known = ", ".join(p.stem for p in list_stacks())
+    raise SpecError(f"unknown stack {text!r} (known: {known}; or a stack YAML file)", field="stack")
+
+
+def list_models() -> list[Path]:
+    """All zoo model files, first directory wins on a name clash."""
+    return _yaml_files(model_dirs())
 
 
 def list_profiles() -> list[Path]:

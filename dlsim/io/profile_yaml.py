@@ -28,7 +28,9 @@ _LINK_KEYS = {"name", "latency_us", "bandwidth_gbytes_per_s", "bandwidth_gbits_p
               "topology", "oversubscription", "dims", "source", "burst_bytes", "burst_peak_bandwidth_gbytes_per_s",
               "bandwidth_efficiency"}
 _TOP_KEYS = {"name", "description", "device", "nodes", "devices_per_node", "intra_node", "inter_node", "host_link",
-             "reduce_bandwidth_gbytes_per_s", "tables", "sources", "notes", "measured"}
+             "reduce_bandwidth_gbytes_per_s", "tables", "sources", "notes", "measured",
+             # the run sections, read by dlsim.io.profile_run
+             "power", "reliability", "storage", "restart"}
 
 
 def _number(data: dict, key: str, path: Path, field: str, *, default: Any = None, positive: bool = True) -> float:

@@ -20,6 +20,7 @@ Example:
     tp_async_backward: true       # TP input-gradient collectives beside the weight-gradient GEMMs (Megatron-LM)
     p2p_overlap: false            # pipeline exchanges block the sender (Megatron-LM's default)
     p2p_scatter_gather: true      # replicated boundaries sent as 1/tp slices, all-gathered at the receiver
+    stack: megatron-core          # the software stack (dlsim stacks): its values for every key not set here
     fused_kernels: [scale_mask_softmax, bias_dropout_add]   # dlsim.spec.strategy.FUSIONS
     grad_accumulation: main_grad  # autograd | main_grad | main_grad_fp32 | fused_fp32 | none
     zero: 1                       # 0-3; 1 = distributed optimizer, 3 = FSDP (+ hybrid_shard: true)
@@ -36,17 +37,19 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dlsim.errors import SpecError, UnitError
 from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
+from dlsim.spec.stack import STACK_KEYS
 from dlsim.spec.strategy import Compression, LayerGroup, Strategy, Variability, make_strategy
 from dlsim.units import KIB, MIB
 
 _PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
           "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
           "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
-          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "grad_accumulation", "cp", "hybrid_shard", "offload"}
+          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "grad_accumulation", "cp", "hybrid_shard", "offload",
+          "stack", "optimizer_impl", "grad_reduce_dtype", "param_gather_overlap"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}
@@ -120,18 +123,56 @@ def given_keys(data: Any) -> set[str]:
 
 
 def load_strategy(path: str | Path, overrides: dict[str, Any] | None = None,
-                  given: set[str] | None = None) -> Strategy:
+                  given: set[str] | None = None,
+                  complete: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None) -> Strategy:
     """A validated `Strategy` from a YAML file; `overrides` (already in SI) replace its fields.
-    `given`, when passed, receives the names of the fields the file sets (`given_keys`)."""
+    `given`, when passed, receives the names of the fields the file sets (`given_keys`).
+    `complete(fields, names set)`, when passed, fills in what neither set (a software stack's values)."""
     path = Path(path)
     data = read_yaml(path) or {}
     fields = strategy_fields(data, path)
+    names = given_keys(data)
     if given is not None:
-        given |= given_keys(data)
+        given |= names
     fields.update(overrides or {})
     try:
+        if complete is not None:
+            fields = complete(fields, names | set(overrides or {}))
         return make_strategy(**fields)
     except SpecError as exc:
         raise SpecError(exc.reason, path=path, field=exc.field) from None
     except (TypeError, UnitError) as exc:
         raise SpecError(str(exc), path=path) from None
+
+
+def strategy_document(s: Strategy) -> dict[str, Any]:
+    """A strategy as the mapping a strategy file holds, which `load_strategy` reads back to the same
+    strategy: the layout, the batch, the schedule, the stack and every key a stack may set (so that the
+    stack's own values cannot replace them), every other field off its default; sizes in bytes."""
+    default = Strategy()
+    always = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "stack"} | set(STACK_KEYS)
+    if s.sync != "allreduce":  # all-reduce's own fields would be refused beside parameter-server training
+        always -= {"overlap", "bucket_size", "first_bucket_size"}
+    out: dict[str, Any] = {}
+    for key in Strategy.__dataclass_fields__:
+        value = getattr(s, key)
+        if key not in always and value == getattr(default, key):
+            continue
+        if value is None or value == "" or key == "variability" and not value.active:
+            continue
+        if key in ("bucket_size", "first_bucket_size"):
+            out[f"{key}_bytes"] = value
+        elif key in ("fused_kernels", "stage_partition"):
+            out[key] = list(value)
+        elif key == "compression":
+            out[key] = {"kind": value.kind, "bits": value.bits, "density": value.density,
+                        "bucket_elements": value.bucket_elements, "error_feedback": value.error_feedback}
+        elif key == "variability":
+            out[key] = {"jitter": value.jitter, "jitter_cv": value.jitter_cv, "straggler_fraction":
+                        value.straggler_fraction, "straggler_slowdown": value.straggler_slowdown, "seed": value.seed,
+                        "device_slowdown": {rank: factor for rank, factor in value.device_slowdown}}
+        elif key == "layer_groups":
+            out[key] = [{"first": g.first, "last": g.last, "parallel": g.parallel} for g in value]
+        else:
+            out[key] = value
+    return out

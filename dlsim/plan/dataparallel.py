@@ -13,7 +13,9 @@ backward pass ends).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
+
+from dlsim.units import DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,13 @@ class Bucket:
     layers: tuple[int, ...]
     nbytes: float
     group: str = "dp"
+    param_nbytes: float = -1.0
+    """Bytes of the bucket's parameters in the training dtype (what ZeRO-3 gathers); -1: `nbytes`
+    (gradients reduced in the training dtype)."""
+
+    @property
+    def gather_nbytes(self) -> float:
+        return self.nbytes if self.param_nbytes < 0 else self.param_nbytes
 
     @property
     def ready_after(self) -> int:
@@ -32,9 +41,10 @@ class Bucket:
 
 
 def make_buckets(layer_bytes: Sequence[tuple[int, float]], bucket_size: float,
-                 first_bucket_size: float, group: str = "dp") -> list[Bucket]:
+                 first_bucket_size: float, group: str = "dp", param_scale: float = 1.0) -> list[Bucket]:
     """Buckets over (layer index, gradient bytes) in forward order, returned in reduction
-    (backward) order, reduced over `group`. Layers without gradients are skipped."""
+    (backward) order, reduced over `group`. Layers without gradients are skipped. `param_scale` is
+    a parameter's bytes over its gradient's (gradients reduced in another dtype than the weights)."""
     buckets: list[Bucket] = []
     current: list[int] = []
     size = 0.0
@@ -45,11 +55,29 @@ def make_buckets(layer_bytes: Sequence[tuple[int, float]], bucket_size: float,
         size += nbytes
         limit = first_bucket_size if not buckets else bucket_size
         if size >= limit:
-            buckets.append(Bucket(tuple(current), size, group))
+            buckets.append(_bucket(current, size, group, param_scale))
             current, size = [], 0.0
     if current:
-        buckets.append(Bucket(tuple(current), size, group))
+        buckets.append(_bucket(current, size, group, param_scale))
     return list(reversed(buckets))
+
+
+def _bucket(layers: list[int], nbytes: float, group: str, param_scale: float) -> Bucket:
+    return Bucket(tuple(layers), nbytes, group, -1.0 if param_scale == 1.0 else nbytes * param_scale)
+
+
+FP32_BUFFERS = ("main_grad_fp32", "fused_fp32")
+"""Gradient accumulations into an fp32 buffer (`dlsim.spec.strategy.GRAD_ACCUMULATIONS`)."""
+
+
+def reduce_element_bytes(s: Any, dtype: str) -> int:
+    """Bytes of one element of the gradient buffer, which micro-batches accumulate into, the device
+    keeps and the data-parallel reduction moves: `s.grad_reduce_dtype` when set, else fp32 for an
+    fp32 accumulation (`FP32_BUFFERS`; Megatron-LM reduces its fp32 main_grad buffer), else the
+    training `dtype`."""
+    if s.grad_reduce_dtype:
+        return DTYPE_BYTES[s.grad_reduce_dtype]
+    return 4 if s.grad_accumulation in FP32_BUFFERS else DTYPE_BYTES[dtype]
 
 
 def overlap_bounds(compute: float, comm: float) -> tuple[float, float]:

@@ -138,7 +138,8 @@ def check_expert_parallel(model: Model, ep: int) -> None:
                             field="ep")
 
 
-def expert_buckets(entries: Sequence[Any], buckets: list[Bucket], s: Any, element_bytes: int) -> list[Bucket]:
+def expert_buckets(entries: Sequence[Any], buckets: list[Bucket], s: Any, element_bytes: int,
+                   param_scale: float = 1.0) -> list[Bucket]:
     """Gradient buckets of a chunk with its routed experts' gradients apart: the layers' other
     parameters in data-parallel buckets, the experts' in buckets reduced over the expert-data-parallel
     group (none when that group is one rank), in reduction (backward) order. `buckets` are the
@@ -148,9 +149,9 @@ def expert_buckets(entries: Sequence[Any], buckets: list[Bucket], s: Any, elemen
     dense = [(e.index, (e.params - (e.experts.expert_params if e.experts else 0)) * element_bytes)
              for e in entries if e.params > 0 and e.tp_degree == s.tp]
     experts = [(e.index, e.experts.expert_params * element_bytes) for e in entries if e.experts is not None]
-    out = make_buckets(dense, s.bucket_size, s.first_bucket_size) if s.dp > 1 else []
+    out = make_buckets(dense, s.bucket_size, s.first_bucket_size, param_scale=param_scale) if s.dp > 1 else []
     if s.dp // s.ep > 1:
-        out += make_buckets(experts, s.bucket_size, s.first_bucket_size, EDP)
+        out += make_buckets(experts, s.bucket_size, s.first_bucket_size, EDP, param_scale)
     # backward order: the bucket completed first (its earliest layer the latest) reduced first
     return sorted(out, key=lambda b: -b.ready_after)
 
@@ -172,15 +173,15 @@ def expert_params_of(entries: Sequence[Any]) -> int:
 
 
 def expert_states(states: dict[str, float], expert: float, dtype: str, optimizer: str, zero: int, shard: int,
-                  ep: int) -> dict[str, float]:
+                  ep: int, grad_bytes: float | None = None) -> dict[str, float]:
     """`states` (`model_state_bytes` of parameters ZeRO-sharded over `shard` ranks) with the states of
     `expert` of those parameters sharded over the expert-data-parallel shard/ep ranks instead: the
     distributed optimizer shards each parameter over the ranks that hold it (Megatron-Core's expert
     data parallelism)."""
     if not expert or not zero or ep == 1:
         return states
-    over_dp = model_state_bytes(expert, dtype, optimizer, zero, shard)
-    over_edp = model_state_bytes(expert, dtype, optimizer, zero, max(shard // ep, 1))
+    over_dp = model_state_bytes(expert, dtype, optimizer, zero, shard, grad_bytes)
+    over_edp = model_state_bytes(expert, dtype, optimizer, zero, max(shard // ep, 1), grad_bytes)
     return {k: states[k] - over_dp[k] + over_edp[k] for k in states}
 
 

@@ -21,8 +21,9 @@ from typing import Callable
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTRA, CommPricer, Layout
 from dlsim.plan.compression import error_feedback_bytes
-from dlsim.plan.dataparallel import Bucket, make_buckets
-from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_buckets, expert_params_of, expert_states
+from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
+from dlsim.plan.gradbuckets import gradient_buckets
+from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import host_transfer, offloads_activations, offloads_optimizer
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
@@ -30,12 +31,11 @@ from dlsim.plan.recompute import full_recompute_memory, recompute_layers, select
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
-from dlsim.plan.zero import model_state_bytes
+from dlsim.plan.zero import gathers_in_forward, model_state_bytes
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import LinkTier
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
-from dlsim.units import DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -93,15 +93,12 @@ class _Builder:
         self.fwd = [forward_steps(es, tp) for es in self.chunk_entries]
         overlap = s.tp_async_backward
         self.bwd = [backward_steps(es, tp, overlap=overlap) for es in self.chunk_entries]
-        gb = DTYPE_BYTES[self.x.dtype]
         self.buckets: list[list[Bucket]] = []
         self.bwd_split: list[list[Step]] = []
         self.fwd_units: list[list[Step]] = []
         self.bwd_units: list[list[Step]] = []
         for k, es in enumerate(self.chunk_entries):
-            grads = [(e.index, e.params * gb) for e in es if self.dp_synced(e)]
-            buckets = make_buckets(grads, s.bucket_size, s.first_bucket_size) if s.dp_cp > 1 or s.zero else []
-            buckets = expert_buckets(es, buckets, s, gb)
+            buckets = gradient_buckets(es, s, self.x.dtype, self.dp_synced) if s.dp_cp > 1 or s.zero else []
             ready: dict[int, tuple[int, ...]] = {}
             for j, b in enumerate(buckets):
                 ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
@@ -111,6 +108,9 @@ class _Builder:
                 units = units_of(es, buckets)
                 self.fwd_units.append(forward_steps(es, tp, COMPUTE, units))
                 self.bwd_units.append(backward_steps(es, tp, ready, units, overlap=overlap))
+            elif gathers_in_forward(s) and buckets:  # the first forward waits for each bucket's gather
+                self.fwd_units.append(forward_steps(es, tp, COMPUTE, units_of(es, buckets)))
+                self.bwd_units.append(self.bwd_split[k])
             else:
                 self.fwd_units.append(self.fwd[k])
                 self.bwd_units.append(self.bwd_split[k])
@@ -149,10 +149,11 @@ class _Builder:
             synced = sum(e.params for k in chunks for e in self.chunk_entries[k] if self.dp_synced(e))
             params += self._tied_copy(chunks)
             shard = len(lay.shard_group(0, 0, stage)) if s.hybrid_shard else s.dp_cp
-            states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, shard)
+            grad = reduce_element_bytes(s, x.dtype)
+            states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, shard, grad)
             expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
-            states = expert_states(states, expert, x.dtype, s.optimizer, s.zero, shard, s.ep)
-            local = model_state_bytes(params - synced, x.dtype, s.optimizer, 0, 1)
+            states = expert_states(states, expert, x.dtype, s.optimizer, s.zero, shard, s.ep, grad)
+            local = model_state_bytes(params - synced, x.dtype, s.optimizer, 0, 1, grad)
             static = [(k, states[k] + local[k]) for k in ("weights", "gradients", "optimizer")]
             if offloads_optimizer(s.offload):  # in host memory; on the device only for its step
                 self.offloaded[stage] = static[2][1]

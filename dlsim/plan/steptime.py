@@ -11,22 +11,26 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from dlsim.cost.memory import mixed_precision_step_traffic, optimizer_step_traffic
+from dlsim.cost.memory import mixed_precision_step_traffic, optimizer_step_kernels, optimizer_step_traffic
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate
 from dlsim.spec.cluster import Device
 
 
-def step_kernels(entries: Sequence, pp: int) -> int:
-    """Kernels of one stage's optimizer step: one per 32 parameter tensors (at least one)."""
-    return max(1, sum(1 for e in entries if e.params) // (32 * pp))
+def step_kernels(entries: Sequence, pp: int, optimizer: str = "adam", impl: str = "fused") -> int:
+    """Kernels of one stage's optimizer step: fused, one per 32 parameter tensors (at least one);
+    unfused, as `optimizer_step_kernels` counts them."""
+    tensors = sum(1 for e in entries if e.params) // pp
+    return optimizer_step_kernels(max(1, tensors // 32), tensors, optimizer, impl)
 
 
-def optimizer_timer(device: Device, dtype: str, optimizer: str, kernels: int) -> Callable[[float], Estimate]:
-    """`time(params)`: the optimizer step over `params` parameters (see the module docstring)."""
+def optimizer_timer(device: Device, dtype: str, optimizer: str, kernels: int,
+                    impl: str = "fused") -> Callable[[float], Estimate]:
+    """`time(params)`: the optimizer step over `params` parameters (see the module docstring), run
+    as `impl` (`dlsim.cost.memory.OPTIMIZER_IMPLS`)."""
 
     def optimizer_time(params: float) -> Estimate:
-        nbytes, flops = optimizer_step_traffic(int(params), optimizer)
+        nbytes, flops = optimizer_step_traffic(int(params), optimizer, impl)
         extra_bytes, extra_flops = mixed_precision_step_traffic(int(params), dtype)
         return roofline_time(flops + extra_flops, nbytes + extra_bytes, device, "fp32", matrix=False, kernels=kernels)
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 from dlsim.plan.compression import plan_sync
-from dlsim.plan.dataparallel import Bucket
+from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.expertparallel import EDP, expert_params_of, updated_params
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.offload import OFFLOAD_SLICES
 from dlsim.plan.taskgraph import BUFFERS, COMPUTE, STAGING, TRANSIENT_PARAMS
-from dlsim.plan.zero import (gathers_updated_params, gradient_collective, optimizer_share, reduces_every_microbatch,
+from dlsim.plan.zero import (GATHER_PREFETCH, gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch,
                              sharded_sync)
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import Estimate
@@ -103,6 +103,7 @@ class DeviceSync:
         self.syncs: list[int] = []
         self.decompress: list[tuple[float, float, int, str]] = []
         self.prev_first = -1
+        self.prev_last = -1
         self.stage = pos[2]
         # ZeRO shard group: all of dp x cp, or with hybrid sharding the position's node
         self.shard_kind = "shard" if self.s.hybrid_shard else "dp"
@@ -123,7 +124,7 @@ class DeviceSync:
         return []
 
     def after_op(self, first: int, last: int, hooks: "OpHooks | None") -> None:
-        self.prev_first = first
+        self.prev_first, self.prev_last = first, last
         if hooks is not None:
             hooks.close(last)
 
@@ -131,17 +132,23 @@ class DeviceSync:
         """Hooks for one op: gather ZeRO-3 units, launch bucket reductions; None when neither applies."""
         if not self.active or self.s.dp_cp == 1:
             return None
-        gather = self.s.zero == 3 and bool(self.b.buckets[k])
+        gather = bool(self.b.buckets[k]) and (self.s.zero == 3 or (
+            phase == "F" and i == 0 and gathers_in_forward(self.s)))
         buckets = phase == "B" and (reduces_every_microbatch(self.s.zero) or (producing and self.s.overlap))
         if not (gather or buckets):
             return None
-        return OpHooks(self, k, i, phase, buckets, gather)
+        order = ()
+        if gather:
+            steps = self.b.fwd_units[k] if phase == "F" else self.b.bwd_units[k]
+            order = tuple(dict.fromkeys(st.unit for st in steps if st.unit >= 0))
+        return OpHooks(self, k, i, phase, buckets, gather, order)
 
     def _bucket(self, k: int, j: int, i: int, ready: int) -> None:
         b, s = self.b, self.s
         bucket = b.buckets[k][j]
         base = gradient_collective(s.zero)
-        plan = plan_sync(s.compression, bucket.nbytes, self.gb, s.dp_cp, base)
+        plan = plan_sync(s.compression, bucket.nbytes, reduce_element_bytes(s, self.b.x.dtype),
+                         s.dp_cp, base)
         steps = [(op, nbytes, bucket.group) for op, nbytes in plan.collectives]
         if s.zero:  # uncompressed (compression needs zero 0): sharded, maybe hybrid
             steps = sharded_sync(s.zero, s.hybrid_shard, bucket.nbytes, self.shard, self.replicas)
@@ -199,8 +206,9 @@ class DeviceSync:
         if s.dp_cp > 1 and gathers_updated_params(s.zero):
             for c in range(b.v):
                 k = c * b.p + stage
-                b.collective(f"allgather params chunk{k}", "allgather", self._chunk_bytes(k), self.shard_kind, self.pos,
-                             ("upd", k), self.ms, [opt], ("U", k))
+                if not gathers_in_forward(s):
+                    b.collective(f"allgather params chunk{k}", "allgather", self._chunk_bytes(k), self.shard_kind,
+                                 self.pos, ("upd", k), self.ms, [opt], ("U", k))
                 if self._chunk_bytes(k, experts=True) and s.dp_cp // s.ep > 1:
                     b.collective(f"allgather expert params chunk{k}", "allgather", self._chunk_bytes(k, experts=True),
                                  EDP, self.pos, ("upd-experts", k), self.ms, [opt], ("U", k))
@@ -250,51 +258,72 @@ class DeviceSync:
 class OpHooks:
     """Step hooks of one forward or backward op (see `dlsim.plan.templates.StepHooks`).
 
-    ZeRO-3 / FSDP: before the first step of each parameter unit, all-gather the unit on the
-    communication stream (prefetched: it may start once the previous unit's first step has run,
-    so at most two units are gathered at a time) and hold its full parameters until its last step
-    ends. Buckets: launch a bucket's reduction after the step that completes its gradients.
+    ZeRO-3 / FSDP: each parameter unit is all-gathered on the communication stream before its first
+    step, prefetched `GATHER_PREFETCH` units ahead: when a unit starts, the gathers of the next units
+    are issued, so a unit's gather runs beside the compute of the one before it (the pass's first
+    units once the previous pass has ended and released its units: at most 1 + `GATHER_PREFETCH`
+    units gathered at a time, as FSDP2 allows); each gathered unit is held until its last step ends. ZeRO-1/2 with `gathers_in_forward`: the first micro-batch's forward pass of each
+    chunk waits for its units' gathers, all dispatched at the iteration's start (the optimizer step's
+    end), chunk after chunk in the order the device runs them; nothing held (the device keeps its
+    whole parameters). Buckets: launch a
+    bucket's reduction after the step that completes its gradients.
     """
 
-    def __init__(self, sync: DeviceSync, k: int, i: int, phase: str, buckets: bool, gather: bool):
+    def __init__(self, sync: DeviceSync, k: int, i: int, phase: str, buckets: bool, gather: bool,
+                 order: tuple[int, ...] = ()):
         self.sync, self.k, self.i, self.phase = sync, k, i, phase
         self.buckets, self.gather = buckets, gather
+        self.order = order  # the pass's parameter units in step order
         self.unit = -1
-        self.unit_first = -1
         self.last = -1
-        self.held = 0.0
+        self.issued: dict[int, int] = {}  # unit -> its gather task
+        self.held: dict[int, float] = {}  # unit -> gathered bytes held (ZeRO-3)
 
     def before(self, step) -> list[int]:
         if not self.gather or step.unit < 0 or step.unit == self.unit:
             return []
+        sync = self.sync
+        if self.unit >= 0:
+            self._release(self.unit)
+        j = self.order.index(step.unit)
+        ahead = len(self.order) if sync.s.zero != 3 else j + 1 + GATHER_PREFETCH
+        for q in range(j, min(len(self.order), ahead)):
+            unit = self.order[q]
+            if unit in self.issued:
+                continue
+            if sync.s.zero != 3:  # the updated parameters: every gather dispatched when the step ended
+                deps = []
+            elif q <= GATHER_PREFETCH:  # the pass's first units once the previous pass has ended (released its units)
+                deps = [sync.prev_last] if sync.prev_last >= 0 else []
+            else:  # issued as unit j starts, once the step before it has run
+                deps = [self.last] if self.last >= 0 else []
+            self.issued[unit] = self._gather(unit, deps)
+        self.unit = step.unit
+        return [self.issued[step.unit]]
+
+    def _gather(self, unit: int, deps: list[int]) -> int:
         sync, b = self.sync, self.sync.b
-        self._release()
-        if self.unit_first >= 0:
-            deps = [self.unit_first]
-        else:
-            deps = [sync.prev_first] if sync.prev_first >= 0 else []
-        nbytes = b.buckets[self.k][step.unit].nbytes
-        tid = b.collective(f"allgather unit{step.unit} chunk{self.k} {self.phase} mb{self.i}", "allgather", nbytes,
-                           sync.shard_kind, sync.pos, ("ag", self.phase, self.k, self.i, step.unit), sync.ms, deps,
-                           ("AG", self.k, self.i, step.unit))
-        self.held = nbytes * (sync.shard - 1) / sync.shard
-        b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, self.held),)
-        self.unit, self.unit_first = step.unit, -1
-        return [tid]
+        nbytes = b.buckets[self.k][unit].gather_nbytes
+        tid = b.collective(f"allgather unit{unit} chunk{self.k} {self.phase} mb{self.i}", "allgather", nbytes,
+                           sync.shard_kind, sync.pos, ("ag", self.phase, self.k, self.i, unit), sync.ms, deps,
+                           ("AG", self.k, self.i, unit))
+        if sync.s.zero == 3:  # ZeRO-1/2 keep their whole parameters; ZeRO-3 holds a gathered unit until it ends
+            self.held[unit] = nbytes * (sync.shard - 1) / sync.shard
+            b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, self.held[unit]),)
+        return tid
 
     def after(self, step, tid: int) -> None:
-        if self.gather and self.unit_first < 0:
-            self.unit_first = tid
         self.last = tid
         if self.buckets:
             for j in step.buckets:
                 self.sync._bucket(self.k, j, self.i, tid)
 
-    def _release(self) -> None:
-        if self.held and self.last >= 0:
-            self.sync.b.g.tasks[self.last].mem_end += ((TRANSIENT_PARAMS, -self.held),)
-        self.held = 0.0
+    def _release(self, unit: int) -> None:
+        held = self.held.pop(unit, 0.0)
+        if held and self.last >= 0:
+            self.sync.b.g.tasks[self.last].mem_end += ((TRANSIENT_PARAMS, -held),)
 
     def close(self, last: int) -> None:
         self.last = last
-        self._release()
+        for unit in list(self.held):
+            self._release(unit)

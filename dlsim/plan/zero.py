@@ -21,9 +21,11 @@ from __future__ import annotations
 from dlsim.cost.memory import state_bytes_per_param
 
 
-def model_state_bytes(params: float, dtype: str, optimizer: str, zero: int, dp: int) -> dict[str, float]:
-    """Weights, gradients and optimizer state one device holds for `params` parameters."""
-    per = state_bytes_per_param(dtype, optimizer)
+def model_state_bytes(params: float, dtype: str, optimizer: str, zero: int, dp: int,
+                      grad_bytes: float | None = None) -> dict[str, float]:
+    """Weights, gradients and optimizer state one device holds for `params` parameters (gradients of
+    `grad_bytes` each when the buffer is not in `dtype`)."""
+    per = state_bytes_per_param(dtype, optimizer, grad_bytes)
     weights, grads, opt = params * per.weights, params * per.gradients, params * per.optimizer
     if zero >= 1:
         opt /= dp
@@ -48,6 +50,25 @@ def reduces_every_microbatch(zero: int) -> bool:
 def gathers_updated_params(zero: int) -> bool:
     """ZeRO-1/2 all-gather the updated parameter shards after the optimizer step."""
     return zero in (1, 2)
+
+
+GATHER_PREFETCH = 1
+"""Parameter units whose all-gathers are issued ahead of the unit that runs (ZeRO-3 / FSDP, and the
+updated parameters' gathers of `gathers_in_forward`): one, as FSDP2's implicit forward prefetch and
+explicit backward prefetch (torch/distributed/_composable/fsdp/_fsdp_state.py: a unit's pre-forward
+issues the next unit's all-gather; at most two gathered outputs alive) and apex DistributedFusedAdam's
+pre-forward hook (the next bucket's all-gather launched when a bucket is waited for) do."""
+
+
+def gathers_in_forward(s) -> bool:
+    """Whether ZeRO-1/2's all-gather of the updated parameters runs beside the next iteration's first
+    forward pass, bucket by bucket (`Strategy.param_gather_overlap`), instead of after the optimizer
+    step. In the periodic steady state the gathers the step launched run from the start of the next
+    iteration, dispatched at once in the order the device's chunks run (NeMo's distributed Adam
+    launches a chunk's bucket group ahead of it; the parameters stay resident, so nothing bounds how
+    many are in flight); each bucket's first layer in the first micro-batch's forward waits for its
+    gather. Routed experts' gathers (ep > 1) stay after the step."""
+    return s.param_gather_overlap and gathers_updated_params(s.zero) and s.dp_cp > 1 and s.ep == 1
 
 
 def optimizer_share(zero: int, dp: int) -> float:

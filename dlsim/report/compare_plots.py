@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dlsim.report.comm_plots import _pyplot
+from dlsim.report.strategy_fields import field_text, varying_fields
 
 GIB = 2.0 ** 30
 PARTS = (("compute", "compute", "#4c72b0"), ("recompute", "recomputation", "#8172b2"),
@@ -96,11 +97,12 @@ def _fullest(entry: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return max(devices, key=lambda d: d["peak_memory_bytes"] / max(d["capacity_bytes"], 1.0)) if devices else None
 
 
-def _label(entry: Mapping[str, Any]) -> str:
+def _label(entry: Mapping[str, Any], varying: Sequence[str] = ()) -> str:
     gpus = entry.get("gpus")
     s = entry.get("strategy") or {}
     name = str(entry["name"]).split()
-    shape = " ".join(f"{k}{s[k]}" for k in ("dp", "tp", "pp") if s and f"{k}{s[k]}" not in name)
+    shape = " ".join([f"{k}{s[k]}" for k in ("dp", "tp", "pp") if s and f"{k}{s[k]}" not in name]
+                     + [f"{k}={field_text(s[k])}" for k in varying if k in s and f"{k}={field_text(s[k])}" not in name])
     inside = ", ".join(x for x in (shape, f"{gpus} GPUs" if gpus else "") if x)
     return f"{entry['name']} ({inside})" if inside else str(entry["name"])
 
@@ -184,9 +186,10 @@ def _memory_panel(ax: Any, rows: Sequence[Mapping[str, Any]], title: str,
 
 def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
+    varying = varying_fields(record["entries"])
     for e in record["entries"]:
         dev = _fullest(e)
-        rows.append({**e, "label": _label(e), "memory_bytes": dev["memory_bytes"] if dev else None,
+        rows.append({**e, "label": _label(e, varying), "memory_bytes": dev["memory_bytes"] if dev else None,
                      "capacity_bytes": dev["capacity_bytes"] if dev else e.get("capacity_bytes", 0.0)})
     return rows
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlsim.report.sim_text import stack_line
 from dlsim.report.text import table
 from dlsim.units import format_bytes
+
+
+def _differs(base: str, other: str) -> str:
+    """The words of label `other` that `base` lacks (``rc-sel``): what an equivalent candidate adds."""
+    have = set(base.split())
+    return " ".join(w for w in other.split() if w not in have) or other
 
 
 def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
@@ -16,6 +23,9 @@ def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
              f"{rec['dtype']}, objective {rec['objective']}",
              f"candidates: {c['enumerated']} buildable, {c['evaluated']} fit and evaluated analytically, "
              f"{c['simulated']} simulated event by event (ranked by the simulation)"]
+    stack = stack_line(rec)
+    if stack:
+        lines.insert(1, stack)
     if c["dropped"]:
         lines.append("dropped: " + "; ".join(f"{k} ({v})" for k, v in c["dropped"].items()))
     lines.append("")
@@ -24,7 +34,9 @@ def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
     body = []
     for r in rec["ranked"][:rows]:
         b = r["breakdown_s"]
-        body.append([r["rank"], r["label"], f"{r['iteration_time_s']:.4g}", f"{r['estimate']['iteration_time_s']:.4g}",
+        name = r["label"] + (f" (= with {', '.join(_differs(r['label'], e) for e in r['equivalents'])})"
+                             if r.get("equivalents") else "")
+        body.append([r["rank"], name, f"{r['iteration_time_s']:.4g}", f"{r['estimate']['iteration_time_s']:.4g}",
                      f"{r['throughput_samples_per_s']:.4g}", f"{b.get('compute', 0):.3g}", f"{b.get('recompute', 0):.3g}",
                      f"{b.get('exposed_comm', 0):.3g}", f"{b.get('bubble', 0):.3g}",
                      format_bytes(r["peak_memory_bytes"]), "yes" if r["feasible"] else "OOM"])
@@ -46,4 +58,16 @@ def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
                      f"({p['source']})")
     lines.append("")
     lines.append("assumed: " + ", ".join(f"{k} {v}" for k, v in a.items()))
+    return "\n".join(lines)
+
+
+def stacks_summary(rec: dict[str, Any]) -> str:
+    """A stack comparison (``kind: stack_comparison``): each stack's best strategy, fastest first,
+    then the fastest stack's own summary."""
+    lines = [f"{rec['model']} on {rec['cluster']}: the best strategy on each software stack (dlsim stacks show NAME)", ""]
+    head = ["stack", "version", "best strategy", "time s", "vs fastest", "MFU", "memory"]
+    body = [[r["stack"], r["version"], r["label"], f"{r['iteration_time_s']:.4g}", f"{r['slowdown']:+.1%}",
+             f"{r['mfu']:.0%}", format_bytes(r["memory_bytes"])] for r in rec["stacks"]]
+    lines.append(table(head, body, [False, False, False, True, True, True, True]))
+    lines += ["", optimize_summary(rec["results"][rec["stacks"][0]["stack"]], rows=5)]
     return "\n".join(lines)

@@ -46,6 +46,25 @@ def precision_line(rec: dict[str, Any]) -> str:
     return f"precision {dtype}{why}, optimizer {s.get('optimizer')}"
 
 
+_WHY = {"default": ", the default for a model that names none", "the model's": ", the model's",
+        "given": ""}
+
+
+def stack_line(rec: dict[str, Any]) -> str | None:
+    """``stack megatron-core (…), the model's; overridden: fused_kernels`` (None without a stack)."""
+    st = rec.get("stack")
+    if not st:
+        return None
+    label = f"{st['name']} ({st['version']})" if st.get("version") else st["name"]
+    line = f"stack {label}{_WHY.get(st.get('chosen', 'given'), '')}"
+    fused = (rec.get("strategy") or st.get("values") or {}).get("fused_kernels")
+    if fused is not None:
+        line += "; fused kernels " + (", ".join(fused) if fused else "none")
+    if st.get("overridden"):
+        line += "; you set " + ", ".join(st["overridden"])
+    return line + " (--stack to change; dlsim stacks show NAME)"
+
+
 def assumed_line(rec: dict[str, Any]) -> str | None:
     """The headline defaults the run assumed, or None (`--json` lists every one under ``assumed``)."""
     assumed = rec.get("assumed") or {}
@@ -60,19 +79,59 @@ def assumed_line(rec: dict[str, Any]) -> str | None:
     return ("defaults assumed: " + ", ".join(shown) + " (the JSON record lists all)") if shown else None
 
 
+def throughput_text(rec: dict[str, Any]) -> str:
+    """``201.7 samples/s, 413.1k tokens/s, 389 TFLOP/s per GPU (model FLOPs)``."""
+    out = f"{rec['throughput_samples_per_s']:.4g} samples/s"
+    if rec.get("tokens_per_s"):
+        out += f", {_si(rec['tokens_per_s'])} tokens/s"
+    if rec.get("model_tflops_per_gpu"):
+        out += f", {rec['model_tflops_per_gpu']:.4g} TFLOP/s per GPU (model FLOPs)"
+    return out
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.4g}{unit}"
+    return f"{x:.4g}"
+
+
+BUBBLE_WARNING = 0.5
+MFU_WARNING = 0.10
+
+
+def advice_lines(rec: dict[str, Any]) -> list[str]:
+    """Warnings for a strategy that wastes the machine: a pipeline bubble over `BUBBLE_WARNING` of the
+    iteration, a model FLOPs utilisation under `MFU_WARNING`."""
+    t, out = rec["iteration_time_s"], []
+    s = rec.get("strategy") or {}
+    bubble = rec["breakdown_s"].get("bubble", 0.0) / t if t > 0 else 0.0
+    if bubble > BUBBLE_WARNING:
+        out.append(f"warning: the pipeline bubble is {bubble:.0%} of the iteration ({s.get('pp')} stages, "
+                   f"{s.get('num_microbatches')} micro-batches): more micro-batches or fewer stages")
+    mfu = rec.get("model_flops_utilisation") or 0.0
+    if 0 < mfu < MFU_WARNING:
+        out.append(f"warning: model FLOPs utilisation {mfu:.1%}: the devices mostly wait (see where the time goes)")
+    return out
+
+
 def simulation_summary(rec: dict[str, Any]) -> str:
-    """Summary of a `simulation` or `async_simulation` record."""
+    """Summary of a `simulation` or `async_simulation` record. A strategy that does not fit says so on its
+    peak-memory line; the reason with its numbers is the record's `infeasible_reason`, which `dlsim simulate`
+    prints once, as its error line."""
     if rec.get("kind") == "async_simulation":
         return async_summary(rec)
     t = rec["iteration_time_s"]
     lines = [f"{rec['model']} on {rec['cluster']} ({rec['device']})",
-             f"strategy: {_strategy_line(rec['strategy'])}",
-             precision_line(rec)]
+             f"strategy: {_strategy_line(rec['strategy'])}"]
+    if stack_line(rec):
+        lines.append(stack_line(rec))
+    lines.append(precision_line(rec))
     extra = assumed_line(rec)
     if extra:
         lines.append(extra)
-    lines += [f"iteration time   {format_time(t)}",
-             f"throughput       {rec['throughput_samples_per_s']:.4g} samples/s",
+    lines += [f"iteration time   {format_time(t)}", *advice_lines(rec),
+             f"throughput       {throughput_text(rec)}",
              f"utilisation      {rec['utilisation']:.1%} of device time computing, "
              f"model FLOPs utilisation {rec['model_flops_utilisation']:.1%}",
              "where the time goes (mean over devices):"]
@@ -84,8 +143,9 @@ def simulation_summary(rec: dict[str, Any]) -> str:
                  f"{rec['communication_s'] / t if t else 0:6.1%}  (overlapped or not)")
     worst = max(rec["devices"], key=lambda d: d["peak_memory_bytes"] / d["capacity_bytes"])
     mem = worst["memory_bytes"]
+    fits = "" if rec["feasible"] else " (DOES NOT FIT)"
     lines.append(f"peak memory      {format_bytes(rec['peak_memory_bytes'])} of "
-                 f"{format_bytes(worst['capacity_bytes'])} on {worst['name']}")
+                 f"{format_bytes(worst['capacity_bytes'])} usable on {worst['name']}{fits}")
     lines.append("  " + ", ".join(f"{k} {format_bytes(v)}" for k, v in mem.items() if v > 0))
     lines.append("per device (simulated; each stands for `x` identical ranks):")
     lines.append(f"  {'device':<28}{'x':>5}{'compute':>11}{'exp.comm':>11}{'bubble':>11}{'idle':>11}{'memory':>12}")
@@ -103,8 +163,6 @@ def simulation_summary(rec: dict[str, Any]) -> str:
     sim = rec["simulation"]
     lines.append(f"simulated {sim['simulated_devices']} of {sim['total_devices']} devices, {sim['tasks']} tasks, "
                  f"{sim['events']} events")
-    if not rec["feasible"]:
-        lines.append(f"INFEASIBLE: {rec['infeasible_reason']}")
     for note in rec.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dlsim.units import format_bytes, format_count, format_time
+from dlsim.units import format_bytes, format_count, format_params, format_time
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[bool] | None = None) -> str:
@@ -25,16 +25,20 @@ def _shape(shape: Sequence[int]) -> str:
 
 def models_table(rows: list[dict]) -> str:
     return table(["model", "params", "layers", "input", "dtype", "description"],
-                 [[r["name"], format_count(r["params"]), r["layers"], _shape(r["input"]), r["dtype"], r["description"]]
+                 [[r["name"], format_params(r["params"]), r["layers"], _shape(r["input"]), r["dtype"], r["description"]]
                   for r in rows], [False, True, True, False, False, False])
 
 
 def profiles_table(rows: list[dict]) -> str:
-    return table(["profile", "device", "devices", "nodes x per node", "memory", "intra-node", "inter-node", "measured"],
+    """`dlsim profiles`: `memory` is the device's, `usable` what a training process can hold in tensors (the
+    memory less the profile's `memory_reserved_gib` for the CUDA context and the allocator), the capacity
+    every result measures its peak against."""
+    return table(["profile", "device", "devices", "nodes x per node", "memory", "usable", "intra-node", "inter-node",
+                  "measured"],
                  [[r["name"], r["device"], r["devices"], f"{r['nodes']} x {r['devices_per_node']}",
-                   format_bytes(r["memory_bytes"]), r["intra_node"], r["inter_node"] or "-",
-                   ",".join(r["measured_tables"]) or "-"] for r in rows],
-                 [False, False, True, False, True, False, False, False])
+                   format_bytes(r["memory_bytes"]), format_bytes(r.get("memory_usable_bytes", r["memory_bytes"])),
+                   r["intra_node"], r["inter_node"] or "-", ",".join(r["measured_tables"]) or "-"] for r in rows],
+                 [False, False, True, False, True, True, False, False, False])
 
 
 def model_table(rec: dict) -> str:
@@ -42,7 +46,7 @@ def model_table(rec: dict) -> str:
     rows = []
     for layer in rec["layers"]:
         p = layer["passes"]
-        rows.append([layer["name"], layer["type"], _shape(layer["out_shape"]), format_count(layer["params"]),
+        rows.append([layer["name"], layer["type"], _shape(layer["out_shape"]), format_params(layer["params"]),
                      format_count(layer["forward_flops"]),
                      f"{format_count(p['forward']['work'])}/{p['forward']['depth']}",
                      f"{format_count(p['backward_data']['work'])}/{p['backward_data']['depth']}",
@@ -53,8 +57,8 @@ def model_table(rec: dict) -> str:
     head = (f"{rec['model']}  batch {rec['batch']}  {rec['dtype']}  input {_shape(rec['input_shape'])}"
             f"{_assumed_note(rec)}\n")
     active = rec.get("active_params", rec["params"])
-    used = f" ({format_count(active)} active per token)" if active != rec["params"] else ""
-    foot = (f"\ntotal: {format_count(rec['params'])} parameters ({rec['params']:,}){used}, "
+    used = f" ({format_params(active)} active per token)" if active != rec["params"] else ""
+    foot = (f"\ntotal: {format_params(rec['params'])} parameters ({rec['params']:,}){used}, "
             f"forward {format_count(rec['forward_flops'])}FLOP, training step {format_count(rec['training_flops'])}FLOP, "
             f"work W {format_count(rec['work'])}, forward depth D {rec['forward_depth']}, "
             f"activations {format_bytes(rec['activation_bytes'])}")
@@ -99,7 +103,7 @@ def estimate_table(rec: dict, top: int | None = None) -> str:
         f"{format_count(rec['achieved_flops_per_s'])}FLOP/s achieved",
         f"memory: weights {format_bytes(mem['weights'])} + gradients {format_bytes(mem['gradients'])} + optimizer "
         f"{format_bytes(mem['optimizer'])} + activations {format_bytes(mem['activations'])} = {format_bytes(mem['total'])} "
-        f"of {format_bytes(rec['memory_capacity_bytes'])} ({fits})",
+        f"of {format_bytes(rec['memory_capacity_bytes'])} usable ({fits})",
         f"time by source: {shares}  (src: M measured, I interpolated, X extrapolated, R roofline model)",
     ]
     lines += [f"note: {n}" for n in rec.get("notes", [])]

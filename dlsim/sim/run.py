@@ -29,6 +29,7 @@ class RunInfo:
     peak_flops: float
     total_devices: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    tokens_per_sample: int = 0
 
 
 def memory_verdict(records: list[DeviceRecord]) -> str:
@@ -94,4 +95,5 @@ def summarise(graph: TaskGraph, tl: Timeline, info: RunInfo, records: list[Devic
     return SimResult(info.model, info.cluster, info.device, info.strategy, makespan, info.global_batch, mean,
                      comm, tuple(records), critical, share, info.flops_per_iteration,
                      info.peak_flops, info.total_devices, len(graph.devices), tasks, tl.events,
-                     feasible=not verdict, infeasible_reason=verdict, notes=info.notes + tuple(graph.notes) + notes)
+                     feasible=not verdict, infeasible_reason=verdict, notes=info.notes + tuple(graph.notes) + notes,
+                     tokens_per_sample=info.tokens_per_sample)

@@ -52,6 +52,8 @@ class Model:
     layers: tuple[Layer, ...]
     source: str = ""
     params_used: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    stack: str = ""
+    """The software stack the model was trained with (`dlsim.spec.stack`; empty: none named)."""
 
     @property
     def params(self) -> int:

@@ -21,7 +21,12 @@ COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
 PARALLEL_MODES = ("data", "model")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused_fp32", "none")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+"""How the optimizer step runs (strategy key `optimizer_impl`): one fused kernel per group of
+tensors (apex / Transformer Engine FusedAdam, torch ``fused=True``), PyTorch's multi-tensor
+``_foreach`` ops (one pass over the state per op), or one kernel per op and tensor; the traffic of
+each is counted in `dlsim.cost.memory.optimizer_step_traffic`."""
+GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused", "fused_fp32", "none")
 """How each micro-batch's weight gradient reaches the gradient buffer (strategy key
 `grad_accumulation`; bytes per parameter in `dlsim.cost.memory.grad_accumulation_bytes`):
 
@@ -32,6 +37,9 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused_fp32", "
   `main_grad` (megatron/model/distributed.py, `param.main_grad.add_(param.grad.data)`);
 * main_grad_fp32: the same buffer in fp32 (`--accumulate-allreduce-grads-in-fp32` without
   gradient-accumulation fusion);
+* fused: Transformer Engine's gradient-accumulation fusion into a buffer in the training dtype
+  (or `grad_reduce_dtype`): the weight-gradient GEMM accumulates in its epilogue, no kernel of its
+  own (NeMo's distributed Adam with a bf16 gradient buffer);
 * fused_fp32: Megatron-LM / Transformer Engine's gradient-accumulation fusion: the weight-gradient
   GEMM accumulates into the fp32 buffer in its epilogue (no kernel of its own; bf16 default);
 * none: not charged.
@@ -145,6 +153,17 @@ class Strategy:
     distributed optimizer): reduce-scatter and all-gather over the node's dp ranks, the shard's
     gradients all-reduced across nodes (`dlsim.plan.zero`). `offload` moves activations, the
     optimizer state or both to host memory over the device's host link (`dlsim.plan.offload`).
+    `optimizer_impl` says how the optimizer step runs: fused, PyTorch's foreach ops or a per-tensor
+    loop (`dlsim.cost.memory.optimizer_step_traffic`). `grad_reduce_dtype` is the dtype of the
+    gradient buffer the data-parallel reduction runs on (fp32 in Megatron-LM's
+    ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
+    accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
+    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype.
+    `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
+    iteration's first forward pass, each bucket's gather waited for by its first layer
+    (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
+    `dlsim.plan.zero.gathers_in_forward`). `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    empty: every field as given).
     """
 
     dp: int = 1
@@ -184,6 +203,10 @@ class Strategy:
     cp: int = 1
     hybrid_shard: bool = False
     offload: str = "none"
+    optimizer_impl: str = "fused"
+    grad_reduce_dtype: str = ""
+    param_gather_overlap: bool = False
+    stack: str = ""
 
     @property
     def global_batch(self) -> int:
@@ -228,6 +251,9 @@ class Strategy:
             "fused_kernels": list(self.fused_kernels), "ep": self.ep, "ep_overlap": self.ep_overlap,
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
+            "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
+            "param_gather_overlap": self.param_gather_overlap,
+            "stack": self.stack,
         }
 
 
@@ -249,9 +275,17 @@ def _fraction(value: Any, name: str, low: float = 0.0, high: float = 1.0) -> flo
     return float(value)
 
 
+PIPELINED_MICROBATCH = 1
+"""The micro-batch size of a pipelined strategy given only its global batch: one sample per
+micro-batch, as Megatron-LM's pipelined examples run (NVIDIA/Megatron-LM examples/
+pretrain_gpt_distributed_with_mp.sh --micro-batch-size 1): many micro-batches fill the pipeline."""
+
+
 def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | None,
-                 global_batch: int | None) -> tuple[int, int]:
-    """(microbatch_size, num_microbatches) from any two of the three, checked against the third."""
+                 global_batch: int | None, pp: int = 1) -> tuple[int, int]:
+    """(microbatch_size, num_microbatches) from any two of the three, checked against the third; a
+    global batch alone gives one micro-batch per replica, or with a pipeline (`pp` > 1) micro-batches
+    of `PIPELINED_MICROBATCH` samples."""
     if global_batch is not None:
         _positive_int(global_batch, "global_batch")
     if microbatch_size is not None:
@@ -265,6 +299,8 @@ def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | N
         raise SpecError(f"global_batch {global_batch} is not divisible by dp {dp} (remainder {rest})",
                         field="global_batch")
     if microbatch_size is None and num_microbatches is None:
+        if pp > 1 and per_replica % PIPELINED_MICROBATCH == 0:
+            return PIPELINED_MICROBATCH, per_replica // PIPELINED_MICROBATCH
         return per_replica, 1
     if microbatch_size is None:
         mbs, rest = divmod(per_replica, num_microbatches)  # type: ignore[arg-type]
@@ -293,8 +329,13 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
         if key not in known:
             raise SpecError(f"unknown strategy field (known: {', '.join(sorted(known | {'global_batch'}))})",
                             field=key)
+    for name in ("fused_kernels", "stage_partition", "layer_groups"):  # lists and tuples alike
+        if isinstance(fields.get(name), list):
+            fields[name] = tuple(fields[name])
     dp = _positive_int(fields.get("dp", 1), "dp")
-    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch)
+    pp = fields.get("pp", 1)
+    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch,
+                          pp if isinstance(pp, int) and not isinstance(pp, bool) else 1)
     s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
     return validate_strategy(s)
 
@@ -336,6 +377,10 @@ def validate_strategy(s: Strategy) -> Strategy:
     _choice(s.sync, "sync", SYNCS)
     _choice(s.recompute, "recompute", RECOMPUTE)
     _choice(s.optimizer, "optimizer", OPTIMIZERS)
+    _choice(s.optimizer_impl, "optimizer_impl", OPTIMIZER_IMPLS)
+    if s.grad_reduce_dtype not in ("", "fp32", "bf16", "fp16"):
+        raise SpecError(f"unknown dtype {s.grad_reduce_dtype!r} (use fp32, bf16, fp16; empty: the training dtype)",
+                        field="grad_reduce_dtype")
     if s.zero not in (0, 1, 2, 3) or isinstance(s.zero, bool):
         raise SpecError(f"must be 0, 1, 2 or 3, got {s.zero!r}", field="zero")
     if s.virtual_stages > 1 and s.schedule != "interleaved":
@@ -393,7 +438,7 @@ def validate_strategy(s: Strategy) -> Strategy:
                         "model-parallel groups are split over the dp devices", field="layer_groups")
     if not isinstance(s.sequence_parallel, bool):
         raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
-    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather"):
+    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "param_gather_overlap"):
         if not isinstance(getattr(s, name), bool):
             raise SpecError(f"must be true or false, got {getattr(s, name)!r}", field=name)
     if s.sequence_parallel and s.tp < 2:
@@ -417,6 +462,8 @@ def validate_strategy(s: Strategy) -> Strategy:
         raise SpecError("context parallelism splits the sequence of every layer; it cannot be combined with "
                         "layer_groups", field="cp")
     _choice(s.grad_accumulation, "grad_accumulation", GRAD_ACCUMULATIONS)
+    if not isinstance(s.stack, str):
+        raise SpecError(f"must be a stack name, got {s.stack!r}", field="stack")
     if s.dtype is not None and s.dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         raise SpecError(f"unknown dtype {s.dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
     return s

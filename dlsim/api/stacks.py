@@ -1,0 +1,56 @@
+"""Which software stack a run uses, and the strategy fields it sets (`dlsim.spec.stack`).
+
+The stack is, in order: the one the caller names (``stack=`` / ``--stack`` / a strategy file's
+``stack:``), the one the model names (the zoo's large models name the stack they were trained
+with), else `DEFAULT_STACK`, a modern PyTorch stack (flash attention through SDPA, fused AdamW,
+bf16 autocast where the device has bf16). The stack fills every stack key the caller did not set;
+a record names the stack, where it came from, the keys it set and the keys the caller overrode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from dlsim.io.stack_yaml import load_stack
+from dlsim.spec.cluster import Cluster
+from dlsim.spec.model import Model
+from dlsim.spec.stack import Stack, device_dtype, stack_fields
+
+DEFAULT_STACK = "pytorch"
+"""The stack of a model that names none: eager PyTorch 2 as its documentation recommends for
+training (stacks/pytorch.yaml)."""
+
+
+def choose_stack(name: str | None, model: Model) -> tuple[Stack, str]:
+    """(the stack, why it was chosen: ``given``, ``the model's`` or ``default``)."""
+    if name:
+        return load_stack(name), "given"
+    if model.stack:
+        return load_stack(model.stack), "the model's"
+    return load_stack(DEFAULT_STACK), "default"
+
+
+def apply_stack(stack: Stack, fields: Mapping[str, Any], given: Iterable[str], model: Model,
+                cluster: Cluster) -> dict[str, Any]:
+    """`fields` with the stack's value of every stack key not in `given`, and ``stack`` set to its
+    name. The stack's dtype becomes the device's closest precision (`device_dtype`); where the
+    device has neither 16-bit type the model's dtype stays."""
+    given = set(given) | set(fields)
+    tp = fields.get("tp", 1)
+    dtype = None
+    if "dtype" in stack.values and "dtype" not in given:
+        dtype = device_dtype(stack.values["dtype"], cluster.device.peak_flops)
+    out = {**stack_fields(stack, given, tp if isinstance(tp, int) else 1, dtype), **fields}
+    out["stack"] = stack.name
+    return out
+
+
+def stack_record(stack: Stack, why: str, given: Iterable[str]) -> dict[str, Any]:
+    """What a record says of its stack: name, version, framework, why it was chosen, the keys it
+    set and those the caller overrode."""
+    given = set(given)
+    rec = stack.to_dict()
+    rec["chosen"] = why
+    names = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
+    rec["overridden"] = sorted(names.get(k, k) for k in stack.values if k in given)
+    return rec

@@ -1,0 +1,224 @@
+"""Lower bounds of a strategy's iteration time, O(chunks) from cached prefix sums, for the
+strategy search's pruning (`dlsim.plan.search`); see `LowerBounds.lower_bound`.
+"""
+
+from __future__ import annotations
+
+
+from dlsim.cost.memory import grad_accumulation_bytes
+from dlsim.cost.overlap import overlap_cost
+from dlsim.plan.comm import CommPricer, Layout
+from dlsim.plan.compression import plan_sync
+from dlsim.plan.dataparallel import reduce_element_bytes
+from dlsim.plan.layertable import LayerEntry, grad_accumulation_times
+from dlsim.plan.scenario import LayerTable
+from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share
+from dlsim.spec.strategy import Strategy
+from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS)
+
+
+class LowerBounds:
+    """Lower bounds of the evaluator's iteration time for the search's pruning, and the cached
+    per-chunk sums they are made of (a part of `Evaluator`)."""
+
+    def _experts_comm(self, s: Strategy, e: LayerEntry, pricer: CommPricer, ranks: list[int]) -> tuple[float, float]:
+        """What a mixture of experts' all-to-alls add to its forward and backward run alone (the
+        steps of `dlsim.plan.templates`: the dispatch beside the shared experts when overlapped)."""
+        p = e.experts
+        if p is None:
+            return 0.0, 0.0
+        group = self.ep_ranks(s, ranks[0] // (s.tp * s.dp))
+        out = []
+        for shared, beside, after in ((p.shared_forward, p.dispatch, p.combine),
+                                      (p.shared_backward, p.combine, p.dispatch)):
+            first = self._price(pricer, s, beside.op, beside.nbytes, group)
+            if p.overlap and shared > 0:
+                first = sum(overlap_cost(shared, first, self.sigma))
+            out.append(first + self._price(pricer, s, after.op, after.nbytes, group))
+        return out[0], out[1]
+
+    def _pass_prefix(self, s: Strategy, t: LayerTable, pricer: CommPricer, ranks: list[int]) -> tuple[list[float], ...]:
+        """Prefix sums over the entries of what each adds to a micro-batch's forward pass, its
+        recomputation and its backward pass, each run alone: its kernels, its tensor-parallel
+        collectives, and kernels beside an asynchronous collective as `overlap_cost` prices them
+        (`Timing.steps_time` of `forward_steps`, the recomputation's steps and `backward_steps`,
+        summed layer by layer)."""
+        def price(c) -> float:
+            return self._price(pricer, s, c.op, c.nbytes, ranks)
+
+        fw, rc, bw = [0.0], [0.0], [0.0]
+        for e in t.entries:
+            f = e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
+            moe_f, moe_b = self._experts_comm(s, e, pricer, ranks)
+            f += moe_f
+            x = 0.0
+            if s.recompute == "full" and self.instance[e.name]:
+                x = f
+            elif s.recompute == "selective" and e.core.seconds > 0:
+                x = e.core.seconds
+            beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if s.tp_async_backward and c.overlap}
+            y = sum(price(c) for c in e.tp.before_bwd + e.tp.after_bwd if c not in beside.values())
+            if beside:
+                windows = [(kind, min(w, part.seconds)) for kind, w, part in
+                           (("dgrad", e.windows[0], e.backward_data), ("wgrad", e.windows[1], e.backward_weight))
+                           if kind in beside]
+                y += e.backward.seconds - sum(w for _, w in windows)
+                for kind, w in windows:
+                    extra, exposed = overlap_cost(w, price(beside[kind]), self.sigma)
+                    y += w + extra + exposed
+            else:
+                y += e.backward.seconds
+            y += moe_b
+            fw.append(fw[-1] + f)
+            rc.append(rc[-1] + x)
+            bw.append(bw[-1] + y)
+        return fw, rc, bw
+
+    def lower_bound(self, s: Strategy) -> float:
+        """A lower bound of `evaluate(s).iteration_time_s`, O(chunks) from cached prefix sums, for
+        the search's pruning (`dlsim.plan.search`).
+
+        Each chunk's forward f_j and recomputation + backward b_j per micro-batch are at least their
+        steps run alone (`_pass_prefix`: data-parallel buckets and the slowdown beside them only
+        add) and, under ZeRO-3, at least the chunk's parameter gathers (serial on the communication
+        stream, each unit waited for). Stage r runs m·W_r of them (W_r its chunks' sum), cannot
+        start before micro-batch 0's forward went through the chunks before it, and stage 0 cannot
+        finish before the last backward came back through them: T ≥ Σ_{j<r} (f_j + b_j) + m·W_r,
+        which the schedule walk and the 1F1B / GPipe closed forms respect; where the evaluator
+        takes the interleaved closed form, that form itself (m·max W + (Σ W − max W)/v). Then stage
+        0's optimizer step and ZeRO-1/2 parameter all-gather. Point-to-point transfers, the
+        tied-embedding all-reduce and data-parallel reductions are left out of that bound.
+
+        Under ZeRO-3 a backward pass walks its parameter units one after another, each unit's
+        gather queued on the communication stream when the unit is reached, behind the
+        reduce-scatter the previous unit launched when it finished (`Timing.walk_steps`): between
+        the end of one unit and the start of the next pass at least that reduce-scatter and that
+        gather, so b_j ≥ its steps alone + Σ gathers − the largest + Σ reduce-scatters − the
+        largest (`_unit_chain`).
+
+        ZeRO-3 walked pass by pass (p·m·v ≤ WALK_OPS) has a second bound: each stage's communication
+        stream runs, one after another, every pass's parameter gathers (forward and backward) and
+        every backward pass's reduce-scatters, and the stage ends after its stream has emptied and
+        its optimizer step: T ≥ max_r (m·Σ_{k of r} (2·G_k + R_k) + step_r)."""
+        t = self.strategy_base(s)  # the gradient accumulation is added per chunk below
+        ranges = self.ranges(s, t)
+        p, v, m = s.pp, s.virtual_stages, s.num_microbatches
+        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
+        pricer = self.pricer(s)
+        zero3 = s.zero == 3 and s.dp > 1
+        # each layer's accumulation kernel adds its seconds to the backward pass; beside an
+        # asynchronous collective it may hide some of it, so it is left out there
+        acc = None if s.tp_async_backward else \
+            self._accumulation_prefix(t, grad_accumulation_bytes(s.grad_accumulation, self.dtype, m))
+        per_stage = []
+        for r in range(p):
+            ranks = lay.tp_group(0, r)
+            key = ("bound", id(t), s.tp, s.collective, s.tp_async_backward, s.recompute,
+                   pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
+            got = self._cache.get(key)
+            if got is None:
+                got = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
+            per_stage.append(got)
+        dp_groups = [lay.dp_group(0, r) for r in range(p)] if zero3 else []
+        bwd_chain = zero3 and s.ep == 1 and s.compression.kind == "none"
+        work = [0.0] * p
+        passes = []
+        for k, (a, b) in enumerate(ranges):
+            fw, rc, bw = per_stage[k % p]
+            f, x, y = fw[b] - fw[a], rc[b] - rc[a], bw[b] - bw[a]
+            if acc is not None:
+                y += acc[b] - acc[a]
+            if zero3:
+                g = self._gathers(s, t, a, b, dp_groups[k % p])
+                f = max(f, g)
+                if bwd_chain:
+                    y += self._unit_chain(s, t, a, b, dp_groups[k % p])
+                y = max(y, g)
+            work[k % p] += f + x + y
+            passes.append(f + x + y)
+        walked = p > 1 and p * m * v <= WALK_PLAIN_OPS
+        if v > 1 and not walked:
+            bound = m * max(work) + (sum(work) - max(work)) / v
+        else:
+            bound = fill = 0.0
+            for r in range(p):
+                bound = max(bound, fill + m * work[r])
+                fill += passes[r]
+        chunks0 = [c * p for c in range(v)]
+        step = self.builder.optimizer_timer(s, t)
+        share = optimizer_share(s.zero, s.dp)
+        bound += step(sum(self._params(t, *ranges[k]) for k in chunks0) * share).seconds
+        if zero3 and p * m * v <= WALK_OPS and s.ep == 1 and s.compression.kind == "none":
+            for r in range(p):
+                dp_r = dp_groups[r]
+                chunks = range(r, len(ranges), p)
+                stream = sum(2 * sum(g) + sum(red) for g, red in
+                             (self._unit_prices(s, t, *ranges[k], dp_r) for k in chunks))
+                bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
+        if s.dp > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
+            dp0 = lay.dp_group(0, 0)
+            bound += sum(self._price(pricer, s, "allgather", self._params(t, *ranges[k]) * self.gb, dp0)
+                         for k in chunks0)
+        return bound * (1 - 1e-9)
+
+    def _tier(self, pricer: CommPricer, ranks: list[int]) -> object:
+        """`pricer.tier(ranks)`, cached by the group's first rank, size and last rank (a layout's
+        groups are arithmetic progressions)."""
+        key = ("tier", id(pricer), ranks[0], len(ranks), ranks[-1])
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = pricer.tier(ranks)
+        return got
+
+    def _accumulation_prefix(self, t: LayerTable, accumulation: float) -> list[float] | None:
+        """Prefix sums of the seconds `with_grad_accumulation` adds to each entry of base table `t`
+        (None when it adds nothing; cached)."""
+        if accumulation <= 0:
+            return None
+        key = ("accumulation", t.key, accumulation)
+        got = self._cache.get(key)
+        if got is None:
+            got = [0.0]
+            for add in grad_accumulation_times(t.entries, self.device, accumulation):
+                got.append(got[-1] + (add.seconds if add is not None else 0.0))
+            self._cache[key] = got
+        return got  # type: ignore[return-value]
+
+    def _params(self, t: LayerTable, a: int, b: int) -> int:
+        pre = t.prefix.get("params")
+        if pre is None:
+            pre = [0]
+            for e in t.entries:
+                pre.append(pre[-1] + e.params)
+            t.prefix["params"] = pre  # type: ignore[assignment]
+        return pre[b] - pre[a]  # type: ignore[return-value]
+
+    def _unit_prices(self, s: Strategy, t: LayerTable, a: int, b: int,
+                     dp_ranks: list[int]) -> tuple[list[float], list[float]]:
+        """Per gradient bucket (ZeRO-3 parameter unit) of entries a..b over `dp_ranks`: the seconds of
+        its all-gather and of its reduction (one backward pass's, as `Timing._bucket_launches` prices
+        them); cached."""
+        pricer = self.pricer(s)
+        key = ("unit prices", t.key, a, b, s.dp, s.zero, s.compression, s.bucket_size, s.first_bucket_size,
+               s.grad_reduce_dtype, s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
+        got = self._cache.get(key)
+        if got is None:
+            base = gradient_collective(s.zero)
+            nbytes = self._bucket_bytes(s, t, a, b)
+            element = reduce_element_bytes(s, self.dtype)
+            got = self._cache[key] = (
+                [self._price(pricer, s, "allgather", n, dp_ranks) for n in self._bucket_bytes(s, t, a, b, True)],
+                [sum(self._price(pricer, s, op, m, dp_ranks)
+                     for op, m in plan_sync(s.compression, n, element, s.dp, base).collectives) for n in nbytes])
+        return got  # type: ignore[return-value]
+
+    def _gathers(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int]) -> float:
+        """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b."""
+        return sum(self._unit_prices(s, t, a, b, dp_ranks)[0])
+
+    def _unit_chain(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int]) -> float:
+        """Σ gathers − the largest + Σ reductions − the largest over the ZeRO-3 parameter units of
+        entries a..b: what a backward pass's chain of units adds at least to its steps alone (see
+        `lower_bound`)."""
+        gathers, reductions = self._unit_prices(s, t, a, b, dp_ranks)
+        return sum(gathers) - max(gathers, default=0.0) + sum(reductions) - max(reductions, default=0.0)

@@ -1,0 +1,181 @@
+"""Peak memory per pipeline stage of a strategy, as the simulator's memory tracker counts it:
+model states (`dlsim.plan.zero`), activations of the micro-batches in flight
+(`dlsim.plan.recompute`, the schedule's op order), ZeRO-3's gathered units, workspace.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dlsim.plan.comm import Layout
+from dlsim.plan.dataparallel import reduce_element_bytes
+from dlsim.plan.gradbuckets import gradient_buckets
+from dlsim.plan.expertparallel import (expert_params_of,
+                                      expert_states)
+from dlsim.plan.layertable import LayerEntry, boundary_bytes
+from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
+from dlsim.plan.pipeline import peak_inflight
+from dlsim.plan.recompute import full_recompute_memory, selective_recompute_memory
+from dlsim.plan.scenario import LayerTable
+from dlsim.plan.zero import model_state_bytes
+from dlsim.spec.model import Model
+from dlsim.spec.strategy import Strategy
+from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory)
+from dlsim.plan.evaluate.pipeline import activation_peak, cached_stage_ops
+
+
+class MemoryModel:
+    """The evaluator's memory per stage (a part of `Evaluator`; its caches are the evaluator's)."""
+
+    def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
+        """Peak memory of each stage's devices (as the simulator's memory tracker counts it)."""
+        t = self.strategy_base(s)
+        return self._memory(s, t, self.ranges(s, t))
+
+    def _off_default(self, s: Strategy) -> bool:
+        """Whether a field outside `VALIDATED_FIELDS` and `PRICED_FIELDS` is off its default."""
+        if self._defaults is None:
+            default = Strategy()
+            self._defaults = {k: getattr(default, k) for k in Strategy.__dataclass_fields__
+                              if k not in VALIDATED_FIELDS and k not in PRICED_FIELDS}
+        return any(getattr(s, k) != v for k, v in self._defaults.items())
+
+    def memory_floor(self, s: Strategy) -> float:
+        """A lower bound of max(x.total for x in memory(s)) without partitioning: the model states
+        (`model_state_bytes`, linear in the parameters) of a stage holding the mean share 1/pp of the
+        parameters, which the stage holding the most reaches at least. 0 for a strategy outside the
+        validated fields (sharding, offload and expert placement change what a device holds)."""
+        if self._off_default(s):
+            return 0.0
+        t = self.strategy_base(s)
+        states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, s.dp,
+                                   reduce_element_bytes(s, self.dtype))
+        return (states["weights"] + states["gradients"] + states["optimizer"]) * (1 - 1e-9)
+
+    def _chunk_acts(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float]]:
+        key = ("acts", t.key, tuple(ranges), s.recompute, s.recompute_layers)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._chunk_acts_uncached(s, t, ranges)
+        return got  # type: ignore[return-value]
+
+    def boundaries(self, t: LayerTable, ranges) -> list[float]:
+        """`boundary_bytes` of the table cut at `ranges` (cached)."""
+        key = ("bounds", t.key, tuple(ranges))
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = boundary_bytes(self.model, t.entries, ranges)
+        return got  # type: ignore[return-value]
+
+    def tied(self, t: LayerTable, ranges, pp: int) -> dict[int, int]:
+        key = ("tied", t.key, tuple(ranges), pp)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = _tied_params(self.model, t.entries, ranges, pp)
+        return got  # type: ignore[return-value]
+
+    def _chunk_acts_uncached(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float]]:
+        bounds = self.boundaries(t, ranges) if s.recompute == "full" else []
+        out = []
+        for k, (a, b) in enumerate(ranges):
+            es = t.entries[a:b]
+            if s.recompute == "full":
+                out.append(full_recompute_memory(self.model, es, s.recompute_layers,
+                                                 bounds[k - 1] if k > 0 else 0.0, self.instance))
+            elif s.recompute == "selective" and any(e.core.seconds > 0 for e in es):
+                out.append(selective_recompute_memory(es))
+            else:
+                out.append((sum(e.saved_bytes for e in es), 0.0, 0.0))
+        return out
+
+    def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
+        acts = self._chunk_acts(s, t, ranges)
+        key = tuple(ranges)
+        skey = ("stages", t.key, key, s.pp, s.virtual_stages)
+        stages = self._cache.get(skey)
+        if stages is None:  # per stage: parameters, workspace, routed-expert parameters, tied copies
+            tied = self.tied(t, ranges, s.pp)
+            stages = []
+            for r in range(s.pp):
+                es = [e for c in range(s.virtual_stages) for e in t.entries[slice(*ranges[c * s.pp + r])]]
+                stages.append((sum(e.params for e in es), max((e.workspace for e in es), default=0.0),
+                               expert_params_of(es), tied.get(r, 0)))
+            self._cache[skey] = stages
+        zero3 = s.zero == 3 and s.dp > 1
+        offload = offloads_optimizer(s.offload)
+        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp) if s.hybrid_shard else None
+        out = []
+        for r in range(s.pp):
+            chunks = [c * s.pp + r for c in range(s.virtual_stages)]
+            params, workspace, expert, tied_params = stages[r]  # type: ignore[index]
+            shard = len(lay.shard_group(0, 0, r)) if lay is not None else s.dp_cp
+            grad = reduce_element_bytes(s, self.dtype)
+            states = self._states(params, s.optimizer, s.zero, shard, grad)
+            if expert:
+                states = expert_states(states, expert, self.dtype, s.optimizer, s.zero, shard, s.ep, grad)
+            local = self._states(tied_params, s.optimizer, 0, 1, grad)
+            weights, gradients = states["weights"] + local["weights"], states["gradients"] + local["gradients"]
+            optimizer = states["optimizer"] + local["optimizer"]
+            if offload:  # in host memory, two of its streamed slices on the device
+                optimizer = 2 * optimizer / OFFLOAD_SLICES
+            if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
+                n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
+                k = chunks[0]
+                activations = n * acts[k][0] + max(acts[k][1], acts[k][2])
+            elif s.num_microbatches * s.virtual_stages <= WALK_MEMORY_OPS:
+                akey = ("peak", s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r,
+                        tuple(acts[k] for k in chunks))
+                activations = self._cache.get(akey)  # type: ignore[assignment]
+                if activations is None:
+                    activations = self._cache[akey] = activation_peak(
+                        cached_stage_ops(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r), [acts[k] for k in chunks])
+            else:  # the schedule's in-flight count (`peak_inflight`) of the largest chunk
+                n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
+                activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
+            transient = 0.0
+            if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each
+                units = sorted((n for k in chunks for n in self._bucket_bytes(s, t, *ranges[k], gathered=True)),
+                               reverse=True)
+                transient = sum(units[:2]) * (s.dp - 1) / s.dp
+            out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
+        return tuple(out)
+
+    def _states(self, params: float, optimizer: str, zero: int, shard: int, grad: float) -> dict[str, float]:
+        """`model_state_bytes` (cached: the stages of a pipeline mostly hold the same parameters)."""
+        key = ("states", params, optimizer, zero, shard, grad)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = model_state_bytes(params, self.dtype, optimizer, zero, shard, grad)
+        return got  # type: ignore[return-value]
+
+    def _bucket_bytes(self, s: Strategy, t: LayerTable, a: int, b: int, gathered: bool = False) -> list[float]:
+        """Bytes of the gradient buckets of entries a..b, or with `gathered` of their parameters (the
+        ZeRO-3 units' gathers; cached)."""
+        key = ("bucket bytes", t.key, a, b, s.dp > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size,
+               s.grad_reduce_dtype, gathered)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = [bu.gather_nbytes if gathered else bu.nbytes
+                                      for bu in self._buckets(s, t.entries[a:b])]
+        return got  # type: ignore[return-value]
+
+    def _buckets(self, s: Strategy, es: Sequence[LayerEntry]):
+        if not (s.dp > 1 or s.zero):
+            return []
+        return gradient_buckets(es, s, self.dtype, lambda e: e.params > 0)
+
+
+def _tied_params(model: Model, entries: Sequence[LayerEntry], ranges, pp: int) -> dict[int, int]:
+    """Per stage, parameters of weights tied to a layer on another stage (Megatron's copy of the
+    word embedding on the last stage)."""
+    stage_of = {}
+    for k, (a, b) in enumerate(ranges):
+        for i in range(a, b):
+            stage_of[entries[i].name] = k % pp
+    out: dict[int, int] = {}
+    by_name = {e.name: e for e in entries}
+    for e in entries:
+        tied = model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
+        if tied and stage_of[tied] != stage_of[e.name]:
+            out[stage_of[e.name]] = out.get(stage_of[e.name], 0) + by_name[tied].params
+    return out

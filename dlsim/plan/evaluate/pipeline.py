@@ -1,0 +1,111 @@
+"""Pipeline schedules timed without the event simulation: the stages' op orders walked
+(`pipeline_walk`), the closed forms of long pipelines (`pipeline_ends`), the activation peak of a
+stage's op order (`activation_peak`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable, Sequence
+
+from dlsim.plan.pipeline import FORWARD, stage_ops
+
+
+@lru_cache(maxsize=4096)
+def cached_stage_ops(schedule: str, p: int, m: int, v: int, r: int) -> tuple:
+    """`stage_ops`, kept: the search asks for the same schedules again and again."""
+    return tuple(stage_ops(schedule, p, m, v, r))
+
+
+def activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
+    """Peak activation bytes of one stage running `ops` (local chunk c keeps acts[c] = (kept, forward
+    extra, recompute extra) per micro-batch), counted as the simulator's memory tracker does: kept +
+    forward extra when a forward starts, the extra freed when it ends; the recompute extra when a
+    backward starts, kept + that extra freed when it ends."""
+    now = peak = 0.0
+    for op in ops:
+        kept, fwd_extra, re_extra = acts[op.chunk]
+        if op.kind == FORWARD:
+            now += kept + fwd_extra
+            peak = max(peak, now)
+            now -= fwd_extra
+        else:
+            now += re_extra
+            peak = max(peak, now)
+            now -= kept + re_extra
+    return peak
+
+
+def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float],
+                  c: Sequence[float], run_op: Callable | None = None) -> list[list[float]]:
+    """When each stage's last backward pass of each local chunk ends: the stages' op orders
+    (`stage_ops`) run with forward / backward times f[k], b[k] per micro-batch of global chunk k and
+    transfers c[k] across boundary k → k+1, each op starting when its stage is free and its input
+    has arrived (no contention: the simulator's timeline for these tasks). With `run_op(r, op, k, t)`
+    an op that starts at t ends when that says instead. Returns ends[r][local chunk]."""
+    K = p * v
+    ops = [cached_stage_ops(schedule, p, m, v, r) for r in range(p)]
+    pos = [0] * p
+    free = [0.0] * p
+    fend: dict[tuple[int, int], float] = {}
+    bend: dict[tuple[int, int], float] = {}
+    last = [[0.0] * v for _ in range(p)]
+    remaining = sum(len(o) for o in ops)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            order, i = ops[r], pos[r]
+            t = free[r]
+            while i < len(order):
+                op = order[i]
+                k = op.chunk * p + r
+                if op.kind == FORWARD:
+                    if k > 0:
+                        dep = fend.get((k - 1, op.microbatch))
+                        if dep is None:
+                            break
+                        t = max(t, dep + c[k - 1])
+                    t = t + f[k] if run_op is None else run_op(r, op, k, t)
+                    fend[(k, op.microbatch)] = t
+                else:
+                    if k < K - 1:
+                        dep = bend.get((k + 1, op.microbatch))
+                        if dep is None:
+                            break
+                        t = max(t, dep + c[k])
+                    t = t + b[k] if run_op is None else run_op(r, op, k, t)
+                    bend[(k, op.microbatch)] = t
+                    last[r][op.chunk] = t
+                i += 1
+            if i != pos[r]:
+                remaining -= i - pos[r]
+                pos[r], free[r] = i, t
+                progressed = True
+        if not progressed:  # pragma: no cover  (the schedules are deadlock-free)
+            raise RuntimeError(f"pipeline schedule {schedule} deadlocked")
+    return last
+
+
+def pipeline_ends(schedule: str, p: int, m: int, v: int, f: list[float], b: list[float],
+              c: list[float]) -> list[list[float]]:
+    """Closed forms (see `dlsim.plan.evaluate`): ends[r][local chunk] of the last backward passes."""
+    F = [sum(f[c * p + r] for c in range(v)) for r in range(p)]
+    B = [sum(b[c * p + r] for c in range(v)) for r in range(p)]
+    if p == 1:
+        return [[m * (F[0] + B[0]) - sum(b[1:c]) if c else m * (F[0] + B[0]) for c in range(v)]]
+    total_c = sum(c)
+    step = [F[r] + B[r] for r in range(p)]
+    if schedule == "gpipe":
+        end0 = sum(F) + (m - 1) * max(F) + sum(B) + (m - 1) * max(B) + 2 * total_c
+    elif schedule == "interleaved":
+        end0 = m * max(step) + (sum(step) - max(step)) / v + 2 * total_c / v
+    else:
+        end0 = sum(step) + 2 * total_c + (m - 1) * max(step)
+    ends = []
+    back = 0.0
+    for r in range(p):  # stage r's last backward ends before stage 0's by the path back to it
+        if r:
+            back += B[r - 1] / v + (c[r - 1] if v == 1 else total_c / (p * v - 1))
+        # the other local chunks' last passes: p backward passes of chunk 0 (and the later chunks) after them
+        ends.append([end0 - back - (c_ * p * B[r] / v if c_ else 0.0) for c_ in range(v)])
+    return ends

@@ -1,0 +1,176 @@
+"""Passes walked beside the communication stream, as the simulator's per-device streams run
+them (`dlsim.plan.iteration`, `dlsim.plan.syncplan`): data-parallel buckets queued as the backward
+pass makes them ready, ZeRO-3 parameter gathers ahead of their units, compute slowed by the device's
+overlap slowdown while a collective is in flight.
+"""
+
+from __future__ import annotations
+
+from dlsim.cost.overlap import overlap_cost
+from dlsim.plan.evaluate.pipeline import pipeline_walk
+from dlsim.plan.expertparallel import EP
+from dlsim.plan.pipeline import FORWARD
+from dlsim.plan.templates import Step
+from dlsim.plan.zero import GATHER_PREFETCH
+
+
+_COMPUTE, _COLLECTIVE, _OVERLAP = 0, 1, 2  # step kinds of a priced program (`StreamWalk._program`)
+
+
+class StreamWalk:
+    """Step lists run beside a device's communication stream (a part of `Timing`)."""
+
+    def _walk(self, steps: list[Step], stage: int, launches: dict[int, list[float]], gathers: list[float] | None,
+              queue_start: float = 0.0) -> tuple[float, float, float]:
+        """Run a step list beside the communication stream from time 0 (`walk_steps`); returns (pass
+        seconds, time the queue empties after the pass start, seconds compute was slowed)."""
+        now, busy, slowed, _ = self.walk_steps(steps, stage, launches, gathers, 0.0, queue_start, 0.0)
+        return now, max(busy, now), slowed
+
+    def _program(self, steps: list[Step], stage: int) -> list[tuple[int, float, float, bool, int]]:
+        """`steps` priced once for `walk_steps` (which runs them many times): per step (kind, kernel
+        seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,
+        whether a collective queues behind the communication stream, parameter unit)."""
+        s = self.s
+        key = ("program", id(steps), stage, s.dp, s.tp, s.pp, s.cp, s.ep, s.collective)
+        got = self._programs_of.get(key)
+        if got is not None:
+            return got
+        tp_ranks = self.tpg(stage)
+        same_tier = self._same_tier.get(stage)
+        if same_tier is None:
+            same_tier = self._same_tier[stage] = self.s.dp > 1 and self.s.tp > 1 and \
+                self.pricer.tier(tp_ranks) == self.pricer.tier(self.dpg(stage))
+        out = []
+        for st in steps:
+            if st.kind == "compute":
+                out.append((_COMPUTE, st.duration, 0.0, False, st.unit))
+                continue
+            c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage))
+            if st.kind == "collective":
+                queued = same_tier if st.group != EP else self._ep_queued(stage)
+                out.append((_COLLECTIVE, 0.0, c, queued, st.unit))
+            else:
+                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
+        self._programs_of[key] = out
+        self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program
+        return out
+
+    def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
+                   gathers: list[float] | None, now: float, busy: float, first_dep: float,
+                   ready_at: list[float] | None = None) -> tuple[float, float, float, float]:
+        """Run a step list from time `now` beside the communication stream, busy until `busy` (the
+        simulator's per-device streams, `dlsim.plan.iteration` and `dlsim.plan.syncplan`): `launches`
+        maps a step position to the collective durations it enqueues when it ends; `gathers` (ZeRO-3,
+        or the updated parameters' gathers of `gathers_in_forward`) the all-gather of each parameter
+        unit, which the unit's first step waits for. Gathers are prefetched `GATHER_PREFETCH` units
+        ahead (`dlsim.plan.syncplan.OpHooks`): the pass's first units are enqueued once `first_dep`, the
+        end of the previous pass on this device (at or before the pass's start), has passed, each later
+        unit's behind what the stream holds when the unit `GATHER_PREFETCH` before it starts; with
+        `ready_at`, each unit's gather ends then instead (dispatched before the pass, `gathers_in_forward`).
+        Compute runs slowed by σ while the stream is busy; a tensor-parallel
+        collective on the data-parallel link tier waits for the queue that holds its ports. Returns
+        (end, stream busy until, seconds compute was slowed, end of the first step)."""
+        sigma = self.sigma
+        program = self._program(steps, stage)
+        slowed = 0.0
+        unit = None
+        first_end = -1.0
+        order = self._unit_order(steps) if gathers is not None else ()
+        ready: dict[int, float] = {}  # unit -> when its gather ends
+        for pos, (kind, d, c, queued, st_unit) in enumerate(program):
+            if ready_at is not None and st_unit >= 0 and st_unit != unit:
+                unit = st_unit
+                busy = max(busy, ready_at[st_unit])
+                now = max(now, ready_at[st_unit])
+            elif gathers is not None and st_unit >= 0 and st_unit != unit:
+                j = order.index(st_unit)
+                for q in range(j, min(len(order), j + 1 + GATHER_PREFETCH)):
+                    u = order[q]
+                    if u in ready:
+                        continue
+                    busy = max(busy, first_dep if q <= GATHER_PREFETCH else now) + gathers[u]
+                    ready[u] = busy
+                unit = st_unit
+                now = max(now, ready[st_unit])
+            if kind == _COMPUTE:
+                if busy > now and sigma > 0:
+                    window = busy - now
+                    if d * (1 + sigma) <= window:
+                        slowed += d * sigma
+                        now += d * (1 + sigma)
+                    else:
+                        done = window / (1 + sigma)
+                        slowed += window - done
+                        now = busy + (d - done)
+                else:
+                    now += d
+            elif kind == _COLLECTIVE:
+                if queued and busy > now:  # waits for the bucket holding the ports, delays the rest
+                    busy += c
+                    now = busy
+                else:
+                    now += c
+            else:
+                now += d + c  # overlap: its kernels and what the collective beside them adds (`_program`)
+            if first_end < 0:
+                first_end = now
+            if launches:
+                for dur in launches.get(pos, ()):
+                    busy = max(busy, now) + dur
+        return now, busy, slowed, first_end if first_end >= 0 else now
+
+    def _unit_order(self, steps: list[Step]) -> tuple[int, ...]:
+        """The parameter units of a step list in step order (cached with its priced program)."""
+        key = ("units", id(steps))
+        got = self._programs_of.get(key)
+        if got is None:
+            got = self._programs_of[key] = tuple(dict.fromkeys(st.unit for st in steps if st.unit >= 0))
+        return got  # type: ignore[return-value]
+
+    def _programs(self, parts: list[tuple], c: list[float]) -> tuple[list[list[float]], list[float], list[float]]:
+        """ZeRO-2/3: every stage's op order (`pipeline_walk`), each pass walked (`walk_steps`) beside the
+        stage's communication stream, which carries over from pass to pass as the simulator's does (a
+        backward pass's reductions delay the next pass's gathers, slow its kernels, and the last ones
+        end the iteration). Returns (ends[r][local chunk] of the last backward passes, when each
+        stage's stream empties, each stage's seconds inside its passes)."""
+        s = self.s
+        p = s.pp
+        state = [(0.0, 0.0) for _ in range(p)]  # per stage: stream busy until, end of the last pass
+        inside = [0.0] * p
+        memo: dict[tuple, tuple[float, float, float]] = {}
+
+        def run_op(r: int, op, k: int, t: float) -> float:
+            busy, prev_end = state[r]
+            fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
+            if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
+                # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
+                end, q, _, _ = self.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, self.first_busy[r] - t), 0.0,
+                                               [x - t for x in self.first_ready[k]])
+                state[r] = (t + q, t + end)
+                inside[r] += end
+                return t + end
+            gathers = all_gathers if every_pass else None
+            # passes are time-invariant: keyed by relative times (a stream idle before the start and the
+            # previous pass's end, from which the first gathers are issued, long before it are alike)
+            floor = -sum(gathers[:1 + GATHER_PREFETCH]) if gathers else 0.0  # earlier is alike: done by the start
+            key = (k, op.kind, gathers is not None, max(floor, busy - t), max(floor, prev_end - t) if gathers else 0.0)
+            got = memo.get(key)
+            if got is None:
+                q, dep = key[3], key[4]
+                if op.kind == FORWARD:
+                    end, q, _, _ = self.walk_steps(fwd, r, {}, gathers, 0.0, q, dep)
+                else:
+                    now = 0.0
+                    if rec:
+                        now, q, _, _ = self.walk_steps(rec, r, {}, None, now, q, 0.0)
+                    end, q, _, _ = self.walk_steps(bwd, r, launches, gathers, now, q, dep)
+                got = memo[key] = (end, q, 0.0)
+            end, q, _ = got
+            state[r] = (t + q, t + end)
+            inside[r] += end
+            return t + end
+
+        last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op)
+        return last, [state[r][0] for r in range(p)], inside

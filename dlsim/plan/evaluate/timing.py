@@ -1,0 +1,406 @@
+"""One strategy's iteration time (see `dlsim.plan.evaluate`): per chunk the forward, recomputation
+and backward step lists priced and walked, then the pipeline, the data-parallel reductions, the
+tied-embedding all-reduce, the optimizer step and the parameter all-gathers.
+"""
+
+from __future__ import annotations
+
+
+from dlsim.cost.overlap import overlap_cost
+from dlsim.plan.comm import Layout
+from dlsim.plan.compression import plan_sync
+from dlsim.plan.dataparallel import reduce_element_bytes
+from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
+                                      updated_params)
+from dlsim.plan.scenario import LayerTable
+from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
+from dlsim.plan.pipeline import FORWARD
+from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch
+from dlsim.spec.strategy import Strategy
+from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation)
+from dlsim.plan.evaluate.pipeline import pipeline_ends, pipeline_walk
+from dlsim.plan.evaluate.stream import StreamWalk
+
+
+class Timing(StreamWalk):
+    """One strategy's timing (see the module docstring)."""
+
+    def __init__(self, ev: "Evaluator",  # noqa: F821 (dlsim.plan.evaluate.core)
+                 s: Strategy, t: LayerTable, ranges, memory):
+        self.ev, self.s, self.t, self.ranges, self.mem = ev, s, t, ranges, memory
+        self.pricer = ev.pricer(s)
+        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.cp)
+        self.sigma = ev.sigma
+        self.chunk_entries = [t.entries[a:b] for a, b in ranges]
+        self._tpg: dict[int, list[int]] = {}
+        self._dpg: dict[int, list[int]] = {}
+        self._same_tier: dict[int, bool] = {}
+        self._programs_of = ev._cache  # priced programs are shared by the evaluations of one layout
+
+    def price(self, op: str, nbytes: float, ranks: list[int]) -> float:
+        return self.ev._price(self.pricer, self.s, op, nbytes, ranks)
+
+    def tpg(self, stage: int) -> list[int]:
+        """The tensor-parallel group of replica 0's `stage` (cached)."""
+        got = self._tpg.get(stage)
+        if got is None:
+            got = self._tpg[stage] = self.lay.tp_group(0, stage)
+        return got
+
+    def dpg(self, stage: int) -> list[int]:
+        """The data-parallel group of tensor rank 0's `stage` (cached)."""
+        got = self._dpg.get(stage)
+        if got is None:
+            got = self._dpg[stage] = self.lay.dp_group(0, stage)
+        return got
+
+    def steps_time(self, steps: list[Step], stage: int) -> tuple[float, float, float]:
+        """(seconds, compute seconds, communication seconds) of a step list run alone."""
+        total = comp = comm = 0.0
+        ranks = self.tpg(stage)
+        for st in steps:
+            if st.kind == "compute":
+                total += st.duration
+                comp += st.duration
+            elif st.kind == "collective":
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
+                total += c
+                comm += c
+            else:  # overlap: kernels beside an asynchronous collective
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
+                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                total += st.duration + extra + exposed
+                comp += st.duration
+                comm += extra + exposed
+        return total, comp, comm
+
+    def _param_gathers(self, k: int, dp_ranks: list[int], stage: int) -> float:
+        """ZeRO-1/2's all-gathers of chunk k's updated parameters: the dense ones over dp, the routed
+        experts' over the expert-data-parallel group (`dlsim.plan.syncplan`)."""
+        es = self.chunk_entries[k]
+        expert = expert_params_of(es)
+        seconds = self.price("allgather", (sum(e.params for e in es) - expert) * self.ev.gb, dp_ranks)
+        if expert and self.s.dp // self.s.ep > 1:
+            seconds += self.price("allgather", expert * self.ev.gb, edp_group(self.lay, self.s.ep, 0, 0, stage))
+        return seconds
+
+    def _ep_queued(self, stage: int) -> bool:
+        """Whether an expert-parallel all-to-all shares its link tier with the gradient reductions (of
+        the data-parallel or the expert-data-parallel group) queued on the communication stream."""
+        if self.s.dp == 1:
+            return False
+        tier = self.pricer.tier(self.ev.ep_ranks(self.s, stage))
+        groups = (self.dpg(stage), edp_group(self.lay, self.s.ep, 0, 0, stage))
+        return any(len(g) > 1 and self.pricer.tier(g) == tier for g in groups)
+
+    def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
+        """The ranks of a step's collective: its expert-parallel group or context-parallel ring, else
+        the tensor-parallel one."""
+        if st.group == "cp":
+            return self.lay.cp_group(0, 0, stage)
+        return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
+
+    def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
+        dp_ranks = self.dpg(stage)
+        edp_ranks = edp_group(self.lay, self.s.ep, 0, 0, stage)
+        base = gradient_collective(self.s.zero)
+        out: dict[int, list[float]] = {}
+        for pos, st in enumerate(steps):
+            for j in st.buckets:
+                plan = plan_sync(self.s.compression, buckets[j].nbytes,
+                                 reduce_element_bytes(self.s, self.ev.dtype), self.s.dp, base)
+                group = edp_ranks if buckets[j].group == EDP else dp_ranks
+                out.setdefault(pos, []).append(sum(self.price(op, n, group) for op, n in plan.collectives))
+        return out
+
+    def _chunk(self, k: int) -> tuple:
+        """Per micro-batch times of global chunk k: (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, sync
+        seconds, walked backward (steps, launches, seconds), per-micro-batch reductions outlast the pass).
+        Cached per evaluator by everything it depends on."""
+        s, ev = self.s, self.ev
+        tp, r = s.tp, k % s.pp
+        tp_ranks, dp_ranks = self.tpg(r), self.dpg(r)
+        groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
+                  self.lay.ranks_per_node(dp_ranks)) if s.dp > 1 or s.tp > 1 else ()
+        a, b = self.ranges[k]
+        key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, groups, s.recompute, s.recompute_layers,
+               s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
+               s.grad_reduce_dtype, s.param_gather_overlap)
+        got = ev._cache.get(key)
+        if got is not None:
+            return got  # type: ignore[return-value]
+        overlap = s.tp_async_backward
+        dp_sync = s.dp > 1
+        per_mb = reduces_every_microbatch(s.zero) and dp_sync
+        zero3 = s.zero == 3 and dp_sync
+        first_gathers = gathers_in_forward(s) and dp_sync  # ZeRO-1/2's updated parameters, in micro-batch 0
+        comm_bound = False
+        # the pieces that depend on fewer fields are kept apart, so that candidates differing only in
+        # recomputation, ZeRO stage or data-parallel degree share their step lists and pass times
+        sig, tpg, dpg = key[1], groups[:2], groups[2:]
+        has_buckets = dp_sync or bool(s.zero)
+        # forward and recomputation steps do not depend on the gradient accumulation: keyed by the
+        # chunk of the table without it, shared by every micro-batch count
+        fsig = self.t.base.signature(a, b, ev.instance)  # type: ignore[union-attr]
+        fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets,
+                zero3 or first_gathers, s.grad_reduce_dtype)
+        forward = ev._cache.get(fkey)
+        if forward is None:
+            es = self.chunk_entries[k]
+            buckets = self._buckets_of(es)
+            fwd = forward_steps(es, tp)
+            units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
+            fwd_u = forward_steps(es, tp, unit_of=units) if units is not None else fwd
+            forward = ev._cache[fkey] = (buckets, units, fwd_u, self.steps_time(fwd, r))
+        buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
+        pkey = ("backward", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
+                zero3, s.grad_reduce_dtype)
+        passes = ev._cache.get(pkey)
+        if passes is None:
+            es = self.chunk_entries[k]
+            ready: dict[int, tuple[int, ...]] = {}
+            for j, bu in enumerate(buckets):
+                ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
+            bwd = backward_steps(es, tp, ready, units, overlap=overlap) if zero3 and units is not None else \
+                backward_steps(es, tp, ready, overlap=overlap)
+            passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
+        bwd, (b_t, b_c, b_m) = passes  # type: ignore[misc]
+        rkey = ("recompute", fsig, tp, tpg, s.collective, s.recompute)
+        rec_time = ev._cache.get(rkey)
+        if rec_time is None:
+            es = self.chunk_entries[k]
+            if s.recompute == "full":
+                rec = forward_steps([e for e in es if ev.instance[e.name]], tp, "recompute")
+            elif s.recompute == "selective":
+                rec = selective_recompute_steps(es)
+            else:
+                rec = []
+            rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
+        rec, (r_t, r_c, r_m) = rec_time  # type: ignore[misc]
+        if dp_sync and buckets:
+            lkey = ("launches", pkey, s.dp, dpg, s.zero, s.collective, s.compression)
+            launches = ev._cache.get(lkey)
+            if launches is None:
+                launches = ev._cache[lkey] = self._bucket_launches(bwd, buckets, r)
+        else:
+            launches = {}
+        chunk_sync = sum(sum(x) for x in launches.values())  # type: ignore[union-attr]
+        gathers = None
+        if first_gathers and buckets:  # ZeRO-1/2's updated parameters, waited for in micro-batch 0
+            gathers = [self.price("allgather", bu.gather_nbytes, self.dpg(r)) for bu in buckets]
+        if zero3:
+            dp_ranks = self.dpg(r)
+            gathers = [self.price("allgather", bu.gather_nbytes, dp_ranks) for bu in buckets]
+            wf, qf, sf = self._walk(fwd_u, r, {}, gathers)
+            wb, qb, sb = self._walk(bwd, r, launches, gathers)
+            left = max(0.0, qb - wb)
+            extra = overlap_cost(wf + r_t, left, self.sigma)[0] + max(0.0, left - (wf + r_t) * (1 + self.sigma))
+            f_m += wf - f_t
+            b_m += wb - b_t + extra
+            f_t, b_t = wf, wb + extra
+        elif per_mb and launches:
+            wb, qb, sb = self._walk(bwd, r, launches, None)
+            left = max(0.0, qb - wb)
+            if left > 0:
+                comm_bound = True
+            extra = wb - b_t + overlap_cost(f_t + r_t, left, self.sigma)[0] \
+                + max(0.0, left - (f_t + r_t) * (1 + self.sigma))
+            b_t += extra
+            b_m += extra
+        out = (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync, (bwd, launches, b_t), comm_bound,
+               (fwd_u, rec, bwd, launches, gathers, zero3))
+        ev._cache[key] = out
+        return out
+
+    def run(self) -> Evaluation:
+        s, ev = self.s, self.ev
+        p, v, m = s.pp, s.virtual_stages, s.num_microbatches
+        tp = s.tp
+        dp_sync = s.dp > 1
+        per_mb = reduces_every_microbatch(s.zero) and dp_sync
+        zero3 = s.zero == 3 and dp_sync
+        K = p * v
+        comm_bound = False
+        f = [0.0] * K  # per global chunk and micro-batch: forward, and recompute + backward seconds
+        bk = [0.0] * K
+        comp = [0.0] * p
+        recomp = [0.0] * p
+        comm = [0.0] * p
+        chunk_sync = [0.0] * K  # data-parallel collectives of a chunk's buckets (one backward pass)
+        walked: list[tuple] = [()] * K  # (backward steps, launches, backward seconds without recompute)
+        parts: list[tuple] = [()] * K  # (forward, recompute, backward steps, launches, gathers, every pass gathers)
+        for k in range(K):
+            r = k % p
+            f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound, parts[k] = self._chunk(k)
+            comm_bound = comm_bound or bound
+            f[k], bk[k] = f_t, r_t + b_t
+            comp[r] += f_c + b_c
+            recomp[r] += r_c
+            comm[r] += f_m + r_m + b_m
+        # ZeRO-1/2's updated parameters gathered from the start, chunk after chunk in the order each
+        # stage runs them (`gathers_in_forward`): when each unit's gather ends
+        self.first_ready, self.first_busy = {}, [0.0] * p  # per stage: when its last such gather ends
+        if gathers_in_forward(s) and dp_sync and not zero3:
+            for r in range(p):
+                offset = 0.0
+                for c in range(v):
+                    k = c * p + r
+                    fwd_u, gathers = parts[k][0], parts[k][4]
+                    if gathers:
+                        ready = [0.0] * len(gathers)
+                        for u in self._unit_order(fwd_u):
+                            offset += gathers[u]
+                            ready[u] = offset
+                        self.first_ready[k] = ready
+                self.first_busy[r] = offset
+        # pipeline: when each stage's last backward pass of each local chunk ends
+        c_fwd = self._p2p_times()
+        programs = per_mb and p * m * v <= WALK_OPS and (zero3 or comm_bound)
+        if programs:  # every pass walked beside the stage's communication stream, which carries over
+            last, queue_end, busy_s = self._programs(parts, c_fwd)
+            comm = [(busy_s[r] - m * (comp[r] + recomp[r])) / m for r in range(p)]
+        elif self.first_ready and (p == 1 or p * m * v <= WALK_PLAIN_OPS):
+            waited = [0.0] * p
+
+            def run_op(r: int, op, k: int, t: float) -> float:
+                if op.kind == FORWARD and op.microbatch == 0 and k in self.first_ready:
+                    end = self.walk_steps(parts[k][0], r, {}, None, 0.0, max(0.0, self.first_busy[r] - t), 0.0,
+                                          [x - t for x in self.first_ready[k]])[0]
+                    waited[r] += end - f[k]
+                    return t + end
+                return t + (f[k] if op.kind == FORWARD else bk[k])
+            last = pipeline_walk(s.schedule, p, m, v, (), (), c_fwd, run_op)
+            comm = [comm[r] + waited[r] / m for r in range(p)]
+        elif p > 1 and p * m * v <= WALK_PLAIN_OPS:
+            last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
+        else:
+            last = pipeline_ends(s.schedule, p, m, v, f, bk, c_fwd)
+        stage_end = []
+        sync_exposed = [0.0] * p
+        slowed = [0.0] * p
+        for r in range(p):
+            bwd, launches, b_plain = walked[r]  # local chunk 0 runs the iteration's last backward pass
+            end = last[r][0]
+            pass_start = end - b_plain
+            if programs:
+                wait = max(end, queue_end[r])
+            elif dp_sync and not per_mb and launches:
+                if s.overlap:
+                    busy = 0.0  # the other local chunks' buckets, launched when their last pass ended
+                    for t_end, secs in sorted((last[r][c], chunk_sync[c * p + r]) for c in range(1, v)):
+                        busy = max(busy, t_end) + secs
+                    wb, qb, sb = self._walk(bwd, r, launches, None, max(0.0, busy - pass_start))
+                    end = pass_start + wb
+                    wait = max(end, pass_start + qb)
+                    slowed[r] = sb
+                else:
+                    wait = end + sum(chunk_sync[c * p + r] for c in range(v))
+            else:
+                wait = end
+            sync_exposed[r] = wait - last[r][0]
+            stage_end.append(wait)
+        tied = self._tied_sync()
+        if tied is not None:
+            first, lst, secs = tied
+            start = max(stage_end[first], stage_end[lst])
+            for r in (first, lst):
+                sync_exposed[r] += start + secs - stage_end[r]
+                stage_end[r] = start + secs
+        totals = []
+        for r in range(p):
+            chunks = [c * p + r for c in range(v)]
+            params = sum(e.params for k in chunks for e in self.chunk_entries[k])
+            # the simulator's optimizer step (`dlsim.plan.syncplan`): the stage's own parameters, 1/dp
+            # of them under ZeRO; the copy of a tied embedding is not in it
+            expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
+            updated = updated_params(params - expert, expert, s.zero, s.dp, s.ep)
+            opt = ev.builder.optimizer_timer(s, self.t)(updated).seconds
+            end = stage_end[r] + opt
+            if dp_sync and gathers_updated_params(s.zero) and not gathers_in_forward(s):
+                dp_ranks = self.dpg(r)
+                gather = sum(self._param_gathers(k, dp_ranks, r) for k in chunks)
+                end += gather
+                sync_exposed[r] += gather
+            totals.append((end, opt))
+        T = max(e for e, _ in totals)
+        # breakdown: means over stages, as the simulator reports
+        cmp = sum(m * comp[r] + totals[r][1] for r in range(p)) / p
+        rc = sum(m * recomp[r] for r in range(p)) / p
+        ex = sum(m * comm[r] + sync_exposed[r] for r in range(p)) / p
+        bubble = max(0.0, T - cmp - rc - ex)
+        outside = []
+        if p > 1 and p * m * v > WALK_PLAIN_OPS:
+            outside.append("pipeline timed by its closed form (p·m·v beyond WALK_PLAIN_OPS)")
+        if zero3 and not programs:
+            outside.append("ZeRO-3 parameter gathers beside compute")
+        if comm_bound and not programs:
+            outside.append("ZeRO-2 gradient reductions longer than the backward pass")
+        if s.schedule == "interleaved" and m == p:
+            outside.append("interleaved schedule with num_microbatches = pp")
+        if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
+            outside.append("pipeline transfers sharing the tensor-parallel link ports")
+        if p > 1 and (zero3 or self.first_ready) and self._p2p_shares_dp_ports():
+            outside.append("pipeline transfers sharing the data-parallel link ports with parameter gathers")
+        if p > 1 and s.ep > 1 and self._p2p_shares_ep_ports():
+            outside.append("pipeline transfers sharing the expert-parallel link ports")
+        if s.ep > 1 and s.zero == 2 and s.dp > 1:
+            outside.append("ZeRO-2 with expert parallelism (per-micro-batch reductions beside the all-to-alls)")
+        if s.cp > 1 and s.dp == 1:
+            outside.append("context parallelism with dp 1 (the gradient reduction over the cp ranks not timed)")
+        if s.hybrid_shard:
+            outside.append("hybrid sharding (collectives priced over the whole dp group)")
+        if s.offload != "none":
+            outside.append(f"offload {s.offload} (host copies not timed; activations kept on the device)")
+        return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
+
+    def _buckets_of(self, es):
+        return self.ev._buckets(self.s, es)
+
+    def _p2p_shares_ep_ports(self) -> bool:
+        """Whether pipeline transfers use the link tier of the expert-parallel all-to-alls (the
+        simulator serialises the two on the ports; not modelled here)."""
+        lay = self.lay
+        ep_tier = self.pricer.tier(self.ev.ep_ranks(self.s, 0))
+        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == ep_tier for r in range(self.s.pp - 1))
+
+    def _p2p_shares_dp_ports(self) -> bool:
+        """Whether pipeline transfers use the link tier of the data-parallel group, where parameter
+        gathers run beside compute (the simulator serialises the two on the ports; not modelled here)."""
+        lay = self.lay
+        dp_tier = self.pricer.tier(lay.dp_group(0, 0))
+        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == dp_tier for r in range(self.s.pp - 1))
+
+    def _p2p_shares_tp_ports(self) -> bool:
+        """Whether pipeline transfers use the link tier of the tensor-parallel collectives."""
+        lay = self.lay
+        tp_tier = self.pricer.tier(lay.tp_group(0, 0))
+        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == tp_tier for r in range(self.s.pp - 1))
+
+    def _p2p_times(self) -> list[float]:
+        """Seconds of the transfer across each chunk boundary k → k+1."""
+        s = self.s
+        bounds = self.ev.boundaries(self.t, self.ranges)
+        out = []
+        for k, nbytes in enumerate(bounds):
+            a = self.lay.rank(0, 0, k % s.pp)
+            b = self.lay.rank(0, 0, (k + 1) % s.pp)
+            out.append(self.pricer.p2p(nbytes, a, b).seconds)
+        return out
+    def _tied_sync(self) -> tuple[int, int, float] | None:
+        """(first stage, last stage, seconds) of the tied-embedding all-reduce, if there is one."""
+        s = self.s
+        if s.pp == 1:
+            return None
+        stage_of = {}
+        for k, (a, b) in enumerate(self.ranges):
+            for i in range(a, b):
+                stage_of[self.t.entries[i].name] = k % s.pp
+        by_name = {e.name: e for e in self.t.entries}
+        for e in self.t.entries:
+            tied = self.ev.model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
+            if tied and stage_of[tied] != stage_of[e.name]:
+                first, last = stage_of[tied], stage_of[e.name]
+                ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]
+                return first, last, self.pricer.collective("allreduce", by_name[tied].params * self.ev.gb,
+                                                           ranks).seconds
+        return None

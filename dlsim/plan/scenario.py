@@ -1,0 +1,297 @@
+"""One scenario: a strategy on a model and a cluster, priced and checked, built in one place.
+
+A `ScenarioBuilder` holds what does not depend on the strategy (the model, the cluster, the compute
+dtype, the measured kernel tables, the communication pricer factory, layer times measured elsewhere
+such as a μ-cuDNN plan's). `ScenarioBuilder.scenario(strategy)` turns a strategy into a `Scenario`:
+
+1. the layer table (`build_layer_table`) of one device's share: the sequence split over the
+   context-parallel ranks (`split_sequence`), tensor and sequence parallelism, fused kernels,
+   experts spread over the expert-parallel ranks, data/model switches of layer groups
+   (`add_transitions`), ring attention (`add_rings`), FP8 projection GEMMs and their casts
+   (`apply_fp8`);
+2. the checks (enough devices, tensor-parallel degrees dividing the heads, experts divisible);
+3. the stage partition, balanced on the per-micro-batch work without the gradient accumulation
+   (one partition for every micro-batch count);
+4. the gradient accumulation per micro-batch (`with_grad_accumulation`);
+5. the rank layout, the communication pricer, the optimizer-step and element-wise kernel timers,
+   the host link for offloading, the model FLOPs of one iteration.
+
+The event simulation (`dlsim.sim.scenario_run`) and the analytic evaluator (`dlsim.plan.evaluate`)
+both time what this builds; the evaluator keeps one builder for a whole search, whose caches
+(layer tables per what they depend on, partitions per chunk count, pricers per layout) are shared
+by every candidate. Adding a mechanism means changing this module (and, where it composes
+differently in time, the two clocks), never a second copy of the assembly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from dlsim.cost.layers import layer_cost
+from dlsim.cost.memory import grad_accumulation_bytes
+from dlsim.cost.pricing import KernelTimes
+from dlsim.errors import InfeasibleError
+from dlsim.plan.comm import CommPricer, Layout
+from dlsim.plan.contextparallel import add_rings, split_sequence
+from dlsim.plan.expertparallel import check_expert_parallel, expert_notes
+from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
+from dlsim.plan.iteration import IterationInputs
+from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
+from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
+from dlsim.plan.offload import host_link
+from dlsim.plan.partition import partition, single_tensor_cuts
+from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
+from dlsim.results import Estimate
+from dlsim.spec.cluster import Cluster, LinkTier
+from dlsim.spec.model import Model
+from dlsim.spec.strategy import Strategy
+
+PricerFactory = Callable[[Layout, str], CommPricer]
+"""`factory(layout, collective algorithm)`: the communication pricer of one rank layout."""
+
+LayerOverrides = Mapping[str, tuple[Estimate, Estimate, float]]
+"""Layer name -> (forward, backward, workspace bytes) measured elsewhere (a μ-cuDNN plan's)."""
+
+
+@dataclass
+class LayerTable:
+    """A layer table and what is cached about it. `key` names the table without the gradient
+    accumulation (`base`): what does not depend on timing (the stage partition, balanced on the
+    costs without accumulation; parameters, activations, buckets) is cached under it and shared by
+    every micro-batch count."""
+
+    entries: tuple[LayerEntry, ...]
+    costs: list[float]
+    partitions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    sigs: list[int] | None = None
+    prefix: dict[str, list[float]] = field(default_factory=dict)
+    key: int = 0
+    base: "LayerTable | None" = None
+
+    def __post_init__(self) -> None:
+        self.key = self.key or id(self)
+        self.base = self.base or self
+
+    def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
+        """What a chunk's timing depends on (chunks of identical layers share their timing)."""
+        if self.sigs is None:
+            self.sigs = [hash((e.type, e.forward, e.backward, e.backward_weight, e.params, e.saved_bytes,
+                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, e.experts,
+                               instance[e.name] is not None))
+                         for e in self.entries]
+        return tuple(self.sigs[a:b])
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A strategy priced and checked: what the event simulation and the analytic evaluator time.
+
+    `model` is one device's share of every sequence (context parallelism), `full_model` the model
+    as given; `table` the layer table with the gradient accumulation (`table.base` without it);
+    `dtype` the compute dtype (bf16 under FP8 training, whose GEMMs the table prices in FP8) and
+    `record_dtype` the one the record names."""
+
+    model: Model
+    full_model: Model
+    cluster: Cluster
+    strategy: Strategy
+    dtype: str
+    record_dtype: str
+    table: LayerTable
+    ranges: tuple[tuple[int, int], ...]
+    layout: Layout
+    pricer: CommPricer
+    optimizer_time: Callable[[float], Estimate]
+    elementwise_time: Callable[[float, float], Estimate]
+    host: LinkTier | None
+    training_flops: float
+    peak_flops: float
+    notes: tuple[str, ...]
+
+    @property
+    def entries(self) -> tuple[LayerEntry, ...]:
+        return self.table.entries
+
+    @property
+    def capacity_bytes(self) -> float:
+        """Usable device memory: capacity less what the runtime reserves."""
+        device = self.cluster.device
+        return device.memory_bytes - device.memory_reserved
+
+    @property
+    def partition_note(self) -> str:
+        return f"stage partition (layers per chunk): {[b - a for a, b in self.ranges]}"
+
+    def iteration_inputs(self, explicit_dp: bool = False, explicit_tp: bool = False,
+                         expand: bool = False) -> IterationInputs:
+        """What the task graph of one iteration is built from (`dlsim.plan.iteration`): with
+        `explicit_dp` / `explicit_tp` every data-parallel replica / tensor-parallel rank simulated
+        (else one, its collectives priced at the full rank count); `expand` runs collectives as
+        their point-to-point schedules."""
+        device = self.cluster.device
+        return IterationInputs(self.model, self.entries, self.ranges, self.strategy, self.layout, self.pricer,
+                               self.dtype, device.name, self.capacity_bytes, self.optimizer_time,
+                               self.elementwise_time, explicit_dp, explicit_tp, expand, device.overlap_slowdown,
+                               self.host)
+
+
+class ScenarioBuilder:
+    """Builds the scenarios of one model on one cluster in one dtype, caching what strategies share.
+
+    `tables` are the profile's measured kernel times (None: the roofline); `pricer(layout,
+    algorithm)` the communication pricer of a rank layout; `layer_overrides` layer times measured
+    elsewhere; `notes` what the inputs' loading has to say (they open every scenario's notes)."""
+
+    def __init__(self, model: Model, cluster: Cluster, dtype: str, pricer: PricerFactory,
+                 tables: KernelTimes | None = None, *, layer_overrides: LayerOverrides | None = None,
+                 notes: tuple[str, ...] = ()):
+        self.record_dtype = dtype
+        self.fp8 = dtype == "fp8"  # FP8 projection GEMMs, BF16 elsewhere (dlsim.plan.fp8)
+        notes = tuple(notes)
+        if self.fp8:
+            notes += (check_fp8(cluster.device, cluster.name),)
+            dtype = COMPUTE_DTYPE
+        self.model, self.cluster, self.dtype = model, cluster, dtype
+        self.device = cluster.device
+        self.tables = tables
+        self.notes = notes
+        self.layer_overrides = layer_overrides
+        self._pricer = pricer
+        self._pricers: dict[tuple, CommPricer] = {}
+        self._base_tables: dict[tuple, LayerTable] = {}
+        self._layer_tables: dict[tuple, LayerTable] = {}
+        self._local: dict[int, Model] = {}
+        self._cuts: list[int] | None = None
+        self._timers: dict[tuple, Callable[[float], Estimate]] = {}
+
+    # -- the layer table -----------------------------------------------------------------------
+    def local_model(self, cp: int) -> Model:
+        """One context-parallel rank's share of every sequence (the model itself for cp = 1)."""
+        got = self._local.get(cp)
+        if got is None:
+            got = self._local[cp] = split_sequence(self.model, cp)
+        return got
+
+    def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
+                   ep_overlap: bool = False, cp: int = 1, microbatches: int = 1, dp: int = 1,
+                   layer_groups: tuple = ()) -> LayerTable:
+        """The layer table without gradient accumulation (tensor and context parallelism, fusions,
+        experts, layer groups' switches; FP8 casts, which depend on the micro-batch count)."""
+        key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0,
+               (dp, layer_groups) if layer_groups else ())
+        t = self._base_tables.get(key)
+        if t is None:
+            local = self.local_model(cp)
+            fusions = frozenset(fused)
+            if layer_groups:
+                modes = group_modes(self.model, layer_groups)
+                batch, degree = batches_and_degrees(modes, dp, mbs, tp)
+            else:
+                batch, degree = mbs, tp
+            entries = build_layer_table(local, self.device, self.dtype, batch=batch, tp=degree, tables=self.tables,
+                                        ep=ep, ep_overlap=ep_overlap, overrides=self.layer_overrides,
+                                        sequence_parallel=sp, fused=fusions)
+            if layer_groups:
+                entries = add_transitions(local, entries, modes, dp, mbs, self.dtype)
+            entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, fusions)
+            if self.fp8:
+                entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
+            t = self._base_tables[key] = LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
+        return t
+
+    def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
+              ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
+              dp: int = 1, layer_groups: tuple = ()) -> LayerTable:
+        """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
+        micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
+        key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0,
+               (dp, layer_groups) if layer_groups else ())
+        t = self._layer_tables.get(key)
+        if t is None:
+            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups)
+            if accumulation <= 0:
+                t = base
+            else:
+                t = LayerTable(with_grad_accumulation(base.entries, self.device, accumulation), base.costs,
+                               base.partitions, prefix=base.prefix, key=base.key, base=base)
+            self._layer_tables[key] = t
+        return t
+
+    def strategy_base(self, s: Strategy) -> LayerTable:
+        """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
+        return self.base_table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
+                               s.cp, s.num_microbatches, s.dp, s.layer_groups)
+
+    def strategy_table(self, s: Strategy) -> LayerTable:
+        """The layer table `s` runs on (`strategy_base` with the gradient accumulation)."""
+        accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
+        return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
+                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups)
+
+    # -- stages, layout, pricer ----------------------------------------------------------------
+    def ranges(self, s: Strategy, t: LayerTable) -> list[tuple[int, int]]:
+        """The (first, end) layer ranges of the pipeline's chunks: `s.stage_partition` as given, or
+        balanced on the table's per-micro-batch costs (cached per chunk count)."""
+        if s.stage_partition is not None:
+            return partition(self.model, t.costs, s.chunks, s.stage_partition)
+        r = t.partitions.get(s.chunks)
+        if r is None:
+            if self._cuts is None:
+                self._cuts = single_tensor_cuts(self.model)
+            r = t.partitions[s.chunks] = partition(self.model, t.costs, s.chunks, cuts=self._cuts)
+        return r
+
+    def layout(self, s: Strategy) -> Layout:
+        return Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
+
+    def pricer(self, s: Strategy) -> CommPricer:
+        """The communication pricer of `s`'s layout and collective algorithm (cached)."""
+        key = (s.dp, s.tp, s.pp, s.collective, s.cp)
+        p = self._pricers.get(key)
+        if p is None:
+            p = self._pricers[key] = self._pricer(self.layout(s), s.collective)
+        return p
+
+    def optimizer_timer(self, s: Strategy, t: LayerTable) -> Callable[[float], Estimate]:
+        """`time(params)` of `s`'s optimizer step on one device (`dlsim.plan.steptime`), its kernel
+        count from table `t`'s parameter tensors per stage (cached)."""
+        key = (t.key, s.pp, s.optimizer, s.optimizer_impl)
+        got = self._timers.get(key)
+        if got is None:
+            kernels = step_kernels(t.entries, s.pp, s.optimizer, s.optimizer_impl)
+            got = self._timers[key] = optimizer_timer(self.device, self.dtype, s.optimizer, kernels, s.optimizer_impl)
+        return got
+
+    # -- the scenario --------------------------------------------------------------------------
+    def check_fits(self, s: Strategy, entries: tuple[LayerEntry, ...]) -> None:
+        """Enough devices for `s`, and tensor-parallel degrees that divide the attention heads."""
+        cluster = self.cluster
+        if s.devices > cluster.num_devices:
+            cp = f" x cp {s.cp}" if s.cp > 1 else ""
+            raise InfeasibleError(f"strategy needs dp x tp x pp = {s.dp} x {s.tp} x {s.pp}{cp} = {s.devices} devices, "
+                                  f"{cluster.name} has {cluster.num_devices} ({s.devices - cluster.num_devices} short)")
+        for e in entries:
+            layer = self.model.layers[e.index]
+            if e.tp_degree > 1 and e.tp.compute_sharded and layer.type in ("attention", "mla"):
+                for key in ("heads", "kv_heads"):
+                    heads = layer.attrs.get(key)
+                    if heads and heads % e.tp_degree:
+                        raise InfeasibleError(f"tensor parallel degree {e.tp_degree} does not divide the {heads} "
+                                              f"{key.replace('_', ' ')} of layer {layer.name!r} (remainder "
+                                              f"{heads % e.tp_degree})")
+
+    def scenario(self, s: Strategy) -> Scenario:
+        """`s` priced and checked (see the module docstring)."""
+        check_expert_parallel(self.model, s.ep)
+        base = self.strategy_base(s)
+        notes = self.notes + tuple(expert_notes(base.entries))
+        self.check_fits(s, base.entries)
+        ranges = tuple(self.ranges(s, base))
+        table = self.strategy_table(s)
+        device, dtype = self.device, self.dtype
+        training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in self.model.layers) * s.global_batch
+        return Scenario(
+            self.local_model(s.cp), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
+            self.layout(s), self.pricer(s), self.optimizer_timer(s, table), elementwise_timer(device, dtype), host_link(self.cluster, s.offload), training_flops,
+            device.peak_flops.get(dtype, max(device.peak_flops.values())), notes)

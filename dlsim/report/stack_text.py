@@ -1,0 +1,50 @@
+"""Text of ``dlsim stacks`` and ``dlsim stacks show``."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) if v else "none"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, int) and v >= 1 << 20 and v % (1 << 20) == 0:
+        return f"{v >> 20} MiB"
+    return str(v)
+
+
+def stacks_table(rows: list[dict[str, Any]]) -> str:
+    """One line per stack: name, version, framework, what it is."""
+    width = max((len(r["name"]) for r in rows), default=4)
+    out = [f"{'stack':<{width}}  version / framework"]
+    for r in rows:
+        out.append(f"{r['name']:<{width}}  {r['version']} ({r['framework']})")
+        if r.get("description"):
+            out.append(" " * (width + 2) + r["description"])
+    out.append("dlsim stacks show NAME: every key with the framework code it was read from; --stack NAME to use one")
+    return "\n".join(out)
+
+
+def stack_table(rec: dict[str, Any]) -> str:
+    """Every key of one stack, its value and its source."""
+    out = [f"{rec['name']}: {rec['framework']}, {rec['version']}"]
+    if rec.get("description"):
+        out.append(rec["description"])
+    if rec.get("repositories"):
+        out.append("read in: " + ", ".join(rec["repositories"]))
+    width = max((len(k) for k in rec["values"]), default=3)
+    out.append("")
+    names = {"bucket_size_bytes": "bucket_size", "first_bucket_size_bytes": "first_bucket_size"}
+    for key, value in rec["values"].items():
+        out.append(f"{key:<{width}}  {_value(value)}")
+        source = rec["sources"].get(names.get(key, key)) or rec["sources"].get(key, "")
+        out += textwrap.wrap(source, 96, initial_indent=" " * (width + 2) + "source: ",
+                             subsequent_indent=" " * (width + 10))
+    for note in rec.get("notes") or []:
+        out += textwrap.wrap(note, 100, initial_indent="note: ", subsequent_indent="      ")
+    return "\n".join(out)
