@@ -17,12 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from dlsim.api.host_probes import _method
+from dlsim.api.host_probes import method_version
 from dlsim.calibrate import compute_ops, compute_passes, compute_timer
 from dlsim.calibrate.compute_plan import Task
-from dlsim.calibrate.compute_run import FILES, _row, kind_of, open_tables, read_keys, row_key
-from dlsim.io.host_cache import Entry, HostCache
-from dlsim.io.host_cache import digest
+from dlsim.calibrate.compute_run import FILES, open_tables, read_keys, row_key, task_key
+from dlsim.io.host_cache import Entry, HostCache, digest
 
 GRID_SETS = ("grid", "odd")
 PROBE = "grid"
@@ -36,10 +35,10 @@ def grid_tasks(tasks: Sequence[Task]) -> list[Task]:
 def grid_params(tasks: Sequence[Task], *, dtypes: Sequence[str], threads: int, repeats: int, flush: bool,
                 statistic: str, passes: int) -> dict[str, Any]:
     """The cache key of a grid's rows: its kernels and how they are timed (module docstring)."""
-    keys = sorted(str(row_key(kind_of(t), _row(t, None))) for t in tasks)
+    keys = sorted(str(task_key(t)) for t in tasks)
     return {"kernels": digest(keys), "count": len(keys), "dtypes": sorted(dtypes), "threads": threads,
             "repeats": repeats, "flush": flush, "statistic": statistic, "passes": passes,
-            "method": _method(compute_timer, compute_ops, compute_passes)}
+            "method": method_version(compute_timer, compute_ops, compute_passes)}
 
 
 def reuse_grid(out: Path, tasks: Sequence[Task], params: dict[str, Any], cache: HostCache) -> tuple[int, Entry | None]:
@@ -47,7 +46,7 @@ def reuse_grid(out: Path, tasks: Sequence[Task], params: dict[str, Any], cache: 
     entry = cache.get(PROBE, params)
     if entry is None or not isinstance(entry.value, dict):
         return 0, None
-    wanted = {row_key(kind_of(t), _row(t, None)) for t in tasks}
+    wanted = {task_key(t) for t in tasks}
     tables = open_tables(out)
     copied = 0
     for kind, rows in entry.value.items():
@@ -64,7 +63,7 @@ def reuse_grid(out: Path, tasks: Sequence[Task], params: dict[str, Any], cache: 
 def keep_grid(out: Path, tasks: Sequence[Task], params: dict[str, Any], cache: HostCache,
               seconds: float) -> Entry | None:
     """Keep `out`'s rows of `tasks` in the cache when it holds every one of them (a grid measured in full)."""
-    wanted = {row_key(kind_of(t), _row(t, None)) for t in tasks}
+    wanted = {task_key(t) for t in tasks}
     rows: dict[str, list[dict[str, str]]] = {}
     for kind, (name, _) in FILES.items():
         if kind == "device":

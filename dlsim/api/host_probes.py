@@ -89,7 +89,7 @@ def present(has: Callable[[str], bool], wanted: ProbeNeeds) -> bool:
         and (not wanted.fit or has(OPTIMIZER_FIT_QUANTITY)) and (not wanted.host_ops or all(map(has, HOST_QUANTITIES)))
 
 
-def _method(*modules: Any) -> str:
+def method_version(*modules: Any) -> str:
     """A version of a probe's method: the hash of its modules' source (a changed probe is a new cache key)."""
     h = hashlib.sha1()
     for module in modules:
@@ -154,7 +154,7 @@ class _Runner:
         """Rounds of fresh processes of `networks` (`loop_probe.ROUNDS` each), the ones the cache holds
         reused, then the rows of every quantity this device.csv lacks."""
         from dlsim.calibrate.compute_timer import last_level_cache_bytes
-        params = {"method": _method(loop_probe), "rounds": ROUNDS,
+        params = {"method": method_version(loop_probe), "rounds": ROUNDS,
                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "")}
         runs: dict[str, list[dict[str, float]]] = {}
         dates: set[str] = set()
@@ -197,7 +197,7 @@ def run_probes(device_csv: TableFile, wanted: ProbeNeeds, *, reuse: bool = True,
         run.report.sources[fresh] = "present"
     else:
         run.single(fresh, f"fresh-page probe ({t} threads, a fresh process)",
-                   {"threads": t, "repeats": FRESH_REPEATS, "method": _method(alloc_probe)},
+                   {"threads": t, "repeats": FRESH_REPEATS, "method": method_version(alloc_probe)},
                    lambda: alloc_probe.fresh_memory_in_fresh_process(t, FRESH_REPEATS),
                    lambda v, origin: [alloc_probe.fresh_memory_row(t, float(v), FRESH_REPEATS, origin)])
     for quantity, wanted_here, label in ((REFAULT_QUANTITY, wanted.heap, "loop probe (heap)"),
@@ -215,7 +215,7 @@ def run_probes(device_csv: TableFile, wanted: ProbeNeeds, *, reuse: bool = True,
         run.report.sources["host_op"] = "not needed"
     else:
         run.single("host_op", "host probe (an eager step against its operators replayed)",
-                   {"threads": t, "method": _method(host_ops)}, host_ops.host_op_seconds,
+                   {"threads": t, "method": method_version(host_ops)}, host_ops.host_op_seconds,
                    lambda v, origin: host_ops.host_op_rows(tuple(v), origin), elsewhere=False)
     return run.report
 

@@ -117,10 +117,15 @@ def open_tables(out_dir: Path, suffix: str = "") -> dict[str, TableFile]:
             for kind, (name, cols) in FILES.items() if not (suffix and kind == "device")}
 
 
+def task_key(task: Task) -> tuple:
+    """The key of the row `task` measures (`row_key`)."""
+    return row_key(kind_of(task), _row(task, None))
+
+
 def missing(tasks: Iterable[Task], out_dir: Path, suffix: str = "") -> list[Task]:
     """The tasks whose rows `out_dir`'s tables lack (read only: nothing is created)."""
     present = {kind: read_keys(Path(out_dir) / table_file(name, suffix), kind) for kind, (name, _) in FILES.items()}
-    return [t for t in tasks if row_key(kind_of(t), _row(t, None)) not in present[kind_of(t)]]
+    return [t for t in tasks if task_key(t) not in present[kind_of(t)]]
 
 
 def _row(task: Task, timing: Timing | None, workspace: float = 0.0) -> dict[str, str]:
