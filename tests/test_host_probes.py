@@ -17,6 +17,16 @@ from dlsim.calibrate.compute_run import open_tables
 from dlsim.io.host_cache import HostCache
 
 KEY = {"cpu": "Fake CPU 9000", "logical_cpus": 2, "torch": "9.9"}
+TINY = ("name: tiny\ndtype: fp32\ninput: {shape: [16]}\nlayers:\n  - {name: fc1, type: linear, out_features: 8}\n"
+        "  - {name: act, type: relu}\n  - {name: fc2, type: linear, out_features: 4}\n"
+        "  - {name: loss, type: cross_entropy}\n")
+
+
+def tiny_model(folder: Path) -> str:
+    """A four-layer model (a handful of kernels: a calibration of it takes a second)."""
+    path = folder / "tiny.yaml"
+    path.write_text(TINY)
+    return str(path)
 
 
 class Fakes:
@@ -167,11 +177,19 @@ def test_the_generic_grid_is_measured_once_per_host(tmp_path, monkeypatch):
     import dlsim.api.calibrate_compute as cc
     from dlsim.calibrate.compute_plan import GemmTask, memory_sweep
     from dlsim.cost.layers import Gemm
+    from dlsim.api.host_grid import grid_params
+    from dlsim.calibrate import compute_run
+    from dlsim.calibrate import host_probe
     Fakes(monkeypatch)
+    monkeypatch.setenv("DLSIM_CACHE_DIR", str(tmp_path / "cache"))  # this test's own cache: its speeds are fakes
+    monkeypatch.setattr(host_probe, "reference_speeds", lambda threads: {"threads": 1, "gemm_flops_per_s": 1e10,
+                                                                       "stream_bytes_per_s": 1e10})
+    monkeypatch.setattr(compute_run, "STREAM_ELEMENTS", 2**16)  # the device rows on small tensors: a quick test
+    monkeypatch.setattr(compute_run, "SOFTMAX_ELEMENTS", 2**14)
     monkeypatch.setattr(cc, "gemm_grid", lambda dtypes: [GemmTask("fp32", Gemm(m, 8, 8)) for m in (1, 2, 4, 8)])
     monkeypatch.setattr(cc, "memory_sweep", lambda dtypes: memory_sweep(dtypes, ops=("relu",), elements=(4096,)))
     monkeypatch.setattr(cc, "optimizer_sweep", lambda: [])
-    kw = dict(models=["lenet5"], batches=[1], repeats=1, flush_cache=False, algorithms=["mkldnn"], threads=1)
+    kw = dict(models=[tiny_model(tmp_path)], batches=[2], repeats=1, flush_cache=False, threads=1)
     first = cc.calibrate_compute(tmp_path / "a", **kw)
     assert first["grid_rows"]["copied_from_host_cache"] == 0 and first["grid_rows"]["kept_in_host_cache"]
     second = cc.calibrate_compute(tmp_path / "b", **kw)
@@ -182,5 +200,7 @@ def test_the_generic_grid_is_measured_once_per_host(tmp_path, monkeypatch):
     assert rows(tmp_path / "b") == rows(tmp_path / "a")
     third = cc.calibrate_compute(tmp_path / "c", **kw, reuse_probes=False)  # --reprobe: timed again
     assert third["grid_rows"]["copied_from_host_cache"] == 0 and third["measured"] == first["measured"]
-    other = cc.calibrate_compute(tmp_path / "d", **{**kw, "repeats": 2})  # another timing: another key
-    assert other["grid_rows"]["copied_from_host_cache"] == 0
+    tasks = cc.gemm_grid(["fp32"])
+    timing = dict(dtypes=["fp32"], threads=1, repeats=1, flush=False, statistic="median", passes=1)
+    assert grid_params(tasks, **timing) != grid_params(tasks, **{**timing, "repeats": 2})  # another timing, key
+    assert grid_params(tasks, **timing) != grid_params(tasks[:3], **timing)  # another grid, another key

@@ -182,13 +182,15 @@ def test_quick_without_calibration_is_one_line(tmp_path, cli):
 
 
 @pytest.mark.torch
-def test_quick_on_a_new_directory_calibrates_the_model_only(tmp_path, cli):
+def test_quick_on_a_new_directory_calibrates_the_model_only(tmp_path, cli, monkeypatch):
     """--quick is the fast path: on a new OUT the --model kernels in one pass of 3 calls, no generic grid; on
     an OUT that holds a calibration it checks it."""
     pytest.importorskip("torch")
+    from test_host_probes import Fakes, tiny_model
+    Fakes(monkeypatch)  # the host probes are tests/test_host_probes.py's
     out = tmp_path / "quick"
-    code, text, err = cli("calibrate", "compute", "--quick", "--out", out, "--model", "lenet5", "--batch", "2",
-                          "--algorithm", "mkldnn", "--no-flush-cache", "-q")
+    code, text, err = cli("calibrate", "compute", "--quick", "--out", out, "--model", tiny_model(tmp_path),
+                          "--batch", "2", "--no-flush-cache", "-q")
     assert code == 0, err
     run = yaml.safe_load((out / "meta.yaml").read_text())["runs"][-1]
     assert (run["grid"], run["passes"]) == (False, 1) and "quick calibration" in err
