@@ -149,13 +149,14 @@ def _emit_model_validation(rec: dict, plot: str | None, json_out: str | None, re
               help="Also time the N measured table GEMMs nearest to each held-out one: the machine's drift "
                    "since calibration, and the error with that drift removed.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@quiet_option
 @json_option
 def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
-                statistic: str, repeats: int, passes: int, anchors: int, plot: str | None,
+                statistic: str, repeats: int, passes: int, anchors: int, plot: str | None, quiet: bool,
                 json_out: str | None) -> None:
     """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
     from dlsim.progress import Progress
-    with Progress() as bar:
+    with Progress(enabled=False if quiet else None) as bar:
         rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed,
                                threads=threads, statistic=statistic, repeats=repeats, passes=passes, anchors=anchors,
                                progress=bar.message)
