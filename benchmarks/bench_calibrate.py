@@ -8,8 +8,9 @@ Runs the command as a user would (a new process, `python -m dlsim`), into a scra
 * ``warm``: a new directory with the host cache the cold run filled (a second profile on the same host).
 
 Each timed piece holds ``--lock`` exclusively (the shared machine's other timed work waits). Prints one JSON
-record: per scenario the wall time, the command's own summary line, the load average before and after
-(a busy machine makes every number slower: say so when comparing).
+record: per scenario the wall time, the CPU seconds of the command and its children (less sensitive to other
+processes than the wall time), the command's own summary line, the load average before and after (a busy
+machine makes every number slower: say so when comparing).
 
     flock -x /tmp/dlsim-timing.lock python benchmarks/bench_calibrate.py
     python benchmarks/bench_calibrate.py --lock /tmp/dlsim-timing.lock --scenarios cold,rerun,warm
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,13 +41,17 @@ def timed(out: Path, cache: Path, lock: str | None, extra: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DLSIM_CACHE_DIR": str(cache)}
     with exclusive(lock):
         load = os.getloadavg()[0]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
         after = os.getloadavg()[0]
+    cpu = (used.ru_utime - before.ru_utime) + (used.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()[-400:]}")
-    return {"wall_s": round(wall, 2), "load_average_before": round(load, 2), "load_average_after": round(after, 2),
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 1), "load_average_before": round(load, 2),
+            "load_average_after": round(after, 2),
             "summary": done.stdout.strip().splitlines(), "warnings": done.stderr.strip().splitlines()}
 
 
