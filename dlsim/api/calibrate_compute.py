@@ -69,6 +69,13 @@ def framework_param_sizes(model: Any) -> tuple[int, ...] | None:
     return tuple(p.numel() for p in net.parameters())
 
 
+def _resolved(name: str | Model, overrides: Mapping[str, Any] | None) -> tuple[Model, set[str]]:
+    """The model `name` with the `overrides` it has a parameter for applied, and those overrides' keys."""
+    model = as_model(name)
+    own = {k: v for k, v in (overrides or {}).items() if k in model.params_used}
+    return (as_model(name, own) if own and not isinstance(name, Model) else model), set(own)
+
+
 def plan(models: Sequence[str | Model] = (), batches: Sequence[int] = (), *, overrides: Mapping[str, Any] | None = None,
          device: str = "cpu", dtypes: Sequence[str] = ("fp32",), grid: bool = True,
          algorithms: Sequence[str] | None = None, only: Callable[[Any, int, str], bool] | None = None,
@@ -96,10 +103,8 @@ def plan(models: Sequence[str | Model] = (), batches: Sequence[int] = (), *, ove
     used: set[str] = set()
     for i, name in enumerate(models):
         batch = check_batch(batches[i] if len(batches) > 1 else batches[0])
-        model = as_model(name)
-        own = {k: v for k, v in (overrides or {}).items() if k in model.params_used}
+        model, own = _resolved(name, overrides)
         used.update(own)
-        model = as_model(name, own) if own and not isinstance(name, Model) else model
         sizes = framework_param_sizes(model) if framework_sizes else None
         for dtype in dtypes:
             if only is not None and not only(model, batch, dtype):
@@ -244,15 +249,6 @@ def _warm_plan(models: Sequence[str | Model], batches: Sequence[int], device: st
     return plan(models, batches, device=device, grid=False, only=keep, framework_sizes=framework_sizes, **kw), warm_models
 
 
-def _model_objects(models: Sequence[str | Model], overrides: Mapping[str, Any] | None) -> list[Model]:
-    out = []
-    for m in models:
-        model = as_model(m)
-        own = {k: v for k, v in (overrides or {}).items() if k in model.params_used}
-        out.append(as_model(m, own) if own and not isinstance(m, Model) else model)
-    return out
-
-
 def _finished(out: Path, device: str, tasks: Sequence[Task], warm_tasks: Sequence[Task], threads: int | None,
               models: Sequence[Model]) -> dict[str, Any] | None:
     """The record of a calibration in `out` that already holds every row this one would measure (tables,
@@ -311,7 +307,7 @@ def calibrate_compute(out: str | Path, *, device: str = "cpu", models: Sequence[
         check_device(device)  # the one-line error for an unknown device
     out = Path(out)
     kw = dict(overrides=overrides, dtypes=dtypes, algorithms=algorithms)
-    model_objects = _model_objects(models, overrides)
+    model_objects = [_resolved(m, overrides)[0] for m in models]
     keys = plan(models, batches, device=device, grid=grid, framework_sizes=False, **kw)
     warm_keys, _ = _warm_plan(models, batches, device, warm, flush_cache, framework_sizes=False, **kw)
     done = _finished(out, device, keys, warm_keys, threads, model_objects)
