@@ -92,7 +92,7 @@ def test_chrome_trace(cli, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--schedule", "zigzag"], "zigzag"),
     (["--pp", "2", "--num-microbatches", "3", "--schedule", "interleaved", "--virtual-stages", "2"], "divisible by pp"),
-    (["--dp", "1024"], "devices"),
+    (["--dp", "1024", "--nodes", "2"], "devices"),  # without --nodes the cluster is sized to the strategy
     (["--global-batch", "10", "--dp", "4"], "not divisible by dp"),
     (["--bucket-size", "lots"], "lots"),
     (["--zero", "2", "--sync", "async"], "zero 2 needs sync allreduce"),
