@@ -36,21 +36,44 @@ import math
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from dlsim.api.calibrate_compute import calibrate_tasks, plan
 from dlsim.api.models import as_model, profiles
-from dlsim.api.validate_gpu_compare import (STACK, builtin_device, calibrated_kernels, family_rows, network_rows,
-                                            predict_step, record_kernels, safely)
-from dlsim.calibrate.compute_plan import (DEFAULT_CONV_ALGORITHM, GemmTask, OptimizerTask, memory_sweep,
-                                          optimizer_sweep, square_gemms)
+from dlsim.api.validate_gpu_compare import (
+    STACK,
+    builtin_device,
+    calibrated_kernels,
+    family_rows,
+    network_rows,
+    predict_step,
+    record_kernels,
+    safely,
+)
+from dlsim.calibrate.compute_plan import (
+    DEFAULT_CONV_ALGORITHM,
+    GemmTask,
+    OptimizerTask,
+    memory_sweep,
+    optimizer_sweep,
+    square_gemms,
+)
 from dlsim.calibrate.compute_timer import check_device, set_threads
 from dlsim.errors import DlsimError, SpecError
 from dlsim.io.files import write_atomic
 from dlsim.io.jsonl import JsonLinesWriter, read_records
 from dlsim.validate.gpu_steps import COMPILE_BACKENDS, measure_case
-from dlsim.validate.gpu_suite import (COMPILE_ORDER, MEMORY_SHARE, Budget, Scale, StepCase, scale_for, step_cases)
+from dlsim.validate.gpu_suite import (
+    COMPILE_ORDER,
+    MEMORY_SHARE,
+    Budget,
+    Scale,
+    StepCase,
+    scale_for,
+    step_cases,
+)
 
 SCHEMA_VERSION = 1
 KIND = "validate-gpu"
@@ -162,7 +185,7 @@ def validate_gpu(out: str | Path = "reports", *, device: str = "cuda", budget_s:
     out = Path(out)
     workdir = out / f"validation-gpu-{slug}"
     profile_dir = workdir / f"{slug}-measured"
-    run = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     log = RunLog(workdir / RECORDS, run, budget)
     log.add({"kind": "run", "device": device, "budget_s": budget_s, "compile_backend": compile_backend,
              "command": command or " ".join(sys.argv), "profile_dir": profile_dir.name, "out": str(out)})
@@ -191,7 +214,7 @@ def validate_gpu(out: str | Path = "reports", *, device: str = "cuda", budget_s:
     report()
 
     seed = int(time.time()) % 2**31
-    common = {"device": device, "threads": threads, "repeats": scale.repeats, "host_probes": False,
+    common = {"device": device, "threads": threads, "repeats": scale.repeats,
               "command": command or " ".join(sys.argv)}
     models = [_model(c, device) for c in cases]
     model_plan = plan(models, [c.batch for c in cases], device=device, dtypes=(FAMILY_DTYPE,), grid=False,

@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from dlsim.cli import resumable
+
 from dlsim.api.calibrate_comm import calibrate_comm, import_nccl_tests, size_range
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import FINITE_FLOAT, json_option
@@ -87,6 +89,7 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
             click.echo(f"  {line}")
         return
     forced = None if not algorithms else tuple(a for a in algorithms if a != "none")
+    resumable("every point measured so far")
     rec = calibrate_comm(out, backend=backend, ranks=ranks, hosts=hosts, algorithms=forced,
                          sizes=size_range(sizes) if sizes else None, collectives=collectives or None, quick=quick,
                          budget_s=budget, max_reps=max_reps, emulated=emulated, rate=rate, burst=burst, queue=queue,

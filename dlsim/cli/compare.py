@@ -19,7 +19,6 @@ from dlsim.cli.options import announce_empty_strategy, parse_overrides, set_opti
 from dlsim.cli.output import (OutputFile, check_plot_path, emit_json, emit_plot, emit_text, force_option, json_safe,
                               prepare_output, wants_summary)
 from dlsim.errors import InfeasibleError, SpecError
-from dlsim.io.files import OutputError
 from dlsim.report.strategy_fields import field_text, varying_fields
 from dlsim.spec.strategy import SYNCS
 

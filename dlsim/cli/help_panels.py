@@ -53,7 +53,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Output", ["--csv", "--json", "--plot", "--force", "--help"]),
     ],
     "dlsim sweep": [
-        ("Run", ["--out", "--jobs", "--stack"]),
+        ("Run", ["--out", "--jobs", "--stack", "--quiet"]),
         ("Dask", ["--scheduler", "--dask-local"]),
         ("Output", ["--summary", "--plot", *_OUTPUT]),
     ],
@@ -61,7 +61,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Device and output", ["--device", "--out", "--threads", "--dtype"]),
         ("What to measure", ["--model", "--input-shape", "--tokens", "--vocab", "--batch", "--set", "--no-grid",
                              "--algorithm"]),
-        ("How to time", ["--repeats", "--flush-cache", "--statistic", "--warm", "--passes"]),
+        ("How to time", ["--repeats", "--flush-cache", "--statistic", "--warm", "--passes", "--reprobe"]),
         ("Check and report", ["--quick", "--quiet", *_OUTPUT]),
     ],
     "dlsim comm": [

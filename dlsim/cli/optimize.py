@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
@@ -34,6 +35,16 @@ def _csv(rec: dict[str, Any]) -> str:
                     *(b.get(k, 0.0) for k in ("compute", "recompute", "exposed_comm", "bubble", "idle")),
                     r["peak_memory_bytes"], r["capacity_bytes"]])
     return out.getvalue()
+
+
+@contextlib.contextmanager
+def searching(model: str, gpus: int) -> Iterator[None]:
+    """A ticking clock on stderr (a terminal only) while the search runs."""
+    from dlsim.progress import Progress
+    with Progress(tick=True) as bar:
+        bar.phase(f"optimize {model} on {gpus} GPUs: sizing, evaluating and simulating candidates", waiting=True)
+        yield
+        bar.end_phase()
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -149,27 +160,30 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
         if csv_out is not None or plot_path is not None:
             raise SpecError("--csv and --plot draw one search; with --stacks use --json", field="stacks")
         from dlsim.api.optimize import optimize_stacks
-        rec = json_safe(optimize_stacks(
+        with searching(model, gpus):
+            stacked = optimize_stacks(
             model, cluster, [x.strip() for x in stacks_text.split(",") if x.strip()], gpus=gpus,
             global_batch=global_batch, objective=objective, top=top, max_memory_fraction=max_memory_fraction,
             fix=list(fix), nodes=nodes, schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
             max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, measured=not model_only,
             max_simulations=max_simulations, jobs=jobs, cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
-            offload=tuple(x.strip() for x in offloads.split(",") if x.strip()), overrides=parse_overrides(overrides)))
+            offload=tuple(x.strip() for x in offloads.split(",") if x.strip()), overrides=parse_overrides(overrides))
+        rec = json_safe(stacked)
         if wants_summary(json_out):
             click.echo(stacks_summary(rec))
         if json_out is not None:
             emit_json(rec, json_out)
         return
-    result = optimize(model, cluster, gpus=gpus, global_batch=global_batch, objective=objective, top=top,
-                      max_memory_fraction=max_memory_fraction, fix=list(fix), nodes=nodes,
-                      schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
-                      max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
-                      measured=not model_only, max_simulations=max_simulations, jobs=jobs,
-                      cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
-                      offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
-                      overrides=parse_overrides(overrides), stack=stack,
-                      run_options=_run_options(tokens, usd_per_gpu_hour, usd_per_kwh, checkpoint))
+    with searching(model, gpus):
+        result = optimize(model, cluster, gpus=gpus, global_batch=global_batch, objective=objective, top=top,
+                          max_memory_fraction=max_memory_fraction, fix=list(fix), nodes=nodes,
+                          schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
+                          max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
+                          measured=not model_only, max_simulations=max_simulations, jobs=jobs,
+                          cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
+                          offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
+                          overrides=parse_overrides(overrides), stack=stack,
+                          run_options=_run_options(tokens, usd_per_gpu_hour, usd_per_kwh, checkpoint))
     rec = add_assumed(json_safe(result.to_dict()))
     if wants_summary(json_out):
         click.echo(optimize_summary(rec))

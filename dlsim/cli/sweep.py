@@ -14,7 +14,7 @@ import click
 
 from dlsim.api.sweep import run_sweep, summarize
 from dlsim.errors import SpecError
-from dlsim.cli import main
+from dlsim.cli import main, resumable
 from dlsim.cli.options import refuse_unused
 from dlsim.cli.output import OutputFile, emit_plot, emit_text, force_option, prepare_output
 from dlsim.io.files import OutputError, same_file
@@ -70,9 +70,10 @@ def summary_csv(s: dict[str, Any]) -> str:
 @click.option("--stack", metavar="NAME|FILE",
               help="Software stack of every point the spec does not give one (dlsim stacks); a spec compares "
                    "stacks with grid: {stack: [pytorch, megatron-core]}.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display (it is drawn on a terminal only, on stderr).")
 @force_option
 def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | None, dask_local: int | None,
-              summary_out: str | None, plot_out: str | None, json_out: bool, stack: str | None) -> None:
+              summary_out: str | None, plot_out: str | None, json_out: bool, stack: str | None, quiet: bool) -> None:
     """Simulate every point of the grid in SPEC (YAML: models, clusters, gpus, global_batch, grid,
     fixed). Each result is appended to --out as it finishes; run the same command again after an
     interruption and it resumes where it stopped. Ends with the best strategy per model x cluster x
@@ -96,7 +97,8 @@ def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | Non
     for f in (f for p in named for f in ([p] if p.is_file() else p.glob("*") if p.is_dir() else [])):
         if same_file(f, results):
             raise OutputError(f"--out {results} is an input of this run; refusing to overwrite it")
-    with Progress() as bar:
+    resumable(f"every point simulated so far (in {results})")
+    with Progress(enabled=False if quiet else None, label="points", tick=True) as bar:
         outcome = run_sweep(s, results, jobs=jobs, scheduler=scheduler, dask_local=dask_local,
                             progress=lambda done, total: bar.update(done, total, "points"))
     click.echo(f"{outcome.total} points ({outcome.resumed} resumed, {outcome.computed} simulated, "

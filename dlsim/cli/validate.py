@@ -29,6 +29,9 @@ class _DefaultModelGroup(DlsimGroup):
         return super().resolve_command(ctx, args)
 
 
+quiet_option = click.option("--quiet", "-q", is_flag=True,
+                            help="No progress display (it is drawn on a terminal only, on stderr).")
+
 allocator_option = click.option(
     "--allocator", type=click.Choice(["default", "retained", "jemalloc", "tcmalloc", "mimalloc"]), default="default",
     show_default=True, help="The process measured and predicted: the C library as it comes (default), freed memory "
@@ -44,31 +47,38 @@ def _pct(x: float | None) -> str:
     return "-" if x is None or x != x else f"{100 * x:+.1f}%"
 
 
+def _time(x: float | None) -> str:
+    return "-" if x is None else format_time(x)
+
+
 def model_report(rec: dict, top: int | None) -> str:
-    """Per-layer and end-to-end predicted vs measured, as text."""
-    layers = sorted(rec["layers"], key=lambda r: -(r["measured_s"] if r["measured_s"] == r["measured_s"] else 0))
+    """Per-layer and end-to-end predicted vs measured, as text (a time not measured prints as -)."""
+    pl = rec["per_layer"]
+    layers = sorted(rec["layers"], key=lambda r: -(r["measured_s"] if r["measured_s"] is not None else r["predicted_s"]))
     shown = layers[:top] if top else layers
-    rows = [[r["name"], r["type"], format_time(r["predicted_forward_s"]), format_time(r["measured_forward_s"]),
-             format_time(r["predicted_backward_s"]), format_time(r["measured_backward_s"]), _pct(r["error"]), r["source"]]
+    rows = [[r["name"], r["type"], _time(r["predicted_forward_s"]), _time(r["measured_forward_s"]),
+             _time(r["predicted_backward_s"]), _time(r["measured_backward_s"]), _pct(r["error"]), r["source"]]
             for r in shown]
     body = table(["layer", "type", "fwd pred", "fwd meas", "bwd pred", "bwd meas", "error", "src"], rows,
                  [False, False, True, True, True, True, True, False])
     p, m, e = rec["predicted"], rec["measured"], rec["error"]
     phases = table(["phase", "predicted", "measured", "error"],
-                   [[k, format_time(p[f"{k}_s"]), format_time(m[f"{k}_s"]), _pct(e[k])]
+                   [[k, _time(p[f"{k}_s"]), _time(m[f"{k}_s"]), _pct(e[k])]
                     for k in ("forward", "backward", "optimizer", "iteration")], [False, True, True, True])
-    pl = rec["per_layer"]
     big = pl["layers_over_1pct"]
     lines = [f"{rec['model']} batch {rec['batch']} {rec['dtype']} on {rec['cluster']} ({rec['device']}, "
              f"{rec['threads']} threads), {rec['optimizer']} ({rec['optimizer_impl']}), {rec['statistic']} of {rec['repeats']} "
              f"iterations (spread {100 * m['spread']:.1f}%), allocator {rec.get('allocator', 'default')}", "", body]
     if top and len(layers) > top:
         lines.append(f"({len(layers) - top} more layers; --all shows every layer)")
-    lines += ["", phases, "",
-              f"per layer (hooks): {big.get('count', 0)} layers over 1% of the iteration, median |error| "
-              f"{100 * big.get('median_abs', float('nan')):.1f}%, worst {100 * big.get('max_abs', float('nan')):.1f}%; "
-              f"time-weighted |error| {100 * pl['time_weighted_abs_error']:.1f}%",
-              f"end to end: predicted {format_time(p['iteration_s'])}, measured {format_time(m['iteration_s'])}, "
+    if pl.get("measured", True):
+        per_layer = (f"per layer (hooks): {big.get('count', 0)} layers over 1% of the iteration, median |error| "
+                     f"{_pct(big.get('median_abs')).lstrip('+')}, worst {_pct(big.get('max_abs')).lstrip('+')}; "
+                     f"time-weighted |error| {_pct(pl['time_weighted_abs_error']).lstrip('+')}")
+    else:
+        per_layer = f"per layer: {pl.get('why', 'not measured')}; the layers' predicted times are listed"
+    lines += ["", phases, "", per_layer,
+              f"end to end: predicted {_time(p['iteration_s'])}, measured {_time(m['iteration_s'])}, "
               f"error {_pct(e['iteration'])}  (src: M measured, I interpolated, X extrapolated, R roofline)",
               *fresh_page_lines(rec)]
     return "\n".join(lines)
@@ -90,17 +100,21 @@ def model_report(rec: dict, top: int | None) -> str:
 @click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
 @click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
 @allocator_option
+@quiet_option
 @set_option
 @json_option
 def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | None, optimizer: str, repeats: int,
               warmup: int, threads: int | None, no_layers: bool, statistic: str, plot: str | None, show_all: bool,
-              allocator: str, overrides: tuple[str, ...], json_out: str | None) -> None:
+              allocator: str, quiet: bool, overrides: tuple[str, ...], json_out: str | None) -> None:
     """Time real training iterations of MODEL in PyTorch and compare them with dlsim's prediction."""
+    from dlsim.progress import Progress
     if plot:
         prepare_output(check_plot_path(plot), "--plot")
-    rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
-                         warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
-                         statistic=statistic, allocator=allocator)
+    with Progress(enabled=False if quiet else None) as bar:
+        rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
+                             warmup=warmup, per_layer=not no_layers, threads=threads,
+                             overrides=parse_overrides(overrides), statistic=statistic, allocator=allocator,
+                             progress=bar.callback())
     state_dtype(rec, dtype, rec["dtype"])
     _emit_model_validation(rec, plot, json_out, lambda: model_report(rec, None if show_all else 25))
 
@@ -135,13 +149,14 @@ def _emit_model_validation(rec: dict, plot: str | None, json_out: str | None, re
               help="Also time the N measured table GEMMs nearest to each held-out one: the machine's drift "
                    "since calibration, and the error with that drift removed.")
 @click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
+@quiet_option
 @json_option
 def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
-                statistic: str, repeats: int, passes: int, anchors: int, plot: str | None,
+                statistic: str, repeats: int, passes: int, anchors: int, plot: str | None, quiet: bool,
                 json_out: str | None) -> None:
     """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
     from dlsim.progress import Progress
-    with Progress() as bar:
+    with Progress(enabled=False if quiet else None) as bar:
         rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed,
                                threads=threads, statistic=statistic, repeats=repeats, passes=passes, anchors=anchors,
                                progress=bar.message)
@@ -184,18 +199,21 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
 @click.option("--bucket-mib", type=FINITE_FLOAT, default=25.0, show_default=True, help="DDP gradient bucket size.")
 @click.option("--out-profile", type=OutputFile(), default=None, help="Where to write the 2-host profile (default: beside --profile).")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
+@quiet_option
 @set_option
 @json_option
 def ddp_cmd(model: str, compute_profile: str, batch: int, rate: str, optimizer: str, repeats: int, warmup: int,
-            bucket_mib: float, out_profile: str | None, statistic: str, overrides: tuple[str, ...],
+            bucket_mib: float, out_profile: str | None, statistic: str, quiet: bool, overrides: tuple[str, ...],
             json_out: str | None) -> None:
     """2-host torch DDP (gloo) on the emulated cluster vs dlsim's simulation (needs root)."""
     from dlsim.api.validate import validate_ddp
+    from dlsim.progress import Progress
     if repeats < 1 or warmup < 0:
         raise click.BadParameter("repeats must be >= 1 and warmup >= 0", param_hint="--repeats")
-    rec = validate_ddp(model, compute_profile, batch, rate=rate, optimizer=optimizer, repeats=repeats, warmup=warmup,
-                       bucket_mib=bucket_mib, overrides=parse_overrides(overrides), out_profile=out_profile,
-                       statistic=statistic)
+    with Progress(enabled=False if quiet else None) as bar:
+        rec = validate_ddp(model, compute_profile, batch, rate=rate, optimizer=optimizer, repeats=repeats,
+                           warmup=warmup, bucket_mib=bucket_mib, overrides=parse_overrides(overrides),
+                           out_profile=out_profile, statistic=statistic, progress=bar.callback())
     if json_out is not None:
         emit_json(rec, json_out)
         if not wants_summary(json_out):
@@ -285,17 +303,20 @@ def fresh_page_lines(rec: dict) -> list[str]:
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
 @click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
 @allocator_option
+@quiet_option
 @json_option
 def torch_cmd(factory: str, input_shape: str, batch: int, cluster: str, tokens: bool, vocab: int, optimizer: str,
               repeats: int, warmup: int, threads: int | None, statistic: str, plot: str | None, allocator: str,
-              json_out: str | None) -> None:
+              quiet: bool, json_out: str | None) -> None:
     """Time YOUR PyTorch module (FILE.py:FACTORY) in a plain training loop and compare with dlsim's prediction."""
     from dlsim.api.validate_torch import validate_torch
+    from dlsim.progress import Progress
     if plot:
         prepare_output(check_plot_path(plot), "--plot")
-    rec = validate_torch(factory, parse_input_shape(input_shape), batch, cluster, tokens=tokens, vocab=vocab,
-                         optimizer=optimizer, repeats=repeats, warmup=warmup, threads=threads, statistic=statistic,
-                         allocator=allocator)
+    with Progress(enabled=False if quiet else None) as bar:
+        rec = validate_torch(factory, parse_input_shape(input_shape), batch, cluster, tokens=tokens, vocab=vocab,
+                             optimizer=optimizer, repeats=repeats, warmup=warmup, threads=threads, statistic=statistic,
+                             allocator=allocator, progress=bar.callback())
     _emit_model_validation(rec, plot, json_out, lambda: torch_report(rec))
 
 

@@ -66,7 +66,7 @@ def _parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | 
         if all((v or "").strip() == "" for v in rec.values() if isinstance(v, str)):
             continue
         if None in rec:
-            raise SpecError(f"more fields than the header has columns", path=path, field=f"line {line}")
+            raise SpecError("more fields than the header has columns", path=path, field=f"line {line}")
         layer = (rec.get("layer") or "").strip()
         if not layer:
             raise SpecError("empty layer", path=path, field=f"line {line}")

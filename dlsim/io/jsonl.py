@@ -46,6 +46,19 @@ def read_records(path: Path | str, repair: bool = False) -> list[dict[str, Any]]
     return out
 
 
+def append_lines(fd: int, records: list[dict[str, Any]], sync: bool = True) -> None:
+    """Append `records` to the O_APPEND descriptor `fd` as whole lines: one write, then fsync (strict
+    JSON: a non-finite number is a ValueError, never written)."""
+    if not records:
+        return
+    data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if sync:
+        os.fsync(fd)
+
+
 class JsonLinesWriter:
     """Appends whole lines: one write and one fsync per batch."""
 
@@ -58,14 +71,7 @@ class JsonLinesWriter:
             raise OutputError(f"cannot write {path} ({exc.strerror or exc})") from None
 
     def append(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
-        if self.sync:
-            os.fsync(self.fd)
+        append_lines(self.fd, records, self.sync)
 
     def close(self) -> None:
         os.close(self.fd)

@@ -26,12 +26,14 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.files import OutputError
+from dlsim.io.jsonl import append_lines
 from dlsim.io.runfiles import RESUMED, note_input, shown
 
 LOCK_SUFFIX = ".lock"
@@ -178,7 +180,7 @@ class ResultsLog:
 
     lock_path = staticmethod(lock_path)
 
-    def open(self) -> "ResultsLog":
+    def open(self) -> ResultsLog:
         """Take the lock and open the file for appending; one `OutputError` line if another run holds it."""
         self._lock = take_writer_lock(self.path)
         try:
@@ -192,13 +194,8 @@ class ResultsLog:
         """Append whole lines: one write and one fsync per batch."""
         if not records or self.fd is None:
             return
-        data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.write(self.fd, view):]
-            if self.sync:
-                os.fsync(self.fd)
+            append_lines(self.fd, records, self.sync)
         except OSError as exc:
             raise OutputError(f"cannot write {shown(self.path)} ({exc.strerror or exc})") from None
 
@@ -210,7 +207,7 @@ class ResultsLog:
             self._lock.release()
         self._lock = None
 
-    def __enter__(self) -> "ResultsLog":
+    def __enter__(self) -> ResultsLog:
         return self.open()
 
     def __exit__(self, *exc: object) -> None:

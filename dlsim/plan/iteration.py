@@ -249,14 +249,16 @@ class _Builder:
         else a member of a group joined by `key`."""
         ranks, tier, per_node, ports = self._group_info(kind, pos)
         device = self.dev[pos]
+        info = {"op": op, "bytes": nbytes, "group": kind, "ranks": len(ranks)}
         if len(ranks) == 1:
-            return self.g.add(name, device, stream, 0.0, COMM, deps, label=label)
+            return self.g.add(name, device, stream, 0.0, COMM, deps, label=label, info=info)
         est = self.price(op, nbytes, ranks, tier, per_node)
+        info.update(tier=tier, source=est.source.value)
         explicit = self._explicit(kind)
         if not explicit:
             return self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, ports=ports,
-                              label=label)
-        tid = self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, label=label)
+                              label=label, info=info)
+        tid = self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, label=label, info=info)
         gkey = (kind, op, nbytes, tuple(ranks)) + key
         members = self.pending.setdefault(gkey, [])
         members.append(tid)
@@ -358,12 +360,13 @@ class _Builder:
         return out
 
     def _fuse(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple:
-        parts = []
+        parts, info = [], []  # info: what each part is (Task.part_info)
         ports: set[int] = set()
         rigid: list[int] = []  # kernels of overlap steps: their slowdown is priced in the next part
         for st in steps:
             if st.kind != "collective":
                 parts.append((st.category, st.duration, st.measured))
+                info.append({"layers": st.name})
             if st.kind == "compute":
                 continue
             c = st.collective
@@ -372,21 +375,27 @@ class _Builder:
                 continue
             est = self.price(c.op, c.nbytes, ranks, tier, per_node)
             measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+            what = {"op": c.op, "why": c.why, "bytes": c.nbytes, "group": st.group, "ranks": len(ranks), "tier": tier,
+                    "source": est.source.value}
             if st.kind == "overlap":  # the part of the collective and its slowdown not hidden by the kernels
                 rigid.append(len(parts) - 1)
                 parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, st.sigma(self.x.overlap_slowdown))),
                               0.0))
+                info.append({**what, "exposed_beside": st.name})
             else:
                 parts.append((COMM, est.seconds, measured))
+                info.append(what)
             ports.update(pp)
-        return tuple(parts) or ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports)), tuple(rigid)
+        if not parts:
+            return ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports)), tuple(rigid), ({"layers": "-"},)
+        return tuple(parts), tuple(sorted(ports)), tuple(rigid), tuple(info)
 
     def _emit_fused(self, fused: tuple, pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
-        parts, ports, rigid = fused
+        parts, ports, rigid, info = fused
         name = f"{label[0]} chunk{label[1]} mb{label[2]}"
         device = self.dev[pos]
         return self.g.add(name, device, self.cstream[device], 0.0, COMPUTE if label[0] != "R" else RECOMPUTE,
-                          list(deps), ports=ports, label=label, parts=parts, rigid=rigid)
+                          list(deps), ports=ports, label=label, parts=parts, rigid=rigid, part_info=info)
 
     def emit(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int],
              hooks: StepHooks | None = None) -> tuple[int, int]:
@@ -409,7 +418,7 @@ class _Builder:
                 last, beside = self._emit_overlap(st, pos, label, i, step_deps, last)
             elif st.kind == "compute":
                 last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
-                                  step_deps, label=label)
+                                  step_deps, label=label, info={"layers": st.name})
                 if st.duration > 0 and st.measured:
                     self.g.tasks[last].measured = st.measured / st.duration
             else:
@@ -437,7 +446,9 @@ class _Builder:
         name = f"{label[0]} {st.name} mb{label[2]}"
         # the kernels' slowdown beside this collective is priced here: the engine must not slow them again
         kernels = self.g.add(name, device, self.cstream[device], st.duration, st.category, list(deps), label=label,
-                             parts=parts, rigid=(0,) if comm > 0 else ())
+                             parts=parts, rigid=(0,) if comm > 0 else (), info={"layers": st.name},
+                             part_info=({"layers": st.name}, {"op": c.op, "why": c.why, "bytes": c.nbytes,
+                                                              "exposed_beside": st.name}) if parts else ())
         stream = self.own_stream(device) if st.own_stream else self.mstream[device]
         tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), stream,
                               list(deps) + ([previous] if previous >= 0 else []), label)
@@ -483,7 +494,8 @@ class _Builder:
                 f"{self.g.devices[device].name} host {'H2D' if direction == 'in' else 'D2H'}", device, "link")
         est = host_transfer(self.x.host, nbytes)
         return self.g.add(name, device, stream, est.seconds, COMM, [x for x in deps if x >= 0], source=est.source,
-                          label=("H", direction), mem_start=mem_start, mem_end=mem_end)
+                          label=("H", direction), mem_start=mem_start, mem_end=mem_end,
+                          info={"op": "host copy", "bytes": nbytes, "source": est.source.value})
 
     def _device_program(self, pos, ops, last_b) -> None:
         s, (d, t, stage) = self.s, pos
@@ -591,7 +603,9 @@ class _Builder:
             else ((), 0.0, 0.0)
         tid = self.g.add(f"send {label[0][1]} chunk{label[1]} mb{label[2]}", da, ch, est.seconds, COMM, [src_task],
                          source=est.source, ports=(self.port(da, tier, "out"), self.port(db, tier, "in")),
-                         label=label, cross_stage=True, flow=flow)
+                         label=label, cross_stage=True, flow=flow,
+                         info={"op": "send", "bytes": nbytes, "from_rank": ra, "to_rank": rb, "tier": tier,
+                               "source": est.source.value, "to_task": dst_task})
         if src_task in self.after:  # a blocking exchange: the sender goes on once its send is done
             self.g.tasks[self.after[src_task]].deps.append(tid)
         if gather:  # the slices re-gathered over the receiver's tp group before its kernels use them

@@ -49,7 +49,10 @@ class Task:
     indices (into `segments()`) of compute pieces whose duration already includes the overlap
     slowdown, which the engine does not slow again. A transfer with `links` (indices into
     `TaskGraph.links`) is a flow on a shared network: its first `wire` seconds move its bytes at
-    `rate` bytes/s when alone, and stretch when the links are shared (`dlsim.sim.engine`)."""
+    `rate` bytes/s when alone, and stretch when the links are shared (`dlsim.sim.engine`). `info` says what the task is, for traces (the
+    engine never reads it): ``layers`` (the layer run, "a..b"), or ``op``, ``bytes``, ``group``,
+    ``ranks``, ``source`` of a collective or transfer (``to_task``: the task a transfer feeds);
+    `part_info` is the same per entry of `parts`."""
 
     tid: int
     name: str
@@ -70,6 +73,8 @@ class Task:
     links: tuple[int, ...] = ()
     wire: float = 0.0
     rate: float = 0.0
+    info: dict | None = None
+    part_info: tuple[dict, ...] = ()
 
     def segments(self) -> tuple[tuple[str, float, float], ...]:
         """(category, seconds, measured seconds) of the pieces this task runs back to back: a fused
@@ -175,10 +180,11 @@ class TaskGraph:
             mem_start: tuple[tuple[str, float], ...] = (), mem_end: tuple[tuple[str, float], ...] = (),
             label: tuple = (), cross_stage: bool = False,
             parts: tuple[tuple[str, float, float], ...] = (), rigid: tuple[int, ...] = (),
-            flow: tuple[tuple[int, ...], float, float] = ((), 0.0, 0.0)) -> int:
+            flow: tuple[tuple[int, ...], float, float] = ((), 0.0, 0.0), info: dict | None = None,
+            part_info: tuple[dict, ...] = ()) -> int:
         """Append a task (to its stream's order when it has one); returns its id. A fused task gives
-        its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`: see `Task`;
-        `flow`: (links, wire, rate) of a transfer on a shared network (`Task`)."""
+        its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`, `info`,
+        `part_info`: see `Task`; `flow`: (links, wire, rate) of a transfer on a shared network (`Task`)."""
         tid = len(self.tasks)
         if parts:
             # a pass's parts are one tuple shared by its tasks of every micro-batch: summed once
@@ -191,7 +197,7 @@ class TaskGraph:
         else:
             measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
-                               mem_start, mem_end, label, cross_stage, parts, rigid, *flow))
+                               mem_start, mem_end, label, cross_stage, parts, rigid, *flow, info, part_info))
         if stream >= 0:
             self.orders[stream].append(tid)
         return tid

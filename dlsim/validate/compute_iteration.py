@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from dlsim.errors import SpecError
 from dlsim.hostmem import faulted_bytes
+from dlsim.progress import PHASE_RUNNING
 from dlsim.spec.model import Model
 from dlsim.validate.torch_model import build_torch_model, example_batch, module_key, torch_dtype
 
@@ -166,18 +167,32 @@ class IterationRunner:
 
 def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, Any], tuple[Any, str]], *,
                       device: str = "cpu", dtype: str = "fp32", optimizer: str = "adam", warmup: int = 2,
-                      repeats: int = 5, per_layer: bool = True, attention: str = "math",
-                      seed: int = 0) -> MeasuredIteration:
-    """Time training iterations of `model` (see the module docstring)."""
+                      repeats: int = 5, per_layer: bool = True, attention: str = "math", seed: int = 0,
+                      progress: Callable[[int, int, str, str], None] | None = None) -> MeasuredIteration:
+    """Time training iterations of `model` (see the module docstring). `progress(done, total, what, PHASE_RUNNING)`
+    is called between steps, never inside one (the faulted bytes are counted around each timed step alone)."""
+    def say(done: int, total: int, what: str) -> None:
+        if progress:
+            progress(done, total, what, PHASE_RUNNING)
+    hooked = repeats + 1 if per_layer else 0
+    total = warmup + repeats + hooked
+    say(0, total, f"building {model.name} in PyTorch")
     run = IterationRunner(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
                           attention=attention, seed=seed)
-    for _ in range(warmup):
+    for i in range(warmup):
+        say(i, total, f"warm-up step {i + 1}/{warmup}")
         run.step()
-    before = faulted_bytes()
-    phases = tuple(run.step() for _ in range(repeats))
-    faulted = (faulted_bytes() - before) / repeats
+    phases, faulted = [], 0
+    for i in range(repeats):
+        say(warmup + i, total, f"timed step {i + 1}/{repeats}")
+        before = faulted_bytes()
+        phases.append(run.step())
+        faulted += faulted_bytes() - before
+    if per_layer:
+        say(warmup + repeats, total, f"per-layer steps (hooked, {hooked})")
     spans = run.layer_spans(repeats) if per_layer else {}
-    return MeasuredIteration(phases, spans, run.threads, run.impl, faulted)
+    say(total, total, "measured")
+    return MeasuredIteration(tuple(phases), spans, run.threads, run.impl, faulted / repeats)
 
 
 def interleaved_iterations(runners: list[IterationRunner], rounds: int, *, min_round_s: float = 0.3,
