@@ -172,5 +172,5 @@ class StreamWalk:
             inside[r] += end
             return t + end
 
-        last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op)
+        last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op, periodic=False)
         return last, [state[r][0] for r in range(p)], inside

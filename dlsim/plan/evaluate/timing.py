@@ -272,7 +272,10 @@ class Timing(StreamWalk):
             last = pipeline_walk(s.schedule, p, m, v, (), (), c_fwd, run_op)
             comm = [comm[r] + waited[r] / m for r in range(p)]
         elif p > 1 and p * m * v <= WALK_PLAIN_OPS:
-            last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
+            wkey = ("walk", s.schedule, p, m, v, tuple(f), tuple(bk), tuple(c_fwd))
+            last = ev._cache.get(wkey)  # type: ignore[assignment]
+            if last is None:  # candidates differing in what follows the pipeline share it (ZeRO stage, ...)
+                last = ev._cache[wkey] = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
         else:
             last = pipeline_ends(s.schedule, p, m, v, f, bk, c_fwd)
         stage_end = []
@@ -307,14 +310,15 @@ class Timing(StreamWalk):
                 sync_exposed[r] += start + secs - stage_end[r]
                 stage_end[r] = start + secs
         totals = []
+        stages = ev.stages(self.t, self.ranges, p, v)
+        timer = ev.builder.optimizer_timer(s, self.t)
         for r in range(p):
             chunks = [c * p + r for c in range(v)]
-            params = sum(e.params for k in chunks for e in self.chunk_entries[k])
             # the simulator's optimizer step (`dlsim.plan.syncplan`): the stage's own parameters, 1/dp
             # of them under ZeRO; the copy of a tied embedding is not in it
-            expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
+            params, _, expert, _ = stages[r]
             updated = updated_params(params - expert, expert, s.zero, s.dp, s.ep)
-            opt = ev.builder.optimizer_timer(s, self.t)(updated).seconds
+            opt = timer(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero) and not gathers_in_forward(s):
                 dp_ranks = self.dpg(r)
@@ -391,16 +395,13 @@ class Timing(StreamWalk):
         s = self.s
         if s.pp == 1:
             return None
-        stage_of = {}
-        for k, (a, b) in enumerate(self.ranges):
-            for i in range(a, b):
-                stage_of[self.t.entries[i].name] = k % s.pp
-        by_name = {e.name: e for e in self.t.entries}
-        for e in self.t.entries:
-            tied = self.ev.model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
-            if tied and stage_of[tied] != stage_of[e.name]:
-                first, last = stage_of[tied], stage_of[e.name]
-                ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]
-                return first, last, self.pricer.collective("allreduce", by_name[tied].params * self.ev.gb,
-                                                           ranks).seconds
-        return None
+        pair = self.ev.tied_pair(self.t, self.ranges, s.pp)
+        if pair is None:
+            return None
+        first, last, params = pair
+        key = ("tied sync", s.collective, s.dp, s.tp, s.pp, s.cp, first, last, params)
+        secs = self.ev._cache.get(key)
+        if secs is None:
+            ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]
+            secs = self.ev._cache[key] = self.pricer.collective("allreduce", params * self.ev.gb, ranks).seconds
+        return first, last, secs  # type: ignore[return-value]
