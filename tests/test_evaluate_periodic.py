@@ -59,13 +59,13 @@ def test_a_start_dependent_first_microbatch_is_kept():
 def test_the_shortcut_walks_few_microbatches(monkeypatch):
     """A long pipeline is walked for a few periods only; a short one op by op."""
     walked = []
-    inner = walks._walk
+    inner = walks.walk_ops
 
     def spy(schedule, p, m, *rest):
         walked.append(m)
         return inner(schedule, p, m, *rest)
 
-    monkeypatch.setattr(walks, "_walk", spy)
+    monkeypatch.setattr(walks, "walk_ops", spy)
     p, v = 8, 1
     f, b, c = [1.0] * 7 + [1.3], [2.0] * 7 + [2.6], [0.05] * 7
     pipeline_walk("1f1b", p, 1024, v, f, b, c)
@@ -73,3 +73,67 @@ def test_the_shortcut_walks_few_microbatches(monkeypatch):
     walked.clear()
     pipeline_walk("1f1b", p, 12, v, f, b, c)
     assert walked == [12]
+
+
+def test_evaluator_with_and_without_the_shortcut(monkeypatch):
+    """Whole strategies, ZeRO 0-3 (the stream walked pass by pass beside the reductions, including
+    streams that fall further behind every period): the same evaluation with the shortcut as without."""
+    from collections import Counter
+    from dataclasses import replace
+
+    import dlsim.plan.evaluate.pipeline as pipeline_mod
+    import dlsim.plan.evaluate.stream as stream_mod
+    from dlsim.api.models import as_cluster, as_model
+    from dlsim.api.simulate import default_pricers
+    from dlsim.plan.evaluate import Evaluator
+    from dlsim.plan.scenario import ScenarioBuilder
+    from dlsim.plan.search import SearchSpace, candidates
+
+    model = as_model("gpt3-175b", {"layers": 16, "hidden": 512, "heads": 8, "seq_len": 512, "positions": 512})
+    cluster = replace(as_cluster("dgx-a100"), nodes=4)
+    space = SearchSpace(32, 512, 8, max_microbatch_size=1, recompute=("none",), sequence_parallel=(False,),
+                        fixed={"tp": 1, "dtype": "bf16"})
+    pool = [s for s in candidates(model, space, Counter()) if s.pp >= 4 and s.num_microbatches >= 8 * s.pp]
+    assert len({s.zero for s in pool}) == 4 and {s.schedule for s in pool} == {"1f1b", "interleaved"}
+
+    def evaluations():
+        ev = Evaluator.of(ScenarioBuilder(model, cluster, "bf16", default_pricers(cluster)))
+        return [ev.evaluate(s) for s in pool]
+
+    fast = evaluations()
+    monkeypatch.setattr(pipeline_mod, "periodic_walk", lambda *a: None)
+    monkeypatch.setattr(stream_mod, "periodic_walk", lambda *a: None)
+    slow = evaluations()
+    for a, b in zip(fast, slow):
+        assert a.approximate == b.approximate
+        for x, y in zip((a.iteration_time_s, *a.breakdown().values()), (b.iteration_time_s, *b.breakdown().values())):
+            assert abs(x - y) <= 1e-9 * b.iteration_time_s, a.strategy
+
+
+def test_an_evaluation_does_not_depend_on_the_evaluations_before():
+    """Chunks of alike layers share their step lists across stages and candidates: a candidate's
+    gradient buckets and parameter units are those of its own chunks (they name layers by index), so
+    an evaluator that timed other candidates first gives the same answer as a fresh one."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from dlsim.api.models import as_cluster, as_model
+    from dlsim.api.simulate import default_pricers
+    from dlsim.plan.evaluate import Evaluator
+    from dlsim.plan.scenario import ScenarioBuilder
+    from dlsim.plan.search import SearchSpace, candidates
+
+    model = as_model("gpt3-175b", {"layers": 16, "hidden": 512, "heads": 4, "seq_len": 256, "positions": 256})
+    cluster = replace(as_cluster("dgx-a100"), nodes=8)
+    space = SearchSpace(64, 1024, 8, max_microbatch_size=1, recompute=("none",), sequence_parallel=(False,),
+                        schedules=("1f1b",), fixed={"tp": 1, "dtype": "bf16"})
+    pool = [s for s in candidates(model, space, Counter()) if s.pp > 1 and s.zero == 3]
+    assert len({(s.pp, s.num_microbatches) for s in pool}) > 1
+
+    def fresh():
+        return Evaluator.of(ScenarioBuilder(model, cluster, "bf16", default_pricers(cluster)))
+
+    shared = fresh()
+    for s in pool:
+        got, alone = shared.evaluate(s), fresh().evaluate(s)
+        assert got.iteration_time_s == alone.iteration_time_s and got.breakdown() == alone.breakdown(), s

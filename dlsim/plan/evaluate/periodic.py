@@ -25,6 +25,7 @@ and the caller walks every op.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from dlsim.plan.pipeline import FORWARD, interleaved_warmup
@@ -32,12 +33,10 @@ from dlsim.plan.pipeline import FORWARD, interleaved_warmup
 TOLERANCE = 1e-10
 """The periodicity check's allowance, as a share of the walk's latest end (split over the periods
 inserted): the extension is then within about this share of the full walk."""
-MARGINS = (2, 8, 32)
-"""Periods walked before the checked window, per try (a longer transient needs more)."""
-
-Walk = Callable[..., tuple[list[list[float]], list[list[float]]]]
-"""`walk(m)`: (ends[r][local chunk] of the last backward passes, end of every op of stage r in its
-op order) of the pipeline with m micro-batches (`dlsim.plan.evaluate.pipeline._walk`)."""
+FIRST_MARGIN = 2
+"""Periods walked before the checked window in the first try; each further try doubles the walk's
+steady part (a longer transient needs more), up to half the micro-batches: a pipeline that is never
+periodic costs at most about one more walk of every op."""
 
 
 def _warmup(schedule: str, p: int, m: int, v: int, r: int) -> int:
@@ -71,10 +70,40 @@ def _lag(schedule: str, p: int, m: int, v: int) -> int:
     return worst
 
 
-def periodic_walk(schedule: str, p: int, m: int, v: int, walk: Walk) -> list[list[float]] | None:
-    """ends[r][local chunk] of the last backward passes of the m-micro-batch walk from a shorter walk
-    extended through its periodic regime (see the module docstring), or None where that does not
-    apply or the shorter walk is not periodic."""
+@dataclass(frozen=True)
+class Walked:
+    """A walk of the pipeline (`Walk`): ends[r][local chunk] of the last backward passes, the end of
+    every op of stage r in its op order (`ends`), and per stage and op what else must repeat for the
+    walk to be periodic: values that move on by λ each period like the ends (`shifted`, such as when a
+    communication stream is next free) and values that stay (`constant`, such as an op's duration)."""
+
+    last: list[list[float]]
+    ends: list[list[float]]
+    shifted: tuple[list[list[float]], ...] = ()
+    constant: tuple[list[list[float]], ...] = ()
+    drifting: tuple[list[list[float]], ...] = ()
+    """Values that move on by a rate of their own per stage each period (a communication stream that
+    falls further behind the passes every period); the caller checks that this changes nothing else."""
+
+
+@dataclass(frozen=True)
+class Extension:
+    """The m-micro-batch walk from a walk of `walked` micro-batches: `last` its ends, `periods`
+    periods of `lam` seconds inserted, each a copy of the walked ops at positions `period_ops[r]` of
+    stage r's op order; `rates[i][r]` how much `Walked.drifting[i]` moves on per period on stage r."""
+
+    last: list[list[float]]
+    walked: int
+    periods: int
+    lam: float
+    period_ops: tuple[range, ...]
+    rates: tuple[tuple[float, ...], ...] = ()
+
+
+def periodic_walk(schedule: str, p: int, m: int, v: int, walk: Callable[[int], Walked]) -> Extension | None:
+    """The m-micro-batch walk from a shorter walk (`walk(m1)`) extended through its periodic regime
+    (see the module docstring), or None where that does not apply or the shorter walk is not
+    periodic. The last call of `walk` is the walk extended."""
     if p < 2 or schedule not in ("1f1b", "interleaved") or (schedule == "1f1b" and v != 1):
         return None
     P = 1 if schedule == "1f1b" else p
@@ -83,27 +112,29 @@ def periodic_walk(schedule: str, p: int, m: int, v: int, walk: Walk) -> list[lis
     S = P * v
     L = _lag(schedule, p, m, v)
     w0 = _warmup(schedule, p, m, v, 0)  # stage 0 warms up longest
-    for margin in MARGINS:
-        m1 = _round_up(-(-(w0 + (margin + 4) * S + 2 * L + 1) // v), P)
+    steady = (FIRST_MARGIN + 4) * S + 2 * L + 1
+    while True:
+        m1 = _round_up(-(-(w0 + steady) // v), P)
+        steady *= 2
         if 2 * m1 > m:
             return None  # not worth it: walk every op
-        last, ends = walk(m1)
-        found = _period(schedule, p, m, v, m1, S, L, ends)
+        walked = walk(m1)
+        found = _period(schedule, p, m, v, m1, S, L, walked)
         if found is None:
             continue
-        gamma, _ = found
         # the period spans gamma·S pairs: periods inserted whole, from a walk of m1 ≡ m micro-batches
+        gamma = found[0]
         m2 = m - (m - m1) // (gamma * P) * (gamma * P)
         if m2 != m1:
             if 2 * m2 > m:
                 return None
-            last, ends = walk(m2)
-            found = _period(schedule, p, m, v, m2, S, L, ends, gamma)
+            walked = walk(m2)
+            found = _period(schedule, p, m, v, m2, S, L, walked, gamma)
             if found is None:
                 continue
-        gamma, lam = found
+        gamma, lam, ops, rates = found
         periods = (m - m2) // (gamma * P)
-        return [[t + periods * lam for t in row] for row in last]
+        return Extension([[t + periods * lam for t in row] for row in walked.last], m2, periods, lam, ops, rates)
     return None
 
 
@@ -111,11 +142,12 @@ def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
-def _period(schedule: str, p: int, m: int, v: int, m1: int, S: int, L: int, ends: list[list[float]],
-            only: int | None = None) -> tuple[int, float] | None:
-    """(γ, λ): the walk of m1 micro-batches (ends of every op per stage in op order) repeats every γ·S
+def _period(schedule: str, p: int, m: int, v: int, m1: int, S: int, L: int, walked: Walked,
+            only: int | None = None) -> tuple[int, float, tuple[range, ...], tuple] | None:
+    """(γ, λ, positions of one period's ops per stage, rates of the drifting values): the walk of m1 micro-batches repeats every γ·S
     pairs, λ later, over the window before the end of the stages' steady pairs, for the least γ (or
     γ = `only`); None if none does."""
+    ends = walked.ends
     total = m1 * v
     w = [_warmup(schedule, p, m1, v, r) for r in range(p)]
     pairs = min(total - w[r] for r in range(p))
@@ -129,15 +161,33 @@ def _period(schedule: str, p: int, m: int, v: int, m1: int, S: int, L: int, ends
         inserted = (m - m1) // (gamma * (S // v)) + 1
         tol = TOLERANCE * latest / inserted
         lam = ends[0][w[0] + 2 * (lo + shift)] - ends[0][w[0] + 2 * lo]
-        if _periodic(ends, w, lo, hi, shift, lam, tol):
-            return gamma, lam
+        if all(_periodic(series, w, lo, hi, shift, lam, tol) for series in (ends,) + walked.shifted) \
+                and all(_periodic(series, w, lo, hi, shift, 0.0, tol) for series in walked.constant):
+            rates = tuple(_rates(series, w, lo, hi, shift, tol) for series in walked.drifting)
+            if all(r is not None for r in rates):
+                return gamma, lam, tuple(range(wr + 2 * (K - shift + 1), wr + 2 * K + 2) for wr in w), rates
     return None
 
 
-def _periodic(ends: list[list[float]], w: list[int], lo: int, hi: int, shift: int, lam: float, tol: float) -> bool:
-    """Whether every pair op of q in [lo, hi], on every stage, ends `lam` (within `tol`) before its
-    counterpart `shift` pairs later."""
-    for e, wr in zip(ends, w):
+def _rates(series: list[list[float]], w: list[int], lo: int, hi: int, shift: int,
+           tol: float) -> tuple[float, ...] | None:
+    """Per stage, the one amount by which every pair op's value of q in [lo, hi] moves on `shift` pairs
+    later (within `tol`); None where a stage has none."""
+    out = []
+    for e, wr in zip(series, w):
+        first = wr + 2 * lo
+        rate = e[first + 2 * shift] - e[first]
+        out.append(rate)
+        if not _periodic([e], [wr], lo, hi, shift, rate, tol):
+            return None
+    return tuple(out)
+
+
+def _periodic(series: list[list[float]], w: list[int], lo: int, hi: int, shift: int, lam: float,
+              tol: float) -> bool:
+    """Whether the value of every pair op of q in [lo, hi], on every stage, is `lam` (within `tol`)
+    below its counterpart's `shift` pairs later."""
+    for e, wr in zip(series, w):
         for pos in range(wr + 2 * lo, wr + 2 * hi + 2):
             if abs(e[pos + 2 * shift] - e[pos] - lam) > tol:
                 return False

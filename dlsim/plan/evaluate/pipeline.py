@@ -8,7 +8,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from dlsim.plan.evaluate.periodic import periodic_walk
+from dlsim.plan.evaluate.periodic import Walked, periodic_walk
+from dlsim.plan.evaluate.wavefront import reused_structure, walk as wavefront_walk
 from dlsim.plan.pipeline import FORWARD, stage_ops
 
 
@@ -49,15 +50,21 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
     micro-batch) a long 1F1B or interleaved pipeline is walked for a few periods of its steady regime
     and extended (`dlsim.plan.evaluate.periodic`), the same ends within 1e-10 of the iteration."""
     if periodic and m > p:
-        got = periodic_walk(schedule, p, m, v, lambda m1: _walk(schedule, p, m1, v, f, b, c, run_op, True))
+        got = periodic_walk(schedule, p, m, v, lambda m1: Walked(*walk_ops(schedule, p, m1, v, f, b, c, run_op, True)))
         if got is not None:
-            return got
-    return _walk(schedule, p, m, v, f, b, c, run_op, False)[0]
+            return got.last
+    return walk_ops(schedule, p, m, v, f, b, c, run_op, False)[0]
 
 
-def _walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float], c: Sequence[float],
+def walk_ops(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float], c: Sequence[float],
           run_op: Callable | None, record: bool) -> tuple[list[list[float]], list[list[float]]]:
     """`pipeline_walk` op by op; with `record` also the end of every op of each stage, in its op order."""
+    st = reused_structure(schedule, p, m, v) if run_op is None else None
+    if st is not None:  # the schedule's dependency structure walked in one pass (`wavefront`)
+        E = wavefront_walk(st, f, b, c)
+        o = st.offsets
+        return ([[E[j] for j in ids] for ids in st.last],
+                [E[o[r]:o[r + 1]] for r in range(p)] if record else [])
     K = p * v
     ops = [cached_stage_ops(schedule, p, m, v, r) for r in range(p)]
     pos = [0] * p

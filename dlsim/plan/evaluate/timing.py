@@ -151,8 +151,11 @@ class Timing(StreamWalk):
             fwd = forward_steps(es, tp)
             units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
             fwd_u = forward_steps(es, tp, unit_of=units) if units is not None else fwd
-            forward = ev._cache[fkey] = (buckets, units, fwd_u, self.steps_time(fwd, r))
-        buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
+            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd, r))
+        # buckets and units name layers by index: those of the chunk they were made for, at a0
+        a0, buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
+        if units is not None and a0 != a:
+            units = {i - a0 + a: u for i, u in units.items()}
         pkey = ("backward", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
                 zero3, s.grad_reduce_dtype)
         passes = ev._cache.get(pkey)
@@ -160,7 +163,8 @@ class Timing(StreamWalk):
             es = self.chunk_entries[k]
             ready: dict[int, tuple[int, ...]] = {}
             for j, bu in enumerate(buckets):
-                ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
+                at = bu.ready_after - a0 + a
+                ready[at] = ready.get(at, ()) + (j,)
             bwd = backward_steps(es, tp, ready, units, overlap=overlap) if zero3 and units is not None else \
                 backward_steps(es, tp, ready, overlap=overlap)
             passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
