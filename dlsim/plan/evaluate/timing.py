@@ -14,7 +14,7 @@ from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
                                       updated_params)
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
-from dlsim.plan.pipeline import FORWARD
+from dlsim.plan.pipeline import FORWARD, scatter_gather
 from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation)
@@ -347,6 +347,8 @@ class Timing(StreamWalk):
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
             outside.append("pipeline transfers sharing the tensor-parallel link ports")
+        if p > 1 and scatter_gather(s):
+            outside.append("scatter-gather pipeline transfers (their all-gathers share the tensor-parallel link ports)")
         if p > 1 and (zero3 or self.first_ready) and self._p2p_shares_dp_ports():
             outside.append("pipeline transfers sharing the data-parallel link ports with parameter gathers")
         if p > 1 and s.ep > 1 and self._p2p_shares_ep_ports():
@@ -385,14 +387,21 @@ class Timing(StreamWalk):
         return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == tp_tier for r in range(self.s.pp - 1))
 
     def _p2p_times(self) -> list[float]:
-        """Seconds of the transfer across each chunk boundary k → k+1."""
+        """Seconds of the transfer across each chunk boundary k → k+1. Scatter-gather transfers
+        (Megatron-LM's scatter_gather_tensors_in_pipeline, `dlsim.plan.iteration`): each tensor-parallel
+        rank sends 1/tp of the replicated tensor, the receiver's group all-gathers it before use."""
         s = self.s
         bounds = self.ev.boundaries(self.t, self.ranges)
+        gather = scatter_gather(s)
         out = []
         for k, nbytes in enumerate(bounds):
             a = self.lay.rank(0, 0, k % s.pp)
             b = self.lay.rank(0, 0, (k + 1) % s.pp)
-            out.append(self.pricer.p2p(nbytes, a, b).seconds)
+            if gather and nbytes > 0:
+                out.append(self.pricer.p2p(nbytes / s.tp, a, b).seconds
+                           + self.price("allgather", nbytes, self.tpg((k + 1) % s.pp)))
+            else:
+                out.append(self.pricer.p2p(nbytes, a, b).seconds)
         return out
     def _tied_sync(self) -> tuple[int, int, float] | None:
         """(first stage, last stage, seconds) of the tied-embedding all-reduce, if there is one."""
