@@ -310,7 +310,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     per device); `fix` pins strategy fields (``["tp=8"]`` or a mapping); `max_memory_fraction` of
     the device memory is the limit a candidate must fit; `prune_bound` skips timing the candidates
     that the evaluator's lower bound shows can neither be simulated nor sit on the Pareto front
-    (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `cp` the
+    (`dlsim.plan.search.Prune`; the result is the same without it, only slower; a space of at most
+    `EXHAUSTIVE_CANDIDATES` fitting candidates is timed whole either way); `cp` the
     context-parallel degrees, `hybrid_shard` also hybrid sharding, `offload` the offload choices
     searched (`dlsim.plan.search`); `stack` the software stack every candidate runs on (default: the
     model's, else `dlsim.api.stacks.DEFAULT_STACK`): its values for every field neither fixed nor
@@ -470,10 +471,17 @@ SURE_FIT = 0.97
 too (the evaluator's memory is at least the simulation's, ZeRO-3's at least 97% of it)."""
 
 
+EXHAUSTIVE_CANDIDATES = 300
+"""Spaces where at most this many candidates fit are timed whole, without the lower-bound pruning
+(about a second of the evaluator on the 2-core development machine, benchmarks/bench_predict.py):
+the same candidates are simulated either way, the record then holds every estimate."""
+
+
 def _prune(objective: str, top: int, capacity: float) -> Prune:
     """What the search must keep for the simulations `optimize` runs (`dlsim.plan.search.Prune`)."""
     return Prune(objective, top, _band(APPROXIMATE_TOLERANCE), tolerance=EVALUATOR_TOLERANCE,
-                 approximate_tolerance=APPROXIMATE_TOLERANCE, sure_fit_bytes=SURE_FIT * capacity)
+                 approximate_tolerance=APPROXIMATE_TOLERANCE, sure_fit_bytes=SURE_FIT * capacity,
+                 exhaustive_below=EXHAUSTIVE_CANDIDATES)
 
 
 def _may_win(e: Evaluation, best_s: float) -> bool:

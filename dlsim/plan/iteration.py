@@ -26,7 +26,7 @@ from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import host_transfer, offloads_activations, offloads_optimizer
-from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
+from dlsim.plan.pipeline import BACKWARD, FORWARD, scatter_gather, stage_ops
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
@@ -580,11 +580,8 @@ class _Builder:
                                        src, dst, ("SB", k, i))
 
     def _scatter_gather(self) -> bool:
-        """Whether stage boundaries travel as 1/tp slices re-gathered over the receiver's tensor-parallel
-        group (Megatron-LM's scatter_gather_tensors_in_pipeline, on where the boundary tensor is
-        replicated across the tp ranks, i.e. without sequence parallelism)."""
-        s = self.s
-        return s.p2p_scatter_gather and s.tp > 1 and not s.sequence_parallel
+        """`dlsim.plan.pipeline.scatter_gather` of the strategy."""
+        return scatter_gather(self.s)
 
     def _send(self, channels, a, b, nbytes, src_task, dst_task, label) -> None:
         lay = self.x.layout

@@ -45,8 +45,16 @@ from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
 from dlsim.plan.tpoverlap import add_tp_overlap, tp_overlap_note
 from dlsim.results import Estimate
 from dlsim.spec.cluster import Cluster, LinkTier
+from dlsim.spec.memo import derived
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
+
+def flops_per_sample(model: Model, dtype: str) -> float:
+    """Training FLOPs of one sample through `model` (forward and backward, `layer_cost`), once per
+    model and dtype (`dlsim.spec.memo`)."""
+    return derived(model, ("flops per sample", dtype),
+                   lambda: sum(layer_cost(layer, 1, dtype).flops for layer in model.layers))
+
 
 PricerFactory = Callable[[Layout, str], CommPricer]
 """`factory(layout, collective algorithm)`: the communication pricer of one rank layout."""
@@ -67,6 +75,7 @@ class LayerTable:
     partitions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     sigs: list[int] | None = None
     prefix: dict[str, list[float]] = field(default_factory=dict)
+    chunk_sigs: dict[tuple[int, int], tuple] = field(default_factory=dict)
     key: int = 0
     base: "LayerTable | None" = None
 
@@ -75,13 +84,49 @@ class LayerTable:
         self.base = self.base or self
 
     def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
-        """What a chunk's timing depends on (chunks of identical layers share their timing)."""
+        """What a chunk's timing depends on: per entry everything but its name and index (chunks of
+        identical layers share their timing, the middle stages of a deep pipeline one computation)."""
         if self.sigs is None:
-            self.sigs = [hash((e.type, e.forward, e.backward, e.backward_weight, e.params, e.saved_bytes,
-                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, e.experts,
-                               instance[e.name] is not None) + ((e.tp_overlap,) if e.tp_overlap else ()))
-                         for e in self.entries]
-        return tuple(self.sigs[a:b])
+            base = self.base
+            if base is None or base is self:
+                self.sigs = entry_signatures(self.entries, instance)
+            else:  # `with_grad_accumulation`: the base's entries, some with another backward
+                base.signature(0, 0, instance)
+                self.sigs = [sig if e is old else hash((sig, e.backward, e.backward_weight))
+                             for e, old, sig in zip(self.entries, base.entries, base.sigs)]  # type: ignore[arg-type]
+        got = self.chunk_sigs.get((a, b))
+        if got is None:
+            got = self.chunk_sigs[(a, b)] = tuple(self.sigs[a:b])
+        return got
+
+
+def _collectives_key(cs: tuple) -> tuple:
+    return tuple([(c.op, c.nbytes, c.group, c.overlap) for c in cs]) if cs else ()
+
+
+def entry_signatures(entries: tuple[LayerEntry, ...], instance: dict[str, str | None]) -> list[int]:
+    """Per entry, a hash of what its timing depends on (`LayerTable.signature`): all its fields but
+    its name and index, its tensor-parallel role without the layer names its collectives are labelled
+    with, and whether full recomputation re-runs it. Entries priced alike share their field objects:
+    those are hashed once."""
+    hashed: dict[tuple, int] = {}  # ids of shared field objects (alive with `entries`) -> their hash
+    roles: dict[tuple, int] = {}
+    out = []
+    for e in entries:
+        ids = (id(e.forward), id(e.backward), id(e.backward_weight), id(e.core), id(e.experts), id(e.ring))
+        fields = hashed.get(ids)
+        if fields is None:
+            fields = hashed[ids] = hash((e.forward, e.backward, e.backward_weight, e.core, e.experts, e.ring))
+        tp = e.tp
+        role = (tp.role, tp.compute_sharded, tp.params_sharded, tp.out_sharded, tp.seq_out,
+                _collectives_key(tp.before), _collectives_key(tp.after_fwd), _collectives_key(tp.after_bwd),
+                _collectives_key(tp.before_bwd))
+        r = roles.get(role)
+        if r is None:
+            r = roles[role] = hash(role)
+        out.append(hash((e.type, fields, e.params, e.saved_bytes, e.out_bytes, e.core_bytes, r, e.windows,
+                         instance[e.name] is not None) + ((e.tp_overlap,) if e.tp_overlap else ())))
+    return out
 
 
 @dataclass(frozen=True)
@@ -298,7 +343,7 @@ class ScenarioBuilder:
         ranges = tuple(self.ranges(s, base))
         table = self.strategy_table(s)
         device, dtype = self.device, self.dtype
-        training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in self.model.layers) * s.global_batch
+        training_flops = flops_per_sample(self.model, dtype) * s.global_batch
         return Scenario(
             self.local_model(s.cp), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
             self.layout(s), self.pricer(s), self.optimizer_timer(s, table), elementwise_timer(device, dtype), host_link(self.cluster, s.offload), training_flops,

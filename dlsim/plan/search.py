@@ -263,6 +263,9 @@ class Prune:
     tolerance: float | None = None
     approximate_tolerance: float = 0.0
     sure_fit_bytes: float = 0.0
+    exhaustive_below: int = 0
+    """A space where at most this many candidates fit is timed whole (every estimate in the record):
+    the pruning never changes what the caller keeps, it only saves time, little on a small space."""
     """Objective time with `tolerance` (the evaluator's bound on its error, `approximate_tolerance`
     for an estimate flagged approximate): the caller simulates, beyond the `keep` best, only a
     candidate whose estimate is below (1 + its tolerance) × `upper_bound`, the least estimate /
@@ -300,7 +303,7 @@ def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit:
             if part_closest is not None and (closest is None or part_closest[0] < closest[0]):
                 closest = part_closest  # (ratio, index, need): the first of the least ratio, as one pass finds it
         closest_oom = None if closest is None else (closest[2], memory_limit, pool[closest[1]])
-        if prune is None:
+        if prune is None or len(fits) <= prune.exhaustive_below:
             return SearchOutcome(workers.evaluate([i for i, _, _ in fits]), dropped, len(pool), closest_oom)
         evaluations, skipped = _pruned(evaluator, pool, fits, prune, workers)
     return SearchOutcome(evaluations, dropped, len(pool), closest_oom, skipped)
