@@ -34,8 +34,9 @@ from dlsim.report.comm_plots import plot_validation
 from dlsim.units import parse_time
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = "comm-burst-probe/probe-1500mtu.jsonl"
-PREVIOUS = "comm-validation-burst16kb.json"
+ARCHIVE = "reports/archive/comm-validation"  # the experiment's probes and earlier runs (its README)
+PROBE = f"{ARCHIVE}/comm-burst-probe/probe-1500mtu.jsonl"
+PREVIOUS = f"{ARCHIVE}/comm-validation-burst16kb.json"
 NOTES = "comm-validation-notes.md"  # hand-written reading of the current run, appended if present
 
 
@@ -124,7 +125,7 @@ def markdown(rec: dict, gloo: list[dict], args: argparse.Namespace, command: str
         lines += ["", notes.read_text().strip()]
     if args.baseline:
         lines += baseline_section(rec, Path(args.baseline))
-    lines += previous_section(Path(args.reports) / PREVIOUS)
+    lines += previous_section(ROOT / PREVIOUS)
     lines += ["", f"![measured vs predicted]({args.name}.png)", ""]
     return "\n".join(lines)
 
@@ -226,8 +227,8 @@ def _rel(path: str) -> str:
 
 
 def burst_section(args: argparse.Namespace) -> list[str]:
-    """Why this tbf burst: the 2-host probe of benchmarks/probes/comm_burst_probe.py, if its record is there."""
-    path = Path(args.reports) / PROBE
+    """Why this tbf burst: the 2-host probe of reports/archive/comm-validation/comm_burst_probe.py, if its record is there."""
+    path = ROOT / PROBE
     if not path.exists():
         return []
     recs = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
@@ -238,8 +239,8 @@ def burst_section(args: argparse.Namespace) -> list[str]:
            "there, Linux `sch_tbf.c`), which a per-message α-β model cannot describe. The burst must hold one "
            "packet (MTU 1500 + 14 B header) and, for the full rate, cover the timer slack; with high-resolution "
            "timers (this kernel: CONFIG_HIGH_RES_TIMERS=y, HZ=250) a few KB suffice. Probe (`python "
-           f"benchmarks/probes/comm_burst_probe.py`, 2 hosts at {recs[0]['rate'] if recs else args.rate}, reno, each row a "
-           "fresh cluster; record in reports/" + PROBE + "): TCP stream rate (3 runs of 20 MB; the full rate "
+           f"reports/archive/comm-validation/comm_burst_probe.py`, 2 hosts at {recs[0]['rate'] if recs else args.rate}, reno, each row a "
+           "fresh cluster; record in " + PROBE + "): TCP stream rate (3 runs of 20 MB; the full rate "
            "for the payload is 1448/1514 = 0.956 of the line rate) and the one-way time of a message sent after "
            "20 ms idle (RTT − 1-byte RTT, median of 15) as a multiple of size / line rate (1.0 = a real link; "
            "≪ 1 = the message passed in the bucket):", "",
@@ -257,13 +258,13 @@ def burst_section(args: argparse.Namespace) -> list[str]:
 
 
 def previous_section(path: Path) -> list[str]:
-    """The results with a 16 KB burst (kept in reports/comm-validation-burst16kb.*), summarised."""
+    """The results with a 16 KB burst (kept in reports/archive/comm-validation/comm-validation-burst16kb.*), summarised."""
     if not path.exists():
         return []
     old = json.loads(path.read_text())
     out = ["", "## With a 16 KB burst (before)", "",
            f"The same validation with tbf burst 16kb (profile hardware_profiles/emulated-4host; full tables in "
-           f"reports/{path.with_suffix('.md').name}). Median |error| over sizes >= 1 MiB: "
+           f"{path.with_suffix('.md').relative_to(ROOT)}). Median |error| over sizes >= 1 MiB: "
            + ", ".join(f"{n} {100 * v:.1f}%" for n, v in old["median_abs_relative_error_fit"].items())
            + f". Order: differed beyond ties at "
            + ", ".join(str(o["size_bytes"]) for o in old["order"] if not o["same_up_to_ties"]) + " B. Crossovers:", "",

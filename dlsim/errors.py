@@ -54,3 +54,9 @@ def excerpt(value: object, limit: int = 60) -> str:
     except Exception:  # noqa: BLE001  (a repr that fails must not hide the real error)
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit] + "..."
+
+
+def one_line(exc: BaseException) -> str:
+    """``TypeName: the message's first line``: an exception as one line of a record or a report."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"

@@ -20,25 +20,32 @@ def _call(conn: Any, fn: Callable[..., Any], args: tuple) -> None:
         conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0]))
 
 
-def call_in_fresh_process(fn: Callable[..., Any], *args: Any, what: str, timeout_s: float | None = None) -> Any:
+def call_in_fresh_process(fn: Callable[..., Any], *args: Any, what: str, timeout_s: float | None = None,
+                          daemon: bool = True) -> Any:
     """``fn(*args)`` (a module-level function, picklable arguments) in a fresh process; `what` names the
     work in errors ("timing net.py:Net"). Raises DlsimError with one line when it fails, stops or
-    runs past `timeout_s`."""
+    runs past `timeout_s` (the process is then killed at once). `daemon` False lets the process start
+    processes of its own (``torch.compile``'s compiler workers); it is still stopped when it ends late."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_call, args=(child, fn, args), daemon=True)
+    proc = ctx.Process(target=_call, args=(child, fn, args), daemon=daemon)
     proc.start()
     child.close()
+    late = False
     try:
         if timeout_s is not None and not parent.poll(timeout_s):
+            late = True
             raise DlsimError(f"{what} did not finish in {timeout_s:.0f} s")
         status, payload = parent.recv()
     except EOFError:
         raise DlsimError(f"the process {what} stopped (exit code {proc.exitcode})") from None
     finally:
+        if late:  # stopped at once: the caller's time is up
+            proc.kill()
         proc.join(timeout=30)
         if proc.is_alive():
             proc.kill()
+            proc.join(timeout=5)
     if status == "error":
         raise DlsimError(f"{what} failed: {payload}")
     return payload

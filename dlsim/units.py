@@ -110,16 +110,23 @@ def parse_time(text: str | int | float) -> float:
     return _finite_nonnegative(value * _TIME[unit], text, "time")
 
 
+_RATE_EXAMPLES = "GB/s, GBps, GiB/s (bytes) or Gb/s, Gbps, Gbit/s (bits)"
+
+
 def parse_bandwidth(text: str | int | float) -> float:
-    """Bytes/s from ``"10GB/s"``, ``"10GBps"``, ``"25Gb/s"`` or ``"25Gbps"`` (bits), ``"12GiB/s"``, or a plain number of bytes/s."""
+    """Bytes/s from ``"10GB/s"``, ``"10GBps"``, ``"25Gb/s"`` or ``"25Gbps"`` (bits), ``"12GiB/s"``, or a
+    Python number of bytes/s (SI, as the API passes it). A string needs its unit: ``"10"`` could be
+    bytes, bits or gigabytes per second, so it is refused with the spellings accepted."""
     value, unit = _split(text, "bandwidth")
     if unit == "":
+        if isinstance(text, str):
+            raise UnitError(f"bandwidth {excerpt(text)} needs a unit (use {_RATE_EXAMPLES})")
         return _positive_rate(value, text)
     if unit in _SIZE:
         raise UnitError(f"{excerpt(text)} is a size, not a bandwidth (add /s: {excerpt(unit + '/s')})")
     if unit not in _RATE:
         raise UnitError(f"unknown bandwidth unit {excerpt(unit)} in {excerpt(text)} "
-                        f"({_hint(unit, _RATE, 'GB/s, GBps, GiB/s (bytes) or Gb/s, Gbps, Gbit/s (bits)')})")
+                        f"({_hint(unit, _RATE, _RATE_EXAMPLES)})")
     return _positive_rate(value * _RATE[unit], text)
 
 

@@ -35,22 +35,24 @@ def cli(capsys):
     return invoke
 
 
-_LOOP_ROWS: list[dict] = []
+@pytest.fixture(scope="session")
+def session_host_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("host-cache")
 
 
 @pytest.fixture(autouse=True)
-def quick_loop_probe(monkeypatch):
-    """A calibration in a test takes the loop probe's rows from one process of each regime (the MLP, whose
-    step overflows the cache, and the small MLP, whose step fits), not 28, measured on this host by the
-    first calibration of the test session and reused by the rest (a property of the host, and each
-    probe process a new interpreter that takes seconds); tests/test_loop_probe.py runs the probe itself."""
-    from dlsim.calibrate import compute_run, loop_probe
-
-    def rows() -> list[dict]:
-        if not _LOOP_ROWS:
-            _LOOP_ROWS.extend(loop_probe.loop_probe_rows(1, ("mlp", "mlp_small")))
-        return [dict(row) for row in _LOOP_ROWS]
-    monkeypatch.setattr(compute_run, "loop_probe_rows", rows)
+def quick_host_probes(monkeypatch, session_host_cache):
+    """Every test's host probes go to one host cache of the test session (never the user's,
+    `dlsim.io.host_cache`): measured by the first calibration that needs them, reused by the rest (a property
+    of the host; each probe process is a new interpreter that takes seconds). The loop probe runs one process
+    of each regime (the MLP, whose step overflows the cache, and the small MLP, whose step fits), not 28;
+    tests/test_loop_probe.py runs the probe itself."""
+    from dlsim.api import host_probes
+    from dlsim.cost.allocation import REFAULT_QUANTITY
+    from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY
+    monkeypatch.setenv("DLSIM_CACHE_DIR", str(session_host_cache))
+    monkeypatch.setattr(host_probes, "ROUNDS", 1)
+    monkeypatch.setattr(host_probes, "NETWORKS", {REFAULT_QUANTITY: ("mlp",), OPTIMIZER_FIT_QUANTITY: ("mlp_small",)})
 
 
 def profile_with_rate(tmp_path: Path, rate: float, alpha: float | None = None) -> Path:

@@ -1,24 +1,38 @@
-"""A seeded fuzzer over every reader and command (issue 16); used by tests/test_fuzz.py and benchmarks/fuzz.py.
+"""A seeded fuzzer over every reader and command (issues 16, 29); used by tests/test_fuzz.py and
+benchmarks/fuzz.py.
 
-`make_case(rng, folder)` writes the files of one case into `folder` and returns (argv, invalid):
-argv for `dlsim.cli.run`, invalid True when the input is certainly invalid (it must then exit 1 or 2).
-`run_case(argv, invalid)` runs it in-process under a time limit and classifies the outcome.
+`make_case(rng, folder)` writes the files of one case into `folder` and returns a `Case`: the argv
+for `dlsim.cli.run`, whether the input is certainly invalid (it must then exit 1 or 2), the files the
+run may change, a check of what it wrote, a rival command. Cases are mutated inputs and flags
+(`_classic_case`) and the attacks of `fuzz_attacks` (indirect inputs, special files, concurrent
+writers, damaged resumed results, every command's bounds). `run_case(case, folder)` runs it
+in-process under a CPU limit and classifies the outcome: a traceback, an ``internal error`` line,
+a run over 10 s of CPU, an invalid input accepted, a NaN or Infinity printed or written, an error
+line over 300 characters, an input changed, a special file replaced, results lost or duplicated.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
+import os
 import random
 import re
 import signal
+import stat
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 from dlsim.io.paths import resolve_model, resolve_profile
+from fuzz_attacks import ATTACKS, Case, python_env
 
-TIME_LIMIT_S = 10
+TIME_LIMIT_S = 10    # seconds of CPU a case may take
+WALL_LIMIT_S = 120   # seconds of wall clock (a case blocked without using the CPU: a hang)
 MAX_ERROR_CHARS = 300
 
 BAD_NUMBERS = ["-1", "0", "-0.5", "1e29", "1e308", "1e-308", "10000000000000000000000000000000000000000000000000",
@@ -121,8 +135,8 @@ def _flag_value(rng: random.Random) -> str:
     return rng.choice(["-1", "0", "1", "2", "3", "8", "1000000", "1e9", "nan", "x", "99999999999999999999999", "1.5"])
 
 
-def make_case(rng: random.Random, folder: Path) -> tuple[list[str], bool]:
-    """Write one case's files into `folder`; return (argv, invalid)."""
+def _classic_case(rng: random.Random, folder: Path) -> tuple[list[str], bool]:
+    """Mutated inputs and flags (issue 16): write one case's files into `folder`; return (argv, invalid)."""
     which = rng.choice(["model", "model", "profile", "strategy", "bench", "flags-sim", "flags-comm", "flags-est",
                         "set", "units", "outputs"])
     if which == "model":
@@ -217,6 +231,20 @@ def make_case(rng: random.Random, folder: Path) -> tuple[list[str], bool]:
     return argv, out.name != "o.json" or out.exists()
 
 
+KINDS = ("classic",) * 11 + tuple(ATTACKS)
+"""How often each kind of case is drawn: the eleven kinds of mutated inputs and flags of issue 16 (one
+`_classic_case`), and each attack of issue 29 (`fuzz_attacks`) as often as one of them."""
+
+
+def make_case(rng: random.Random, folder: Path) -> Case:
+    """Write one case's files into `folder` and return it (`fuzz_attacks.Case`)."""
+    kind = rng.choice(KINDS)
+    if kind == "classic":
+        argv, invalid = _classic_case(rng, folder)
+        return Case(argv, invalid, "classic")
+    return ATTACKS[kind](rng, folder)
+
+
 class _Timeout(BaseException):
     pass
 
@@ -234,18 +262,95 @@ def _non_finite(text: str) -> bool:
     return bool(found)
 
 
-def run_case(argv: list[str], invalid: bool) -> dict:
-    """Run one case in-process; returns its classification."""
+class _Captured:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def read(self) -> str:
+        return self.text
+
+
+@contextlib.contextmanager
+def _fd2():
+    """File descriptor 2 sent to a temporary file for the block: what the processes a command starts (a
+    timing worker, MPI ranks) write to stderr, which `redirect_stderr` does not see, is read too."""
+    captured = _Captured()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.text = sink.read().decode("utf-8", "replace")[-4000:]
+
+
+def snapshot(folder: Path) -> dict[Path, tuple[str, str]]:
+    """Every entry under `folder` (links not followed): its type and, for a regular file, its bytes' hash."""
+    out: dict[Path, tuple[str, str]] = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = Path(root) / name
+            st = os.lstat(p)
+            kind = stat.S_IFMT(st.st_mode)
+            digest = ""
+            if stat.S_ISREG(st.st_mode):
+                digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            elif stat.S_ISLNK(st.st_mode):
+                digest = os.readlink(p)
+            out[p] = (oct(kind), digest)
+    return out
+
+
+def _changed(before: dict, after: dict, writable: set[Path]) -> tuple[list[str], list[str]]:
+    """(inputs changed or gone, special files replaced) between two snapshots."""
+    changed, replaced = [], []
+    for p, (kind, digest) in before.items():
+        if p in writable:
+            continue
+        now = after.get(p)
+        if kind not in (oct(stat.S_IFREG), oct(stat.S_IFDIR), oct(stat.S_IFLNK)):
+            if now is None or now[0] != kind:
+                replaced.append(p.name)
+        elif now != (kind, digest) and kind != oct(stat.S_IFDIR):
+            changed.append(p.name)
+    return changed, replaced
+
+
+def _written_non_finite(before: dict, folder: Path) -> bool:
+    """A JSON output the run wrote that holds NaN or Infinity."""
+    for p in folder.rglob("*"):
+        if p.suffix in (".json", ".jsonl") and p.is_file() and not p.is_symlink():
+            if before.get(p, ("", ""))[1] == hashlib.sha256(p.read_bytes()).hexdigest():
+                continue
+            text = p.read_text(errors="replace")
+            lines = text.splitlines() if p.suffix == ".jsonl" else [text]
+            if any(_non_finite(line) for line in lines):
+                return True
+    return False
+
+
+def run_case(case: Case, folder: Path) -> dict:
+    """Run one case in-process (its rival, if any, in another process at the same time) under a limit of
+    `TIME_LIMIT_S` seconds of CPU (and `WALL_LIMIT_S` of wall clock) and classify the outcome."""
     from dlsim.cli import run
+    before = snapshot(folder)
     out, err = io.StringIO(), io.StringIO()
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(TIME_LIMIT_S)
+    rival = subprocess.Popen([sys.executable, "-m", "dlsim", *case.rival], env=python_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True) if case.rival else None
+    old = signal.signal(signal.SIGALRM, _alarm), signal.signal(signal.SIGPROF, _alarm)
+    signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT_S)
+    signal.alarm(WALL_LIMIT_S)
     start = time.perf_counter()
-    outcome = {"traceback": False, "slow": False, "invalid_accepted": False, "non_finite": False,
-               "long_error": False, "code": None}
+    cpu0 = time.process_time()
+    outcome = {"traceback": False, "internal_error": False, "slow": False, "invalid_accepted": False,
+               "non_finite": False, "long_error": False, "input_changed": False, "special_replaced": False,
+               "results_bad": False, "code": None, "kind": case.kind}
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            outcome["code"] = run(argv)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _fd2() as children:
+            outcome["code"] = run(case.argv)
     except _Timeout:
         outcome["slow"] = True
     except SystemExit as exc:
@@ -254,33 +359,61 @@ def run_case(argv: list[str], invalid: bool) -> dict:
         outcome["traceback"] = True
         outcome["exception"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGALRM, old[0])
+        signal.signal(signal.SIGPROF, old[1])
     outcome["seconds"] = time.perf_counter() - start
-    if outcome["seconds"] > TIME_LIMIT_S:
+    outcome["cpu_seconds"] = time.process_time() - cpu0
+    if outcome["cpu_seconds"] > TIME_LIMIT_S:
         outcome["slow"] = True
-    stderr = err.getvalue()
-    if "internal error" in stderr or "Traceback" in stderr or "input too large to process" in stderr:
+    stderr = err.getvalue() + children.read()
+    if rival is not None:
+        try:
+            _, rival_err = rival.communicate(timeout=WALL_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            rival.kill()
+            rival_err = rival.communicate()[1]
+            outcome["slow"] = True
+        stderr += rival_err
+    if "internal error" in stderr:
+        outcome["internal_error"] = True
+        outcome["exception"] = stderr[:300]
+    if "Traceback" in stderr or "input too large to process" in stderr:
         outcome["traceback"] = True
         outcome["exception"] = stderr[:300]
     outcome["long_error"] = any(len(line) > MAX_ERROR_CHARS for line in stderr.splitlines())
-    outcome["invalid_accepted"] = bool(invalid and outcome["code"] == 0)
-    outcome["non_finite"] = outcome["code"] == 0 and _non_finite(out.getvalue())
+    outcome["invalid_accepted"] = bool(case.invalid and outcome["code"] == 0)
+    outcome["non_finite"] = outcome["code"] == 0 and (_non_finite(out.getvalue()) or _written_non_finite(before, folder))
+    changed, replaced = _changed(before, snapshot(folder), case.writable)
+    outcome["input_changed"], outcome["special_replaced"] = bool(changed), bool(replaced)
+    problems = case.check() if case.check is not None else []
+    outcome["results_bad"] = bool(problems)
+    if changed or replaced or problems:
+        outcome["detail"] = f"changed {changed[:3]} replaced {replaced[:3]} {problems[:2]}"
     outcome["stderr"] = stderr[-400:]
     return outcome
 
 
-COUNTERS = ("traceback", "slow", "invalid_accepted", "non_finite", "long_error")
+COUNTERS = ("traceback", "internal_error", "slow", "invalid_accepted", "non_finite", "long_error", "input_changed",
+            "special_replaced", "results_bad")
+NAMES = {"traceback": "tracebacks", "internal_error": "internal_errors", "slow": "runs_over_10s_cpu",
+         "invalid_accepted": "invalid_accepted", "non_finite": "non_finite_outputs",
+         "long_error": "error_lines_over_300_chars", "input_changed": "inputs_changed",
+         "special_replaced": "special_files_replaced", "results_bad": "results_lost_or_duplicated"}
+
+
+def failed(outcome: dict) -> bool:
+    """Whether a case found a defect (any counter)."""
+    return any(outcome[k] for k in COUNTERS)
 
 
 def summarize(outcomes: list[dict]) -> dict:
-    counts = {"cases": len(outcomes)}
-    names = {"traceback": "tracebacks", "slow": "runs_over_10s", "invalid_accepted": "invalid_accepted",
-             "non_finite": "non_finite_outputs", "long_error": "error_lines_over_300_chars"}
+    counts: dict = {"cases": len(outcomes)}
     for key in COUNTERS:
-        counts[names[key]] = sum(bool(o[key]) for o in outcomes)
+        counts[NAMES[key]] = sum(bool(o[key]) for o in outcomes)
     counts["exit_0"] = sum(o["code"] == 0 for o in outcomes)
     counts["exit_1"] = sum(o["code"] == 1 for o in outcomes)
     counts["exit_2"] = sum(o["code"] == 2 for o in outcomes)
+    counts["by_kind"] = {k: sum(o["kind"] == k for o in outcomes) for k in sorted({o["kind"] for o in outcomes})}
     return counts
-

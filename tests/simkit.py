@@ -71,3 +71,21 @@ class RingPricer:
 
     def tier(self, ranks):
         return self.layout.tier(ranks) if self.layout else "intra"
+
+
+def captured_graph(monkeypatch, model, cluster, **kw):
+    """The task graph `run_simulation(model, cluster, **kw)` executes (the whole iteration: the
+    steady-state extension off)."""
+    import dlsim.sim.scenario_run as scenario_run
+    from dlsim.api.simulate import run_simulation
+    seen = []
+    real = scenario_run.simulate_graph
+
+    def capture(graph, info):
+        seen.append(graph)
+        return real(graph, info)
+    with monkeypatch.context() as m:
+        m.setattr(scenario_run, "simulate_graph", capture)
+        m.setattr(scenario_run, "simulate_steady", lambda x, info: None)
+        run_simulation(model, cluster, **kw)
+    return seen[0]

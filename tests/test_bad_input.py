@@ -69,7 +69,7 @@ intra_node: {latency_us: 5, bandwidth_gbytes_per_s: 20}
     (PROFILE.replace("memory_gib: 16, ", ""), "device.memory_gib: missing required field"),
     (PROFILE + "nodes: 4\n", "inter_node: nodes=4 needs an inter_node link tier"),
     (PROFILE.replace("latency_us: 5", "latency_us: 5, topology: hypercube"), "unknown topology 'hypercube'"),
-    (PROFILE.replace("{fp32: 10}", "{fp33: 10}"), "device.peak_tflops.fp33: unknown data type"),
+    (PROFILE.replace("{fp32: 10}", "{fp33: 10}"), "device.peak_tflops.fp33: unknown key 'fp33'"),
 ])
 def test_bad_profile(tmp_path, cli, text, needle):
     folder = tmp_path / "prof"

@@ -44,6 +44,21 @@ def test_hockney_takes_beta_from_large_and_alpha_from_small_messages():
     assert fit.alpha == pytest.approx(5 * US - 9e-9 * 32, rel=1e-9)
 
 
+def test_noisy_quick_run_gives_a_finite_bandwidth():
+    """A quick gloo run's few repetitions can time the 1 MiB ping-pong below the 64 KiB one (the
+    large messages' slope negative, issue 32: the profile got an infinite bandwidth that dlsim then
+    refused). The fit takes the slope over the whole range instead, or, when even that falls, the
+    largest message's time per byte; the tier it writes is finite and loads."""
+    sizes = [1, 16, 256, 4096, 65536, 1 << 20]
+    times = [60e-6, 61e-6, 62e-6, 70e-6, 900e-6, 850e-6]        # 1 MiB faster than 64 KiB: noise
+    fit = fit_hockney(sizes, times)
+    assert fit.beta == pytest.approx((850e-6 - 60e-6) / ((1 << 20) - 1), rel=1e-12) and fit.note
+    link = link_parameters(fit, None)
+    assert 0 < link.bandwidth < float("inf") and fit.note in link.notes
+    falling = fit_hockney(sizes, [90e-6, 80e-6, 70e-6, 60e-6, 55e-6, 50e-6])
+    assert falling.beta == pytest.approx(50e-6 / (1 << 20), rel=1e-12)
+
+
 def test_piecewise_finds_the_protocol_break():
     times = [5 * US + m * 1e-9 if m < 65536 else 30 * US + m * 1e-8 for m in SIZES]
     pieces = fit_piecewise(SIZES, times)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from dlsim.api.calibrate_comm import import_nccl_tests
+from dlsim.api.comm import comm, comm_sweep
 from dlsim.api.simulate import _default_pricer, simulate
 from dlsim.cost.collectives import ALGORITHMS, collective_time, lower_bound
 from dlsim.cost.collectives.registry import applicable
@@ -274,6 +275,27 @@ def test_imported_nccl_tests_row_prices_the_collective(tmp_path):
     # measured=False ignores the table
     assert _default_pricer(cluster, Layout(64, 1, 1, 8), "auto", False).collective(
         "allreduce", 1048576, ranks).source is Source.MODEL
+
+
+def test_comm_prices_the_imported_table_as_simulate_does(tmp_path, cli):
+    """`dlsim comm` on a profile prices through the simulator's pricer (issue 32 item 4): an imported
+    nccl-tests table gives the same measured 1,000 µs at 1 MiB, the same log-log 1,732.05 µs at 2 MiB
+    and the same model outside, as `simulate`'s pricer; `--algorithm all` keeps the model rows."""
+    prof, out = _nccl_profile(tmp_path)
+    import_nccl_tests(prof, [out], collective="allreduce")
+    pricer = _default_pricer(load_profile(prof), Layout(64, 1, 1, 8), "auto")
+    for size in (1048576, 2 * 1048576, 8 * 1048576):
+        want = pricer.collective("allreduce", size, list(range(64)))
+        (row,) = comm("allreduce", size, 64, cluster=prof).results
+        assert (row.time_s, row.source) == (want.seconds, want.source.value)
+        assert row.algorithm == ("default" if want.source is not Source.MODEL else row.algorithm)
+    sweep = comm_sweep("allreduce", [1048576, 4 * 1048576], 64, cluster=prof)
+    assert sweep.times_s["default"] == pytest.approx([1000e-6, 3000e-6], rel=1e-12)
+    ring = {r.algorithm: r for r in comm("allreduce", 1048576, 64, cluster=prof, algorithm="all").results}["ring"]
+    assert ring.time_s == _default_pricer(load_profile(prof), Layout(64, 1, 1, 8), "ring").collective(
+        "allreduce", 1048576, list(range(64))).seconds and ring.source == "model"
+    code, text, _ = cli("comm", "allreduce", "--size", "1MiB", "--ranks", "64", "--cluster", str(prof))
+    assert code == 0 and "1 ms" in text and "default: measured" in text
 
 
 def test_import_honours_collective_option(tmp_path, cli):

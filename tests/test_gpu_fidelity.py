@@ -42,8 +42,8 @@ def test_dgx_a100_curves_are_loaded_with_their_sources():
 
 @pytest.mark.parametrize("curve,reason", [
     ("{gflop: [2, 1], value: [0.5, 0.6], source: x}", "sizes must increase"),
-    ("{gflop: [1, 2], value: [0.5, 1.6], source: x}", "at most 1"),
-    ("{gflop: [1, 2], value: [0.5, 0.6]}", "needs its source"),
+    ("{gflop: [1, 2], value: [0.5, 1.6], source: x}", r"value\[1\]: must be a number in \(0, 1\], got 1.6"),
+    ("{gflop: [1, 2], value: [0.5, 0.6]}", "source: missing required field"),
     ("{gflop: [1, 2, 3], value: [0.5, 0.6], source: x}", "gflop has 3 entries"),
 ])
 def test_bad_efficiency_curve_is_one_clear_error(tmp_path, curve, reason):

@@ -74,7 +74,7 @@ def test_prediction_on_another_host_warns_with_ratio(tmp_path, monkeypatch, cli)
     pytest.importorskip("torch")
     import dlsim.api.hostcheck as hc
     from dlsim.api.estimate import estimate
-    monkeypatch.setattr(hc, "_speeds", lambda: _speeds(50.0, 20.0))
+    monkeypatch.setattr(hc, "_speeds", lambda when: _speeds(50.0, 20.0))
     hc._checked.cache_clear()
     prof = _fake_profile(tmp_path, gemm_gflops=200.0)
     rec = estimate("lenet5", prof / "profile.yaml", 4).to_dict()
@@ -86,6 +86,30 @@ def test_prediction_on_another_host_warns_with_ratio(tmp_path, monkeypatch, cli)
     hc._checked.cache_clear()
     code, _, err = cli("estimate", "lenet5", "-c", prof, "--batch", "4")
     assert code == 0 and [ln for ln in err.splitlines() if ln.startswith("warning:")] == [f"warning: {w}"]
+
+
+@pytest.mark.torch
+def test_the_host_check_is_measured_once_per_host(tmp_path, monkeypatch):
+    """Every estimate with a CPU profile measured on another host spent 10-17 s probing this host again
+    (issue 34): this host's reference speeds are timed once and kept in the host cache with their date."""
+    pytest.importorskip("torch")
+    import dlsim.api.hostcheck as hc
+    from dlsim.api.estimate import estimate
+    from dlsim.calibrate import host_probe
+    monkeypatch.setenv("DLSIM_CACHE_DIR", str(tmp_path / "cache"))
+    timed = []
+    monkeypatch.setattr(host_probe, "reference_speeds", lambda threads: timed.append(threads) or
+                        _speeds(50.0, 20.0)(threads))
+    prof = _fake_profile(tmp_path, gemm_gflops=200.0)
+    for _ in range(3):  # three predictions, as three processes would make them
+        hc._checked.cache_clear()
+        rec = estimate("lenet5", prof, 4).to_dict()
+        assert rec["host"]["gemm_ratio"] == pytest.approx(0.25)
+    assert timed == [2] and rec["host"]["speeds_measured"].startswith("20")  # a date: taken from the cache
+    monkeypatch.setenv("DLSIM_CACHE_DIR", "off")  # the cache turned off: timed every time
+    hc._checked.cache_clear()
+    estimate("lenet5", prof, 4)
+    assert timed == [2, 2]
 
 
 @pytest.mark.torch
@@ -154,4 +178,21 @@ def test_quick_detects_stale_tables(tmp_path):
 
 def test_quick_without_calibration_is_one_line(tmp_path, cli):
     code, out, err = cli("calibrate", "compute", "--quick", "--out", tmp_path)
-    assert code == 1 and "run dlsim calibrate compute first" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "give --model and --batch" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.torch
+def test_quick_on_a_new_directory_calibrates_the_model_only(tmp_path, cli, monkeypatch):
+    """--quick is the fast path: on a new OUT the --model kernels in one pass of 3 calls, no generic grid; on
+    an OUT that holds a calibration it checks it."""
+    pytest.importorskip("torch")
+    from test_host_probes import Fakes, tiny_model
+    Fakes(monkeypatch)  # the host probes are tests/test_host_probes.py's
+    out = tmp_path / "quick"
+    code, text, err = cli("calibrate", "compute", "--quick", "--out", out, "--model", tiny_model(tmp_path),
+                          "--batch", "2", "--no-flush-cache", "-q")
+    assert code == 0, err
+    run = yaml.safe_load((out / "meta.yaml").read_text())["runs"][-1]
+    assert (run["grid"], run["passes"]) == (False, 1) and "quick calibration" in err
+    assert {r["set"] for r in csv.DictReader(open(out / "gemm.csv"))} == {"model"}
+    assert (out / "profile.yaml").exists()

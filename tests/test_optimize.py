@@ -165,10 +165,12 @@ def test_cli_table_json_csv(tmp_path, capsys):
     assert run(args + ["--objective", "cost"]) == 1  # the whole run's cost needs a token budget (--tokens)
 
 
-def test_fast_paths_equal_the_slow_ones(simulated_space):
+def test_fast_paths_equal_the_slow_ones(simulated_space, monkeypatch):
     """The evaluator's caches, the search's lower-bound pruning and the simulation pool change nothing: a fresh evaluator
     per candidate gives the same estimates, the bound never exceeds the estimate, and optimize with
-    pruning returns the same ranking and Pareto front as without."""
+    pruning returns the same ranking and Pareto front as without, as when the space is small enough to
+    be timed whole (`EXHAUSTIVE_CANDIDATES`)."""
+    import dlsim.api.optimize as optimize_mod
     (profile, nodes, batch, opts), model, cluster, rows = simulated_space
     tables = load_kernel_times(cluster)[0] if cluster.tables else None
 
@@ -183,8 +185,13 @@ def test_fast_paths_equal_the_slow_ones(simulated_space):
         assert alone.iteration_time_s == e.iteration_time_s and alone.memory == e.memory
     kw = dict(gpus=8 * nodes, global_batch=batch, top=3, max_microbatch_size=opts["max_microbatch_size"],
               fix=opts.get("fix"))
+    monkeypatch.setattr(optimize_mod, "EXHAUSTIVE_CANDIDATES", 10**6)
+    whole = optimize(model, cluster, jobs=1, **kw)
+    monkeypatch.setattr(optimize_mod, "EXHAUSTIVE_CANDIDATES", 0)
     fast, slow = optimize(model, cluster, jobs=2, **kw), optimize(model, cluster, prune_bound=False, jobs=1, **kw)
-    assert slow.pruned == 0 and fast.evaluated + fast.pruned == slow.evaluated
+    assert slow.pruned == 0 and fast.pruned > 0 and fast.evaluated + fast.pruned == slow.evaluated
+    assert whole.pruned == 0 and whole.evaluated == slow.evaluated
+    assert [c.row(1) for c in whole.ranked] == [c.row(1) for c in slow.ranked]
     assert [c.row(1) for c in fast.ranked] == [c.row(1) for c in slow.ranked]
     assert fast.pareto == slow.pareto
 
@@ -197,7 +204,9 @@ def test_parallel_search_equals_one_process(simulated_space, monkeypatch):
     (profile, nodes, batch, opts), model, cluster, rows = simulated_space
     space = SearchSpace(8 * nodes, batch, cluster.devices_per_node, max_microbatch_size=opts["max_microbatch_size"],
                         fixed=dict(opts.get("fix", {})))
+    import dlsim.api.optimize as optimize_mod
     monkeypatch.setattr(search_mod, "PARALLEL_MIN_CANDIDATES", 1)
+    monkeypatch.setattr(optimize_mod, "EXHAUSTIVE_CANDIDATES", 0)  # pruned, as large spaces are
     for objective in ("time", "memory"):
         out = []
         for jobs in (1, 2):

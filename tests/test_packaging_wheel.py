@@ -33,7 +33,9 @@ def test_wheel_installs_with_zoo_and_profiles(tmp_path):
     assert build.returncode == 0, build.stderr[-2000:]
     wheel = next(wheels.glob("dlsim-*.whl"))
     import zipfile
-    assert "dlsim/py.typed" in zipfile.ZipFile(wheel).namelist()  # typed package (PEP 561)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "dlsim/py.typed" in names  # typed package (PEP 561)
+    assert {f"dlsim/schemas/{k}.schema.json" for k in ("model", "profile", "strategy", "sweep", "stack")} <= set(names)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"

@@ -133,6 +133,9 @@ def test_piz_daint():
     c = load_profile("piz-daint")
     assert c.devices_per_node == 1 and c.num_devices == 5320
     assert c.inter.topology == "dragonfly"
+    f = c.inter.fabric
+    assert f.nodes_per_router == 4 and f.routers_per_group == 96 and f.global_links == 10
+    assert f.global_bandwidth == pytest.approx(37.5 * units.GBIT_PER_S)
     assert c.device.peak_flops["fp16"] == pytest.approx(18.7e12)
     assert c.tier(64) is c.inter and c.tier(1) is c.intra
 
@@ -145,7 +148,9 @@ def test_cpu_cluster_socket_is_the_device():
     assert d.peak_flops["fp64"] == pytest.approx(d.peak_flops["fp32"] / 2)
     assert d.memory_bandwidth == pytest.approx(6 * 2933e6 * 8, rel=1e-3)
     assert d.memory_bytes == 96 * units.GIB
-    assert c.inter.oversubscription == pytest.approx(22 / 18, rel=1e-4)
+    leaf = c.inter.fabric.levels[0]
+    assert c.inter.fabric.kind == "fat-tree" and leaf.fanout == 44
+    assert leaf.oversubscription == pytest.approx(22 / 18, rel=1e-4)
     assert c.inter.bandwidth * c.devices_per_node == pytest.approx(100 * units.GBIT_PER_S)
 
 
@@ -188,8 +193,22 @@ def test_good_minimal_profile_loads(tmp_path):
     (GOOD.replace("bandwidth_gbytes_per_s: 20", "bandwidth_gbytes_per_s: 20, bandwidth_gbits_per_s: 160"),
      "intra_node", "not both"),
     (GOOD + "nodes: 4\n", "inter_node", "needs an inter_node link tier"),
-    (GOOD.replace("{fp32: 10}", "{fp33: 10}"), "device.peak_tflops.fp33", "unknown data type"),
+    (GOOD.replace("{fp32: 10}", "{fp33: 10}"), "device.peak_tflops.fp33", "unknown key 'fp33'"),
     (GOOD.replace("memory_gib: 16", "memory_gb: 16"), "device.memory_gb", "unknown field"),
+    # network keys: used by the topology that names them, refused elsewhere (issue 32)
+    (GOOD.replace("latency_us: 5,", "latency_us: 5, oversubscription: 10,"), "intra_node",
+     "oversubscription is given per switch level"),
+    (GOOD.replace("latency_us: 5,", "latency_us: 5, topology: fat-tree,"), "intra_node.topology", "joins nodes"),
+    (GOOD.replace("latency_us: 5,", "latency_us: 5, dims: [4, 4],"), "intra_node.dims", "used by topology torus"),
+    (GOOD + "nodes: 4\ninter_node: {latency_us: 5, bandwidth_gbytes_per_s: 20, topology: fat-tree, dims: [2, 2]}\n",
+     "inter_node.dims", "used by topology torus only, not by fat-tree"),
+    (GOOD + "nodes: 4\ninter_node: {latency_us: 5, bandwidth_gbytes_per_s: 20, topology: fat-tree,"
+            " levels: [{fanout: 2, oversubscription: 0.5}]}\n", "inter_node.levels[0].oversubscription",
+     "must be a number >= 1"),
+    (GOOD + "nodes: 4\ninter_node: {latency_us: 5, bandwidth_gbytes_per_s: 20, topology: torus, dims: [2, 2]}\n",
+     "inter_node.link_bandwidth_gbytes_per_s", "missing required field"),
+    (GOOD + "nodes: 4\ninter_node: {latency_us: 5, bandwidth_gbytes_per_s: 20, topology: dragonfly}\n",
+     "inter_node.nodes_per_router", "missing required field"),
 ])
 def test_bad_profile_gives_one_line_spec_error(tmp_path, text, field, reason):
     path = _write(tmp_path, text)

@@ -105,6 +105,7 @@ def test_comm_and_plan_microbatch(cli, tmp_path):
     (["--seed", "3"], "seed"),
     (["--recompute-layers", "2"], "recompute_layers"),
     (["--tp-async-backward"], "tp_async_backward"),
+    (["--tp-comm-overlap"], "tp_comm_overlap"),
     (["--workspace-limit", "1MB"], "workspace_limit"),
     (["--expand-collectives"], "expand_collectives"),
     (["--sync", "ssp", "--trace", "t.json"], "trace"),

@@ -10,10 +10,9 @@ from __future__ import annotations
 import pytest
 import simpy
 
-import dlsim.sim.scenario_run as api  # the event clock of a scenario: its steady shortcut and graph run
-from dlsim.api.simulate import run_simulation
 from dlsim.sim import engine
 from dlsim.sim.engine import execute
+from simkit import captured_graph
 
 KW = dict(overrides={"layers": 8}, nodes=4, microbatch_size=1)
 CASES = {
@@ -29,18 +28,7 @@ CASES = {
 
 def _graph(monkeypatch, case):
     """The task graph `simulate` would execute for `case` (the full run, no steady-state extension)."""
-    seen = []
-    real = api.simulate_graph
-
-    def capture(graph, info):
-        seen.append(graph)
-        return real(graph, info)
-
-    with monkeypatch.context() as m:
-        m.setattr(api, "simulate_graph", capture)
-        m.setattr(api, "simulate_steady", lambda x, info: None)
-        run_simulation("megatron-gpt-1.7b", "dgx-a100", **KW, **case)
-    return seen[0]
+    return captured_graph(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", **KW, **case)
 
 
 def _run(monkeypatch, graph, port_type=None, all_ports=False):

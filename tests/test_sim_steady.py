@@ -96,6 +96,37 @@ def test_megatron_1t_extension_equals_full_simulation(monkeypatch):
     _close(_record(fast), _record(_full(monkeypatch, "megatron-gpt-1t", "dgx-a100", **kwargs)))
 
 
+INTERLEAVED = [
+    dict(virtual_stages=3, pp=4, tp=2, dp=2, num_microbatches=64, recompute="full"),
+    dict(virtual_stages=3, pp=4, tp=2, dp=1, num_microbatches=96, recompute="selective"),
+    dict(virtual_stages=2, pp=6, tp=2, dp=1, num_microbatches=96, recompute="none"),
+    dict(virtual_stages=2, pp=4, tp=2, dp=2, num_microbatches=64, zero=1),
+    dict(virtual_stages=2, pp=4, tp=2, dp=2, num_microbatches=64, zero=3),
+]
+
+
+@pytest.mark.parametrize("case", INTERLEAVED, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_interleaved_extension_equals_full_simulation(monkeypatch, case):
+    """The interleaved schedule repeats every pp micro-batches (all chunks of each): extended by whole
+    periods of pp micro-batches, the same record as the full simulation."""
+    kw = dict(KW, schedule="interleaved")
+    fast = simulate("megatron-gpt-1.7b", "dgx-a100", **kw, **case)
+    assert _extended(fast)
+    full = _full(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", **kw, **case)
+    assert fast.events < full.events
+    _close(_record(fast), _record(full))
+
+
+def test_few_microbatches_beyond_the_reduced_count_are_extended(monkeypatch):
+    """A third of the micro-batches left unsimulated is enough to try the extension (pp 4, 18
+    micro-batches: 12 simulated; a pipeline of 128 stages and 256 micro-batches is simulated for 136)."""
+    kwargs = dict(overrides={"layers": 12}, nodes=8, microbatch_size=1, schedule="1f1b", pp=4, tp=2, dp=1,
+                  num_microbatches=18, stack="eager")
+    fast = simulate("megatron-gpt-1.7b", "dgx-a100", **kwargs)
+    assert _extended(fast)
+    _close(_record(fast), _record(_full(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", **kwargs)))
+
+
 def test_trace_and_other_schedules_run_in_full():
     kwargs = dict(overrides={"layers": 12}, nodes=8, microbatch_size=1, pp=4, tp=2, dp=2, num_microbatches=48)
     traced = run_simulation("megatron-gpt-1.7b", "dgx-a100", schedule="1f1b", trace=True, **kwargs)

@@ -102,8 +102,8 @@ def test_simulated_exchange_is_the_closed_form():
     kw = dict(dp=8, microbatch_size=8, overlap=False, stack="eager", bucket_size=2 ** 40, first_bucket_size=2 ** 40)
     comp = Compression("topk", density=0.02, error_feedback=False)
     run = run_simulation("alexnet", "piz-daint", compression=comp, trace=True, **kw)
-    (sync,) = [e for e in run.trace["traceEvents"] if e.get("ph") == "X" and "label" in e.get("args", {})
-               and e["name"].startswith("sparse_allreduce (density 0.02) bucket0")]
+    (sync,) = [e for e in run.trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "comm"
+               and e["args"].get("op") == "sparse_allreduce (density 0.02)" and "bucket0" in e["name"]]
     nbytes = 4 * as_model("alexnet").params
     cluster = as_cluster("piz-daint")
     expected = collective_time("sparse-allreduce", "auto", nbytes, 8, cluster.intra if cluster.inter is None

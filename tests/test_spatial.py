@@ -77,8 +77,8 @@ def test_simulated_halo_exchange_is_the_closed_form():
     n = 8
     run = run_simulation(cnn(), "dgx1-v100", spatial=4, spatial_w=1, microbatch_size=n, halo_overlap=False,
                          stack="eager", pricer=RingPricer(ALPHA, BETA), trace=True)
-    halos = {e["name"].split(" halo of ")[1].removesuffix(" mb0"): e["dur"] * 1e-6 for e in run.trace["traceEvents"]
-             if e.get("ph") == "X" and " halo of " in e["name"] and "label" in e.get("args", {})}
+    halos = {e["name"].split(": ", 1)[1].removesuffix(" mb0"): e["dur"] * 1e-6 for e in run.trace["traceEvents"]
+             if e.get("ph") == "X" and e.get("cat") == "comm" and e["args"].get("op") == "halo"}
     assert halos["c1's input"] == pytest.approx(2 * (ALPHA + 1 * W * C * n * 4 * BETA))
     assert halos["c2's input"] == pytest.approx(2 * (ALPHA + 2 * W * 32 * n * 4 * BETA))
     assert halos["c2's output gradient"] == pytest.approx(2 * (ALPHA + 2 * W * 24 * n * 4 * BETA))

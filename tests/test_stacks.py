@@ -89,8 +89,9 @@ def test_optimize_runs_every_candidate_on_the_models_stack_and_names_it():
 
 @pytest.mark.parametrize("text, says", [
     ("name: x\nversion: '1'\nframework: f\nkeys: {dp: {value: 2, source: 'NVIDIA/Megatron-LM@55ba1f7 a.py'}}",
-     "does not apply to a stack"),
-    ("name: x\nversion: '1'\nframework: f\nkeys: {fused_kernels: {value: [flash_attention]}}", "needs a source"),
+     "keys.dp: unknown field (allowed: bucket_size_bytes"),
+    ("name: x\nversion: '1'\nframework: f\nkeys: {fused_kernels: {value: [flash_attention]}}",
+     "keys.fused_kernels.source: missing required field"),
     ("name: x\nversion: '1'\nframework: f\nkeys: {zero: {value: 7, source: 'NVIDIA/Megatron-LM@55ba1f7 a.py'}}",
      "zero"),
     ("name: x\nframework: f\n", "version"),

@@ -80,8 +80,8 @@ def test_rank_and_window_filters(cli, tmp_path):
     spans = _spans(trace)
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert names == {"rank0 (dp0 tp0 pp0)", "rank1 (dp0 tp1 pp0)", "rank5 (dp0 tp1 pp1)", "links"}
-    links_pid = 8
-    assert spans and {e["pid"] for e in spans} <= {0, 1, 5, links_pid}
+    links_pid = 9  # process ids from 1: rank r is process r + 1, the links the last
+    assert spans and {e["pid"] for e in spans} <= {1, 2, 6, links_pid}
     assert all(e["ts"] <= end / 2 * 1e6 + 1e-6 and e["ts"] + e["dur"] >= end / 4 * 1e6 - 1e-6 for e in spans)
     assert len(spans) < len(_spans(whole)) / 4
     assert trace["otherData"]["filter"]["ranks"] == [[0, 1], [5, 5]]

@@ -22,7 +22,7 @@ SIZES = [
 ]
 
 RATES = [
-    ("1000", 1000), (1e9, 1e9), ("10GB/s", 10 * G), ("10 GB/s", 10 * G), ("12.5GBps", 12.5 * G),
+    (1000, 1000), (1e9, 1e9), ("10GB/s", 10 * G), ("10 GB/s", 10 * G), ("12.5GBps", 12.5 * G),
     ("100Gb/s", 12.5 * G), ("100Gbps", 12.5 * G), ("100 Gbit/s", 12.5 * G), ("100Gbits/s", 12.5 * G),
     ("25Gbps", 25 * G / 8), ("1GiB/s", GI), ("1GiBps", GI), ("8Gib/s", GI), ("1MB/s", M), ("1MBps", M),
     ("100Mb/s", 12.5 * M), ("100 Mbps", 12.5 * M), ("100 Mbit/s", 12.5 * M), ("1kB/s", K), ("1KB/s", K),
@@ -65,7 +65,7 @@ def test_bad_sizes_refused(bad):
 
 
 @pytest.mark.parametrize("bad", ["10gbps", "10gb/s", "10mb/s", "10mbps", "10mbit/s", "10 GB", "10Gb", "10 G/s",
-                                 "10GB/S", "10 gigabytes", "0", "0GB/s", "1e-308GB/s", "-1GB/s", "1e999GB/s", "nan",
+                                 "10GB/S", "10 gigabytes", "0", "1000", "10", "0GB/s", "1e-308GB/s", "-1GB/s", "1e999GB/s", "nan",
                                  10**400, False, [10]])
 def test_bad_bandwidths_refused(bad):
     with pytest.raises(UnitError):
@@ -85,6 +85,8 @@ def test_errors_suggest_the_case_they_meant():
         units.parse_size("64mib")
     with pytest.raises(UnitError, match="add /s"):
         units.parse_bandwidth("10GB")
+    with pytest.raises(UnitError, match="needs a unit .*GB/s.*Gbps"):  # issue 29: "10" was taken as 10 B/s
+        units.parse_bandwidth("10")
 
 
 def test_error_lines_stay_short():

@@ -48,6 +48,7 @@ PUBLISHED_PARAMS = {
     "megatron-gpt-310.1b": (310_100_000_000, 100_000_000, "Narayanan et al. SC'21 Table 1: 310.1B"),
     "megatron-gpt-529.6b": (529_600_000_000, 100_000_000, "Narayanan et al. SC'21 Table 1: 529.6B"),
     "megatron-gpt-1t": (1_008_000_000_000, 100_000_000, "Narayanan et al. SC'21 Table 1: 1008.0B"),
+    "tinyllama-1.1b": (1_100_000_000, 100_000_000, "Zhang et al. 2024 (arXiv:2401.02385) and jzhang38/TinyLlama: 1.1B"),
     "llama1-65b": (65_200_000_000, 100_000_000, "Touvron et al. 2023 (arXiv:2302.13971) Table 2: 65.2B"),
     "llama2-7b": (6_740_000_000, 10_000_000, "meta-llama/Llama-2-7b-hf model card: 6.74B"),
     "llama2-13b": (13_000_000_000, 100_000_000, "meta-llama/Llama-2-13b-hf model card: 13.0B"),

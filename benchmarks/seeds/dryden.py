@@ -50,7 +50,7 @@ def _allreduce(strategy: Path | None = None, **kw: Any) -> tuple[float, float]:
     else:
         run = run_simulation(MODEL, CLUSTER, stack=STACK, optimizer=OPTIMIZER, overlap=False, trace=True, **kw)
     seconds = sum(e["dur"] for e in run.trace["traceEvents"] if e.get("ph") == "X"
-                  and e.get("args", {}).get("label", [""])[0] == "G") * 1e-6
+                  and e.get("args", {}).get("phase") == "gradient sync") * 1e-6
     return seconds, run.result.devices[0].memory["gradients"]
 
 

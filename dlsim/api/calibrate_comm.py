@@ -13,6 +13,7 @@ collective table, marked with its source.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import sys
 from contextlib import ExitStack
@@ -236,7 +237,7 @@ def calibrate_comm(out: str | Path, *, backend: str = "mpi", ranks: int = 2, hos
     """
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS:
         raise SpecError(f"ranks must be an integer from 1 to {MAX_RANKS}, got {ranks!r}", field="ranks")
-    if budget_s <= 0 or max_reps < 1:
+    if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0) or max_reps < 1:
         raise SpecError("the time budget must be positive and max repetitions at least 1", field="budget")
     out = Path(out)
     if out.exists() and not out.is_dir():

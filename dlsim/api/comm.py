@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from dlsim import units
+from dlsim.api.comm_cluster import ClusterGroup
 from dlsim.api.limits import check_ranks_limit
 from dlsim.api.models import as_cluster
 from dlsim.cost.collectives import ALGORITHMS, bus_factor, collective_time, lower_bound, make_costs
@@ -22,6 +23,7 @@ from dlsim.cost.collectives.crossover import refine
 from dlsim.cost.collectives.registry import applicable
 from dlsim.cost.collectives.vectorized import bandwidths, best_of, evaluate, lower_bounds
 from dlsim.errors import DlsimError, SpecError
+from dlsim.results import Source
 from dlsim.spec.cluster import Cluster, LinkTier
 
 SCHEMA_VERSION = 1
@@ -33,13 +35,15 @@ _SPARSE_KEYS = ("density", "value_bytes")
 
 @dataclass(frozen=True)
 class Network:
-    """What a collective is priced on: the main link tier, the intra-node tier, γ and ranks per node."""
+    """What a collective is priced on: the main link tier, the intra-node tier, γ and ranks per node;
+    on a profile, the group of ranks the simulator would price (`dlsim.api.comm_cluster`)."""
 
     link: LinkTier
     intra: LinkTier | None
     gamma: float | None
     ranks_per_node: int | None
     source: str
+    group: ClusterGroup | None = None
 
     def describe(self, model: str) -> dict[str, Any]:
         costs = make_costs(self.link, gamma=self.gamma, intra=self.intra, model=model)
@@ -75,9 +79,10 @@ def network(ranks: int, *, cluster: Cluster | str | Path | None = None, latency:
         per_node = ranks_per_node or min(c.devices_per_node, ranks)
         link = c.tier(ranks, per_node)
         intra = c.intra if link is not c.intra else None
-        if gamma is None and c.reduce_bandwidth > 0:
+        group = ClusterGroup.of(c, ranks, per_node)
+        if reduce_bandwidth is None and c.reduce_bandwidth > 0:
             gamma = 1.0 / c.reduce_bandwidth
-        return Network(link, intra, gamma, per_node, c.name)
+        return Network(link, intra, gamma, per_node, c.name, group if reduce_bandwidth is None else None)
     if latency is None or bandwidth is None:
         raise SpecError("give --cluster PROFILE, or --latency and --bandwidth", field="cluster")
     bw = units.parse_bandwidth(bandwidth)
@@ -252,6 +257,8 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     check_params_used(collective, names, params, model, net.link if net.source == "command line" else None)
     common = dict(gamma=net.gamma, ranks_per_node=net.ranks_per_node, intra=net.intra, model=model, **params)
     results, skipped = [], []
+    simulated = _as_simulated(net, collective, model, params)
+    alone: dict[str, float] = {}  # each algorithm's closed form alone on the network (what auto chooses by)
     for name in names:
         algo = ALGORITHMS[collective][name]
         if not applicable(algo, ranks, options):
@@ -263,6 +270,9 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
                 continue
             get_algorithm(collective, name, ranks, options)         # raises the one-line error
         est = collective_time(collective, name, n, ranks, net.link, **common)
+        alone[name] = est.seconds
+        if simulated:
+            est = net.group.time(collective, name, n) or est
         alg, bus = bandwidths(collective, n, ranks, est.seconds)
         results.append(AlgorithmTime(name, est.seconds, float(alg), float(bus), est.source.value, est.note,
                                       effective_params(collective, name, n, ranks, net.link, **common)))
@@ -272,9 +282,29 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
     results = [replace(r, lower_bound_ratio=r.time_s / bound if bound > 0 else None) for r in results]
     best = min(results, key=lambda r: r.time_s).algorithm if results else None
     if algorithm == "auto":
+        # the simulator's auto, as NCCL's tuner: the cheapest alone on the network (contention priced after)
+        best = min(alone, key=alone.__getitem__) if alone else None
         results = [r for r in results if r.algorithm == best]
+        if simulated:  # what the simulator's auto prices: the library's own choice where it was measured
+            est = net.group.time(collective, "auto", n)
+            if est.source is not Source.MODEL:
+                alg, bus = bandwidths(collective, n, ranks, est.seconds)
+                results = [AlgorithmTime(MEASURED_DEFAULT, est.seconds, float(alg), float(bus), est.source.value,
+                                         est.note, {}, est.seconds / bound if bound > 0 else None)]
+                best = MEASURED_DEFAULT
     return CommResult(collective, n, ranks, algorithm, net.describe(model), float(bus_factor(collective, ranks)),
                       bound, best, tuple(results), tuple(skipped))
+
+
+MEASURED_DEFAULT = "default"
+"""The row name of a measured time of the library's own algorithm choice (nccl-tests, `calibrate comm`)."""
+
+
+def _as_simulated(net: Network, collective: str, model: str, params: dict[str, Any]) -> bool:
+    """Whether a call is priced as the simulator prices it (`dlsim.api.comm_cluster`): on a profile,
+    for a collective the simulator runs, with the model and parameters it uses (a point-to-point
+    model or algorithm parameters given on the command line ask for the closed form instead)."""
+    return net.group is not None and net.group.priced(collective) and model == "auto" and not params
 
 
 def parse_sweep(spec: str) -> list[float]:
@@ -310,11 +340,9 @@ def comm_grid(collective: str, sizes: Iterable[float], ranks: Iterable[int], alg
                     ranks_per_node=net.ranks_per_node, **_params(params))
 
 
-def _crossover(collective: str, a: str, b: str, lo: float, hi: float, ranks: int, net: Network,
-               common: dict[str, Any]) -> float:
+def _crossover(a: str, b: str, lo: float, hi: float, time) -> float:
     def diff(size: float) -> float:
-        return (collective_time(collective, a, size, ranks, net.link, **common).seconds
-                - collective_time(collective, b, size, ranks, net.link, **common).seconds)
+        return time(a, size) - time(b, size)
     try:
         if (diff(lo) < 0) != (diff(hi) < 0):
             return refine(diff, lo, hi)
@@ -343,21 +371,36 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
     names = [a for a in names if not np.all(np.isnan(grid[a]))]
     if not names:
         raise SpecError(f"no {collective} algorithm applies to {ranks} ranks", field="algorithm")
-    times = {a: grid[a][:, 0] for a in names}
+    common = dict(gamma=net.gamma, ranks_per_node=net.ranks_per_node, intra=net.intra, model=model, **params)
+    simulated = _as_simulated(net, collective, model, params) and (
+        net.group.measured or (net.link.fabric.shared and net.link is not net.intra))
+
+    def time(name: str, size: float) -> float:
+        if simulated:  # as the simulator prices it: measured rows, contention (`dlsim.api.comm_cluster`)
+            est = net.group.time(collective, "auto" if name == MEASURED_DEFAULT else name, size)
+            if est is not None:
+                return est.seconds
+        return collective_time(collective, name, size, ranks, net.link, **common).seconds
+    if simulated:
+        names = names + ([MEASURED_DEFAULT] if algorithm == "auto" and any(
+            net.group.time(collective, "auto", x).source is not Source.MODEL for x in sizes) else [])  # type: ignore[union-attr]
+        times = {a: np.array([time(a, x) if not np.isnan(grid[a][i, 0]) else np.nan for i, x in enumerate(sizes)])
+                 if a in grid else np.array([time(a, x) for x in sizes]) for a in names}
+    else:
+        times = {a: grid[a][:, 0] for a in names}
     index, best_t = best_of(times, names)
     best = [names[i] for i in index]
-    common = dict(gamma=net.gamma, ranks_per_node=net.ranks_per_node, intra=net.intra, model=model, **params)
     crossovers = []
     for i in range(len(sizes) - 1):
         if best[i] != best[i + 1]:
-            at = _crossover(collective, best[i], best[i + 1], sizes[i], sizes[i + 1], ranks, net, common)
+            at = _crossover(best[i], best[i + 1], sizes[i], sizes[i + 1], time)
             crossovers.append({"size_bytes": at, "from": best[i], "to": best[i + 1]})
     pairwise = []
     for a, b in itertools.combinations(names, 2):
         d = np.sign(times[a] - times[b])
         for i in range(len(sizes) - 1):
             if d[i] != 0 and d[i + 1] != 0 and d[i] != d[i + 1]:
-                at = _crossover(collective, a, b, sizes[i], sizes[i + 1], ranks, net, common)
+                at = _crossover(a, b, sizes[i], sizes[i + 1], time)
                 pairwise.append({"size_bytes": at, "faster_below": b if d[i] > 0 else a,
                                  "faster_above": a if d[i] > 0 else b})
     bounds = lower_bounds(collective, sizes, ranks, net.link, gamma=net.gamma, model=model,

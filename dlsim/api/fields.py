@@ -54,6 +54,7 @@ class StrategyFields(TypedDict, total=False):
     optimizer_impl: str
     grad_reduce_dtype: str
     param_gather_overlap: bool
+    tp_comm_overlap: bool
     spatial: int
     spatial_w: int
     halo_overlap: bool

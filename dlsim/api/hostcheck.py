@@ -2,9 +2,10 @@
 
 A profile calibrated by ``dlsim calibrate compute`` records its host in ``meta.yaml`` (``host:``,
 `dlsim.calibrate.host_probe.host_record`). A prediction with such a profile compares that record
-with this host's identity (CPU model, flags, logical CPUs); only when they differ does it time the
-reference GEMM and stream kernels here (about a second, once per process and profile) and warn with
-the measured speed ratios. A CPU profile with measured tables but no host record gets a note saying
+with this host's identity (CPU model, flags, logical CPUs); only when they differ does it need this
+host's reference GEMM and stream speeds, which are timed once per host (about two seconds) and kept
+in the user's cache with the date they were measured (`dlsim.api.host_probes.reference_speeds`,
+`dlsim.io.host_cache`), and it warns with the speed ratios. A CPU profile with measured tables but no host record gets a note saying
 its host cannot be checked.
 """
 
@@ -26,13 +27,19 @@ def profile_meta(cluster: Cluster) -> Mapping[str, Any]:
     return (read_yaml(meta) or {}) if meta.exists() else {}
 
 
-def _speeds() -> Callable[[int | None], Mapping[str, float]] | None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+def _speeds(measured: list[str]) -> Callable[[int | None], Mapping[str, float]] | None:
+    """This host's reference speeds, from the host cache or timed once and kept there (None without torch);
+    appends to `measured` when they were measured."""
+    from importlib.util import find_spec
+    if find_spec("torch") is None:
         return None
-    from dlsim.calibrate.host_probe import reference_speeds
-    return reference_speeds
+    from dlsim.api.host_probes import reference_speeds
+
+    def speeds(threads: int | None) -> Mapping[str, float]:
+        value, entry = reference_speeds(threads)
+        measured.append(entry.measured if entry is not None else "now")
+        return value
+    return speeds
 
 
 @functools.lru_cache(maxsize=32)
@@ -47,10 +54,12 @@ def _checked(source: str, mtime: float) -> tuple[tuple[str, ...], tuple[str, ...
                         f"describes this machine is not checked; `dlsim calibrate compute --quick --out DIR` checks it",
                         ), ()
         return (), (), ()
-    result = compare_hosts(host, speeds=_speeds())
+    when: list[str] = []
+    result = compare_hosts(host, speeds=_speeds(when))
     summary = {"recorded": {k: host.get(k) for k in ("cpu", "logical_cpus", "flags_sha1", "threads", "reference")},
                "same_host": result.same, "differences": list(result.differences),
-               "gemm_ratio": result.gemm_ratio, "stream_ratio": result.stream_ratio}
+               "gemm_ratio": result.gemm_ratio, "stream_ratio": result.stream_ratio,
+               **({"speeds_measured": when[0]} if when else {})}
     warnings = (result.line(name, host),) if not result.same else ()
     return warnings, (), tuple(summary.items())
 

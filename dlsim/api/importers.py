@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
 from dlsim.plain_loop import float_dtype_of, make_batch
 from dlsim.io.files import check_output, write_atomic
+from dlsim.io.runfiles import note_input, run_scope
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 
@@ -27,37 +28,71 @@ DEFAULT_REPORT_CLUSTER = "cpu-epyc-2core"
 """The profile the fallback report prices the imported network on when none is given."""
 
 
+def _what_it_did(exc: BaseException) -> str:
+    """What a factory's exception or exit did, in a few words (the first line of its message)."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({excerpt(exc.code, 40)})"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"raised {type(exc).__name__}" + (f": {text[:120]}" if text else "")
+
+
+def _source_files(before: set[str], root: Path) -> list[Path]:
+    """Files of the modules loaded since `before` that live under `root` (a factory's own helpers)."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if name in before or not where:
+            continue
+        try:
+            if Path(where).resolve().is_relative_to(root):
+                found.append(Path(where))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def load_factory(spec: str) -> Any:
-    """Call ``FILE.py:NAME`` (or ``package.module:NAME``) and return the `nn.Module` it builds."""
+    """Call ``FILE.py:NAME`` (or ``package.module:NAME``) and return the `nn.Module` it builds. Its
+    source file (and the modules beside it that it imports) are inputs of the run (`note_input`).
+    A factory, or its module, that raises or calls ``sys.exit`` is one `SpecError` line naming it and
+    what it did."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
-        raise SpecError(f"expected FILE.py:NAME or module:NAME, got {spec!r}")
+        raise SpecError(f"expected FILE.py:NAME or module:NAME, got {excerpt(spec)}")
+    before = set(sys.modules)
     try:
         if target.endswith(".py"):
             path = Path(target)
             if not path.is_file():
                 raise SpecError("no such file", path=target)
+            note_input(path, "the factory's source")
             module_spec = importlib.util.spec_from_file_location(path.stem, path)
             module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
             sys.modules.setdefault(path.stem, module)
             module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+            for helper in _source_files(before, path.resolve().parent):
+                note_input(helper, "a module the factory imports")
         else:
             module = importlib.import_module(target)
-    except SpecError:
+    except (SpecError, KeyboardInterrupt):
         raise
-    except Exception as exc:
-        raise SpecError(f"cannot import: {type(exc).__name__}: {exc}".splitlines()[0], path=target) from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (the user's module: whatever it does is reported)
+        raise SpecError(f"importing it {_what_it_did(exc)}", path=target) from None
     if not hasattr(module, attr):
-        raise SpecError(f"has no attribute {attr!r}", path=target)
+        raise SpecError(f"has no attribute {excerpt(attr)}", path=target)
     obj = getattr(module, attr)
     import torch
 
     if isinstance(obj, torch.nn.Module):
         return obj
+    if not callable(obj):
+        raise SpecError(f"{excerpt(attr)} is neither a torch.nn.Module nor a function returning one", path=target)
     try:
         built = obj()
-    except Exception as exc:
-        raise SpecError(f"{attr}() failed: {type(exc).__name__}: {exc}".splitlines()[0], path=target) from None
+    except KeyboardInterrupt:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        raise SpecError(f"the factory {attr[:40]}() {_what_it_did(exc)}", path=target) from None
     if not isinstance(built, torch.nn.Module):
         raise SpecError(f"{attr} did not give a torch.nn.Module", path=target)
     return built
@@ -180,19 +215,29 @@ def import_torch_file(factory: str, input_shape: list[int], *, batch: int = 2, t
     except ModuleNotFoundError:
         raise SpecError("importing from PyTorch needs torch (pip install torch)") from None
     source = factory.rpartition(":")[0]
-    if out is not None:
-        check_output(out, inputs=(source,) if source.endswith(".py") else (), force=force, option="--out")
+    check_name_option(name)
     if batch < 2:
         raise SpecError(f"--batch must be at least 2 (the batch dimension is traced as dynamic), got {batch}")
-    module = load_factory(factory)
-    label = name or factory.rpartition(":")[2]
-    example = make_batch(input_shape, batch, tokens, vocab, dtype=float_dtype_of(module))
-    imported = import_torch_module(module, [example], name=label, cluster=cluster,
-                                   header=f"{label}: imported from {factory} by dlsim import torch (torch.export, "
-                                          f"training mode, example batch {batch})")
-    if out is not None:
-        write_atomic(Path(out), imported.text)
+    with run_scope():
+        if out is not None:
+            check_output(out, inputs=(source,) if source.endswith(".py") else (), force=force, option="--out")
+        module = load_factory(factory)
+        label = name or factory.rpartition(":")[2]
+        example = make_batch(input_shape, batch, tokens, vocab, dtype=float_dtype_of(module))
+        imported = import_torch_module(module, [example], name=label, cluster=cluster,
+                                       header=f"{label}: imported from {factory} by dlsim import torch (torch.export, "
+                                              f"training mode, example batch {batch})")
+        if out is not None:
+            write_atomic(Path(out), imported.text)
     return imported
+
+
+def check_name_option(name: str | None) -> None:
+    """A model name given (``--name``) is a non-empty word, never silently the default."""
+    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 200
+                             or any(c in name for c in "\n\r\x00")):
+        raise SpecError(f"--name must be a non-empty name of at most 200 characters on one line, got {excerpt(name)}",
+                        field="name")
 
 
 def import_onnx_file(path: str | Path, *, name: str | None = None, out: Path | None = None, force: bool = False,
@@ -205,16 +250,21 @@ def import_onnx_file(path: str | Path, *, name: str | None = None, out: Path | N
     from dlsim.importers.graph import assemble
 
     path = Path(path)
+    check_name_option(name)
     if batch is not None and batch < 1:
         raise SpecError(f"--batch must be positive, got {batch}")
-    if out is not None:
-        check_output(out, inputs=(path,), force=force, option="--out")
-    graph = read_onnx(path, batch=batch, buffers=buffers)
-    label = name or path.stem
-    description = assemble(label, graph.dtype, graph.input_entry, graph.nodes)
-    imported = finish_import(description, f"{label}: imported from {path.name} by dlsim import onnx "
-                                          f"(shape inference, batch {graph.batch})",
-                             graph.params, graph.batch, cluster, graph.notes)
-    if out is not None:
-        write_atomic(Path(out), imported.text)
+    with run_scope():
+        if out is not None:
+            check_output(out, inputs=(path,), force=force, option="--out")
+        note_input(path, "the ONNX file")
+        graph = read_onnx(path, batch=batch, buffers=buffers)
+        for extra in graph.sources[1:]:
+            note_input(extra, "the ONNX file's external data")
+        label = name or path.stem
+        description = assemble(label, graph.dtype, graph.input_entry, graph.nodes)
+        imported = finish_import(description, f"{label}: imported from {path.name} by dlsim import onnx "
+                                              f"(shape inference, batch {graph.batch})",
+                                 graph.params, graph.batch, cluster, graph.notes)
+        if out is not None:
+            write_atomic(Path(out), imported.text)
     return imported

@@ -17,8 +17,11 @@ from typing import Any, Callable, Mapping, Sequence
 from dlsim.api.limits import check_plan_batch
 from dlsim.api.models import as_cluster, as_model, check_batch, check_dtype
 from dlsim.cost.conv_methods import METHODS, PASSES, ConvGeometry
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
 from dlsim.io.bench_table import append_rows, has_source_column, load_bench_table, resume_rows
+from dlsim.io.files import check_output
+from dlsim.io.results_log import one_writer
+from dlsim.io.runfiles import RESUMED, note_input, run_scope
 from dlsim.plan.microbatch.model_table import conv_layers, model_bench_table
 from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.plan import plan_wd, plan_wr
@@ -225,14 +228,23 @@ def calibrate_microbatch(model: Model | str | Path, batch: int, out: str | Path,
     model = as_model(model, overrides)
     check_batch(batch)
     _check("wr", policy)
+    check_plan_batch(batch, policy)  # the table is for the planner: no larger than it plans
     bad = [p for p in passes if p not in PASSES] + [m for m in methods if m not in METHODS]
     if bad:
-        raise SpecError(f"unknown pass or algorithm {bad[0]!r}")
-    if threads is not None and set_blas_threads(threads) is None and progress:
-        progress("could not set the BLAS thread count; using NumPy's default")
+        raise SpecError(f"unknown pass or algorithm {excerpt(bad[0], 40)}")
+    for name, value in (("repeats", repeats), ("min_samples", min_samples), ("threads", threads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SpecError(f"must be a positive integer, got {excerpt(value, 40)}", field=name)
+    workspace = parse_size(max_workspace) if max_workspace else None
     convs = select_layers(model, layers)
-    done = resume_rows(out)
-    bench_layers(convs, batch, batch_sizes(policy, batch), done=done, emit=lambda rows: append_rows(out, rows),
-                 passes=passes, methods=methods, max_workspace=parse_size(max_workspace) if max_workspace else None,
-                 repeats=repeats, min_samples=min_samples or batch, prune=prune, progress=progress)
+    with run_scope():
+        check_output(out, option="--out", resume=True)
+        note_input(out, RESUMED)  # the table this calibration extends (read back at the end)
+        with one_writer(out):
+            if threads is not None and set_blas_threads(threads) is None and progress:
+                progress("could not set the BLAS thread count; using NumPy's default")
+            done = resume_rows(out)
+            bench_layers(convs, batch, batch_sizes(policy, batch), done=done, emit=lambda rows: append_rows(out, rows),
+                         passes=passes, methods=methods, max_workspace=workspace, repeats=repeats,
+                         min_samples=min_samples or batch, prune=prune, progress=progress)
     return load_bench_table(out)

@@ -9,7 +9,7 @@ from dlsim.api.limits import check_batch_limit
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import activation_bytes
 from dlsim.cost.pricing import PASSES
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
 from dlsim.io.model_yaml import load_model
 from dlsim.io.paths import list_models, list_profiles
 from dlsim.io.profile_yaml import load_profile
@@ -36,9 +36,10 @@ def check_batch(batch: int) -> int:
 
 
 def check_dtype(dtype: str | None, model: Model) -> str:
-    dtype = dtype or model.dtype
-    if dtype not in DTYPE_BYTES or dtype.startswith("int"):
-        raise SpecError(f"unknown dtype {dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
+    """`dtype`, or the model's when not given (None: an empty string is a wrong dtype, not a default)."""
+    dtype = model.dtype if dtype is None else dtype
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES or dtype.startswith("int"):
+        raise SpecError(f"unknown dtype {excerpt(dtype, 40)} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
     return dtype
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dlsim.api.limits import check_nodes_limit
+from dlsim.api.limits import check_batch_limit, check_nodes_limit
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.api.simulate import default_pricers, kernel_tables, run_simulation
 from dlsim.api.stacks import apply_stack, choose_stack, stack_record
@@ -111,6 +111,8 @@ def label(s: Strategy) -> str:
         parts.append(f"ep{s.ep}")
     if s.sequence_parallel:
         parts.append("sp")
+    if s.tp_comm_overlap:
+        parts.append("tpo")
     if s.recompute != "none":
         parts.append({"selective": "rc-sel", "full": "rc-full"}[s.recompute])
     if s.zero:
@@ -310,7 +312,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     per device); `fix` pins strategy fields (``["tp=8"]`` or a mapping); `max_memory_fraction` of
     the device memory is the limit a candidate must fit; `prune_bound` skips timing the candidates
     that the evaluator's lower bound shows can neither be simulated nor sit on the Pareto front
-    (`dlsim.plan.search.Prune`; the result is the same without it, only slower); `cp` the
+    (`dlsim.plan.search.Prune`; the result is the same without it, only slower; a space of at most
+    `EXHAUSTIVE_CANDIDATES` fitting candidates is timed whole either way); `cp` the
     context-parallel degrees, `spatial` the spatial-parallel degrees, `hybrid_shard` also hybrid
     sharding, `offload` the offload choices
     searched (`dlsim.plan.search`); `stack` the software stack every candidate runs on (default: the
@@ -328,6 +331,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                         ("max_microbatch_size", max_microbatch_size), ("max_simulations", max_simulations)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"must be a positive integer, got {value!r}", field=name)
+    check_batch_limit(global_batch, "global_batch")  # as simulate does, before any search
     if objective not in OBJECTIVES:
         raise SpecError(f"unknown objective {objective!r} (use {', '.join(OBJECTIVES)})", field="objective")
     by_run = objective not in ("time", "memory")
@@ -369,7 +373,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
-                        offload=tuple(dict.fromkeys(offload)), spatial=tuple(dict.fromkeys(spatial)))
+                        offload=tuple(dict.fromkeys(offload)), spatial=tuple(dict.fromkeys(spatial)),
+                        tp_comm_overlap=(False, True) if run_stack.values.get("tp_comm_overlap") else (False,))
     limit = evaluator.capacity * max_memory_fraction
     prune = _prune("time" if by_run else objective, top, evaluator.capacity)
     if not prune_bound:
@@ -471,10 +476,17 @@ SURE_FIT = 0.97
 too (the evaluator's memory is at least the simulation's, ZeRO-3's at least 97% of it)."""
 
 
+EXHAUSTIVE_CANDIDATES = 300
+"""Spaces where at most this many candidates fit are timed whole, without the lower-bound pruning
+(about a second of the evaluator on the 2-core development machine, benchmarks/bench_predict.py):
+the same candidates are simulated either way, the record then holds every estimate."""
+
+
 def _prune(objective: str, top: int, capacity: float) -> Prune:
     """What the search must keep for the simulations `optimize` runs (`dlsim.plan.search.Prune`)."""
     return Prune(objective, top, _band(APPROXIMATE_TOLERANCE), tolerance=EVALUATOR_TOLERANCE,
-                 approximate_tolerance=APPROXIMATE_TOLERANCE, sure_fit_bytes=SURE_FIT * capacity)
+                 approximate_tolerance=APPROXIMATE_TOLERANCE, sure_fit_bytes=SURE_FIT * capacity,
+                 exhaustive_below=EXHAUSTIVE_CANDIDATES)
 
 
 def _may_win(e: Evaluation, best_s: float) -> bool:

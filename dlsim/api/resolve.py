@@ -21,11 +21,13 @@ from dlsim.spec.strategy import PIPELINED_MICROBATCH, Strategy, make_strategy, v
 @dataclass(frozen=True)
 class Resolved:
     """A run's strategy, the names of the fields its caller set (None: a whole `Strategy` object,
-    every field given), and the record of its stack (None: none applied)."""
+    every field given), the record of its stack (None: none applied) and the strategy fields that
+    stack sets."""
 
     strategy: Strategy
     names: set[str] | None
     stack_record: dict[str, Any] | None
+    stack_keys: frozenset[str] = frozenset()
 
 
 def resolve_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any], given: Iterable[str],
@@ -39,20 +41,21 @@ def resolve_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str
     names = set(fields) | set(given)
     if isinstance(strategy, Strategy):
         s = validate_strategy(replace(strategy, **fields)) if fields else strategy
-        record = stack_record(load_stack(s.stack), "given", STACK_KEYS) if s.stack else None
-        return Resolved(check_mode_fields(s, names), None, record)
+        stack = load_stack(s.stack) if s.stack else None
+        record = stack_record(stack, "given", STACK_KEYS) if stack else None
+        return Resolved(check_mode_fields(s, names), None, record, frozenset(stack.values) if stack else frozenset())
     chosen: list = []
 
     def complete(merged: dict[str, Any], set_names: set[str]) -> dict[str, Any]:
         stack, why = choose_stack(merged.get("stack") or None, model)
-        chosen.append(stack_record(stack, why, set_names))
+        chosen.append((stack_record(stack, why, set_names), frozenset(stack.values)))
         return apply_stack(stack, merged, set_names, model, cluster)
 
     if strategy is not None:
         s = load_strategy(strategy, dict(fields), names, complete)
     else:
         s = make_strategy(**complete(dict(fields), set(names)))
-    return Resolved(check_mode_fields(s, names), names, chosen[-1])
+    return Resolved(check_mode_fields(s, names), names, *chosen[-1])
 
 
 def as_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any], given: Iterable[str] = (),
@@ -74,10 +77,11 @@ def as_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any
 _RECORD_NAMES = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
 
 
-def assumed_fields(s: Strategy, given: set[str] | None, dtype: str) -> dict[str, Any]:
-    """The strategy values dlsim filled in because neither the caller nor the stack gave them
-    (record names), the dtype when it is the model's. A whole `Strategy` object counts as given
-    (but its dtype)."""
+def assumed_fields(s: Strategy, given: set[str] | None, dtype: str,
+                   stack_keys: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The strategy values dlsim filled in because neither the caller nor the stack (which set
+    `stack_keys`) gave them (record names), the dtype when it is the model's. A whole `Strategy`
+    object counts as given (but its dtype)."""
     out: dict[str, Any] = {}
     if s.dtype is None:
         out["dtype"] = dtype
@@ -89,8 +93,7 @@ def assumed_fields(s: Strategy, given: set[str] | None, dtype: str) -> dict[str,
     derived |= set(PS_ONLY) | {"staleness"} if s.sync == "allreduce" else set(ALLREDUCE_ONLY) | {"compression"}
     if s.sync != "ssp":
         derived.add("staleness")
-    if s.stack:  # the stack's keys come from the stack, named in the record's `stack`
-        derived |= set(load_stack(s.stack).values)
+    derived |= stack_keys  # the stack's keys come from the stack, named in the record's `stack`
     if "global_batch" in given and not {"microbatch_size", "num_microbatches"} & given and s.pp > 1:
         out["microbatch_size"] = (f"{s.microbatch_size}: a pipelined strategy given only its global batch runs "
                                   f"micro-batches of {PIPELINED_MICROBATCH} sample (Megatron-LM's examples)")

@@ -98,7 +98,7 @@ def prepare(model: Model | str | Path, cluster: Cluster | str | Path, strategy: 
         cluster = replace(cluster, nodes=check_nodes_limit(need, cluster.devices_per_node))
     s = check_strategy_limits(s, full=full)
     dtype = check_dtype(s.dtype, model)
-    assumed = assumed_fields(s, names, dtype)
+    assumed = assumed_fields(s, names, dtype, r.stack_keys)
     if dtype == "fp8":  # refused before the tables are read
         check_fp8(cluster.device, cluster.name)
     tables, notes = kernel_tables(cluster, measured)

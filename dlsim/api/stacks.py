@@ -40,7 +40,9 @@ def apply_stack(stack: Stack, fields: Mapping[str, Any], given: Iterable[str], m
     dtype = None
     if "dtype" in stack.values and "dtype" not in given:
         dtype = device_dtype(stack.values["dtype"], cluster.device.peak_flops)
-    out = {**stack_fields(stack, given, tp if isinstance(tp, int) else 1, dtype), **fields}
+    sp = fields.get("sequence_parallel") if "sequence_parallel" in given else None
+    out = {**stack_fields(stack, given, tp if isinstance(tp, int) else 1, dtype,
+                          sp if isinstance(sp, bool) else None), **fields}
     out["stack"] = stack.name
     return out
 

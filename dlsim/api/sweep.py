@@ -1,11 +1,14 @@
 """`run_sweep()`: simulate every point of a sweep spec, appending each result as it finishes.
 
 Results go to a JSON-lines file, one record per point keyed by its stable id
-(`dlsim.io.sweep_spec.point_id`). The parent process alone writes: each finished batch of records is
-one ``os.write`` of whole lines followed by ``fsync``, so a sweep killed at any moment (SIGKILL
-included) leaves whole lines and at most one truncated last line. A restart reads the file, drops
-the truncated tail (the file is cut back to its last newline before anything is appended), skips
-the ids already there and simulates the rest: no result is lost, none is written twice.
+(`dlsim.io.sweep_spec.point_id`), through `dlsim.io.results_log.ResultsLog`: one sweep at a time
+holds the file (a lock naming its process; a second sweep on it is refused), the parent process
+alone writes, and each finished batch of records is one ``os.write`` of whole lines followed by
+``fsync``, so a sweep killed at any moment (SIGKILL included) leaves whole lines and at most one
+truncated last line. A restart checks every line like any input (`check_record`: a damaged line,
+a NaN, a record whose point is not its id's, is refused naming the line), drops the truncated
+tail, skips the ids already there and simulates the rest: no result is lost, none is written
+twice (a batch that a lost Dask scheduler makes run twice is recorded once).
 
 Backends: a local process pool (`jobs` workers, the default), or Dask distributed
 (`dlsim.api.sweep_dask`, the only module that imports dask) given a scheduler address or a number
@@ -20,13 +23,16 @@ import math
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-from dlsim.errors import DlsimError, InfeasibleError, SpecError
-from dlsim.io.files import OutputError
+from dlsim.errors import DlsimError, InfeasibleError, SpecError, excerpt
+from dlsim.io.files import check_output
+from dlsim.io.results_log import ResultsLog, Resumed, read_log
+from dlsim.io.runfiles import run_scope
 from dlsim.io.sweep_spec import SweepPoint, SweepSpec
 
 RECORD_KIND = "sweep_point"
@@ -55,7 +61,7 @@ def _cluster(name: str, nodes: int | None) -> Any:
     return _CLUSTERS[key]
 
 
-_PRICERS: dict[tuple, "_MemoPricer"] = {}
+_PRICERS: dict[tuple, _MemoPricer] = {}
 MAX_PRICERS = 512
 
 
@@ -157,66 +163,67 @@ def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = Tru
     return out
 
 
+def failed_records(points: list[SweepPoint], reason: str) -> list[dict[str, Any]]:
+    """Records of points that could not be run at all (a backend's failure, not the point's)."""
+    return [{"id": p.id, "kind": RECORD_KIND, "point": p.to_dict(), "status": "error", "reason": reason[:300]}
+            for p in points]
+
+
 def evaluate_chunk(points: list[SweepPoint], model_only: bool = False) -> list[dict[str, Any]]:
     """Records of a batch of points, in order (a worker's task)."""
     return [evaluate_point(p, model_only) for p in points]
 
 
 # ------------------------------------------------------------------------------------ results file
+STATUSES = ("ok", "infeasible", "invalid", "error")
+_FINITE_FIELDS = ("iteration_time_s", "throughput_samples_per_s", "peak_memory_bytes", "model_flops_utilisation",
+                  "measured_share", "simulated_time_s")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_record(rec: dict[str, Any]) -> str | None:
+    """Why a resumed sweep record cannot be trusted, or None: a known status and a reason, the point
+    as a mapping, and for a point that ran, finite non-negative figures (a positive iteration time)."""
+    status = rec.get("status")
+    if status not in STATUSES:
+        return f"status {excerpt(status, 30)} is not one of {', '.join(STATUSES)}"
+    if not isinstance(rec.get("point"), dict):
+        return "point is not a mapping"
+    if not isinstance(rec.get("reason", ""), str):
+        return "reason is not a string"
+    for key in _FINITE_FIELDS:
+        value = rec.get(key)
+        if value is not None and (not _finite(value) or value < 0):
+            return f"{key} is {excerpt(value, 30)}, not a finite non-negative number"
+    breakdown = rec.get("breakdown_s")
+    if breakdown is not None and (not isinstance(breakdown, dict)
+                                  or not all(_finite(v) and v >= 0 for v in breakdown.values())):
+        return "breakdown_s is not a mapping of finite non-negative seconds"
+    if status == "ok":
+        for key in ("iteration_time_s", "throughput_samples_per_s"):
+            if not _finite(rec.get(key)):
+                return f"a point that ran needs {key}"
+        if rec["iteration_time_s"] <= 0:
+            return f"iteration_time_s is {rec['iteration_time_s']}, not positive"
+    return None
+
+
 def read_results(path: Path | str, repair: bool = False) -> dict[str, dict[str, Any]]:
-    """The records of a results file by id (the first of each id). A line that is not a whole JSON
-    record (the tail of a killed sweep) is skipped; with `repair` a truncated last line is cut off,
-    so that appending starts on a fresh line."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise OutputError(f"cannot read {path} ({exc.strerror or exc})") from None
-    cut = data.rfind(b"\n") + 1
-    if repair and cut < len(data):
-        try:
-            with open(path, "r+b") as f:
-                f.truncate(cut)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise OutputError(f"cannot repair {path} ({exc.strerror or exc})") from None
-    out: dict[str, dict[str, Any]] = {}
-    for line in data[:cut].splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("id"), str) and rec.get("kind") == RECORD_KIND:
-            out.setdefault(rec["id"], rec)
-    return out
+    """The validated records of a results file by id (`dlsim.io.results_log.read_log`: a damaged line
+    is a `SpecError` naming it); with `repair` a truncated last line (a killed sweep's) is cut off."""
+    return read_log(path, RECORD_KIND, check_record, repair=repair).records
 
 
-class ResultsWriter:
-    """Appends whole lines: one write and one fsync per batch."""
-
-    def __init__(self, path: Path | str, sync: bool = True):
-        self.path, self.sync = Path(path), sync
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise OutputError(f"cannot write {path} ({exc.strerror or exc})") from None
-
-    def append(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
-        if self.sync:
-            os.fsync(self.fd)
-
-    def close(self) -> None:
-        os.close(self.fd)
+def _check_points(path: Path, resumed: Resumed, points: list[SweepPoint]) -> None:
+    """A resumed record of one of the spec's points describes that point (not one edited by hand)."""
+    for p in points:
+        rec = resumed.records.get(p.id)
+        if rec is not None and rec["point"] != json.loads(json.dumps(p.to_dict())):
+            raise SpecError(f"the record of point {p.id} describes another point; fix or delete that line and run "
+                            "again", path=path, field=f"line {resumed.lines[p.id]}")
 
 
 # ---------------------------------------------------------------------------------------- the sweep
@@ -304,42 +311,53 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, jobs: int | None = None, sche
         raise SpecError(f"must be a positive integer, got {dask_local!r}", field="dask_local")
     check_models(spec)
     out = Path(out)
-    existing = read_results(out, repair=True)
+    with run_scope():
+        check_output(out, option="results", resume=True)
+        with ResultsLog(out, sync=sync) as log:
+            return _run_locked(spec, out, log, jobs=jobs, scheduler=scheduler, dask_local=dask_local,
+                               progress=progress, chunk=chunk)
+
+
+def _run_locked(spec: SweepSpec, out: Path, log: ResultsLog, *, jobs: int | None, scheduler: str | None,
+                dask_local: int | None, progress: Callable[[int, int], None] | None,
+                chunk: int | None) -> SweepOutcome:
+    """`run_sweep` once the results file is this run's alone."""
+    existing = read_log(out, RECORD_KIND, check_record, repair=True)
     points = list(spec.points())
-    todo = [p for p in points if p.id not in existing]
+    _check_points(out, existing, points)
+    todo = [p for p in points if p.id not in existing.records]
     resumed = len(points) - len(todo)
-    records = {p.id: existing[p.id] for p in points if p.id in existing}
+    records = {p.id: existing.records[p.id] for p in points if p.id in existing.records}
     total = len(points)
     workers = dask_local or jobs or os.cpu_count() or 1
     size = chunk or chunk_size(len(todo), workers)
-    writer = ResultsWriter(out, sync=sync)
     count = [resumed]
 
     def done(recs: list[dict[str, Any]]) -> None:
         fresh = [r for r in recs if r["id"] not in records]
-        writer.append(fresh)
+        log.append(fresh)
         for r in fresh:
             records[r["id"]] = r
-        count[0] += len(recs)
+        count[0] += len(fresh)
         if progress is not None:
             progress(count[0], total)
 
     if progress is not None:
         progress(resumed, total)
-    try:
-        if scheduler or dask_local:
-            from dlsim.api.sweep_dask import run_dask
-            backend = f"dask {scheduler}" if scheduler else f"dask local ({dask_local} workers)"
-            run_dask(_chunks(todo, size), evaluate_chunk, spec.model_only, done, scheduler=scheduler,
-                     local_workers=dask_local)
-        elif workers == 1 or len(todo) <= size:
-            backend = "in process"
-            _run_inline(_chunks(todo, size), spec.model_only, done)
-        else:
-            backend = f"process pool ({workers} workers)"
-            _run_pool(_chunks(todo, size), workers, spec.model_only, done)
-    finally:
-        writer.close()
+    if scheduler or dask_local:
+        from dlsim.api.sweep_dask import run_dask
+        backend = f"dask {scheduler}" if scheduler else f"dask local ({dask_local} workers)"
+        lost = run_dask(_chunks(todo, size), evaluate_chunk, spec.model_only, done, scheduler=scheduler,
+                        local_workers=dask_local, fail=failed_records)
+        if lost["resubmitted"] or lost["split"]:
+            backend += (f"; {lost['resubmitted']} batches submitted again after the scheduler was lost, "
+                        f"{lost['split']} split after their workers died")
+    elif workers == 1 or len(todo) <= size:
+        backend = "in process"
+        _run_inline(_chunks(todo, size), spec.model_only, done)
+    else:
+        backend = f"process pool ({workers} workers)"
+        _run_pool(_chunks(todo, size), workers, spec.model_only, done)
     return SweepOutcome(spec, out, total, resumed, len(todo), backend, [records[p.id] for p in points])
 
 

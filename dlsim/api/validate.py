@@ -12,6 +12,7 @@ that the profile's tables do not contain and compares them with the table lookup
 from __future__ import annotations
 
 import functools
+import re
 import math
 import random
 import statistics
@@ -28,9 +29,11 @@ from dlsim.cost.allocation import FreshPageSplit
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.lookup import GEMM_METHODS
 from dlsim.cost.pricing import price_pass
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
+from dlsim.units import DTYPE_BYTES
 from dlsim.io.allocator_table import allocator_cost
 from dlsim.io.kernel_tables import load_kernel_times, read_meta_defaults, read_table
+from dlsim.progress import PHASE_RUNNING, PHASE_WAITING
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.validate.compute_heldout import conv_layer, heldout_convs, heldout_gemms, nearest_measured
@@ -42,6 +45,12 @@ SCHEMA_VERSION = 1
 
 def rel_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured if measured > 0 else float("nan")
+
+
+def _finite(x: float | None) -> float | None:
+    """`x`, or None where it is not a finite number (a time not measured, an error of a zero time): a record
+    says what it does not know instead of holding NaN, which no JSON reader accepts."""
+    return x if x is not None and math.isfinite(x) else None
 
 
 def error_summary(errors: list[float]) -> dict[str, float]:
@@ -57,8 +66,10 @@ def error_summary(errors: list[float]) -> dict[str, float]:
 def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, batch: int, *, device: str = "cpu",
                    dtype: str | None = None, optimizer: str = "adam", repeats: int = 5, warmup: int = 2,
                    per_layer: bool = True, threads: int | None = None, overrides: Mapping[str, Any] | None = None,
-                   attention: str = "math", statistic: str = "median", allocator: str = "default") -> dict[str, Any]:
+                   attention: str = "math", statistic: str = "median", allocator: str = "default",
+                   progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
     """Predicted vs measured training iteration of `model` (see the module docstring); a result record.
+    `progress` hears of every training step (`measure_iteration`, `dlsim.progress.Progress.callback`).
 
     `allocator` is the process measured and predicted: ``default`` (the C library as it comes; glibc
     maps large tensors afresh every step and the prediction charges that, `dlsim.cost.allocation`),
@@ -75,7 +86,8 @@ def validate_model(model: Model | str | Path, cluster: Cluster | str | Path, bat
     regime = set_allocator(allocator)
     predicted = estimate(model, cluster, batch, dtype=dtype, optimizer=optimizer, allocator=regime)
     measured = measure_iteration(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
-                                 warmup=warmup, repeats=repeats, per_layer=per_layer, attention=attention)
+                                 warmup=warmup, repeats=repeats, per_layer=per_layer, attention=attention,
+                                 progress=progress)
     return _model_record(model, cluster, batch, device, dtype, optimizer, predicted, measured, statistic, regime,
                          repeats)
 
@@ -150,15 +162,19 @@ def _model_record(model: Model, cluster: Cluster, batch: int, device: str, dtype
     tag = {"measured": "M", "interpolated": "I", "extrapolated": "X", "model": "R"}
     layers = []
     for t in predicted.layers:
-        mf, mb = measured_layers.get(t.name, (float("nan"), float("nan")))
+        mf, mb = (_finite(x) for x in measured_layers.get(t.name, (None, None)))
         pf, pb = t.forward.seconds, t.backward_data.seconds + t.backward_weight.seconds
+        both = mf + mb if mf is not None and mb is not None else None
         layers.append({"name": t.name, "type": t.type, "predicted_forward_s": pf, "measured_forward_s": mf,
                        "predicted_backward_s": pb, "measured_backward_s": mb, "predicted_s": pf + pb,
-                       "measured_s": mf + mb, "error": rel_error(pf + pb, mf + mb),
+                       "measured_s": both, "error": _finite(rel_error(pf + pb, both)) if both is not None else None,
                        "source": "".join(tag[e.source.value] for e in (t.forward, t.backward_data, t.backward_weight))})
+    timed = [r for r in layers if r["measured_s"] is not None]
     total = mph["iteration"]
-    big = [r["error"] for r in layers if r["measured_s"] == r["measured_s"] and r["measured_s"] >= 0.01 * total]
-    weighted = sum(abs(r["predicted_s"] - r["measured_s"]) for r in layers if r["measured_s"] == r["measured_s"])
+    big = [r["error"] for r in timed if r["error"] is not None and r["measured_s"] >= 0.01 * total]
+    weighted = sum(abs(r["predicted_s"] - r["measured_s"]) for r in timed)
+    why = ("" if timed else "not measured (--no-layers)" if not measured_layers else
+           "not measured: no layer's hooks recorded a time")
     phases = {"iteration": (pred["iteration_time_s"], mph["iteration"]),
               "forward": (pred["forward_time_s"], mph["forward"]),
               "backward": (pred["backward_time_s"], mph["backward"]),
@@ -171,12 +187,13 @@ def _model_record(model: Model, cluster: Cluster, batch: int, device: str, dtype
         "predicted": {f"{k}_s": p for k, (p, _) in phases.items()},
         "measured": {**{f"{k}_s": m for k, (_, m) in phases.items()},
                      "iteration_samples_s": list(measured.iteration_samples), "spread": measured.spread},
-        "error": {k: rel_error(p, m) for k, (p, m) in phases.items()},
+        "error": {k: _finite(rel_error(p, m)) for k, (p, m) in phases.items()},
         "time_by_source_s": pred["time_by_source_s"], "measured_share": pred["measured_share"],
-        "per_layer": {"layers_over_1pct": error_summary(big),
-                      "time_weighted_abs_error": weighted / max(sum(r["measured_s"] for r in layers
-                                                                    if r["measured_s"] == r["measured_s"]), 1e-30),
-                      "measured_layer_sum_s": sum(r["measured_s"] for r in layers if r["measured_s"] == r["measured_s"])},
+        "per_layer": {"measured": bool(timed), **({"why": why} if why else {}),
+                      "layers_over_1pct": error_summary(big),
+                      "time_weighted_abs_error": weighted / sum(r["measured_s"] for r in timed)
+                      if timed and sum(r["measured_s"] for r in timed) > 0 else None,
+                      "measured_layer_sum_s": sum(r["measured_s"] for r in timed) if timed else None},
         "layers": layers, "notes": pred["notes"],
         **({"warnings": pred["warnings"]} if pred.get("warnings") else {}),
         **({"host": pred["host"]} if pred.get("host") else {}),
@@ -232,6 +249,14 @@ def validate_kernels(cluster: Cluster | str | Path, *, device: str = "cpu", dtyp
         raise SpecError(f"passes must be at least 1, got {passes}", field="passes")
     if anchors < 0:
         raise SpecError(f"anchors must be at least 0, got {anchors}", field="anchors")
+    for name, value in (("gemms", gemms), ("convs", convs), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "repeats" else 0):
+            raise SpecError(f"must be a {'positive' if name == 'repeats' else 'non-negative'} integer, got "
+                            f"{excerpt(value, 40)}", field=name)
+    if gemms == 0 and convs == 0:
+        raise SpecError("nothing to validate: give --gemms or --convs a count above 0", field="gemms")
+    if dtype not in DTYPE_BYTES or dtype.startswith("int"):
+        raise SpecError(f"unknown dtype {excerpt(dtype, 40)} (use {', '.join(FLOAT_DTYPES)})", field="dtype")
     cluster = as_cluster(cluster)
     if "gemm" not in cluster.tables:
         raise SpecError("has no gemm table to validate (run dlsim calibrate compute first)", path=cluster.source)
@@ -367,11 +392,40 @@ def ddp_profile_text(compute_profile: Path, link: dict[str, float], *, hosts: in
     return head + yaml.safe_dump(data, sort_keys=False, width=120)
 
 
+FLOAT_DTYPES = tuple(d for d in DTYPE_BYTES if not d.startswith("int"))
+
+TC_RATE = re.compile(r"^(\d+(\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.IGNORECASE)
+"""A rate as tc(8) reads it: a number and one of its units (``200mbit``, ``1gbit``, ``25mbps``)."""
+
+
+def check_ddp_options(*, rate: str, optimizer: str, repeats: int, warmup: int, link_repeats: int,
+                      bucket_mib: float, threads: int) -> None:
+    """Every option of `validate_ddp` that can be wrong, checked before the emulated cluster is built."""
+    from dlsim.api.limits import MAX_BUCKET, MIN_BUCKET
+    from dlsim.calibrate.compute_ops import OPTIMIZER_NAMES
+    from dlsim.units import MIB
+    found = TC_RATE.match(rate) if isinstance(rate, str) else None
+    if found is None or float(found.group(1)) <= 0:
+        raise SpecError(f"must be a positive tc rate such as 200mbit or 1gbit, got {excerpt(rate, 40)}", field="rate")
+    if optimizer not in OPTIMIZER_NAMES:
+        raise SpecError(f"unknown optimizer {excerpt(optimizer, 40)} (use {', '.join(OPTIMIZER_NAMES)})",
+                        field="optimizer")
+    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0), ("link_repeats", link_repeats, 1),
+                               ("threads", threads, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise SpecError(f"must be an integer of at least {least}, got {excerpt(value, 40)}", field=name)
+    if isinstance(bucket_mib, bool) or not isinstance(bucket_mib, (int, float)) or not math.isfinite(bucket_mib) \
+            or not MIN_BUCKET <= bucket_mib * MIB <= MAX_BUCKET:
+        raise SpecError(f"must be a bucket size in MiB between {MIN_BUCKET / MIB:g} and {MAX_BUCKET / MIB:g}, got "
+                        f"{excerpt(bucket_mib, 40)}", field="bucket_mib")
+
+
 def validate_ddp(model: Model | str | Path, compute_profile: str | Path, batch: int, *, rate: str = "200mbit",
                  optimizer: str = "adam", repeats: int = 5, warmup: int = 2, link_repeats: int = 5,
                  sizes: tuple[int, ...] = LINK_SIZES, bucket_mib: float = 25.0, threads: int = 1,
                  overrides: Mapping[str, Any] | None = None, out_profile: str | Path | None = None,
-                 statistic: str = "median") -> dict[str, Any]:
+                 statistic: str = "median", progress: Callable[[int, int, str, str], None] | None = None
+                 ) -> dict[str, Any]:
     """2-host data-parallel training (torch DDP over gloo) on the emulated cluster vs dlsim's simulation.
 
     1. Builds a 2-host `EmulatedCluster` (prefix "dlsimd", each port limited to `rate` by tbf).
@@ -394,21 +448,30 @@ def validate_ddp(model: Model | str | Path, compute_profile: str | Path, batch: 
     model, batch = as_model(model, overrides), check_batch(batch)
     if statistic not in STATISTICS:
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
+    check_ddp_options(rate=rate, optimizer=optimizer, repeats=repeats, warmup=warmup, link_repeats=link_repeats,
+                      bucket_mib=bucket_mib, threads=threads)
     folder = Path(compute_profile)
     base = folder / "profile.yaml" if folder.is_dir() else folder
     if not base.exists():
         raise SpecError("no compute profile here (run dlsim calibrate compute --threads 1 first)", path=base)
     target = Path(out_profile) if out_profile else base.parent / "emulated-2host.yaml"
+    from dlsim.io.files import check_output
+    check_output(target, inputs=(base,), force=True, option="--out-profile")  # rewritten by each run, never an input
     pick = min if statistic == "min" else statistics.median
+    say = progress or (lambda *args: None)
+    say(0, 3, "building the 2-host emulated cluster", PHASE_RUNNING)
     with EmulatedCluster(hosts=2, rate=rate, prefix="dlsimd", subnet="10.231.78") as cluster:
+        say(1, 3, f"measuring the link: gloo ping-pong over {len(sizes)} sizes (2 ranks)", PHASE_WAITING)
         link = run_ranks(cluster, ["--job", "link", "--sizes", ",".join(str(s) for s in sizes),
                                    "--repeats", str(link_repeats)])
+        say(2, 3, f"timing {warmup} + {repeats} DDP iterations of {model.name} (2 ranks)", PHASE_WAITING)
         train = run_ranks(cluster, ["--job", "train", "--batch", str(batch), "--optimizer", optimizer,
                                     "--bucket-mib", str(bucket_mib), "--threads", str(threads),
                                     "--warmup", str(warmup), "--repeats", str(repeats)],
                           {"model": functools.partial(as_model, str(source), dict(overrides or {}) or None),
                            "make_optimizer": make_optimizer, "prepare": warm_allocator})
         emulated = cluster.describe()
+    say(3, 3, "simulating the same iteration", PHASE_RUNNING)
     fit = fit_link(link["rows"], "one_way_min_s" if statistic == "min" else "one_way_s")
     write_atomic(target, ddp_profile_text(base, fit, hosts=2, rate=rate, name=f"emulated-2host-{rate}"))
     sim = simulate(model, target, dp=2, microbatch_size=batch, optimizer=optimizer,

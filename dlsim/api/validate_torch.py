@@ -16,7 +16,7 @@ import functools
 import math
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from dlsim.api.estimate import estimate
 from dlsim.api.importers import import_torch_file, load_factory
@@ -28,6 +28,7 @@ from dlsim.errors import SpecError
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.validate.compute_iteration import MeasuredIteration
+from dlsim.progress import PHASE_DONE, PHASE_RUNNING, PHASE_WAITING
 from dlsim.validate.torch_loop import KINDS, layer_kind, time_in_worker
 
 LOSS = "train_loss"
@@ -60,21 +61,32 @@ def training_model(factory: str, input_shape: Sequence[int], *, tokens: bool = F
 def validate_torch(factory: str, input_shape: Sequence[int], batch: int, cluster: Cluster | str | Path, *,
                    tokens: bool = False, vocab: int = 2, optimizer: str = "adam", repeats: int = 10, warmup: int = 3,
                    profile_steps: int = 3, threads: int | None = None, statistic: str = "median",
-                   allocator: str = "default", name: str | None = None) -> dict[str, Any]:
-    """Predicted vs measured plain-loop training step of the module `factory` builds (module docstring)."""
+                   allocator: str = "default", name: str | None = None,
+                   progress: Callable[[int, int, str, str], None] | None = None) -> dict[str, Any]:
+    """Predicted vs measured plain-loop training step of the module `factory` builds (module docstring);
+    `progress` hears of each phase (`dlsim.progress.Progress.callback`)."""
     cluster = as_cluster(cluster)
     batch = check_batch(batch)
     if repeats < 1 or warmup < 0:
         raise SpecError("repeats must be >= 1 and warmup >= 0", field="repeats")
+    for label, value in (("threads", threads), ("vocab", vocab), ("profile_steps", profile_steps)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SpecError(f"must be a positive integer, got {value!r}", field=label)  # before the timing process
     if statistic not in STATISTICS:
         raise SpecError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})", field="statistic")
     check_device("cpu")
     regime = set_allocator(allocator) if allocator != "retained" else "retained"
+    say = progress or (lambda *args: None)
+    say(0, 3, f"capturing {factory} with torch.export", PHASE_RUNNING)
     model, imported = training_model(factory, input_shape, tokens=tokens, vocab=vocab, cluster=cluster, name=name)
+    say(1, 3, "predicting", PHASE_RUNNING)
     predicted = estimate(model, cluster, batch, optimizer=optimizer, allocator=regime)
+    say(2, 3, f"timing {warmup} + {repeats} plain-loop steps (and {profile_steps} profiled) in a fresh process",
+        PHASE_WAITING)
     run = time_in_worker(factory, input_shape, batch, loader=load_factory, make_optimizer=make_optimizer,
                          prepare=functools.partial(prepare_process, threads, regime), tokens=tokens, vocab=vocab,
                          optimizer=optimizer, warmup=warmup, steps=repeats, profile_steps=profile_steps)
+    say(3, 3, "measured", PHASE_DONE)
     return torch_record(model, imported, cluster, batch, optimizer, predicted, run, statistic, regime, factory,
                         list(input_shape))
 

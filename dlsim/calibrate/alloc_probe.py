@@ -71,20 +71,27 @@ def fresh_memory_cost(threads: int, repeats: int = 5, sizes: tuple[int, ...] = P
     return min(rates)
 
 
-def fresh_memory_rows(max_threads: int, repeats: int = 5) -> list[dict[str, str]]:
-    """device.csv rows (quantity, value, unit, how): the fresh-memory rate for 1 … `max_threads` threads.
+def fresh_memory_in_fresh_process(threads: int, repeats: int = 5) -> float:
+    """`fresh_memory_cost` with `threads` threads, measured in a process of its own.
 
-    Each thread count is measured in a process of its own. Changing PyTorch's thread count in the
-    calibrating process and back leaves some kernels slower for the rest of that process: CPU flash
-    attention ran 1.6x slower after ``set_num_threads(1)`` then ``(2)`` (torch 2.13, 2-core EPYC,
-    2026-11-24), and every table row timed afterwards carried it."""
-    rows = []
-    for t in range(1, max_threads + 1):
-        value = call_in_fresh_process(fresh_memory_cost, t, repeats, what=f"the fresh-memory probe ({t} threads)")
-        rows.append({"quantity": QUANTITY.format(threads=t), "value": f"{value:.9g}",
-                     "unit": "s/byte", "how": HOW.format(sizes=" and ".join(str(int(s // MIB)) for s in PROBE_BYTES),
-                                                         threads=t, repeats=repeats)})
-    return rows
+    Changing PyTorch's thread count in the calibrating process and back leaves some kernels slower for
+    the rest of that process: CPU flash attention ran 1.6x slower after ``set_num_threads(1)`` then
+    ``(2)`` (torch 2.13, 2-core EPYC, 2026-11-24), and every table row timed afterwards carried it."""
+    return call_in_fresh_process(fresh_memory_cost, threads, repeats, what=f"the fresh-memory probe ({threads} threads)")
+
+
+def fresh_memory_row(threads: int, value: float, repeats: int = 5, origin: str = "") -> dict[str, str]:
+    """The device.csv row (quantity, value, unit, how) of the fresh-memory rate with `threads` threads;
+    `origin` is appended to its ``how``."""
+    how = HOW.format(sizes=" and ".join(str(int(s // MIB)) for s in PROBE_BYTES), threads=threads, repeats=repeats)
+    return {"quantity": QUANTITY.format(threads=threads), "value": f"{value:.9g}", "unit": "s/byte",
+            "how": how + (f"; {origin}" if origin else "")}
+
+
+def fresh_memory_rows(max_threads: int, repeats: int = 5) -> list[dict[str, str]]:
+    """device.csv rows: the fresh-memory rate for 1 … `max_threads` threads, each measured in a process of
+    its own (`fresh_memory_in_fresh_process`)."""
+    return [fresh_memory_row(t, fresh_memory_in_fresh_process(t, repeats), repeats) for t in range(1, max_threads + 1)]
 
 
 def allocator_in_use(environ: Any = None, maps: str | None = None) -> str:

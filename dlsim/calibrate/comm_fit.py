@@ -3,7 +3,9 @@
 * α-β as Hockney characterises a link (Hockney, Parallel Computing 20, 1994: r∞ and n½):
   β = 1/r∞ is the slope of the least-squares line through the one-way times of the large messages
   (≥ 1 MiB, or the largest quarter of the sizes), α the median over the small messages (≤ 1 KiB,
-  or the smallest quarter) of T(m) − β·m. Large collectives depend on β, small ones and the
+  or the smallest quarter) of T(m) − β·m. When timing noise makes that slope zero or negative (a
+  quick run's few repetitions), β is the slope from the smallest to the largest message, or the
+  largest message's time per byte: a finite, conservative bandwidth, never an infinite one. Large collectives depend on β, small ones and the
   crossover sizes on α; one global line would trade one for the other.
 * α-β least squares on the *relative* error of T(m) = α + β·m, Σ ((α + β·m_i − T_i) / T_i)²,
   α, β ≥ 0 (non-negative least squares), reported for comparison and used per piece by the
@@ -57,6 +59,7 @@ class AlphaBeta:
     points: int
     median_abs_rel_error: float
     max_abs_rel_error: float
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,12 +96,21 @@ def fit_hockney(sizes: Sequence[float], times: Sequence[float], large: float = 1
     m, t = m[order], t[order]
     quarter = max(2, len(m) // 4)
     big = m >= large if (m >= large).sum() >= 2 else np.arange(len(m)) >= len(m) - quarter
-    beta = max(0.0, float(np.polyfit(m[big], t[big], 1)[0])) if big.sum() >= 2 else 0.0
+    beta = float(np.polyfit(m[big], t[big], 1)[0]) if big.sum() >= 2 else 0.0
+    note = ""
+    if not beta > 0 and len(m) >= 2:
+        # timing noise hides the slope of the large messages (a few quick repetitions): the slope over
+        # the whole range, else the largest message's time per byte (no latency: a bandwidth that is
+        # too low rather than an infinite one)
+        span, rise = m[-1] - m[0], t[-1] - t[0]
+        beta = rise / span if span > 0 and rise > 0 else t[-1] / m[-1]
+        note = (f"the large messages' slope was not positive (timing noise); beta from "
+                f"{'the whole size range' if span > 0 and rise > 0 else 'the largest message alone'}")
     tiny = m <= small if (m <= small).any() else np.arange(len(m)) < quarter
     alpha = max(0.0, float(np.median(t[tiny] - beta * m[tiny])))
     err = (alpha + beta * m - t) / t
-    return AlphaBeta(alpha, beta, float(m.min()), float(m.max()), len(m), float(np.median(np.abs(err))),
-                     float(np.max(np.abs(err))))
+    return AlphaBeta(alpha, float(beta), float(m.min()), float(m.max()), len(m), float(np.median(np.abs(err))),
+                     float(np.max(np.abs(err))), note)
 
 
 def _residual(fit: AlphaBeta, m: np.ndarray, t: np.ndarray) -> float:
@@ -218,5 +230,9 @@ def link_parameters(ab: AlphaBeta, loggp: LogGP | None) -> LinkParameters:
     if g > ab.alpha:
         notes.append(f"g capped from {g:.3g} s to alpha = {ab.alpha:.3g} s (g <= L + 2o)")
         g = ab.alpha
-    bandwidth = 1.0 / ab.beta if ab.beta > 0 else float("inf")
+    if ab.note:
+        notes.append(ab.note)
+    if not ab.beta > 0:  # fit_hockney never gives one; a fit without a slope has no bandwidth to store
+        raise ValueError("no per-byte time to fit a bandwidth from (every message took the same time)")
+    bandwidth = 1.0 / ab.beta
     return LinkParameters(latency=ab.alpha - 2 * o, overhead=o, gap=g, bandwidth=bandwidth, notes=tuple(notes))

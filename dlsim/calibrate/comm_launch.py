@@ -84,8 +84,10 @@ def mpirun_command(ranks: int, hosts: Hosts, workdir: Path, mca: Mapping[str, st
                                                "--mca", "btl", "tcp,self", "--mca", "rtc", "^hwloc"]
         if hosts.subnet:
             cmd += ["--mca", "btl_tcp_if_include", hosts.subnet, "--mca", "oob_tcp_if_include", hosts.subnet]
+        env = _env()
         for var in ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            cmd += ["-x", var]
+            if var in env:  # mpirun warns about each variable it is told to export and cannot find
+                cmd += ["-x", var]
     for key, value in mca.items():
         cmd += ["--mca", key, str(value)]
     return cmd

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from dlsim.calibrate.comm_fit import (fit_alpha_beta, fit_burst, fit_gamma, fit_hockney, fit_loggp, fit_piecewise,
                                        link_parameters)
 from dlsim.calibrate.comm_launch import Hosts, run_gloo, run_mpi
-from dlsim.calibrate.comm_measure import COLLECTIVE_TABLE, P2P_TABLE, check_idle_gap
+from dlsim.calibrate.comm_measure import P2P_TABLE, check_idle_gap
 from dlsim.calibrate.comm_plan import OPENMPI_ALLREDUCE, CommPlan
 from dlsim.errors import SpecError
 

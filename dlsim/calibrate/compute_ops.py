@@ -4,7 +4,8 @@ Each builder returns a zero-argument function that runs exactly one kernel (or o
 forward or backward) on tensors allocated once, so timing it measures the kernel, its dispatch and
 its output allocation, as a framework pays them in a training step:
 
-* GEMM: ``torch.mm`` (``torch.bmm`` for a batched GEMM) of contiguous A[m×k]·B[k×n].
+* GEMM: ``torch.mm`` (``torch.bmm`` for a batched GEMM) of contiguous A[m×k]·B[k×n]; in fp8 the scaled
+  FP8 product `dlsim.calibrate.cuda_calls.fp8_matmul` (single GEMMs only).
 * Convolution: forward ``F.conv2d``; backward-data and backward-filter are
   ``aten.convolution_backward`` with output mask (∇x only) and (∇w only), the calls autograd
   makes, under the algorithm choice (`conv_algorithm`) the library exposes.
@@ -15,6 +16,8 @@ its output allocation, as a framework pays them in a training step:
   and ∇β, which dlsim's cost model counts in the ∇x pass). A scaled dot-product attention is timed the
   same way, as ``F.scaled_dot_product_attention`` forward and its autograd backward; so are a transposed
   convolution (``F.conv_transpose2d``) and the recurrent layers (``torch._VF.lstm`` / ``gru`` / ``rnn_tanh``).
+* Copy (`copy_fn`): ``dst.copy_(src)`` of one contiguous tensor into another of the same type, the
+  device-to-device copy a framework runs for ``.contiguous()``, ``.clone()`` and concatenations.
 
 torch is imported inside the functions only.
 """
@@ -33,6 +36,13 @@ from dlsim.spec.model import Layer
 from dlsim.spec.ops import conv_geometry, transposed_geometry
 
 TORCH_DTYPES = {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def seeded(device: Any, seed: int = 0) -> Any:
+    """A random generator on `device`, seeded: operands are drawn where they are used (a GPU draws its own,
+    without a host copy of gigabytes), the same values on every run of one device."""
+    import torch
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def torch_dtype(dtype: str) -> Any:
@@ -69,14 +79,19 @@ def conv_algorithm(algorithm: str) -> contextlib.AbstractContextManager:
 
 def gemm_fn(g: Gemm, dtype: str, device: Any) -> Callable[[], Any]:
     import torch
-    gen = torch.Generator().manual_seed(0)
+    if dtype == "fp8":
+        if g.count != 1:
+            raise DlsimError(f"no batched FP8 GEMM in PyTorch (torch._scaled_mm is 2-D), got {g.count} batches")
+        from dlsim.calibrate.cuda_calls import fp8_matmul
+        return fp8_matmul(g.m, g.n, g.k, device)
+    gen = seeded(device)
     t = torch_dtype(dtype)
     if g.count == 1:
-        a = torch.randn(g.m, g.k, generator=gen).to(device=device, dtype=t)
-        b = torch.randn(g.k, g.n, generator=gen).to(device=device, dtype=t)
+        a = torch.randn(g.m, g.k, generator=gen, device=device).to(dtype=t)
+        b = torch.randn(g.k, g.n, generator=gen, device=device).to(dtype=t)
         return lambda: torch.mm(a, b)
-    a = torch.randn(g.count, g.m, g.k, generator=gen).to(device=device, dtype=t)
-    b = torch.randn(g.count, g.k, g.n, generator=gen).to(device=device, dtype=t)
+    a = torch.randn(g.count, g.m, g.k, generator=gen, device=device).to(dtype=t)
+    b = torch.randn(g.count, g.k, g.n, generator=gen, device=device).to(dtype=t)
     return lambda: torch.bmm(a, b)
 
 
@@ -87,16 +102,16 @@ def conv_fn(shape: ConvGeometry, n: int, pass_name: str, dtype: str, device: Any
     import torch
     import torch.nn.functional as F
     s = shape
-    gen = torch.Generator().manual_seed(0)
+    gen = seeded(device)
     t = torch_dtype(dtype)
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    x = torch.randn(n, s.c_in, s.h, s.w, generator=gen).to(device=device, dtype=t, memory_format=layout)
-    w = torch.randn(s.c_out, s.c_in // s.groups, s.k_h, s.k_w, generator=gen).to(device=device, dtype=t)
+    x = torch.randn(n, s.c_in, s.h, s.w, generator=gen, device=device).to(dtype=t, memory_format=layout)
+    w = torch.randn(s.c_out, s.c_in // s.groups, s.k_h, s.k_w, generator=gen, device=device).to(dtype=t)
     stride, pad, dil = [s.stride_h, s.stride_w], [s.pad_h, s.pad_w], [s.dil_h, s.dil_w]
     if pass_name == "forward":
         y = F.conv2d(x, w, None, stride, pad, dil, s.groups)
         return (lambda: F.conv2d(x, w, None, stride, pad, dil, s.groups)), y.numel() * y.element_size()
-    dy = torch.randn(n, s.c_out, s.h_out, s.w_out, generator=gen).to(device=device, dtype=t, memory_format=layout)
+    dy = torch.randn(n, s.c_out, s.h_out, s.w_out, generator=gen, device=device).to(dtype=t, memory_format=layout)
     mask = [True, False, False] if pass_name == "backward_data" else [False, True, False]
     out = x if pass_name == "backward_data" else w
     back = torch.ops.aten.convolution_backward
@@ -124,6 +139,8 @@ def _forward(layer: Layer, xs: list, params: dict) -> Any:
               "relu6": lambda: F.relu6(x), "silu": lambda: F.silu(x),
               "gelu": lambda: F.gelu(x, approximate=a.get("approximate", "tanh")), "softmax": lambda: torch.softmax(x, -1),
               "dropout": lambda: F.dropout(x, a["p"], training=True),
+              "swiglu": lambda: F.silu(x.chunk(2, -1)[0]) * x.chunk(2, -1)[1],
+              "geglu": lambda: F.gelu(x.chunk(2, -1)[0], approximate="tanh") * x.chunk(2, -1)[1],
               "concat": lambda: torch.cat(xs, a["axis"] + 1 if a["axis"] >= 0 else a["axis"])}
     if t in simple:
         return simple[t]()
@@ -193,14 +210,14 @@ def _recurrent_weights(layer: Layer, floats: Callable[..., Any]) -> dict:
 
 def _inputs(layer: Layer, batch: int, dtype: str, device: Any) -> tuple[list, dict]:
     import torch
-    gen = torch.Generator().manual_seed(0)
+    gen = seeded(device)
     t = torch_dtype(dtype)
     def floats(*shape: int, grad: bool = True) -> Any:
-        return torch.randn(*shape, generator=gen).to(device=device, dtype=t).requires_grad_(grad)
+        return torch.randn(*shape, generator=gen, device=device).to(dtype=t).requires_grad_(grad)
     a = layer.attrs
     if layer.type == "embedding":
         steps = layer.in_shapes[0][0]
-        ids = torch.randint(0, a["vocab"], (batch, steps), generator=gen).to(device)
+        ids = torch.randint(0, a["vocab"], (batch, steps), generator=gen, device=device)
         params = {"tokens": floats(a["vocab"], a["dim"])}
         if a["positions"]:
             params["positions"] = floats(a["positions"], a["dim"])
@@ -218,7 +235,7 @@ def _inputs(layer: Layer, batch: int, dtype: str, device: Any) -> tuple[list, di
             params["bias"] = floats(a["out_channels"])
     if layer.type == "cross_entropy":
         logits = layer.in_shapes[0]
-        xs.append(torch.randint(0, logits[-1], (batch, *logits[:-1]), generator=gen).to(device))
+        xs.append(torch.randint(0, logits[-1], (batch, *logits[:-1]), generator=gen, device=device))
     elif layer.type in ("batchnorm", "layernorm", "groupnorm", "rmsnorm"):
         width = layer.in_shapes[0][0] if layer.type in ("batchnorm", "groupnorm") else layer.in_shapes[0][-1]
         if a["affine"]:
@@ -243,6 +260,15 @@ def memory_op(layer: Layer, batch: int, pass_name: str, dtype: str, device: Any)
     wrt = [v for v in (*xs, *params.values()) if v.requires_grad]
     dy = torch.ones_like(y) if y.dim() == 0 else torch.randn_like(y)
     return lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True)
+
+
+def copy_fn(elements: int, dtype: str, device: Any) -> tuple[Callable[[], Any], float]:
+    """A function copying `elements` elements of `dtype` into a preallocated tensor, and the bytes it moves
+    (read + write)."""
+    import torch
+    src = torch.randn(elements, generator=seeded(device), device=device).to(dtype=torch_dtype(dtype))
+    dst = torch.empty_like(src)
+    return (lambda: dst.copy_(src)), 2.0 * elements * src.element_size()
 
 
 OPTIMIZER_NAMES = ("sgd", "momentum", "adam")

@@ -18,14 +18,13 @@ spread between passes (largest − smallest pass time), ``repeats`` the timed ca
 
 from __future__ import annotations
 
-import csv
 import random
 import statistics
 from pathlib import Path
 from typing import Callable, Sequence
 
 from dlsim.calibrate.compute_plan import Task
-from dlsim.calibrate.compute_run import FILES, KEYS, Backend, RunSummary, open_tables, run_calibration, table_file
+from dlsim.calibrate.compute_run import FILES, Backend, RunSummary, open_tables, read_keys, run_calibration, table_file
 from dlsim.calibrate.compute_timer import KernelTimer
 
 PASSES_DIR = "passes"
@@ -82,7 +81,7 @@ def combine_passes(out_dir: Path | str, passes: int, *, suffix: str = "", statis
     added = present = 0
     for kind, table in tables.items():
         name = table_file(FILES[kind][0], suffix)
-        per_pass = [_rows(pass_dir(out_dir, p) / name, kind) for p in range(1, passes + 1)]
+        per_pass = [read_keys(pass_dir(out_dir, p) / name, kind) for p in range(1, passes + 1)]
         keys = [k for k in per_pass[0] if all(k in rows for rows in per_pass[1:])]
         for key in keys:
             samples = [rows[key] for rows in per_pass]
@@ -102,9 +101,3 @@ def combine_passes(out_dir: Path | str, passes: int, *, suffix: str = "", statis
     return added, present
 
 
-def _rows(path: Path, kind: str) -> dict[tuple, dict[str, str]]:
-    """A pass table's rows by their table key (empty when the pass has not started this table)."""
-    if not path.exists():
-        return {}
-    with open(path, newline="") as handle:
-        return {tuple((r.get(c) or "").strip() for c in KEYS[kind]): r for r in csv.DictReader(handle)}

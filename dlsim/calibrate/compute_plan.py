@@ -175,10 +175,10 @@ def model_tasks(model: Model, batch: int, dtype: str, device: str = "cpu", algor
     return list(tasks.values())
 
 
-def optimizer_sweep(tensors: int = 16) -> list[OptimizerTask]:
-    """Optimizer steps over 2^16 … 2^26 parameters split into `tensors` tensors."""
-    return [OptimizerTask(opt, (2**e // tensors,) * tensors, tensors, "grid") for opt in OPTIMIZERS
-            for e in range(16, 27, 2)]
+def optimizer_sweep(tensors: int = 16, optimizers: Iterable[str] = OPTIMIZERS,
+                    params: Iterable[int] = tuple(2**e for e in range(16, 27, 2))) -> list[OptimizerTask]:
+    """Optimizer steps over `params` parameters (default 2^16 … 2^26) split into `tensors` tensors."""
+    return [OptimizerTask(opt, (n // tensors,) * tensors, tensors, "grid") for opt in optimizers for n in params]
 
 
 ODD_POINTS = 512
@@ -235,6 +235,11 @@ def gemm_grid(dtypes: Iterable[str], max_dim: int = 4096, max_flops: float = 2.0
     return out
 
 
+def square_gemms(dtypes: Iterable[str], sizes: Iterable[int], set_name: str = "grid") -> list[GemmTask]:
+    """Square GEMMs n×n×n for each size and data type (a throughput curve by size)."""
+    return [GemmTask(dtype, Gemm(n, n, n), set_name) for dtype in dtypes for n in sizes]
+
+
 def _sweep_layer(op: str, elements: int, dtype: str) -> tuple[Layer, int]:
     """A one-layer model whose `op` layer touches about `elements` elements per input, and its batch."""
     batch = 4
@@ -243,7 +248,7 @@ def _sweep_layer(op: str, elements: int, dtype: str) -> tuple[Layer, int]:
         side = max(int(round((per / 64) ** 0.5)), 4)
         shape, kind = (64, side, side), "tensor"
     else:
-        width = 1024 if op in ("softmax", "layernorm", "cross_entropy") else 256
+        width = 1024 if op in ("softmax", "layernorm", "rmsnorm", "cross_entropy") else 256
         shape, kind = (max(per // width, 1), width), "tensor"
     extra: dict = {"maxpool": {"kernel": 3, "stride": 2, "padding": 1}, "avgpool": {"kernel": 2, "stride": 2},
                    "dropout": {"p": 0.1}}.get(op, {})
@@ -270,3 +275,11 @@ def memory_sweep(dtypes: Iterable[str], ops: Iterable[str] = MEMORY_SWEEP_OPS,
                     out.append(MemoryTask(dtype, layer, batch, pass_name, signature(layer, batch), p.bytes, p.flops,
                                           "grid"))
     return out
+
+
+def sdpa_layer(heads: int, steps: int, width: int, dtype: str, causal: bool = True) -> Layer:
+    """A scaled dot-product attention over Q, K, V of (heads, steps, width) per sample (dlsim's ``sdpa``)."""
+    model = build_model(f"sdpa-{heads}x{steps}x{width}", dtype, (heads, steps, width), "tensor",
+                        [{"name": "sdpa", "type": "sdpa", "inputs": [INPUT, INPUT, INPUT], "causal": causal}],
+                        source="calibration sweep")
+    return model.layers[0]

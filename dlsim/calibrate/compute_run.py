@@ -9,24 +9,17 @@ Tables (in the output directory; columns in `dlsim.cost.lookup`): ``gemm.csv``, 
   "add"; 3 × 128 MiB, far beyond any cache), bytes counted as 2 reads + 1 write.
 * ``elementwise_flops_per_s``: softmax over 2^22 fp32 elements at dlsim's 5 FLOP per element (the
   attention remainder the roofline prices with vector FLOP/s).
-* ``fresh_memory_s_per_byte_t<N>`` (CPU, N = 1 … threads): what a default glibc process pays per byte
-  of a tensor above the mmap threshold, every step (`dlsim.calibrate.alloc_probe`). The kernels
-  themselves are timed with freed memory retained (`compute_timer.warm_allocator`), so the tables
-  hold no page faults and the estimate adds them where a step allocates such tensors.
-* ``heap_refault_fraction`` (CPU): the share of a step's allocated bytes below the mmap ceiling that a
-  default process faults in again as glibc trims and regrows its heap, the median over probe
-  networks of the calibration's own in fresh processes; ``optimizer_in_loop_extra_s`` and
-  ``optimizer_in_loop_extra_fit_s`` (CPU): what the optimizer step pays in that loop beyond its
-  flushed-cache time when the step overflows the last-level cache, and beyond its back-to-back time
-  when it fits (`dlsim.calibrate.loop_probe`).
-* ``host_op_forward_s``, ``host_op_backward_s`` (CPU): what an eager step pays per ATen operator beyond
-  the operator's kernel (Python and module calls, autograd recording and its engine, views), forward
-  and backward (`dlsim.calibrate.host_ops`).
+* on a CPU, the host probes' rows (the fresh-page cost, the heap's re-fault share, the optimizer step's
+  in-loop extras, the host time per ATen operator), added before the kernels by `dlsim.api.host_probes`,
+  which measures each once per host. The kernels themselves are timed with freed memory retained
+  (`compute_timer.warm_allocator`), so the tables hold no page faults and the estimate adds them
+  where a step allocates such tensors.
 
 A row is written (and fsynced) as soon as it is measured (`compute_store.TableFile`), and a
 restart skips every key already in the tables: an interrupted run loses no measured row and
 repeats none. A kernel that fails (an unsupported shape or out of memory) is reported and left
-out, so the next run tries it again.
+out, so the next run tries it again. A caller's `stop()` (a time budget) is asked before each kernel: when
+it says so the run ends there, with every row measured so far in the tables.
 """
 
 from __future__ import annotations
@@ -37,15 +30,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from dlsim.calibrate.compute_ops import conv_algorithm, conv_fn, gemm_fn, memory_op, optimizer_step_fn, torch_dtype
-from dlsim.calibrate.compute_plan import ConvTask, GemmTask, MemoryTask, OptimizerTask, Task
+from dlsim.calibrate.compute_plan import ConvTask, GemmTask, OptimizerTask, Task
 from dlsim.calibrate.compute_store import TableFile
-from dlsim.calibrate.alloc_probe import QUANTITY, fresh_memory_rows
-from dlsim.calibrate.loop_probe import QUANTITIES as LOOP_QUANTITIES, loop_probe_rows
-from dlsim.calibrate.host_ops import QUANTITIES as HOST_QUANTITIES, host_op_rows
 from dlsim.calibrate.compute_timer import KernelTimer, Timing, warm_allocator
 from dlsim.cost.lookup import CHANNELS_LAST, CONV_COLUMNS, CONV_SHAPE_FIELDS, GEMM_COLUMNS, MEMORY_COLUMNS, ConvRow, GemmRow, \
     MemoryRow, record
-from dlsim.progress import PHASE_DONE, PHASE_RUNNING
+from dlsim.errors import one_line
 from dlsim.units import format_time
 
 DEVICE_COLUMNS = ("quantity", "value", "unit", "how")
@@ -53,6 +43,8 @@ KEYS = {"gemm": ("dtype", "m", "n", "k", "count"), "conv": ("dtype", "pass", "al
         "memory": ("dtype", "op", "pass", "signature"), "device": ("quantity",)}
 FILES = {"gemm": ("gemm.csv", GEMM_COLUMNS), "conv": ("conv.csv", CONV_COLUMNS), "memory": ("memory.csv", MEMORY_COLUMNS),
          "device": ("device.csv", DEVICE_COLUMNS)}
+DEVICE_QUANTITIES = ("launch_overhead_s", "stream_bandwidth_bytes_per_s", "elementwise_flops_per_s")
+"""The device-level rows every profile has (`device_quantities`)."""
 STREAM_ELEMENTS = 2**25
 SOFTMAX_ELEMENTS = 2**22
 
@@ -98,6 +90,7 @@ class RunSummary:
     seconds: float = 0.0
     dropped_partial: list[str] = field(default_factory=list)
     times: list[float] = field(default_factory=list)  # seconds of each kernel measured in this run
+    stopped: int = 0  # kernels left unmeasured because the caller's stop() said so
 
 
 def table_file(name: str, suffix: str = "") -> str:
@@ -106,13 +99,36 @@ def table_file(name: str, suffix: str = "") -> str:
     return f"{stem}{suffix}{dot}{ext}"
 
 
+def row_key(kind: str, rec: dict[str, str]) -> tuple:
+    """The key of a row of table `kind` ("gemm", "conv", "memory", "device"): what makes it one measurement."""
+    return tuple((rec.get(c) or "").strip() for c in KEYS[kind])
+
+
+def read_keys(path: Path, kind: str) -> dict[tuple, dict[str, str]]:
+    """A table's rows by their key, read only (empty when the file does not exist)."""
+    import csv
+    if not path.exists():
+        return {}
+    with open(path, newline="") as handle:
+        return {row_key(kind, r): r for r in csv.DictReader(handle)}
+
+
 def open_tables(out_dir: Path, suffix: str = "") -> dict[str, TableFile]:
     """The four tables of a profile directory (``-warm`` suffix: the warm ones), created with their
     headers when new."""
-    def keyer(columns: tuple[str, ...]) -> Callable[[dict], tuple]:
-        return lambda rec: tuple((rec.get(c) or "").strip() for c in columns)
-    return {kind: TableFile(out_dir / table_file(name, suffix), cols, keyer(KEYS[kind]))
+    return {kind: TableFile(out_dir / table_file(name, suffix), cols, lambda rec, kind=kind: row_key(kind, rec))
             for kind, (name, cols) in FILES.items() if not (suffix and kind == "device")}
+
+
+def task_key(task: Task) -> tuple:
+    """The key of the row `task` measures (`row_key`)."""
+    return row_key(kind_of(task), _row(task, None))
+
+
+def missing(tasks: Iterable[Task], out_dir: Path, suffix: str = "") -> list[Task]:
+    """The tasks whose rows `out_dir`'s tables lack (read only: nothing is created)."""
+    present = {kind: read_keys(Path(out_dir) / table_file(name, suffix), kind) for kind, (name, _) in FILES.items()}
+    return [t for t in tasks if task_key(t) not in present[kind_of(t)]]
 
 
 def _row(task: Task, timing: Timing | None, workspace: float = 0.0) -> dict[str, str]:
@@ -182,9 +198,12 @@ def device_quantities(backend: Backend, timer: KernelTimer) -> list[tuple[str, f
 
 def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend, timer: KernelTimer, *,
                     device_params: bool = True, suffix: str = "",
-                    progress: Callable[[int, int, str, str], None] | None = None) -> RunSummary:
+                    progress: Callable[[int, int, str, str], None] | None = None,
+                    stop: Callable[[], bool] | None = None) -> RunSummary:
     """Measure every task whose row is missing from the tables in `out_dir` (see the module docstring);
-    `suffix` "-warm" writes the warm tables (timer without a cache flush)."""
+    `suffix` "-warm" writes the warm tables (timer without a cache flush); `stop()`, asked before each
+    kernel, ends the run early (the summary counts the kernels left in `stopped`). The CPU host probes are
+    the caller's (`dlsim.api.host_probes`)."""
     out_dir = Path(out_dir)
     warm_allocator()
     tables = open_tables(out_dir, suffix)
@@ -194,7 +213,7 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
     todo = [t for t in tasks if not tables[kind_of(t)].has(_row(t, None))]
     summary.skipped = len(tasks) - len(todo)
     total = len(tasks)
-    if device_params and "device" in tables:
+    if device_params and "device" in tables and not all(tables["device"].has({"quantity": q}) for q in DEVICE_QUANTITIES):
         dev_table = tables["device"]
         for quantity, amount, unit, how, fn in device_quantities(backend, timer):
             if dev_table.has({"quantity": quantity}):
@@ -202,25 +221,12 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
             timing = timer.time(fn)
             value = timing.seconds if unit == "s" else amount / timing.seconds
             dev_table.append({"quantity": quantity, "value": f"{value:.9g}", "unit": unit, "how": how})
-        if backend.name == "cpu" and not dev_table.has({"quantity": QUANTITY.format(threads=1)}):
-            import torch
-            for row in fresh_memory_rows(torch.get_num_threads()):  # what a default process pays per fresh byte
-                dev_table.append(row)
-        if backend.name == "cpu" and not all(dev_table.has({"quantity": q}) for q in LOOP_QUANTITIES):
-            if progress:  # the probe runs before the first kernel and takes a minute or two
-                progress(summary.skipped, total, "loop probe (plain training loops in fresh processes)", PHASE_RUNNING)
-            for row in loop_probe_rows():  # what a plain loop pays beyond the tables: heap re-faults, optimizer
-                if not dev_table.has({"quantity": row["quantity"]}):
-                    dev_table.append(row)
-        if backend.name == "cpu" and not dev_table.has({"quantity": HOST_QUANTITIES[0]}):
-            if progress:
-                progress(summary.skipped, total, "host probe (an eager step against its operators replayed)",
-                         PHASE_RUNNING)
-            for row in host_op_rows():  # what an eager step pays per ATen operator beyond its kernel
-                dev_table.append(row)
-        if progress:
-            progress(summary.skipped, total, "probes", PHASE_DONE)
-    for i, task in enumerate(todo, start=summary.skipped + 1):
+    first = summary.skipped + 1
+    for j, task in enumerate(todo):
+        i = first + j
+        if stop is not None and stop():
+            summary.stopped = len(todo) - j
+            break
         table = tables[kind_of(task)]
         if table.has(_row(task, None)):  # the same key planned twice (a grid GEMM a model also needs)
             summary.skipped += 1
@@ -228,7 +234,7 @@ def run_calibration(tasks: Iterable[Task], out_dir: Path | str, backend: Backend
         try:
             rec = measure(task, backend, timer)
         except Exception as exc:  # a kernel the library cannot run here: report it, keep going
-            summary.failed.append(f"{label(task)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            summary.failed.append(f"{label(task)}: {one_line(exc)}")
             if progress:
                 progress(i, total, label(task), f"failed ({type(exc).__name__})")
             continue

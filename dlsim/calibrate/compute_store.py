@@ -59,7 +59,15 @@ class TableFile:
 
     def append(self, rec: dict[str, str]) -> None:
         """Write one row (a mapping column -> text) durably and remember its key."""
+        self.extend([rec])
+
+    def extend(self, recs: Iterable[dict[str, str]]) -> None:
+        """Write rows in one write and one fsync (rows copied, not measured: all or, after a crash, a prefix)."""
         buf = io.StringIO()
-        csv.writer(buf, lineterminator="").writerow([rec[c] for c in self.columns])
-        self._write_line(buf.getvalue())
-        self.keys.add(self._key(rec))
+        writer = csv.writer(buf, lineterminator="\n")
+        recs = list(recs)
+        for rec in recs:
+            writer.writerow([rec[c] for c in self.columns])
+        if recs:
+            self._write_line(buf.getvalue()[:-1])
+        self.keys.update(self._key(rec) for rec in recs)

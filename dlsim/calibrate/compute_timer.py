@@ -4,7 +4,8 @@
 autotuning), once more to size a block, then `repeats` blocks of `calls` back-to-back calls, each
 block at least `min_block_s` long so that the clock's resolution and Python's per-call cost do not
 dominate tiny kernels. On CUDA the device is synchronised before and after every block (a kernel
-launch returns before the kernel ends). The result is the median time per call over the blocks
+launch returns before the kernel ends), or, with ``events=True``, each block is timed between two CUDA
+events on the stream (`dlsim.calibrate.cuda_calls.EventBlockTimer`). The result is the median time per call over the blocks
 and the interquartile range: medians resist the bursts of other processes on a shared machine.
 On a machine that other processes keep busy the noise is one-sided (interference only adds time)
 and the minimum (``statistic="min"``) estimates the undisturbed time better; a comparison must then
@@ -169,15 +170,29 @@ class KernelTimer:
 
     def __init__(self, device: str = "cpu", *, repeats: int = 5, min_block_s: float = 0.01,
                  long_kernel_s: float = 0.25, clock: Callable[[], float] = time.perf_counter,
-                 flush: Callable[[], Any] | None = None, statistic: str = "median"):
+                 flush: Callable[[], Any] | None = None, statistic: str = "median", events: bool = False,
+                 block_timer: Callable[[Callable[[], Any], int], float] | None = None):
         if statistic not in STATISTICS:
             raise DlsimError(f"unknown statistic {statistic!r} (use {' or '.join(STATISTICS)})")
         self.device, self.repeats, self.min_block_s, self.long_kernel_s = device, repeats, min_block_s, long_kernel_s
         self.statistic = statistic
         self.sync = synchronizer(device)
         self.clock, self.flush = clock, flush
+        if block_timer is None and events and device == "cuda":
+            from dlsim.calibrate.cuda_calls import EventBlockTimer
+            block_timer = EventBlockTimer()
+        self.block_timer = block_timer
+        """Times one block instead of the host clock (CUDA events), or None."""
+
+    @property
+    def method(self) -> str:
+        """How a block is timed, in words (for meta.yaml and reports)."""
+        return "CUDA events around each block" if self.block_timer is not None else \
+            ("host clock, device synchronised before and after each block" if self.device == "cuda" else "host clock")
 
     def _block(self, fn: Callable[[], Any], calls: int) -> float:
+        if self.block_timer is not None:
+            return self.block_timer(fn, calls)
         self.sync()
         start = self.clock()
         for _ in range(calls):

@@ -112,8 +112,9 @@ def host_op_seconds() -> tuple[float, float, int, int]:
     return h_f, h_b, len(fcalls), len(bcalls)
 
 
-def host_op_rows() -> list[dict[str, str]]:
-    """device.csv rows (quantity, value, unit, how) of the probe."""
-    h_f, h_b, n_f, n_b = host_op_seconds()
-    return [{"quantity": q, "value": f"{v:.9g}", "unit": "s", "how": how.format(n=n)}
+def host_op_rows(seconds: tuple[float, float, int, int] | None = None, origin: str = "") -> list[dict[str, str]]:
+    """device.csv rows (quantity, value, unit, how) of the probe: `seconds` (`host_op_seconds`'s result;
+    measured now when None); `origin` is appended to each row's ``how``."""
+    h_f, h_b, n_f, n_b = host_op_seconds() if seconds is None else seconds
+    return [{"quantity": q, "value": f"{v:.9g}", "unit": "s", "how": how.format(n=n) + (f"; {origin}" if origin else "")}
             for q, v, how, n in zip(QUANTITIES, (h_f, h_b), HOW, (n_f, n_b))]

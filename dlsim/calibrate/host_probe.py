@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dlsim.units import GBYTE_PER_S, GFLOPS
-from dlsim.calibrate.compute_timer import set_threads
+from dlsim.calibrate.compute_timer import last_level_cache_bytes, set_threads
 
 GEMM_N = 1024
 STREAM_ELEMENTS = 2**24
@@ -116,6 +116,30 @@ def host_record(threads: int | None = None,
 
 
 IDENTITY_KEYS = ("cpu", "logical_cpus", "flags_sha1")
+
+
+def software_versions() -> dict[str, str]:
+    """The software a probe's result depends on: Python, the C library (its allocator and page handling),
+    the kernel release (page faults), torch and dlsim (read from their installed metadata: torch is not
+    imported)."""
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+    libc, libc_version = platform.libc_ver()
+    return {"python": platform.python_version(), "libc": f"{libc} {libc_version}".strip(),
+            "kernel": platform.release(), "torch": version("torch"), "dlsim": version("dlsim")}
+
+
+def host_key(cpuinfo: str | None = None) -> dict[str, Any]:
+    """What makes a probe result this host's: identity (`host_identity` less the listed flags, whose hash is
+    kept), the last-level cache and `software_versions` (the key of `dlsim.io.host_cache.HostCache`)."""
+    ident = host_identity(cpuinfo)
+    return {**{k: ident[k] for k in ("cpu", "logical_cpus", "machine", "flags_sha1")},
+            "last_level_cache_bytes": last_level_cache_bytes("cpu"), **software_versions()}
 
 
 @dataclass(frozen=True)

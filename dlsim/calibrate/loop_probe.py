@@ -39,7 +39,7 @@ convolution stack (8 channels × 1024 samples, batch 32), whose footprints (49-1
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from dlsim.cost.allocation import REFAULT_QUANTITY as REFAULT
 from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY as OPTIMIZER_FIT, OPTIMIZER_QUANTITY as OPTIMIZER
@@ -52,7 +52,9 @@ WARMUP, STEPS, ROUNDS = 5, 20, 4
 PROBES = {"mlp": ([512], 128), "cnn": ([3, 32, 32], 16), "encoder": ([64, 128], 16), "conv1d": ([8, 1024], 32),
           "mlp_small": ([256], 32), "cnn_small": ([3, 16, 16], 8), "encoder_small": ([16, 64], 8)}
 HEAP_PROBES = ("mlp", "cnn", "encoder", "conv1d")
-"""The probes α is measured on (steps of tens of MiB); the small ones measure h_fit only."""
+"""The probes α is measured on (steps of tens of MiB); they measure h too where their steps overflow the cache."""
+FIT_PROBES = ("mlp_small", "cnn_small", "encoder_small")
+"""The small probes (steps of a few MiB): h_fit only."""
 
 
 def probe_network(name: str) -> Any:
@@ -123,43 +125,65 @@ def measure_in_this_process(name: str) -> dict[str, float]:
             "optimizer_back_to_back_s": back_to_back}
 
 
-def probe_values(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
+def probe_run(name: str) -> dict[str, float]:
+    """One fresh process (a new interpreter) training probe `name`: `measure_in_this_process`'s record."""
+    return call_in_fresh_process(measure_in_this_process, name, what=f"the loop probe {name}", timeout_s=300)
+
+
+def values_from_runs(runs: Mapping[str, Sequence[Mapping[str, float]]],
+                     cache_bytes: float) -> dict[str, dict[str, list[float]]]:
     """Per quantity (α: `REFAULT`, h: `OPTIMIZER`, h_fit: `OPTIMIZER_FIT`), probe name -> its value in each
-    fresh process (a probe adds to h or h_fit as its footprint overflows or fits this host's cache)."""
-    from dlsim.calibrate.compute_timer import last_level_cache_bytes
-    cache = last_level_cache_bytes("cpu")
+    of its fresh processes `runs[name]` (a probe adds to h or h_fit as its footprint overflows or fits a
+    last-level cache of `cache_bytes`; α from the `HEAP_PROBES` only)."""
     out: dict[str, dict[str, list[float]]] = {q: {} for q in QUANTITIES}
-    for _ in range(rounds):
-        for name in probes:
-            run = call_in_fresh_process(measure_in_this_process, name, what=f"the loop probe {name}",
-                                        timeout_s=300)
+    for name, records in runs.items():
+        for run in records:
             if name in HEAP_PROBES:
                 share = run["faulted"] / run["requested"] if run["requested"] > 0 else 0.0
                 out[REFAULT].setdefault(name, []).append(share)
-            fits = run["footprint"] <= cache
+            fits = run["footprint"] <= cache_bytes
             table = run["optimizer_back_to_back_s" if fits else "optimizer_flushed_s"]
             out[OPTIMIZER_FIT if fits else OPTIMIZER].setdefault(name, []).append(
                 max(0.0, run["optimizer_in_loop_s"] - table))
     return out
 
 
-def loop_probe_rows(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> list[dict[str, str]]:
+def probe_values(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> dict[str, dict[str, list[float]]]:
+    """`values_from_runs` of `rounds` fresh processes of each of `probes`, measured now (round robin: each
+    round runs every probe once) against this host's last-level cache."""
+    from dlsim.calibrate.compute_timer import last_level_cache_bytes
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in probes}
+    for _ in range(rounds):
+        for name in probes:
+            runs[name].append(probe_run(name))
+    return values_from_runs(runs, last_level_cache_bytes("cpu"))
+
+
+WHAT = {REFAULT: ("fraction", "minor page faults x page size per step / bytes requested per step (> 1032 B)"),
+        OPTIMIZER: ("s", "median in-loop opt.step() time - median opt.step() time after a cache flush, probes "
+                         "whose step footprint overflows the last-level cache"),
+        OPTIMIZER_FIT: ("s", "median in-loop opt.step() time - median back-to-back opt.step() time, probes "
+                             "whose step footprint fits the last-level cache")}
+
+
+def rows_from_values(values: Mapping[str, Mapping[str, Sequence[float]]], origin: str = "") -> list[dict[str, str]]:
     """The device.csv rows (quantity, value, unit, how): the medians of α, h and h_fit over the probe
-    processes (a quantity no probe measured has no row)."""
-    what = {REFAULT: ("fraction", "minor page faults x page size per step / bytes requested per step (> 1032 B)"),
-            OPTIMIZER: ("s", "median in-loop opt.step() time - median opt.step() time after a cache flush, probes "
-                             "whose step footprint overflows the last-level cache"),
-            OPTIMIZER_FIT: ("s", "median in-loop opt.step() time - median back-to-back opt.step() time, probes "
-                                 "whose step footprint fits the last-level cache")}
+    processes (a quantity no probe measured has no row); `origin` is appended to each row's ``how``."""
     rows = []
-    for quantity, per_probe in probe_values(rounds, probes).items():
-        values = [v for vs in per_probe.values() for v in vs]
-        if not values:
+    for quantity, per_probe in values.items():
+        vals = [v for vs in per_probe.values() for v in vs]
+        if not vals:
             continue
-        unit, definition = what[quantity]
+        unit, definition = WHAT[quantity]
         shown = (lambda v: f"{v * 1e6:.0f} us") if unit == "s" else (lambda v: f"{v:.3f}")
         listed = "; ".join(f"{name} " + ", ".join(shown(v) for v in vs) for name, vs in per_probe.items())
         how = (f"{definition}, plain loop with fused Adam in fresh default processes, {WARMUP} warm-up + {STEPS} counted "
-               f"steps; median over {len(values)} processes of {len(per_probe)} probe networks ({listed})")
-        rows.append({"quantity": quantity, "value": f"{statistics.median(values):.6g}", "unit": unit, "how": how})
+               f"steps; median over {len(vals)} processes of {len(per_probe)} probe networks ({listed})"
+               + (f"; {origin}" if origin else ""))
+        rows.append({"quantity": quantity, "value": f"{statistics.median(vals):.6g}", "unit": unit, "how": how})
     return rows
+
+
+def loop_probe_rows(rounds: int = ROUNDS, probes: tuple[str, ...] = tuple(PROBES)) -> list[dict[str, str]]:
+    """`rows_from_values` of `probe_values` measured now."""
+    return rows_from_values(probe_values(rounds, probes))

@@ -10,7 +10,7 @@ calibration timed it (meta.yaml ``timing``: cache flush, statistic, repeats); th
 
 The default tolerances (10% median, 25% worst) sit above the repeatability of flushed GEMM
 timings on the project's shared 2-core machine, whose re-timed table entries scatter by a few per
-cent (`benchmarks/probes/gemm_noise_probe.py`), and below the error a stale profile causes (a
+cent (`reports/archive/validation-cpu/gemm_noise_probe.py`), and below the error a stale profile causes (a
 profile from another host of the same CPU family mispredicted a ResNet-18 step by +66%, issue 15).
 """
 

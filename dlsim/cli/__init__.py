@@ -83,6 +83,24 @@ def _register() -> None:
 
 MAX_ERROR_CHARS = 300
 USAGE_EXIT = 2
+INTERRUPTED_EXIT = 130
+_RESUME: list[str] = []
+
+
+def resumable(what: str) -> None:
+    """Say that the running command resumes where it stopped (`what` keeps: "every measured row"): an
+    interrupt (Ctrl-C) then prints the exact command to rerun."""
+    _RESUME[:] = [what]
+
+
+def _interrupted(argv: list[str] | None) -> int:
+    if _RESUME:
+        import shlex
+        command = shlex.join(["dlsim", *(sys.argv[1:] if argv is None else argv)])
+        click.echo(f"interrupted: {_RESUME[0]} is kept; to resume, rerun: {command}", err=True)
+    else:
+        _fail("interrupted")
+    return INTERRUPTED_EXIT
 
 
 def _fail(message: str) -> None:
@@ -94,12 +112,18 @@ def _fail(message: str) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted)."""
+    """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted).
+    Every file the command reads is an input no output of it may be (`dlsim.io.runfiles.run_scope`)."""
+    from dlsim.io.runfiles import run_scope
+    _RESUME.clear()
     try:
-        main.main(args=argv, prog_name="dlsim", standalone_mode=False)
+        with run_scope():
+            main.main(args=argv, prog_name="dlsim", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            return _interrupted(argv)
         _fail("aborted")
         return 1
     except click.UsageError as exc:
@@ -112,8 +136,7 @@ def run(argv: list[str] | None = None) -> int:
         _fail(str(exc))
         return 1
     except KeyboardInterrupt:
-        _fail("interrupted")
-        return 130
+        return _interrupted(argv)
     except BrokenPipeError:
         return 1
     except (MemoryError, RecursionError) as exc:

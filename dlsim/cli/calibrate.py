@@ -5,7 +5,6 @@ Subcommands live in their own modules (``calibrate_comm``, ``calibrate_compute``
 
 from __future__ import annotations
 
-import click
 
 from dlsim.cli import main
 

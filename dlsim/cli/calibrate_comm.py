@@ -6,9 +6,11 @@ import sys
 
 import click
 
+from dlsim.cli import resumable
+
 from dlsim.api.calibrate_comm import calibrate_comm, import_nccl_tests, size_range
 from dlsim.cli.calibrate import calibrate
-from dlsim.cli.options import json_option
+from dlsim.cli.options import FINITE_FLOAT, json_option
 from dlsim.cli.output import emit_json, wants_summary
 from dlsim.units import format_time, parse_time
 
@@ -53,7 +55,7 @@ def _print_fits(fits: dict) -> None:
 @click.option("--idle-wait", type=click.Choice(["sleep", "spin", "sleep-barrier"]), default="sleep", show_default=True,
               help="How ranks wait out --idle-gap: sleep (CPUs idle too), spin (only the links idle), or "
                    "sleep-barrier (sleep, then one extra barrier to wake the ranks).")
-@click.option("--budget", type=float, default=0.5, show_default=True, help="Seconds of repetitions per point.")
+@click.option("--budget", type=FINITE_FLOAT, default=0.5, show_default=True, help="Seconds of repetitions per point.")
 @click.option("--max-reps", type=int, default=40, show_default=True)
 @click.option("--quick", is_flag=True, help="Few sizes and repetitions (a smoke test).")
 @click.option("--import-nccl-tests", "nccl_files", multiple=True, type=click.Path(),
@@ -87,6 +89,7 @@ def comm_cmd(backend: str, ranks: int, out: str | None, hosts: str | None, emula
             click.echo(f"  {line}")
         return
     forced = None if not algorithms else tuple(a for a in algorithms if a != "none")
+    resumable("every point measured so far")
     rec = calibrate_comm(out, backend=backend, ranks=ranks, hosts=hosts, algorithms=forced,
                          sizes=size_range(sizes) if sizes else None, collectives=collectives or None, quick=quick,
                          budget_s=budget, max_reps=max_reps, emulated=emulated, rate=rate, burst=burst, queue=queue,

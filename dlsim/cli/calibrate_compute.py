@@ -7,28 +7,18 @@ import sys
 import click
 
 from dlsim.api.calibrate_compute import calibrate_compute
+from dlsim.cli import resumable
 from dlsim.cli.calibrate import calibrate
 from dlsim.cli.options import json_option, parse_overrides, set_option
 from dlsim.cli.output import emit_json, state_dtype, wants_summary
-from dlsim.progress import PHASE_DONE, PHASE_RUNNING, Progress
+from dlsim.progress import Progress
 from dlsim.units import format_time
 
 
 def _progress(bar: Progress | None):
-    """Per-kernel progress on the bar; failures as lines of their own (also off a terminal)."""
-    def report(i: int, total: int, label: str, status: str) -> None:
-        if bar is None:
-            return
-        if status == PHASE_RUNNING:  # work before the kernels (the loop probe): not a kernel of the count
-            bar.phase(label, total)
-            return
-        if status == PHASE_DONE:
-            bar.end_phase()
-            return
-        if status.startswith("failed"):
-            bar.line(f"[{i}/{total}] {label}: {status}")
-        bar.update(i, total, f"{label}: {status}")
-    return report
+    """Per-kernel progress on the display; the host probes as a phase with their own counts; failures as lines
+    of their own (also off a terminal): `Progress.callback`."""
+    return bar.callback() if bar is not None else None
 
 
 def print_warnings(warnings: list[str]) -> None:
@@ -65,23 +55,35 @@ def print_warnings(warnings: list[str]) -> None:
               help="Time every kernel once per pass, in a fresh random order each pass, and keep the statistic over "
                    "the passes (time-correlated noise of a shared machine then cannot shift a region of a table).")
 @click.option("--quick", is_flag=True,
-              help="Measure nothing new: re-probe this host (identity, reference GEMM and stream speed) and re-time a "
-                   "few table entries of OUT (under 30 s); say whether the tables still hold.")
+              help="The fast path. On an OUT that holds a calibration: measure nothing new, re-probe this host and "
+                   "re-time a few table entries (under 30 s) and say whether the tables still hold. On a new OUT: "
+                   "calibrate quickly: the --model kernels only (no generic grid), one pass, 3 timed calls each, "
+                   "the host probes reused from this host's cache.")
+@click.option("--reprobe", is_flag=True,
+              help="Measure the host probes (fresh pages, the plain loop's extras, host time per operator) again "
+                   "instead of reusing this host's cached results (the cache is refreshed).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (it is drawn only on a terminal anyway).")
 @set_option
 @json_option
 def compute_cmd(device: str, out: str, models: tuple[str, ...], input_shape: str | None, tokens: bool, vocab: int,
                 batches: tuple[int, ...], dtypes: tuple[str, ...],
                 no_grid: bool, algorithms: tuple[str, ...], threads: int | None, repeats: int, flush_cache: bool,
-                statistic: str, warm: str, passes: int, quick: bool, quiet: bool,
+                statistic: str, warm: str, passes: int, quick: bool, reprobe: bool, quiet: bool,
                 overrides: tuple[str, ...], json_out: str | None) -> None:
     """Measure GEMMs, convolutions (every algorithm), memory-bound kernels and launch overhead.
 
     Writes CSV tables, meta.yaml and profile.yaml into OUT. Interrupt it at any time: rerunning the
-    same command measures only what is missing.
+    same command measures only what is missing, and a finished calibration's rerun does nothing.
+    On a CPU the host probes this calibration's predictions need are measured once per host and kept
+    in the user's cache (see --reprobe).
     """
-    if quick:
+    if quick and _has_calibration(out):
         return _quick(out, json_out)
+    if quick:
+        if not models:
+            raise click.UsageError("--quick on a new OUT calibrates the --model kernels only: give --model and --batch")
+        no_grid, passes, repeats = True, 1, min(repeats, 3)
+        click.echo("quick calibration: the --model kernels only, one pass, 3 timed calls each", err=True)
     if models and not batches:
         raise click.UsageError("--model needs --batch")
     if repeats < 1:
@@ -89,11 +91,13 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], input_shape: str
     if passes < 1:
         raise click.BadParameter("must be at least 1", param_hint="--passes")
     chosen = [_factory_model(m, input_shape, tokens, vocab) if ".py:" in m else m for m in models]
-    with Progress(enabled=False if quiet else None) as bar:
+    resumable("every kernel and probe measured so far")
+    with Progress(enabled=False if quiet else None, label="kernels") as bar:
         rec = calibrate_compute(out, device=device, models=chosen, batches=batches or (1,),
                                 overrides=parse_overrides(overrides), dtypes=dtypes or ("fp32",), grid=not no_grid,
                                 algorithms=algorithms or None, threads=threads, repeats=repeats,
                                 flush_cache=flush_cache, statistic=statistic, warm=warm, passes=passes,
+                                reuse_probes=not reprobe,
                                 command="dlsim " + " ".join(sys.argv[1:]), progress=_progress(None if quiet else bar))
     print_warnings(rec["warnings"])
     state_dtype(rec, dtypes, list(dtypes or ("fp32",)))
@@ -101,12 +105,38 @@ def compute_cmd(device: str, out: str, models: tuple[str, ...], input_shape: str
         emit_json(rec, json_out)
         if not wants_summary(json_out):
             return
+    if rec.get("nothing_to_do"):
+        click.echo(f"{rec['out']}: nothing to do: {rec['already_measured']} kernels already measured")
+        for line in rec["profile"]:
+            click.echo(f"  {line}")
+        return
     click.echo(f"{rec['out']}: {rec['measured']} kernels measured, {rec['already_measured']} already there, "
                f"{len(rec['failed'])} failed, in {format_time(rec['seconds'])} on {rec['device']}")
     for line in rec["failed"]:
         click.echo(f"  failed: {line}")
     for line in rec["profile"]:
         click.echo(f"  {line}")
+    if rec.get("probes"):
+        click.echo("  " + probe_line(rec["probes"]))
+    grid = rec.get("grid_rows") or {}
+    if grid.get("copied_from_host_cache"):
+        click.echo(f"  generic grid: {grid['copied_from_host_cache']} rows copied from this host's cache (measured "
+                   f"{grid.get('measured', '?')}; --reprobe times them again)")
+
+
+def probe_line(probes: dict) -> str:
+    """One line: where each host probe's rows came from."""
+    by: dict[str, list[str]] = {}
+    for name, source in probes["sources"].items():
+        by.setdefault(source, []).append(name)
+    parts = [f"{source}: {', '.join(names)}" for source, names in by.items()]
+    where = f"; host cache {probes['host_cache']}" if probes.get("host_cache") else "; host cache off"
+    return (f"host probes ({probes['measured_s']:.0f} s measuring) {'; '.join(parts)}{where}")
+
+
+def _has_calibration(out: str) -> bool:
+    from pathlib import Path
+    return (Path(out) / "meta.yaml").is_file() and (Path(out) / "gemm.csv").is_file()
 
 
 def _quick(out: str, json_out: str | None) -> None:

@@ -8,8 +8,8 @@ import click
 
 from dlsim.api.comm import comm, comm_sweep
 from dlsim.cli import main
-from dlsim.cli.options import json_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, json_option
+from dlsim.cli.output import OutputFile, check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
 from dlsim.cost.collectives import COLLECTIVES
 from dlsim.cost.p2p import MODELS
 from dlsim.errors import SpecError
@@ -52,6 +52,9 @@ def comm_text(rec: dict[str, Any], decimal: bool = False) -> str:
     where = (f"{net['link']['name']} NICs and {net['intra']['name']} across nodes of {net['ranks_per_node']} ranks"
              if net.get("intra") and (net.get("ranks_per_node") or 1) > 1 else f"link {net['link']['name']}")
     lines = [head, body, f"lower bound: {format_time(rec['lower_bound_s'])} on {where}; busbw = algbw x {rec['bus_factor']:.4g} (nccl-tests convention)"]
+    # measured rows and what the closed form alone does not say (contention on a shared network)
+    lines += [f"{r['algorithm']}: {r['source']}, {r['note']}" for r in rec["results"]
+              if r["source"] != "model" or "; " in r["note"]]
     lines += [f"skipped {s['algorithm']}: {s['reason']}" for s in rec["skipped"]]
     return "\n".join(lines)
 
@@ -97,10 +100,10 @@ def sweep_text(rec: dict[str, Any], decimal: bool = False) -> str:
 @click.option("--shards", type=int, help="Parameter-server shards (push, pull, allreduce parameter-server) [default: 1].")
 @click.option("--fanout", type=int, help="Gossip peers per round [default: 3].")
 @click.option("--rounds", type=int, help="Gossip rounds [default: 1].")
-@click.option("--density", type=float, help="Sparse allreduce: nonzeros per rank over elements, in (0, 1] "
+@click.option("--density", type=FINITE_FLOAT, help="Sparse allreduce: nonzeros per rank over elements, in (0, 1] "
               "[default: 1].")
-@click.option("--value-bytes", type=float, help="Sparse allreduce: bytes per value (indices 4 bytes) [default: 4].")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the sweep into FILE.png.")
+@click.option("--value-bytes", type=FINITE_FLOAT, help="Sparse allreduce: bytes per value (indices 4 bytes) [default: 4].")
+@click.option("--plot", "plot_path", type=OutputFile(figure=True), help="Draw the sweep into FILE.png.")
 @json_option
 def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, plot_path: str | None,
              json_out: str | None, **kwargs: Any) -> None:

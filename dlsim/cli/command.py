@@ -49,7 +49,14 @@ class _Panelled:
 
 
 class DlsimCommand(_Panelled, RichCommand):
-    """A dlsim command: grouped help; an optional-value option never takes a required argument's word."""
+    """A dlsim command: grouped help; an optional-value option never takes a required argument's word;
+    its output files are checked before it runs (`dlsim.cli.output.check_outputs`: a path that cannot
+    be written is refused before any work, not after it)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from dlsim.cli.output import check_outputs
+        check_outputs(ctx)
+        return super().invoke(ctx)
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:

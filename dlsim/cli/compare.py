@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from dlsim.cli import main
-from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import PLOT_FORMATS, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.cli.options import announce_empty_strategy, parse_overrides, set_option
+from dlsim.cli.output import (OutputFile, check_plot_path, emit_json, emit_plot, emit_text, force_option, json_safe,
+                              prepare_output, wants_summary)
 from dlsim.errors import InfeasibleError, SpecError
-from dlsim.io.files import OutputError
 from dlsim.report.strategy_fields import field_text, varying_fields
 from dlsim.spec.strategy import SYNCS
 
@@ -34,26 +32,18 @@ CSV_COLUMNS = ("strategy", "gpus", "dp", "tp", "pp", "microbatch_size", "num_mic
 
 def check_figure_path(path: str, option: str) -> Path:
     """Refuse an unknown figure format before any work is done (and remember the output)."""
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in PLOT_FORMATS:
-        raise OutputError(f"{option} {path}: unknown figure format {suffix or '(none)'!r} "
-                          f"(use a file name ending in .{', .'.join(PLOT_FORMATS[:4])})")
-    return prepare_output(path, option)
+    return prepare_output(check_plot_path(path, option), option)
 
 
 def emit_figure(path: str, option: str, draw: Callable[[], Any]) -> None:
-    """Draw a figure (`draw()` returns it) and write it atomically to `path` under the output rules."""
+    """Draw a figure (`draw()` returns it) and write it to `path` under the output rules."""
     from dlsim.report.compare_plots import close, save_figure
-    fig = draw()
-    suffix = Path(path).suffix or ".png"
-    fd, tmp = tempfile.mkstemp(prefix=".dlsim-figure.", suffix=suffix)
-    os.close(fd)
-    try:
+
+    def save(tmp: str) -> None:
+        fig = draw()
         save_figure(fig, tmp)
         close(fig)
-        emit_text(path, Path(tmp).read_bytes(), option)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    emit_plot(path, save, option)
 
 
 def _gpus(text: str | None) -> list[int] | None:
@@ -188,10 +178,10 @@ def draw_comparison(rec: dict[str, Any]) -> Any:
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Simulate on a process pool of this many workers.")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="Write the table as CSV to FILE.")
-@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+@click.option("--csv", "csv_out", type=OutputFile(), help="Write the table as CSV to FILE.")
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
               help="Print the comparison record as JSON (or write it to FILE; redraw it with dlsim plot).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=OutputFile(figure=True),
               help="Draw the comparison (or the scaling study) into FILE.png.")
 @force_option
 @set_option
@@ -213,6 +203,8 @@ def compare_cmd(model: str, cluster: str, strategies: tuple[str, ...], stack: st
         if path is not None:
             prepare_output(path, option)
     from dlsim.api.compare import compare
+    for path in strategies:
+        announce_empty_strategy(path)
     gpus = _gpus(gpus_text)
     if scaling and not gpus:
         raise SpecError("--scaling needs --gpus with at least two counts, e.g. --gpus 8,16,32", field="gpus")

@@ -25,7 +25,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
          ["--recompute", "--recompute-layers", "--zero", "--fsdp", "--hybrid-shard", "--offload",
           "--grad-accumulation"]),
         ("Software stack: kernels and overlap", ["--stack", "--fused-kernels", "--sequence-parallel",
-                                                 "--tp-async-backward", "--ep-overlap",
+                                                 "--tp-async-backward", "--tp-comm-overlap", "--ep-overlap",
                                                  "--param-gather-overlap"]),
         ("Gradient synchronisation", ["--sync", "--collective", "--bucket-size", "--overlap", "--compression",
                                       "--compression-bits", "--compression-density",
@@ -55,7 +55,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Output", ["--csv", "--json", "--plot", "--force", "--help"]),
     ],
     "dlsim sweep": [
-        ("Run", ["--out", "--jobs", "--stack"]),
+        ("Run", ["--out", "--jobs", "--stack", "--quiet"]),
         ("Dask", ["--scheduler", "--dask-local"]),
         ("Output", ["--summary", "--plot", *_OUTPUT]),
     ],
@@ -63,7 +63,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Device and output", ["--device", "--out", "--threads", "--dtype"]),
         ("What to measure", ["--model", "--input-shape", "--tokens", "--vocab", "--batch", "--set", "--no-grid",
                              "--algorithm"]),
-        ("How to time", ["--repeats", "--flush-cache", "--statistic", "--warm", "--passes"]),
+        ("How to time", ["--repeats", "--flush-cache", "--statistic", "--warm", "--passes", "--reprobe"]),
         ("Check and report", ["--quick", "--quiet", *_OUTPUT]),
     ],
     "dlsim comm": [

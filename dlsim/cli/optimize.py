@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
 from dlsim.api.optimize import OBJECTIVES, label, optimize
 from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, emit_figure
-from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, parse_overrides, set_option
+from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
+                              wants_summary)
 from dlsim.errors import SpecError
 from dlsim.report.optimize_text import optimize_summary, stacks_summary
 
@@ -33,6 +35,16 @@ def _csv(rec: dict[str, Any]) -> str:
                     *(b.get(k, 0.0) for k in ("compute", "recompute", "exposed_comm", "bubble", "idle")),
                     r["peak_memory_bytes"], r["capacity_bytes"]])
     return out.getvalue()
+
+
+@contextlib.contextmanager
+def searching(model: str, gpus: int) -> Iterator[None]:
+    """A ticking clock on stderr (a terminal only) while the search runs."""
+    from dlsim.progress import Progress
+    with Progress(tick=True) as bar:
+        bar.phase(f"optimize {model} on {gpus} GPUs: sizing, evaluating and simulating candidates", waiting=True)
+        yield
+        bar.end_phase()
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -103,8 +115,8 @@ def best_strategy_yaml(result) -> str:
 @click.option("--offload", "offloads", default="none", show_default=True,
               help="Offload choices to search (none, activations, optimizer, both), comma-separated.")
 @click.option("--tokens", help="Token budget of the run (e.g. 15T): needed by --objective time-to-train, cost, energy.")
-@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour (USD; --objective cost).")
-@click.option("--usd-per-kwh", type=float, help="Price of one facility kWh (USD; --objective cost).")
+@click.option("--usd-per-gpu-hour", type=FINITE_FLOAT, help="Price of one GPU-hour (USD; --objective cost).")
+@click.option("--usd-per-kwh", type=FINITE_FLOAT, help="Price of one facility kWh (USD; --objective cost).")
 @click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
               help="Checkpointing of the run objectives [default: sync].")
 @click.option("--max-simulations", type=click.IntRange(1, 10000), default=24, show_default=True,
@@ -113,12 +125,12 @@ def best_strategy_yaml(result) -> str:
               help="Processes sizing, evaluating and simulating the candidates (the same result with 1) "
                    "[default: the machine's cores, at most 8].")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
-@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
               help="Print the record as JSON (or write it to FILE).")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), default=None, help="Write the ranked table as CSV.")
-@click.option("--save-best", "save_best", type=click.Path(dir_okay=False), default=None, metavar="FILE.yaml",
+@click.option("--csv", "csv_out", type=OutputFile(), default=None, help="Write the ranked table as CSV.")
+@click.option("--save-best", "save_best", type=OutputFile(), default=None, metavar="FILE.yaml",
               help="Write the winning strategy as a strategy file (dlsim simulate --strategy FILE.yaml reads it).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=OutputFile(figure=True), default=None,
               help="Draw the Pareto front of iteration time against memory per device (PNG, PDF or SVG).")
 @force_option
 @set_option
@@ -151,28 +163,31 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
         if csv_out is not None or plot_path is not None:
             raise SpecError("--csv and --plot draw one search; with --stacks use --json", field="stacks")
         from dlsim.api.optimize import optimize_stacks
-        rec = json_safe(optimize_stacks(
+        with searching(model, gpus):
+            stacked = optimize_stacks(
             model, cluster, [x.strip() for x in stacks_text.split(",") if x.strip()], gpus=gpus,
             global_batch=global_batch, objective=objective, top=top, max_memory_fraction=max_memory_fraction,
             fix=list(fix), nodes=nodes, schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
             max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, measured=not model_only,
             max_simulations=max_simulations, jobs=jobs, cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
-            offload=tuple(x.strip() for x in offloads.split(",") if x.strip()), overrides=parse_overrides(overrides)))
+            offload=tuple(x.strip() for x in offloads.split(",") if x.strip()), overrides=parse_overrides(overrides))
+        rec = json_safe(stacked)
         if wants_summary(json_out):
             click.echo(stacks_summary(rec))
         if json_out is not None:
             emit_json(rec, json_out)
         return
-    result = optimize(model, cluster, gpus=gpus, global_batch=global_batch, objective=objective, top=top,
-                      max_memory_fraction=max_memory_fraction, fix=list(fix), nodes=nodes,
-                      schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
-                      max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
-                      measured=not model_only, max_simulations=max_simulations, jobs=jobs,
-                      cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
-                      spatial=_ints(spatial_degrees, "--spatial"),
-                      offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
-                      overrides=parse_overrides(overrides), stack=stack,
-                      run_options=_run_options(tokens, usd_per_gpu_hour, usd_per_kwh, checkpoint))
+    with searching(model, gpus):
+        result = optimize(model, cluster, gpus=gpus, global_batch=global_batch, objective=objective, top=top,
+                          max_memory_fraction=max_memory_fraction, fix=list(fix), nodes=nodes,
+                          schedules=tuple(x.strip() for x in schedules.split(",") if x.strip()),
+                          max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
+                          measured=not model_only, max_simulations=max_simulations, jobs=jobs,
+                          cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
+                          spatial=_ints(spatial_degrees, "--spatial"),
+                          offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
+                          overrides=parse_overrides(overrides), stack=stack,
+                          run_options=_run_options(tokens, usd_per_gpu_hour, usd_per_kwh, checkpoint))
     rec = add_assumed(json_safe(result.to_dict()))
     if wants_summary(json_out):
         click.echo(optimize_summary(rec))

@@ -1,9 +1,13 @@
 """Output helpers shared by commands: JSON to stdout or to a file, plots and traces, all written safely.
 
-Rules (issue 16): an output never replaces an input of the same run (the model, profile, strategy
-or table files named on the command line) nor another output of the same run; an existing file is
-replaced only with ``--force``; files are written atomically (temporary file with an unpredictable
-name, fsync, rename), readable as the umask says, through symlinks. Every number in a record is
+Rules (issues 16, 29): an output never replaces an input of the same run (the files named on the
+command line, and every file the run reads: a model's ``extends:``, a profile's tables; see
+`dlsim.io.runfiles`) nor another output of the same run; an existing regular file is replaced only
+with ``--force``, a character device or FIFO is written into, anything else refused; files are
+written atomically (temporary file with an unpredictable name, fsync, rename), readable as the umask
+says, through symlinks. Options that write a file have the type `OutputFile`: every such path of a
+command is checked before the command does any work (`check_outputs`, run by
+`dlsim.cli.command.DlsimCommand`). Every number in a record is
 checked finite before it is printed or written (no bare ``Infinity``/``NaN``, which are not JSON);
 an unbounded limit (a link without a burst peak) is written as ``null``.
 """
@@ -19,8 +23,9 @@ from typing import Any, Callable
 
 import click
 
-from dlsim.errors import DlsimError
+from dlsim.errors import DlsimError, excerpt
 from dlsim.io.files import OutputError, check_output, write_atomic
+from dlsim.io.runfiles import shown
 
 # Fields where +inf means "no limit": written as null.
 UNBOUNDED_KEYS = ("peak_bandwidth_bytes_per_s", "peak_bandwidth")
@@ -41,15 +46,44 @@ force_option: Callable = click.option(
     help="Replace output files (--json FILE, --trace, --plot) that already exist.")
 
 
+def forced() -> bool:
+    """Whether the running command was given ``--force``."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get("dlsim.force", False))
+
+
+class OutputFile(click.ParamType):
+    """The type of an option that writes a file: checked before the command runs (`check_outputs`).
+    `resume`: the file is appended to and read back (a results file), not replaced; `figure`: a
+    figure, whose format the file name's suffix says (`check_plot_path`)."""
+
+    name = "file"
+
+    def __init__(self, resume: bool = False, figure: bool = False) -> None:
+        self.resume, self.figure = resume, figure
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return os.fsdecode(value) if isinstance(value, bytes) else value
+
+
+def _is_output(param: click.Parameter) -> bool:
+    return isinstance(param.type, OutputFile)
+
+
+def _option_label(param: click.Parameter) -> str:
+    longs = [o for o in param.opts if o.startswith("--")]
+    return max(longs, key=len) if longs else (param.opts[0] if param.opts else str(param.name))
+
+
 def _inputs(ctx: click.Context | None) -> list[Path]:
     """Files named on the command line (a profile directory's profile.yaml and tables too)."""
     found: list[Path] = []
     while ctx is not None:
+        outputs = {p.name for p in ctx.command.params if _is_output(p)}
         for name, value in ctx.params.items():
             values = value if isinstance(value, (list, tuple)) else [value]
             for v in values:
-                if not isinstance(v, (str, Path)) or name in ("json_out", "trace_out", "plot_path", "plot", "out",
-                                                                 "gantt_out", "csv_out", "save_best"):
+                if not isinstance(v, (str, Path)) or name in outputs or not v or "\x00" in str(v):
                     continue
                 p = Path(v)
                 try:
@@ -57,26 +91,40 @@ def _inputs(ctx: click.Context | None) -> list[Path]:
                         found.append(p)
                     elif p.is_dir():
                         found.extend(q for q in p.iterdir() if q.is_file())
-                except OSError:
+                except (OSError, ValueError):
                     continue
         ctx = ctx.parent
     return found
 
 
-def prepare_output(path: str | Path, option: str) -> Path:
-    """Check an output path against this run's inputs, its other outputs, and --force; remember it."""
+def prepare_output(path: str | Path, option: str, resume: bool = False) -> Path:
+    """Check an output path against this run's inputs, its other outputs, its type and --force
+    (`dlsim.io.files.check_output`); remember it. A second call for the same output is a no-op."""
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx is not None else {}
     written = meta.setdefault("dlsim.outputs", {})
-    path = Path(path)
-    key = os.path.abspath(path)
+    key = (os.fspath(path), option)
     if key in written:
-        if written[key] != option:
-            raise OutputError(f"{option} {path} is already the {written[key]} output of this run")
-        return path
-    check_output(path, inputs=tuple(_inputs(ctx)), force=meta.get("dlsim.force", False), option=option)
-    written[key] = option
-    return path
+        return written[key]
+    checked = check_output(path, inputs=tuple(_inputs(ctx)), force=meta.get("dlsim.force", False), option=option,
+                           resume=resume)
+    written[key] = checked
+    return checked
+
+
+def check_outputs(ctx: click.Context) -> None:
+    """Check every output file of the command about to run (its `OutputFile` options) before it does
+    any work; a figure's format too."""
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name) if param.name else None
+        if not _is_output(param) or value in (None, "-") or isinstance(value, bool):
+            continue
+        kind: OutputFile = param.type  # type: ignore[assignment]
+        label = _option_label(param)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if kind.figure:
+                check_plot_path(v, label)
+            prepare_output(v, label, resume=kind.resume)
 
 
 def json_safe(record: Any, where: str = "") -> Any:
@@ -163,25 +211,21 @@ def emit_text(path: str | Path, text: str | bytes, option: str) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-def check_plot_path(path: str | Path) -> Path:
+def check_plot_path(path: str | Path, option: str = "--plot") -> Path:
     """Refuse an unknown plot format before any work is done."""
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in PLOT_FORMATS:
-        raise OutputError(f"--plot {path}: unknown figure format {suffix or '(none)'!r} "
+        raise OutputError(f"{option} {shown(path)}: unknown figure format {excerpt(suffix, 20) if suffix else '(none)'} "
                           f"(use a file name ending in .{', .'.join(PLOT_FORMATS[:4])})")
     return Path(path)
 
 
-def emit_plot(path: str | Path, draw: Callable[[str], Any]) -> None:
-    """Draw a figure through `draw(temporary_path)` and move it into place atomically."""
-    path = prepare_output(check_plot_path(path), "--plot")
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
-    os.close(fd)
-    try:
+def emit_plot(path: str | Path, draw: Callable[[str], Any], option: str = "--plot") -> None:
+    """Draw a figure through `draw(temporary_path)` (a private temporary directory) and write it to
+    `path` under the output rules."""
+    path = prepare_output(check_plot_path(path, option), option)
+    with tempfile.TemporaryDirectory(prefix="dlsim-figure.") as folder:
+        tmp = os.path.join(folder, "figure" + (Path(path).suffix or ".png"))
         draw(tmp)
-        write_atomic(target, Path(tmp).read_bytes())
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        write_atomic(path, Path(tmp).read_bytes())
     click.echo(f"wrote {path}", err=True)

@@ -13,8 +13,9 @@ import click
 from dlsim.api.microbatch import microbatch_sweep, microbatch_table, plan_from_table
 from dlsim.api.models import as_model, check_dtype
 from dlsim.cli import main
-from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, json_safe, prepare_output, state_dtype, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, json_option, parse_overrides, refuse_unused, set_option
+from dlsim.cli.output import (OutputFile, check_plot_path, emit_json, emit_plot, json_safe, prepare_output, state_dtype,
+                              wants_summary)
 from dlsim.errors import SpecError
 from dlsim.plan.microbatch.ilp import GAP_REL
 from dlsim.plan.microbatch.policies import POLICIES
@@ -86,9 +87,9 @@ def plan_text(rec: dict[str, Any], pareto: bool = False) -> str:
 @click.option("--solver", type=click.Choice(["cbc", "highs"]), default="cbc", show_default=True,
               help="ILP solver for --mode wd (highs needs the highspy package).")
 @click.option("--time-limit", default="10s", show_default=True, help="ILP solver time limit.")
-@click.option("--gap", type=float, default=GAP_REL, show_default=True,
+@click.option("--gap", type=FINITE_FLOAT, default=GAP_REL, show_default=True,
               help="ILP relative optimality gap (0: prove exact optimality; can take long).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=OutputFile(figure=True),
               help="Write a figure of time and speedup against the workspace limit (PNG, SVG, PDF).")
 @set_option
 @json_option
@@ -107,6 +108,11 @@ def microbatch_cmd(model: str | None, cluster: str | None, bench_table: str | No
         raise SpecError("MODEL needs --cluster PROFILE (or --bench-table FILE.csv)")
     if model is None and bench_table is None:
         raise SpecError("give MODEL --cluster PROFILE, or --bench-table FILE.csv")
+    if model is None:
+        refuse_unused(("overrides", "dtype", "cluster"), "without MODEL: the benchmark table's times are measured, "
+                                                           "not modelled")
+    if mode == "wr":
+        refuse_unused(("solver", "time_limit", "gap"), "with --mode wr (the ILP solver runs with --mode wd)")
     limit = parse_size(workspace_limit)
     seconds = parse_time(time_limit)
     if plot_path:

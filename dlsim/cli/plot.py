@@ -10,16 +10,18 @@ panels of a study, e.g. the seeds' reproductions in reports/seeds); a Chrome tra
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
 from dlsim.cli import main
 from dlsim.cli.compare import check_figure_path, draw_comparison, emit_figure
-from dlsim.cli.output import force_option
+from dlsim.cli.output import OutputFile, emit_plot, force_option
 from dlsim.errors import SpecError, excerpt
 
 MAX_RECORD_BYTES = 512 * 2 ** 20
@@ -45,6 +47,48 @@ def read_record(path: str) -> dict[str, Any]:
     return rec
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def check_trace(rec: dict[str, Any], path: str) -> None:
+    """The fields of a Chrome trace the Gantt chart reads have the types `dlsim simulate --trace`
+    writes; one `SpecError` naming the first event that does not (a number where a name is, a
+    missing time), never an error while drawing."""
+    events = rec.get("traceEvents")
+    if not isinstance(events, list):
+        raise SpecError("traceEvents is not a list", path=path)
+    for i, e in enumerate(events):
+        where = f"traceEvents[{i}]"
+        if not isinstance(e, dict) or not isinstance(e.get("ph", ""), str):
+            raise SpecError("not an event (a mapping with a string ph)", path=path, field=where)
+        if e.get("ph") not in ("M", "X"):
+            continue
+        if not isinstance(e.get("name"), str):
+            raise SpecError(f"name is {excerpt(e.get('name'), 30)}, not a string", path=path, field=where)
+        for key in ("pid", "tid"):
+            if key in e and (isinstance(e[key], bool) or not isinstance(e[key], int)):
+                raise SpecError(f"{key} is {excerpt(e[key], 30)}, not an integer", path=path, field=where)
+        if e["ph"] == "X":
+            if not _number(e.get("ts")) or not _number(e.get("dur")) or "pid" not in e or "tid" not in e:
+                raise SpecError("a span needs pid, tid and finite non-negative ts and dur", path=path, field=where)
+            if not isinstance(e.get("cat", ""), str):
+                raise SpecError("cat is not a string", path=path, field=where)
+        elif e["name"] in ("process_name", "thread_name", "process_sort_index"):
+            args = e.get("args")
+            wanted = "sort_index" if e["name"] == "process_sort_index" else "name"
+            ok = isinstance(args, dict) and (_number(args.get(wanted)) if wanted == "sort_index"
+                                              else isinstance(args.get(wanted), str))
+            if not ok or "pid" not in e or (e["name"] == "thread_name" and "tid" not in e):
+                raise SpecError(f"{e['name']} needs pid{', tid' if e['name'] == 'thread_name' else ''} and "
+                                f"args.{wanted} ({'a number' if wanted == 'sort_index' else 'a string'})",
+                                path=path, field=where)
+    other = rec.get("otherData", {})
+    if not isinstance(other, dict) or ("makespan_s" in other and other["makespan_s"] is not None
+                                       and not _number(other["makespan_s"])):
+        raise SpecError("otherData.makespan_s is not a finite non-negative number", path=path, field="otherData")
+
+
 def _kind(rec: dict[str, Any]) -> str:
     if "traceEvents" in rec:
         return "trace"
@@ -62,10 +106,13 @@ def _draw(records: list[tuple[str, dict[str, Any]]], devices: int) -> Any:
             raise SpecError(f"several records are drawn together only when all are simulation records "
                             f"(simulation or async_simulation; got {', '.join(sorted(kinds))})")
         from dlsim.api.compare import comparison_from_records
-        return draw_comparison(comparison_from_records([(Path(p).stem, r) for p, r in records]))
+        with malformed("simulation", ", ".join(p for p, _ in records)[:120]):
+            return draw_comparison(comparison_from_records([(Path(p).stem, r) for p, r in records]))
     path, rec = records[0]
     kind = _kind(rec)
-    try:
+    if kind == "trace":
+        check_trace(rec, path)
+    with malformed(kind, path):
         if kind == "simulation":
             return compare_plots.simulation_figure(rec, max_devices=devices)
         if kind == "comparison":
@@ -77,35 +124,47 @@ def _draw(records: list[tuple[str, dict[str, Any]]], devices: int) -> Any:
             from dlsim.report.series_plots import series_figure
             return series_figure(rec)
         if kind in ("comm-sweep", "comm-validation", "strategy-study"):
-            return _legacy(kind, rec)
-    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
-        raise SpecError(f"{kind} record is missing or has a malformed field ({type(exc).__name__}: "
-                        f"{excerpt(str(exc), 60)})", path=path) from None
+            return _legacy(kind, rec, path)
     raise SpecError(f"cannot draw a record of kind {excerpt(rec.get('kind'), 40)} (use one of {', '.join(KINDS)})",
                     path=path)
 
 
+@contextlib.contextmanager
+def malformed(kind: str, path: str) -> Iterator[None]:
+    """A record whose fields are not what its kind's drawing reads: one `SpecError` line naming it."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, AttributeError) as exc:
+        raise SpecError(f"{kind} record is missing or has a malformed field ({type(exc).__name__}: "
+                        f"{excerpt(str(exc), 60)})", path=path) from None
+
+
 class _Drawn:
-    """A figure already written by an older plotting function (comm, strategy study): its bytes."""
+    """A figure an older plotting function (comm, strategy study) writes itself: `draw(tmp)`, run
+    under the same malformed-record rule as the others."""
 
-    def __init__(self, draw: Any) -> None:
-        self.draw = draw
+    def __init__(self, draw: Any, kind: str, path: str) -> None:
+        self._draw, self.kind, self.path = draw, kind, path
+
+    def draw(self, tmp: str) -> None:
+        with malformed(self.kind, self.path):
+            self._draw(tmp)
 
 
-def _legacy(kind: str, rec: dict[str, Any]) -> Any:
+def _legacy(kind: str, rec: dict[str, Any], path: str) -> Any:
     if kind == "comm-sweep":
         from dlsim.report.comm_plots import plot_sweep
-        return _Drawn(lambda tmp: plot_sweep(rec, tmp))
+        return _Drawn(lambda tmp: plot_sweep(rec, tmp), kind, path)
     if kind == "comm-validation":
         from dlsim.report.comm_plots import plot_validation
-        return _Drawn(lambda tmp: plot_validation(rec, tmp))
+        return _Drawn(lambda tmp: plot_validation(rec, tmp), kind, path)
     from dlsim.report.sim_plots import plot_strategy_study
-    return _Drawn(lambda tmp: plot_strategy_study(rec, tmp))
+    return _Drawn(lambda tmp: plot_strategy_study(rec, tmp), kind, path)
 
 
 @main.command("plot")
 @click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", "-o", "out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "-o", "out", required=True, type=OutputFile(figure=True),
               help="Figure file to write (.png, .pdf, .svg, ...).")
 @click.option("--devices", "devices", type=click.IntRange(1, 4096), default=16, show_default=True,
               help="Devices drawn at most (simulation records, Gantt charts of traces).")
@@ -121,15 +180,6 @@ def plot_cmd(records: tuple[str, ...], out: str, devices: int) -> None:
     loaded = [(p, read_record(p)) for p in records]
     fig = _draw(loaded, devices)
     if isinstance(fig, _Drawn):
-        import os
-        import tempfile
-        from dlsim.cli.output import emit_text
-        fd, tmp = tempfile.mkstemp(prefix=".dlsim-figure.", suffix=Path(out).suffix or ".png")
-        os.close(fd)
-        try:
-            fig.draw(tmp)
-            emit_text(out, Path(tmp).read_bytes(), "--out")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        emit_plot(out, fig.draw, "--out")
         return
     emit_figure(out, "--out", lambda: fig)

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from dlsim.cli import main
-from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import emit_json, json_safe, prepare_output, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, json_option, parse_overrides, set_option
+from dlsim.cli.output import OutputFile, emit_json, json_safe, prepare_output, wants_summary
 from dlsim.cli.simulate import _nested_given, _strategy_fields, simulate_cmd
 from dlsim.errors import SpecError
 from dlsim.units import parse_count, parse_time
@@ -59,21 +59,21 @@ def _gpus_list(text: str) -> list[int]:
               help="Synchronous (the job blocks for the write) or asynchronous (blocks for the copy to host memory) "
                    "[default: sync].")
 @click.option("--checkpoint-interval", help="Checkpoint every this much training time, e.g. 30min [default: the optimum].")
-@click.option("--node-failures-per-1000-node-days", type=float, help="Override the profile's failure rate per node.")
-@click.option("--device-failures-per-1000-device-days", type=float, help="Override the profile's failure rate per device.")
-@click.option("--planned-interruptions-per-day", type=float, help="Planned interruptions (maintenance) per day of the job.")
-@click.option("--storage-write-per-node", type=float, help="Checkpoint write bandwidth per node, GB/s.")
-@click.option("--storage-aggregate-write", type=float, help="Checkpoint write bandwidth of the storage system, GB/s.")
+@click.option("--node-failures-per-1000-node-days", type=FINITE_FLOAT, help="Override the profile's failure rate per node.")
+@click.option("--device-failures-per-1000-device-days", type=FINITE_FLOAT, help="Override the profile's failure rate per device.")
+@click.option("--planned-interruptions-per-day", type=FINITE_FLOAT, help="Planned interruptions (maintenance) per day of the job.")
+@click.option("--storage-write-per-node", type=FINITE_FLOAT, help="Checkpoint write bandwidth per node, GB/s.")
+@click.option("--storage-aggregate-write", type=FINITE_FLOAT, help="Checkpoint write bandwidth of the storage system, GB/s.")
 @click.option("--relaunch", help="Relaunch time after a failure, e.g. 10min (the checkpoint read and warm-up come on top).")
-@click.option("--pue", type=float, help="Facility power usage effectiveness (total / IT power) [default: the profile's].")
-@click.option("--usd-per-gpu-hour", type=float, help="Price of one GPU-hour (USD).")
-@click.option("--usd-per-kwh", type=float, help="Price of one facility kWh (USD).")
+@click.option("--pue", type=FINITE_FLOAT, help="Facility power usage effectiveness (total / IT power) [default: the profile's].")
+@click.option("--usd-per-gpu-hour", type=FINITE_FLOAT, help="Price of one GPU-hour (USD).")
+@click.option("--usd-per-kwh", type=FINITE_FLOAT, help="Price of one facility kWh (USD).")
 @click.option("--no-failures", is_flag=True, help="No failures: iterations x iteration time plus checkpoints.")
 @click.option("--trials", type=int, help="Monte Carlo runs of failures for the distribution [default: 200; 0: none].")
 @click.option("--mc-seed", type=int, help="Seed of the Monte Carlo failure draws [default: 0].")
 @click.option("--scale", "scale", metavar="GPUS", help="Model the run at these GPU counts (dp scaled, the global batch "
                                                          "kept), e.g. 4096,8192,16384.")
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_out", type=OutputFile(figure=True),
               help="With --scale: goodput, time to train and cost (or energy) against GPUs, into FILE.png.")
 @set_option
 @json_option

@@ -10,8 +10,9 @@ import click
 
 from dlsim.api.simulate import run_simulation
 from dlsim.cli import main
-from dlsim.cli.options import parse_overrides, set_option
-from dlsim.cli.output import add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, announce_empty_strategy, parse_overrides, set_option
+from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, force_option, json_safe, prepare_output,
+                              wants_summary)
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
 from dlsim.spec.strategy import OFFLOADS, OPTIMIZER_IMPLS
@@ -45,7 +46,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
     for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard",
-                "param_gather_overlap", "halo_overlap"):
+                "param_gather_overlap", "tp_comm_overlap", "halo_overlap"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
     if opts.get("spatial") is not None:
@@ -135,6 +136,9 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Sequence parallelism (Korthikanti 2022): norms and dropouts split over the tp ranks.")
 @click.option("--tp-async-backward/--no-tp-async-backward", default=None,
               help="Run the tensor-parallel input-gradient collectives beside the weight-gradient kernels (Megatron-LM).")
+@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+              help="Sequence parallelism's all-gathers and reduce-scatters chunked beside their GEMMs (Transformer "
+                   "Engine userbuffers: ring exchange, pipelined, bulk).")
 @click.option("--p2p-overlap/--no-p2p-overlap", default=None,
               help="Pipeline sends travel while the stage computes (default) or block it (Megatron-LM's default).")
 @click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,
@@ -152,13 +156,13 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Shard the ZeRO states within each node and replicate across nodes (FSDP HYBRID_SHARD).")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression (--sync allreduce).")
 @click.option("--compression-bits", type=int, help="QSGD bits per element (--compression qsgd; default 4).")
-@click.option("--compression-density", type=float, help="Top-k fraction kept (--compression topk; default 0.01).")
+@click.option("--compression-density", type=FINITE_FLOAT, help="Top-k fraction kept (--compression topk; default 0.01).")
 @click.option("--compression-value-bits", type=int,
               help="Top-k values quantised to this many bits (--compression topk; default 32: unquantised).")
 @click.option("--jitter", type=click.Choice(JITTERS), help="Run-time jitter distribution.")
-@click.option("--jitter-cv", type=float, help="Jitter coefficient of variation (with --jitter).")
-@click.option("--straggler-fraction", type=float, help="Fraction of devices that are stragglers.")
-@click.option("--straggler-slowdown", type=float, help="Straggler slowdown factor (with --straggler-fraction).")
+@click.option("--jitter-cv", type=FINITE_FLOAT, help="Jitter coefficient of variation (with --jitter).")
+@click.option("--straggler-fraction", type=FINITE_FLOAT, help="Fraction of devices that are stragglers.")
+@click.option("--straggler-slowdown", type=FINITE_FLOAT, help="Straggler slowdown factor (with --straggler-fraction).")
 @click.option("--seed", type=int, help="Seed of the variability draws (jitter, stragglers).")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), help="Optimizer (state memory, step).")
 @click.option("--optimizer-impl", type=click.Choice(OPTIMIZER_IMPLS),
@@ -174,9 +178,9 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")
 @click.option("--expand-collectives", is_flag=True, help="Run collectives as point-to-point schedules (with --full).")
 @click.option("--model-only", is_flag=True, help="Ignore measured tables; price with the roofline model.")
-@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]", type=OutputFile(),
               help="Print the result record as JSON (or write it to FILE).")
-@click.option("--trace", "trace_out", type=click.Path(dir_okay=False),
+@click.option("--trace", "trace_out", type=OutputFile(),
               help="Write a Chrome trace (Perfetto) of the iteration (--sync allreduce); gzip-compressed when FILE ends in .gz.")
 @click.option("--trace-ranks", metavar="RANKS",
               help="Trace only these ranks' devices, streams and links, e.g. 0-7,64 (with --trace).")
@@ -184,7 +188,7 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Trace only spans within this slice of simulated time, e.g. 1s:1.5s or 0:500ms (with --trace).")
 @click.option("--tokens", help="Also print the time to train this many tokens (e.g. 15T; no failures or checkpoints: "
                                 "see dlsim run).")
-@click.option("--gantt", "gantt_out", type=click.Path(dir_okay=False),
+@click.option("--gantt", "gantt_out", type=OutputFile(figure=True),
               help="Draw the iteration's timeline (device streams and link ports) into FILE.png (--sync allreduce).")
 @click.option("--gantt-devices", type=click.IntRange(1, 4096), default=None,
               help="Devices drawn in the --gantt chart: the first N simulated devices [default: 8].")
@@ -212,6 +216,7 @@ def simulate_cmd(model: str, cluster: str, nodes: int | None, strategy_file: str
         raise SpecError("--gantt-devices applies to --gantt only", field="gantt_devices")
     if workspace_limit is not None and microbatch_plan is None:
         raise SpecError("--workspace-limit applies to --microbatch-plan only", field="workspace_limit")
+    announce_empty_strategy(strategy_file)
     if analytic:
         _analytic(model, cluster, strategy_file, json_out, nodes, overrides, model_only, opts,
                   trace=trace_out, gantt=gantt_out, full=full, expand=expand_collectives, plan=microbatch_plan)

@@ -14,9 +14,10 @@ import click
 
 from dlsim.api.sweep import run_sweep, summarize
 from dlsim.errors import SpecError
-from dlsim.cli import main
-from dlsim.cli.output import check_plot_path, emit_plot, emit_text, force_option
-from dlsim.io.files import check_output
+from dlsim.cli import main, resumable
+from dlsim.cli.options import refuse_unused
+from dlsim.cli.output import OutputFile, emit_plot, emit_text, force_option, prepare_output
+from dlsim.io.files import OutputError, same_file
 from dlsim.io.sweep_spec import load_sweep
 from dlsim.progress import Progress
 
@@ -54,7 +55,7 @@ def summary_csv(s: dict[str, Any]) -> str:
 
 @main.command("sweep")
 @click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", "-o", type=OutputFile(resume=True), default=None,
               help="Results, one JSON line per point, appended as each finishes; an existing file is resumed "
                    "[default: SPEC.results.jsonl].")
 @click.option("--jobs", "-j", type=click.IntRange(1, 1024), default=None,
@@ -62,24 +63,25 @@ def summary_csv(s: dict[str, Any]) -> str:
 @click.option("--scheduler", default=None, metavar="ADDRESS", help="Run on a Dask scheduler, e.g. tcp://10.0.0.1:8786.")
 @click.option("--dask-local", type=click.IntRange(1, 256), default=None, metavar="N",
               help="Start a local Dask cluster of N worker processes (loopback only) and run on it.")
-@click.option("--summary", "summary_out", type=click.Path(dir_okay=False), default=None,
+@click.option("--summary", "summary_out", type=OutputFile(), default=None,
               help="Write the best point per model x cluster x GPUs as CSV.")
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None, help="Draw the summary figure.")
+@click.option("--plot", "plot_out", type=OutputFile(figure=True), default=None, help="Draw the summary figure.")
 @click.option("--json", "json_out", is_flag=True, help="Print the summary record as JSON instead of the table.")
 @click.option("--stack", metavar="NAME|FILE",
               help="Software stack of every point the spec does not give one (dlsim stacks); a spec compares "
                    "stacks with grid: {stack: [pytorch, megatron-core]}.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display (it is drawn on a terminal only, on stderr).")
 @force_option
 def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | None, dask_local: int | None,
-              summary_out: str | None, plot_out: str | None, json_out: bool, stack: str | None) -> None:
+              summary_out: str | None, plot_out: str | None, json_out: bool, stack: str | None, quiet: bool) -> None:
     """Simulate every point of the grid in SPEC (YAML: models, clusters, gpus, global_batch, grid,
     fixed). Each result is appended to --out as it finishes; run the same command again after an
     interruption and it resumes where it stopped. Ends with the best strategy per model x cluster x
     GPUs and the infeasible points counted by reason."""
     if scheduler and dask_local:
         raise click.UsageError("give --scheduler or --dask-local, not both")
-    if plot_out:
-        check_plot_path(plot_out)
+    if scheduler or dask_local:
+        refuse_unused(("jobs",), "on Dask (its workers run the points)")
     s = load_sweep(spec)
     if stack is not None:
         if "stack" in dict(s.grid) or "stack" in dict(s.fixed):
@@ -87,12 +89,16 @@ def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | Non
         from dlsim.io.stack_yaml import load_stack
         load_stack(stack)  # an unknown stack is refused before any point runs
         s = replace(s, fixed=tuple(sorted({**dict(s.fixed), "stack": stack}.items())))
-    results = Path(out) if out else Path(spec).with_suffix(".results.jsonl")
-    # an existing results file is resumed (appended to), never an input: the spec, its models or profiles
+    # an existing results file is resumed (appended to, locked), never an input: the spec, its models or
+    # profiles (every file the run reads: dlsim.io.runfiles), nor another output
+    results = prepare_output(out, "--out", resume=True) if out else prepare_output(
+        Path(spec).with_suffix(".results.jsonl"), "--out", resume=True)
     named = [Path(n) for n in s.models + s.clusters]
-    inputs = (spec,) + tuple(f for p in named for f in ([p] if p.is_file() else p.glob("*") if p.is_dir() else []))
-    check_output(results, inputs=inputs, force=True, option="--out")
-    with Progress() as bar:
+    for f in (f for p in named for f in ([p] if p.is_file() else p.glob("*") if p.is_dir() else [])):
+        if same_file(f, results):
+            raise OutputError(f"--out {results} is an input of this run; refusing to overwrite it")
+    resumable(f"every point simulated so far (in {results})")
+    with Progress(enabled=False if quiet else None, label="points", tick=True) as bar:
         outcome = run_sweep(s, results, jobs=jobs, scheduler=scheduler, dask_local=dask_local,
                             progress=lambda done, total: bar.update(done, total, "points"))
     click.echo(f"{outcome.total} points ({outcome.resumed} resumed, {outcome.computed} simulated, "

@@ -14,8 +14,8 @@ import click
 from dlsim.api.validate import validate_kernels, validate_model
 from dlsim.cli import main
 from dlsim.cli.command import DlsimGroup
-from dlsim.cli.options import json_option, parse_overrides, set_option
-from dlsim.cli.output import check_plot_path, emit_json, emit_plot, prepare_output, state_dtype, wants_summary
+from dlsim.cli.options import FINITE_FLOAT, json_option, parse_overrides, set_option
+from dlsim.cli.output import OutputFile, check_plot_path, emit_json, emit_plot, prepare_output, state_dtype, wants_summary
 from dlsim.report.text import table
 from dlsim.units import format_bytes, format_time
 
@@ -28,6 +28,9 @@ class _DefaultModelGroup(DlsimGroup):
             args = ["model", *args]
         return super().resolve_command(ctx, args)
 
+
+quiet_option = click.option("--quiet", "-q", is_flag=True,
+                            help="No progress display (it is drawn on a terminal only, on stderr).")
 
 allocator_option = click.option(
     "--allocator", type=click.Choice(["default", "retained", "jemalloc", "tcmalloc", "mimalloc"]), default="default",
@@ -44,31 +47,38 @@ def _pct(x: float | None) -> str:
     return "-" if x is None or x != x else f"{100 * x:+.1f}%"
 
 
+def _time(x: float | None) -> str:
+    return "-" if x is None else format_time(x)
+
+
 def model_report(rec: dict, top: int | None) -> str:
-    """Per-layer and end-to-end predicted vs measured, as text."""
-    layers = sorted(rec["layers"], key=lambda r: -(r["measured_s"] if r["measured_s"] == r["measured_s"] else 0))
+    """Per-layer and end-to-end predicted vs measured, as text (a time not measured prints as -)."""
+    pl = rec["per_layer"]
+    layers = sorted(rec["layers"], key=lambda r: -(r["measured_s"] if r["measured_s"] is not None else r["predicted_s"]))
     shown = layers[:top] if top else layers
-    rows = [[r["name"], r["type"], format_time(r["predicted_forward_s"]), format_time(r["measured_forward_s"]),
-             format_time(r["predicted_backward_s"]), format_time(r["measured_backward_s"]), _pct(r["error"]), r["source"]]
+    rows = [[r["name"], r["type"], _time(r["predicted_forward_s"]), _time(r["measured_forward_s"]),
+             _time(r["predicted_backward_s"]), _time(r["measured_backward_s"]), _pct(r["error"]), r["source"]]
             for r in shown]
     body = table(["layer", "type", "fwd pred", "fwd meas", "bwd pred", "bwd meas", "error", "src"], rows,
                  [False, False, True, True, True, True, True, False])
     p, m, e = rec["predicted"], rec["measured"], rec["error"]
     phases = table(["phase", "predicted", "measured", "error"],
-                   [[k, format_time(p[f"{k}_s"]), format_time(m[f"{k}_s"]), _pct(e[k])]
+                   [[k, _time(p[f"{k}_s"]), _time(m[f"{k}_s"]), _pct(e[k])]
                     for k in ("forward", "backward", "optimizer", "iteration")], [False, True, True, True])
-    pl = rec["per_layer"]
     big = pl["layers_over_1pct"]
     lines = [f"{rec['model']} batch {rec['batch']} {rec['dtype']} on {rec['cluster']} ({rec['device']}, "
              f"{rec['threads']} threads), {rec['optimizer']} ({rec['optimizer_impl']}), {rec['statistic']} of {rec['repeats']} "
              f"iterations (spread {100 * m['spread']:.1f}%), allocator {rec.get('allocator', 'default')}", "", body]
     if top and len(layers) > top:
         lines.append(f"({len(layers) - top} more layers; --all shows every layer)")
-    lines += ["", phases, "",
-              f"per layer (hooks): {big.get('count', 0)} layers over 1% of the iteration, median |error| "
-              f"{100 * big.get('median_abs', float('nan')):.1f}%, worst {100 * big.get('max_abs', float('nan')):.1f}%; "
-              f"time-weighted |error| {100 * pl['time_weighted_abs_error']:.1f}%",
-              f"end to end: predicted {format_time(p['iteration_s'])}, measured {format_time(m['iteration_s'])}, "
+    if pl.get("measured", True):
+        per_layer = (f"per layer (hooks): {big.get('count', 0)} layers over 1% of the iteration, median |error| "
+                     f"{_pct(big.get('median_abs')).lstrip('+')}, worst {_pct(big.get('max_abs')).lstrip('+')}; "
+                     f"time-weighted |error| {_pct(pl['time_weighted_abs_error']).lstrip('+')}")
+    else:
+        per_layer = f"per layer: {pl.get('why', 'not measured')}; the layers' predicted times are listed"
+    lines += ["", phases, "", per_layer,
+              f"end to end: predicted {_time(p['iteration_s'])}, measured {_time(m['iteration_s'])}, "
               f"error {_pct(e['iteration'])}  (src: M measured, I interpolated, X extrapolated, R roofline)",
               *fresh_page_lines(rec)]
     return "\n".join(lines)
@@ -87,20 +97,24 @@ def model_report(rec: dict, top: int | None) -> str:
 @click.option("--no-layers", is_flag=True, help="Skip the per-layer (hooked) iterations.")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True,
               help="Summarise the timed iterations by their median or (on a busy machine) their minimum.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
 @click.option("--all", "show_all", is_flag=True, help="Show every layer (default: the 25 slowest).")
 @allocator_option
+@quiet_option
 @set_option
 @json_option
 def model_cmd(model: str, cluster: str, device: str, batch: int, dtype: str | None, optimizer: str, repeats: int,
               warmup: int, threads: int | None, no_layers: bool, statistic: str, plot: str | None, show_all: bool,
-              allocator: str, overrides: tuple[str, ...], json_out: str | None) -> None:
+              allocator: str, quiet: bool, overrides: tuple[str, ...], json_out: str | None) -> None:
     """Time real training iterations of MODEL in PyTorch and compare them with dlsim's prediction."""
+    from dlsim.progress import Progress
     if plot:
         prepare_output(check_plot_path(plot), "--plot")
-    rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
-                         warmup=warmup, per_layer=not no_layers, threads=threads, overrides=parse_overrides(overrides),
-                         statistic=statistic, allocator=allocator)
+    with Progress(enabled=False if quiet else None) as bar:
+        rec = validate_model(model, cluster, batch, device=device, dtype=dtype, optimizer=optimizer, repeats=repeats,
+                             warmup=warmup, per_layer=not no_layers, threads=threads,
+                             overrides=parse_overrides(overrides), statistic=statistic, allocator=allocator,
+                             progress=bar.callback())
     state_dtype(rec, dtype, rec["dtype"])
     _emit_model_validation(rec, plot, json_out, lambda: model_report(rec, None if show_all else 25))
 
@@ -134,14 +148,15 @@ def _emit_model_validation(rec: dict, plot: str | None, json_out: str | None, re
 @click.option("--anchors", type=click.IntRange(min=0), default=0, show_default=True,
               help="Also time the N measured table GEMMs nearest to each held-out one: the machine's drift "
                    "since calibration, and the error with that drift removed.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
+@quiet_option
 @json_option
 def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, seed: int, threads: int | None,
-                statistic: str, repeats: int, passes: int, anchors: int, plot: str | None,
+                statistic: str, repeats: int, passes: int, anchors: int, plot: str | None, quiet: bool,
                 json_out: str | None) -> None:
     """Time GEMM and convolution shapes the calibration did not measure; compare with the lookup."""
     from dlsim.progress import Progress
-    with Progress() as bar:
+    with Progress(enabled=False if quiet else None) as bar:
         rec = validate_kernels(cluster, device=device, dtype=dtype, gemms=gemms, convs=convs, seed=seed,
                                threads=threads, statistic=statistic, repeats=repeats, passes=passes, anchors=anchors,
                                progress=bar.message)
@@ -181,21 +196,24 @@ def kernels_cmd(cluster: str, device: str, dtype: str, gemms: int, convs: int, s
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam", show_default=True)
 @click.option("--repeats", type=int, default=5, show_default=True, help="Timed DDP iterations.")
 @click.option("--warmup", type=int, default=2, show_default=True)
-@click.option("--bucket-mib", type=float, default=25.0, show_default=True, help="DDP gradient bucket size.")
-@click.option("--out-profile", default=None, help="Where to write the 2-host profile (default: beside --profile).")
+@click.option("--bucket-mib", type=FINITE_FLOAT, default=25.0, show_default=True, help="DDP gradient bucket size.")
+@click.option("--out-profile", type=OutputFile(), default=None, help="Where to write the 2-host profile (default: beside --profile).")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
+@quiet_option
 @set_option
 @json_option
 def ddp_cmd(model: str, compute_profile: str, batch: int, rate: str, optimizer: str, repeats: int, warmup: int,
-            bucket_mib: float, out_profile: str | None, statistic: str, overrides: tuple[str, ...],
+            bucket_mib: float, out_profile: str | None, statistic: str, quiet: bool, overrides: tuple[str, ...],
             json_out: str | None) -> None:
     """2-host torch DDP (gloo) on the emulated cluster vs dlsim's simulation (needs root)."""
     from dlsim.api.validate import validate_ddp
+    from dlsim.progress import Progress
     if repeats < 1 or warmup < 0:
         raise click.BadParameter("repeats must be >= 1 and warmup >= 0", param_hint="--repeats")
-    rec = validate_ddp(model, compute_profile, batch, rate=rate, optimizer=optimizer, repeats=repeats, warmup=warmup,
-                       bucket_mib=bucket_mib, overrides=parse_overrides(overrides), out_profile=out_profile,
-                       statistic=statistic)
+    with Progress(enabled=False if quiet else None) as bar:
+        rec = validate_ddp(model, compute_profile, batch, rate=rate, optimizer=optimizer, repeats=repeats,
+                           warmup=warmup, bucket_mib=bucket_mib, overrides=parse_overrides(overrides),
+                           out_profile=out_profile, statistic=statistic, progress=bar.callback())
     if json_out is not None:
         emit_json(rec, json_out)
         if not wants_summary(json_out):
@@ -283,17 +301,95 @@ def fresh_page_lines(rec: dict) -> list[str]:
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's).")
 @click.option("--statistic", type=click.Choice(["median", "min"]), default="median", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a predicted-vs-measured figure.")
+@click.option("--plot", type=OutputFile(figure=True), default=None, help="Write a predicted-vs-measured figure.")
 @allocator_option
+@quiet_option
 @json_option
 def torch_cmd(factory: str, input_shape: str, batch: int, cluster: str, tokens: bool, vocab: int, optimizer: str,
               repeats: int, warmup: int, threads: int | None, statistic: str, plot: str | None, allocator: str,
-              json_out: str | None) -> None:
+              quiet: bool, json_out: str | None) -> None:
     """Time YOUR PyTorch module (FILE.py:FACTORY) in a plain training loop and compare with dlsim's prediction."""
     from dlsim.api.validate_torch import validate_torch
+    from dlsim.progress import Progress
     if plot:
         prepare_output(check_plot_path(plot), "--plot")
-    rec = validate_torch(factory, parse_input_shape(input_shape), batch, cluster, tokens=tokens, vocab=vocab,
-                         optimizer=optimizer, repeats=repeats, warmup=warmup, threads=threads, statistic=statistic,
-                         allocator=allocator)
+    with Progress(enabled=False if quiet else None) as bar:
+        rec = validate_torch(factory, parse_input_shape(input_shape), batch, cluster, tokens=tokens, vocab=vocab,
+                             optimizer=optimizer, repeats=repeats, warmup=warmup, threads=threads, statistic=statistic,
+                             allocator=allocator, progress=bar.callback())
     _emit_model_validation(rec, plot, json_out, lambda: torch_report(rec))
+
+
+def parse_budget(text: str) -> float:
+    """Seconds from ``8m`` (minutes), ``90s``, ``2min``, ``0.5h`` or a plain number of seconds."""
+    import re
+
+    from dlsim.errors import SpecError
+    from dlsim.units import parse_time
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)m\s*", text)
+    seconds = float(m.group(1)) * 60.0 if m else parse_time(text)
+    if not seconds > 0:
+        raise SpecError(f"--budget must be positive, got {text!r}")
+    return seconds
+
+
+def gpu_text(rec: dict) -> str:
+    """The run in a few lines: each network against both predictions, the families that differ."""
+    rows = []
+    for n in rec["networks"]:
+        if n["status"] != "measured":
+            rows.append([n["case"], n["mode"], n["status"], "", "", "", ""])
+            continue
+        rows.append([n["case"], n["mode"], format_time(n["measured_step_s"]),
+                     format_time(n["predicted_builtin_s"]) if n["predicted_builtin_s"] else "-", _pct(n["error_builtin"]),
+                     format_time(n["predicted_calibrated_s"]) if n["predicted_calibrated_s"] else "-",
+                     _pct(n["error_calibrated"])])
+    builtin = (rec.get("builtin_profile") or {}).get("name") or "-"
+    lines = [f"{rec['facts'].get('device', rec['device'])}: {len(rec['networks'])} training steps, "
+             f"{sum(f['kernels'] for f in rec['kernel_families'])} family kernels in {format_time(rec['elapsed_s'] or 0)}"
+             f"{'' if rec['finished'] else ' (cut short)'}; built-in profile {builtin}",
+             table(["network", "mode", "measured", "built-in", "error", "calibrated", "error"], rows,
+                   [False, False, True, True, True, True, True])]
+    differ = [f["family"] for f in rec["kernel_families"] if f["differs"]]
+    if differ:
+        lines.append(f"built-in efficiency off the measured by > 20%: {', '.join(differ)}")
+    if rec["not_reached"]:
+        lines.append(f"not reached within the budget: {', '.join(rec['not_reached'])}")
+    return "\n".join(lines)
+
+
+@validate.command("gpu")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="cuda: full sizes on the GPU; cpu: the same pipeline at small sizes.")
+@click.option("--budget", default="8m", show_default=True,
+              help="Wall-clock budget of the whole run: 8m, 90s, 2min, 0.5h; phases of decreasing value share it.")
+@click.option("--out", "-o", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
+              help="Report directory: validation-gpu-<device>.md/.json and validation-gpu-<device>/ (records, "
+                   "the calibrated profile; a rerun resumes its calibration).")
+@click.option("--builtin", default=None,
+              help="Built-in profile of prediction (a) (default: the one whose device is this GPU's model).")
+@click.option("--compile-backend", type=click.Choice(["inductor", "aot_eager", "eager", "none"]), default="inductor",
+              show_default=True, help="torch.compile backend of the compiled steps (none: no compiled steps).")
+@click.option("--threads", type=int, default=None, help="Intra-op threads (default: PyTorch's).")
+@click.option("--report-only", is_flag=True,
+              help="Measure nothing: rewrite the report of the last run in --out from its records and profile.")
+@json_option
+def gpu_cmd(device: str, budget: str, out_dir: str, builtin: str | None, compile_backend: str, threads: int | None,
+            report_only: bool, json_out: str | None) -> None:
+    """Calibrate and validate on one GPU within a time budget: device facts, GEMM curve, real training steps
+    (Llama 1.1B, GPT-2, ResNet-50; eager and compiled) against the built-in and the calibrated profile."""
+    from dlsim.api.validate_gpu import report_gpu_in, validate_gpu
+    from dlsim.progress import Progress
+    if report_only:
+        rec = report_gpu_in(out_dir, device)
+    else:
+        seconds = parse_budget(budget)
+        with Progress() as bar:
+            rec = validate_gpu(out_dir, device=device, budget_s=seconds, builtin=builtin,
+                               compile_backend=compile_backend, threads=threads, progress=bar.line)
+    if json_out is not None:
+        emit_json(rec, json_out)
+        if not wants_summary(json_out):
+            return
+    click.echo(gpu_text(rec))
+    click.echo(f"wrote {rec['report_md']} and {rec['report_json']}; calibrated profile {rec['calibrated_profile']}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlsim.cost.layers import LayerCost, PassCost
+from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Layer, Model
 
 
@@ -30,7 +31,8 @@ class GradientFlow:
 
     @classmethod
     def of(cls, model: Model) -> GradientFlow:
-        return cls(gradient_free(model), unreached_by_loss(model))
+        """The flow of `model` (once per model: `dlsim.spec.memo`)."""
+        return derived(model, "gradient_flow", lambda: cls(gradient_free(model), unreached_by_loss(model)))
 
 
 def gradient_free(model: Model) -> frozenset[str]:

@@ -60,7 +60,7 @@ per byte of reduction compute) is not a link property and lives with the collect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import numpy as np
@@ -155,6 +155,18 @@ class PointToPoint:
         if self.model == "loggp":
             return np.maximum(self.overhead, self.gap + np.maximum(s - 1.0, 0.0) * self.gap_per_byte)
         return self._packets(s) * max(self.gap, self.overhead)
+
+    def slowed(self, factor: float) -> "PointToPoint":
+        """The same port with its per-byte time multiplied by `factor` ≥ 1 (a bandwidth share of 1/factor,
+        `dlsim.plan.contention`): G·factor, and for LogP packets of w/factor bytes (so that k·max(g, o)
+        grows by the same factor), for a shaped port a peak rate R/factor; the start-up terms stay."""
+        if factor == 1.0:
+            return self
+        return replace(self, gap_per_byte=self.gap_per_byte * factor,
+                       packet_bytes=self.packet_bytes / factor if self.packet_bytes else 0.0,
+                       peak_bandwidth=self.peak_bandwidth / factor,
+                       table_times=tuple(self.table_times[0] + (t - self.table_times[0]) * factor
+                                         for t in self.table_times))
 
     def _packets(self, s: Bytes) -> Bytes:
         return np.maximum(np.ceil(np.asarray(s, dtype=float) / self.packet_bytes), 1.0)

@@ -84,6 +84,12 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
                          kernel=f"{op_type}.{pass_name}")
 
 
+def gemm_seconds(g: Gemm, device: Device, dtype: str, tables: KernelTimes | None = None) -> float:
+    """Seconds of one GEMM kernel on its own: the measured tables, else the roofline (`price_pass`)."""
+    return price_pass(PassCost(flops=g.flops, work=g.flops / 2, gemms=(g,), kind="gemm"), "linear", "forward",
+                      device, dtype, tables).seconds
+
+
 def gemm_bytes(g: Gemm, element_bytes: int) -> float:
     """Bytes a GEMM kernel moves at least: reads A (m×k) and B (k×n), writes C (m×n), per batch entry."""
     return float((g.m * g.k + g.k * g.n + g.m * g.n) * g.count * element_bytes)

@@ -36,7 +36,7 @@ from dlsim.importers.onnx_flops import pass_flops
 from dlsim.importers.onnx_flow import FLOW
 from dlsim.importers.onnx_flow import cost as flow_cost
 from dlsim.importers.onnx_node import reads
-from dlsim.importers.onnx_ops import MAP
+from dlsim.importers.onnx_ops import MAP, RECURRENT, check_recurrent
 from dlsim.importers.onnx_shapes import BATCHES, per_sample, run, shapes_at
 from dlsim.importers.onnx_weights import trainable, unsure
 from dlsim.spec.model import INPUT
@@ -53,9 +53,11 @@ class OnnxGraph:
     params: int
     batch: int
     notes: list[str] = field(default_factory=list)
+    sources: list[Path] = field(default_factory=list)  # the ONNX file and its external data files
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path) -> tuple[Any, list[Path]]:
+    """The checked model at `path` and the external data files it read."""
     try:
         import onnx
     except ModuleNotFoundError:
@@ -65,12 +67,38 @@ def _load(path: Path) -> Any:
     if not path.is_file():
         raise SpecError("no such file", path=path)
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
+        external = external_files(model, path)
+        if external:
+            onnx.load_external_data_for_model(model, str(path.parent))
         onnx.checker.check_model(model)
     except Exception as exc:  # noqa: BLE001 - onnx raises its own kinds for a bad file
         raise SpecError(f"not a valid ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
                         path=path) from None
-    return model
+    return model, external
+
+
+def _tensors(graph: Any) -> Iterable[Any]:
+    """Every tensor a graph holds: initializers and tensor attributes, its subgraphs' included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for sub in a.graphs:
+                yield from _tensors(sub)
+
+
+def external_files(model: Any, path: Path) -> list[Path]:
+    """The files beside `path` that hold the model's external tensor data (read with it: inputs too)."""
+    found = []
+    for t in _tensors(model.graph):
+        if t.data_location == 1:  # TensorProto.EXTERNAL
+            found += [path.parent / e.value for e in t.external_data if e.key == "location"]
+    return sorted(set(found))
 
 
 def _check_rank(x: Any, path: Path) -> None:
@@ -217,7 +245,7 @@ def read_onnx(path: str | Path, *, batch: int | None = None, buffers: Iterable[s
     """The dlsim nodes of the ONNX model at `path` (one batch-first input); `buffers` names initializers
     that are buffers, not parameters (`dlsim.importers.onnx_weights`)."""
     path = Path(path)
-    model = _load(path)
+    model, external = _load(path)
     g = _Graph(model, path, buffers)
     consumed = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
     for node in model.graph.node:
@@ -226,7 +254,8 @@ def read_onnx(path: str | Path, *, batch: int | None = None, buffers: Iterable[s
     notes = [*g.notes, *_weight_notes(g, model)]
     if g.folded:
         notes.append(f"{g.folded} operators on weights, constants or shapes only folded into their consumers")
-    return OnnxGraph(g.nodes, _input_entry(g, model, path), _dtype(g), params, batch or g.batch, notes)
+    return OnnxGraph(g.nodes, _input_entry(g, model, path), _dtype(g), params, batch or g.batch, notes,
+                     [path, *external])
 
 
 def _input_entry(g: _Graph, model: Any, path: Path) -> dict:
@@ -277,6 +306,8 @@ def _add(g: _Graph, node: Any, consumed: set[str]) -> None:
         g.folded += node.op_type != "Constant"
         return
     g.activate(node, inputs)
+    if node.op_type in RECURRENT:
+        check_recurrent(g, node)  # malformed inputs are refused, not priced as a generic layer
     if outs[0] in g.fused:  # a bias add folded into the linear layer before it
         g.alias[outs[0]] = g.alias[g.fused[outs[0]]]
         return

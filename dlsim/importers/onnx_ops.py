@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from dlsim.errors import SpecError
 from dlsim.importers.graph import shape_fits
 from dlsim.importers.onnx_node import attrs as _attrs
 from dlsim.spec.ops import OPS, infer
@@ -203,7 +204,45 @@ def _map_gather(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
     return [("", {"type": "embedding", **attrs}, None)]
 
 
-_RECURRENT = {"LSTM": "lstm", "GRU": "gru", "RNN": "rnn"}
+RECURRENT = {"LSTM": "lstm", "GRU": "gru", "RNN": "rnn"}
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_DIRECTIONS = ("forward", "reverse", "bidirectional")
+
+
+def check_recurrent(g: G, node: Any) -> int:
+    """The hidden size of an LSTM, GRU or RNN node whose inputs have the shapes ONNX's operator
+    defines (X: rank 3 with F features; W: [directions, gates·h, F]; R: [directions, gates·h, h];
+    B: [directions, 2·gates·h]; an LSTM's P: [directions, 3·h]); a `SpecError` naming the node and the
+    first input that does not. `hidden_size` may be left out (R's last dimension says it)."""
+    a = _attrs(node)
+    where = f"{node.op_type} {node.output[0] if node.output else node.name}"
+    direction, layout = a.get("direction", "forward"), a.get("layout", 0)
+    if isinstance(direction, bytes):
+        direction = direction.decode("utf-8", "replace")
+    if direction not in _DIRECTIONS:
+        raise SpecError(f"{where}: direction {direction!r} is not one of {', '.join(_DIRECTIONS)}")
+    if layout not in (0, 1):
+        raise SpecError(f"{where}: layout {layout!r} is not 0 or 1")
+    if len(node.input) < 3 or not node.input[1] or not node.input[2]:
+        raise SpecError(f"{where}: needs the inputs X, W and R")
+    x, w, r = (g.s2.get(n) for n in node.input[:3])
+    hidden = a.get("hidden_size", r[2] if r is not None and len(r) == 3 else None)
+    if not isinstance(hidden, int) or hidden < 1:
+        raise SpecError(f"{where}: hidden_size must be a positive integer, got {hidden!r}")
+    gates, dirs = _GATES[node.op_type], 2 if direction == "bidirectional" else 1
+    if x is not None and len(x) != 3:
+        raise SpecError(f"{where}: input X must have rank 3, got shape {list(x)}")
+    feat = x[2] if x is not None else (w[2] if w is not None and len(w) == 3 else None)
+    want = {1: ("W", [dirs, gates * hidden, feat]), 2: ("R", [dirs, gates * hidden, hidden]),
+            3: ("B", [dirs, 2 * gates * hidden])}
+    if node.op_type == "LSTM":
+        want[7] = ("P", [dirs, 3 * hidden])
+    for i, (label, shape) in want.items():
+        got = g.s2.get(node.input[i]) if len(node.input) > i and node.input[i] else None
+        if got is not None and list(got) != shape:
+            raise SpecError(f"{where}: input {label} has shape {list(got)}, its direction, hidden_size {hidden} and "
+                            f"input features need {shape}")
+    return hidden
 
 
 def _map_recurrent(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
@@ -219,7 +258,7 @@ def _map_recurrent(g: G, node: Any, ins: list, out: tuple) -> Mapped | None:
     peepholes = len(node.input) > 7 and node.input[7]
     if x not in g.active or peepholes or any(i in g.active for i in node.input[1:] if i):
         return None
-    kind, direction, hidden = _RECURRENT[node.op_type], a.get("direction", "forward"), int(a["hidden_size"])
+    kind, direction, hidden = RECURRENT[node.op_type], a.get("direction", "forward"), check_recurrent(g, node)
     attrs = {"hidden": hidden, "layers": 1, "bias": len(node.input) > 3 and bool(node.input[3]),
              "bidirectional": direction == "bidirectional"}
     xin = g.shape(x)
@@ -281,7 +320,7 @@ MAP: dict[str, Callable[[G, Any, list, tuple], Mapped | None]] = {
     "Relu": _map_activation, "Sigmoid": _map_activation, "Tanh": _map_activation, "Gelu": _map_activation,
     "Clip": _map_activation, "Softmax": _map_softmax, "Dropout": _map_dropout, "Add": _map_add,
     "Concat": _map_concat, "Gather": _map_gather,
-    **{op: _map_recurrent for op in _RECURRENT},
+    **{op: _map_recurrent for op in RECURRENT},
     "MaxPool": _map_pool, "AveragePool": _map_pool, "GlobalAveragePool": _map_pool,
     "Flatten": _map_view, "Reshape": _map_view, "Transpose": _map_view, "Squeeze": _map_view,
     "Unsqueeze": _map_view, "Identity": _map_view,

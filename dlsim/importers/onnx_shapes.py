@@ -139,14 +139,49 @@ def _evaluate(model: Any, batch: int, names: list[str]) -> dict[str, list[int]]:
 
     try:
         values = run(model, batch, names)
+    except SpecError:
+        raise
     except Exception as exc:  # noqa: BLE001
         raise SpecError(f"shapes unknown after shape inference and the reference evaluator fails "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
     return {n: list(np.shape(v)) for n, v in zip(names, values)}
 
 
+MAX_LOOP_ITERATIONS = 10_000
+"""Loop iterations one run of the reference evaluator may take, all Loop nodes together: it runs a
+loop body in Python, about a millisecond an iteration, so this keeps a run within seconds. A Loop
+whose trip count (or condition) takes it further is refused, not run (a 241-byte file can ask for
+10^18 iterations)."""
+
+
+def _bounded_loop() -> type:
+    """onnx's reference Loop, counting the iterations of every Loop of one run against
+    `MAX_LOOP_ITERATIONS` (the evaluator hands the class to the subgraphs' evaluators too)."""
+    from onnx.reference.ops.op_loop import Loop as ReferenceLoop
+
+    spent = [0]
+
+    class Loop(ReferenceLoop):  # the evaluator keys a replacement by (domain, class name)
+        op_domain = ""
+
+        def __init__(self, onnx_node: Any, run_params: Any) -> None:
+            super().__init__(onnx_node, run_params)
+            body = self._run_body
+            name = onnx_node.output[0] if onnx_node.output else onnx_node.name
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                spent[0] += 1
+                if spent[0] > MAX_LOOP_ITERATIONS:
+                    raise SpecError(f"Loop {name}: evaluating its shapes would take over {MAX_LOOP_ITERATIONS} loop "
+                                    "iterations (its trip count or condition); refusing to run it")
+                return body(*args, **kwargs)
+            self._run_body = counted
+    return Loop
+
+
 def run(model: Any, batch: int, names: list[str]) -> list[Any]:
-    """The values of `names` computed by onnx's reference evaluator on a random input of batch `batch`."""
+    """The values of `names` computed by onnx's reference evaluator on a random input of batch `batch`
+    (its Loops bounded: `MAX_LOOP_ITERATIONS`)."""
     import numpy as np
     from onnx.reference import ReferenceEvaluator
 
@@ -163,7 +198,7 @@ def run(model: Any, batch: int, names: list[str]) -> list[Any]:
             feeds[inp.name] = rng.integers(0, 2, shape).astype(np.int64 if t.elem_type == 7 else np.int32)
         else:
             feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
-    return ReferenceEvaluator(m).run(names, feeds)
+    return ReferenceEvaluator(m, new_ops=[_bounded_loop()]).run(names, feeds)
 
 
 def per_sample(a: list[int] | None, b: list[int] | None, static: int = 0) -> tuple[tuple[int, ...] | None, int | None]:

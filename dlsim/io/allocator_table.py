@@ -10,13 +10,15 @@ tables were measured with (meta.yaml ``timing.threads``) is used, else the neare
 from __future__ import annotations
 
 import csv
+import math
 import re
 from pathlib import Path
 from typing import Callable
 
 from dlsim.cost.allocation import REFAULT_QUANTITY, REGIMES, AllocatorCost
 from dlsim.cost.hostops import OPTIMIZER_FIT_QUANTITY, OPTIMIZER_QUANTITY, QUANTITIES as HOST_QUANTITIES, HostOpCost
-from dlsim.errors import SpecError
+from dlsim.errors import SpecError, excerpt
+from dlsim.io.files import read_text
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster
 
@@ -25,23 +27,36 @@ _QUANTITY = re.compile(r"^fresh_memory_s_per_byte_t(\d+)$")
 
 def device_quantities(profile_dir: Path, keep: Callable[[str], bool]) -> dict[str, float]:
     """Quantity -> value of the ``device.csv`` rows whose quantity `keep` accepts (each a non-negative
-    number; empty when the profile has no device.csv)."""
+    number; empty when the profile has no device.csv). The whole file is checked, not only the rows
+    kept: a damaged device.csv (no ``quantity,value`` header, a row without a name or a finite
+    number) is a `SpecError` naming the line, never a file silently ignored."""
     path = profile_dir / "device.csv"
     if not path.exists():
         return {}
     out = {}
-    with open(path) as handle:
-        for line, row in enumerate(csv.DictReader(handle), 2):
+    try:
+        reader = csv.DictReader(read_text(path, "device table").splitlines())
+        header = [h.strip() for h in reader.fieldnames or []]
+        if "quantity" not in header or "value" not in header:
+            raise SpecError(f"expected a header line with quantity and value columns, got {excerpt(header)}",
+                            path=path, field="line 1")
+        reader.fieldnames = header
+        for line, row in enumerate(reader, 2):
             quantity = (row.get("quantity") or "").strip()
+            try:
+                value = float(row["value"])
+            except (TypeError, ValueError):
+                raise SpecError(f"value must be a number, got {excerpt(row.get('value'))}", path=path,
+                                field=f"line {line}") from None
+            if not quantity or not math.isfinite(value) or None in row:
+                raise SpecError("every row needs a quantity and a finite value (and no extra columns)", path=path,
+                                field=f"line {line}")
             if keep(quantity):
-                try:
-                    value = float(row["value"])
-                except (TypeError, ValueError):
-                    raise SpecError(f"value must be a number, got {row.get('value')!r}", path=path,
-                                    field=f"line {line}") from None
                 if not value >= 0:
                     raise SpecError(f"value must be non-negative, got {value}", path=path, field=f"line {line}")
                 out[quantity] = value
+    except csv.Error as exc:
+        raise SpecError(f"malformed CSV: {excerpt(str(exc), 120)}", path=path) from None
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Iterable
 
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.files import read_text, write_atomic
+from dlsim.io.runfiles import RESUMED
 from dlsim.plan.microbatch.configs import Kernel
 from dlsim.plan.microbatch.table import SOURCES, BenchTable, canonical_pass, canonical_source
 
@@ -65,7 +66,7 @@ def _parse_rows(path: Path, lines: Iterable[str], known_layers: Iterable[str] | 
         if all((v or "").strip() == "" for v in rec.values() if isinstance(v, str)):
             continue
         if None in rec:
-            raise SpecError(f"more fields than the header has columns", path=path, field=f"line {line}")
+            raise SpecError("more fields than the header has columns", path=path, field=f"line {line}")
         layer = (rec.get("layer") or "").strip()
         if not layer:
             raise SpecError("empty layer", path=path, field=f"line {line}")
@@ -153,22 +154,27 @@ def resume_rows(path: str | Path) -> dict[tuple[str, str, int, str], Kernel]:
 
     Creates the file with its header when it is missing or empty. A partial last line (a run killed
     while writing it) is cut off: it is an unfinished measurement, never a complete row.
+    The whole lines are checked before anything is cut or appended: a file that is not a benchmark
+    table (its first line is not the header) is refused untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.stat().st_size == 0:
         append_lines(path, [",".join(COLUMNS)])
         return {}
-    text = path.read_text()
-    if not text.endswith("\n"):
-        keep = text[:text.rfind("\n") + 1]
+    text = read_text(path, RESUMED)
+    keep = text[:text.rfind("\n") + 1]
+    headers = (",".join(COLUMNS), ",".join(OLD_COLUMNS))
+    if keep.split("\n", 1)[0].strip() not in headers:
+        raise SpecError(f"not a benchmark table (its first line is not {headers[0]}); refusing to append to it",
+                        path=path, field="line 1")
+    rows = {} if keep.strip() in headers else {
+        (k.layer, k.pass_name, r.size, r.algorithm): r for k in parse_rows(path, keep.splitlines()).kernels
+        for r in k.rows}
+    if keep != text:
         with open(path, "r+b") as handle:
-            handle.truncate(len(keep.encode()))
-        text = keep
-    if text.strip() in (",".join(COLUMNS), ",".join(OLD_COLUMNS)):
-        return {}
-    table = parse_rows(path, text.splitlines())
-    return {(k.layer, k.pass_name, r.size, r.algorithm): r for k in table.kernels for r in k.rows}
+            handle.truncate(handle.read().rfind(b"\n") + 1)
+    return rows
 
 
 def append_lines(path: Path, lines: list[str]) -> None:

@@ -32,6 +32,7 @@ from dlsim.cost.lookup import (CONV_COLUMNS, CONV_PASSES, CONV_SHAPE_FIELDS, GEM
 from dlsim.cost.pricing import PASSES
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.files import read_text
+from dlsim.io.runfiles import note_input
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster
 from dlsim.units import DTYPE_BYTES
@@ -205,6 +206,7 @@ def load_comm_table(cluster: Cluster):
     if "comm_collectives" not in cluster.tables:
         return None
     path = Path(cluster.tables["comm_collectives"])
+    note_input(path, "collective table")
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:

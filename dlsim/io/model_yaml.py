@@ -13,25 +13,66 @@ the input of repeat i+1 is the last layer of repeat i.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import math
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
+
+from pydantic import Field, WithJsonSchema
 
 from dlsim.errors import SpecError, excerpt
 from dlsim.io.expr import ExprError, substitute
+from dlsim.io.model_schema import VALUE_SCHEMA, Block, LayerEntry
 from dlsim.io.paths import resolve_model
-from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
+from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.model import INPUT, Model, build_model
+from dlsim.spec.typed import Name, Record, Seq, Text, validate
 
-_TOP_KEYS = {"name", "description", "source", "dtype", "input", "params", "blocks", "layers", "extends", "published",
-             "stack"}
 _MAX_DEPTH = 8
 MAX_LAYERS = 50_000          # operators once blocks are expanded
 MAX_INT = 2**40              # any integer attribute (sizes, counts)
 MAX_ELEMENTS = 2**50         # elements of one layer's output per sample, or of its parameters
 MAX_LIST = 16                # items of a list-valued attribute (kernel: [3, 3], shape: [...])
+
+
+Value = Annotated[Any, WithJsonSchema(VALUE_SCHEMA)]
+
+
+class InputRecord(Record):
+    """The model's input per sample: a tensor shape or a token count (numbers or ``$param`` expressions)."""
+
+    model_config = {"json_schema_extra": {"oneOf": [{"required": ["shape"]}, {"required": ["tokens"]}]}}
+    shape: Seq[int | str] | None = Field(None, description="[C, H, W]")
+    tokens: int | str | None = Field(None, description="sequence length L")
+
+
+class BlockCall(Record):
+    """A layer entry that calls a block: ``{name, block, repeat?, args?, inputs?, when?}``."""
+
+    name: Any = None
+    block: Any = None
+    repeat: Value = None
+    args: Value = None
+    inputs: Value = None
+    when: Value = None
+
+
+class ModelFile(Record):
+    """A network description (one file; ``extends`` merges it over another)."""
+
+    name: Name | None = None
+    description: Text | None = None
+    source: Text | None = None
+    dtype: str | None = Field(None, description="fp32 (default), fp16, bf16, fp8")
+    input: InputRecord | None = None
+    params: dict[str, Value] | None = Field(None, description="named numbers, usable as $name or ${expr}")
+    blocks: dict[str, Block] | None = Field(None, description="parametric sub-graphs, called by name")
+    layers: list[LayerEntry] | None = None
+    extends: Name | None = Field(None, description="a zoo model or a path, relative to this file")
+    stack: Annotated[str, Field(max_length=200)] | None = Field(
+        None, description="the software stack it is usually trained with (dlsim stacks), when a run names none")
+    published: dict[str, Annotated[float, Field(ge=0, le=MAX_ELEMENTS * 1e6)]] | None = Field(
+        None, description="published reference numbers (parameters, FLOPs), for tests and reports")
 
 
 def _check_value(value: Any, path: Path, where: str) -> None:
@@ -60,15 +101,13 @@ def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     if path.resolve() in chain:
         raise SpecError("extends forms a cycle", path=path, field="extends")
     data = read_yaml(path)
-    data = expect_mapping(data, path, "")
-    check_keys(data, _TOP_KEYS, path, "")
+    validate(ModelFile, data, path)
     if "extends" not in data:
         return dict(data)
     parent = _load_raw(resolve_model(data["extends"], relative_to=path.parent), chain + (path.resolve(),))
     merged = {**parent, **{k: v for k, v in data.items() if k != "extends"}}
     for key in ("params", "blocks"):
-        merged[key] = {**expect_mapping(parent.get(key, {}) or {}, path, key),
-                       **expect_mapping(data.get(key, {}) or {}, path, key)}
+        merged[key] = {**(parent.get(key) or {}), **(data.get(key) or {})}
     return merged
 
 
@@ -94,7 +133,8 @@ class _Expander:
         last = block_input
         for i, raw in enumerate(entries):
             here = f"{where}[{i}]"
-            raw = expect_mapping(raw, self.path, here)
+            if not isinstance(raw, dict):
+                raise SpecError(f"must be a mapping, got {type(raw).__name__}", path=self.path, field=here)
             if "when" in raw and not self._sub(raw["when"], names, f"{here}.when"):
                 continue
             name = raw.get("name")
@@ -129,7 +169,7 @@ class _Expander:
         return last
 
     def _call(self, raw: dict, names: Mapping[str, Any], full: str, previous: str, here: str, depth: int) -> str:
-        check_keys(raw, {"name", "block", "repeat", "args", "inputs", "when"}, self.path, here)
+        validate(BlockCall, raw, self.path, here)
         if depth >= _MAX_DEPTH:
             raise SpecError(f"blocks nested deeper than {_MAX_DEPTH}", path=self.path, field=here)
         bname = raw["block"]
@@ -139,7 +179,8 @@ class _Expander:
         block = self.blocks[bname]
         if isinstance(block, list):
             block = {"layers": block}
-        block = expect_mapping(block, self.path, f"blocks.{bname}")
+        if not isinstance(block, dict):
+            raise SpecError(f"must be a mapping, got {type(block).__name__}", path=self.path, field=f"blocks.{bname}")
         repeat = self._sub(raw.get("repeat", 1), names, f"{here}.repeat")
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_LAYERS:
             raise SpecError(f"repeat must be an integer in [1, {MAX_LAYERS}], got {excerpt(repeat)}",
@@ -164,15 +205,13 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
     """Load a zoo model name or a YAML path; `overrides` replace entries of ``params``."""
     path = resolve_model(name_or_path)
     raw = _load_raw(path)
-    params = expect_mapping(raw.get("params", {}) or {}, path, "params")
+    params = raw.get("params") or {}
     for key in overrides or {}:
         if key not in params:
             raise SpecError(f"unknown parameter {key!r} (model parameters: {', '.join(params) or 'none'})",
                             path=path, field="params")
     params = {**params, **(overrides or {})}
     for key, value in params.items():
-        if not isinstance(key, str):
-            raise SpecError(f"parameter names must be strings, got {excerpt(key)}", path=path, field="params")
         _check_value(value, path, f"params.{key}")
     names: dict[str, Any] = {}
     for key, value in params.items():  # params may refer to earlier params
@@ -180,18 +219,10 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
             names[key] = substitute(value, names)
         except (ExprError, ZeroDivisionError, TypeError) as exc:
             raise SpecError(str(exc), path=path, field=f"params.{key}") from None
-    blocks = expect_mapping(raw.get("blocks", {}) or {}, path, "blocks")
-    blocks = {str(k): v for k, v in blocks.items()}
-    published = expect_mapping(raw.get("published", {}) or {}, path, "published")
-    for key, value in published.items():  # published reference numbers: plain finite non-negative numbers
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_ELEMENTS * 1e6 \
-                or not math.isfinite(value):
-            raise SpecError(f"must be a finite non-negative number, got {excerpt(value)}", path=path,
-                            field=f"published.{excerpt(key, 40) if not isinstance(key, str) else key[:40]}")
-    inp = expect_mapping(raw.get("input"), path, "input") if "input" in raw else None
+    blocks = {str(k): v for k, v in (raw.get("blocks") or {}).items()}
+    inp = raw.get("input")
     if inp is None:
         raise SpecError("missing required field", path=path, field="input")
-    check_keys(inp, {"shape", "tokens"}, path, "input")
     if ("shape" in inp) == ("tokens" in inp):
         raise SpecError("give exactly one of shape: [C, H, W] or tokens: L", path=path, field="input")
     expander = _Expander(path, blocks, names)
@@ -208,17 +239,13 @@ def load_model(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
                         path=path, field=f"input.{'tokens' if kind == 'tokens' else 'shape'}")
     expander.expand(raw.get("layers"), names, "", INPUT, "layers")
     name = raw.get("name") or path.stem
-    dtype = raw.get("dtype", "fp32")
-    if not isinstance(dtype, str):
-        raise SpecError(f"must be a data type name, got {excerpt(dtype)}", path=path, field="dtype")
+    dtype = raw.get("dtype") or "fp32"
     try:
-        model = build_model(excerpt(name, 80) if not isinstance(name, str) or len(name) > 80 else name, dtype, shape,
+        model = build_model(excerpt(name, 80) if len(name) > 80 else name, dtype, shape,
                             kind, expander.out, source=str(path), params_used=names)
     except (TypeError, ValueError, OverflowError, ZeroDivisionError, KeyError, IndexError) as exc:
         raise SpecError(f"malformed description ({type(exc).__name__}: {excerpt(str(exc), 120)})", path=path) from None
     stack = raw.get("stack") or ""
-    if not isinstance(stack, str) or len(stack) > 200:
-        raise SpecError(f"must be a stack name or file, got {excerpt(stack)}", path=path, field="stack")
     if stack:
         model = replace(model, stack=stack)
     for layer in model.layers:

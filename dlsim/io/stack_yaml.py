@@ -13,7 +13,9 @@ where in the framework's code it was read (units in key names, as in strategy fi
       bucket_size_mib: {value: 40, source: "..."}
     notes: ["..."]
 
-Every key needs a source; a key that is not a stack key (`dlsim.spec.stack.STACK_KEYS`) is refused.
+Every key needs a source; a key that is not a stack key (`dlsim.spec.stack.STACK_KEYS`) is refused. The
+keys are declared once, as the typed record `StackFile` (JSON Schema ``dlsim/schemas/stack.schema.json``),
+each value typed as a strategy file types it.
 """
 
 from __future__ import annotations
@@ -21,69 +23,72 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, create_model
 
 from dlsim.errors import SpecError, UnitError
 from dlsim.io.paths import list_stacks, resolve_stack
-from dlsim.io.strategy_yaml import strategy_fields
-from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
+from dlsim.io.strategy_yaml import _SIZES, StrategyFile, strategy_fields
+from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.stack import STACK_KEYS, Stack
 from dlsim.spec.strategy import make_strategy
-
-_TOP = {"name", "version", "framework", "description", "repositories", "keys", "notes"}
-_KEY = {"value", "source"}
+from dlsim.spec.typed import Record, Seq, Text, validate
 
 
-def _text(data: dict, key: str, path: Path, required: bool = True) -> str:
-    value = data.get(key, "" if not required else None)
-    if value is None or (required and value == ""):
-        raise SpecError("missing (a stack names its framework and version)", path=path, field=key)
-    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-        raise SpecError(f"must be text, got {type(value).__name__}", path=path, field=key)
-    return str(value)
+def _as_text(value: Any) -> Any:
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+Label = Annotated[str, BeforeValidator(_as_text), Field(min_length=1, max_length=4096, pattern=r"\S")]
+"""A name, a version or a framework: text (a number is read as its text), not blank."""
+Source = Annotated[str, Field(min_length=10, max_length=4096, description=(
+    "where the value was read: repository, file and commit (at least 10 characters)"))]
+
+
+def _key(name: str) -> Any:
+    """A stack key of the file: {value, source}, the value typed as a strategy file types it."""
+    value = StrategyFile.model_fields[name]
+    return create_model(f"StackKey_{name}", __base__=Record,
+                        value=(value.rebuild_annotation(), Field(description=value.description)), source=(Source, ...))
+
+
+_FILE_KEYS = [k for k in StrategyFile.model_fields if _SIZES.get(k, (k,))[0] in STACK_KEYS]
+StackKeys = create_model("StackKeys", __base__=Record, __doc__="The strategy keys a stack sets (`STACK_KEYS`).",
+                         **{k: (_key(k) | None, None) for k in _FILE_KEYS})
+
+
+class StackFile(Record):
+    """A software stack file (see the module docstring)."""
+
+    name: Label
+    version: Label
+    framework: Label
+    description: Annotated[str, BeforeValidator(_as_text)] = ""
+    repositories: Seq[Text] = ()
+    keys: StackKeys | None = None  # type: ignore[valid-type]
+    notes: Seq[Text] = ()
 
 
 def parse_stack(data: Any, path: Path) -> Stack:
     """A `Stack` from a parsed stack file (see the module docstring)."""
-    data = expect_mapping(data, path, "")
-    check_keys(data, _TOP, path, "")
-    keys = expect_mapping(data.get("keys") or {}, path, "keys")
+    rec = validate(StackFile, data, path)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key, entry in keys.items():
-        entry = expect_mapping(entry, path, f"keys.{key}")
-        check_keys(entry, _KEY, path, f"keys.{key}")
-        if "value" not in entry:
-            raise SpecError("missing value", path=path, field=f"keys.{key}")
-        source = entry.get("source")
-        if not isinstance(source, str) or len(source.strip()) < 10:
-            raise SpecError("needs a source (repository, file and commit where the value was read)", path=path,
-                            field=f"keys.{key}.source")
-        try:
-            fields = strategy_fields({key: entry["value"]}, path)
-        except SpecError as exc:
-            field = exc.field if exc.field and exc.field != key else key
-            raise SpecError(exc.reason, path=path, field=f"keys.{field}") from None
-        for name in fields:
-            if name not in STACK_KEYS:
-                raise SpecError(f"does not apply to a stack: a stack sets {', '.join(STACK_KEYS)}", path=path,
-                                field=f"keys.{key}")
-            values[name] = fields[name]
-            sources[name] = source.strip()
+    for key in data.get("keys") or {}:  # in the file's order
+        entry = getattr(rec.keys, key)
+        if entry is None:
+            continue
+        for name, value in strategy_fields({key: data["keys"][key]["value"]}, path).items():
+            values[name], sources[name] = value, entry.source.strip()
     try:  # each value as a strategy would take it (tensor-parallel keys checked with tp 2)
         make_strategy(tp=2, **values)
     except SpecError as exc:
         raise SpecError(exc.reason, path=path, field=f"keys.{exc.field}" if exc.field else "keys") from None
     except (TypeError, UnitError) as exc:
         raise SpecError(str(exc), path=path, field="keys") from None
-    repos = data.get("repositories") or []
-    notes = data.get("notes") or []
-    for name, items in (("repositories", repos), ("notes", notes)):
-        if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
-            raise SpecError("must be a list of text lines", path=path, field=name)
-    return Stack(_text(data, "name", path), _text(data, "version", path), _text(data, "framework", path),
-                 _text(data, "description", path, required=False), MappingProxyType(values),
-                 MappingProxyType(sources), tuple(repos), tuple(notes), str(path))
+    return Stack(rec.name, rec.version, rec.framework, rec.description, MappingProxyType(values),
+                 MappingProxyType(sources), rec.repositories, rec.notes, str(path))
 
 
 @lru_cache(maxsize=64)

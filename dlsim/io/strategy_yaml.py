@@ -8,6 +8,7 @@ Example:
     ep: 8                         # expert parallelism: MoE experts over 8 data-parallel ranks (divides dp)
     ep_overlap: true              # shared experts beside the all-to-alls
     cp: 2                         # context parallelism: ring attention over 2 ranks (default 1)
+    spatial: 1                    # spatial parallelism: images split over a height x width grid (+ spatial_w, halo_overlap)
     microbatch_size: 1
     num_microbatches: 64          # or global_batch: 2048
     schedule: 1f1b                # gpipe | 1f1b | interleaved (+ virtual_stages: 2)
@@ -18,6 +19,7 @@ Example:
     recompute: selective          # none | full | selective (full: + recompute_layers: 1)
     sequence_parallel: true       # Korthikanti et al. 2022 (needs tp >= 2)
     tp_async_backward: true       # TP input-gradient collectives beside the weight-gradient GEMMs (Megatron-LM)
+    tp_comm_overlap: true         # SP all-gathers / reduce-scatters chunked beside their GEMMs (TE userbuffers)
     p2p_overlap: false            # pipeline exchanges block the sender (Megatron-LM's default)
     p2p_scatter_gather: true      # replicated boundaries sent as 1/tp slices, all-gathered at the receiver
     stack: megatron-core          # the software stack (dlsim stacks): its values for every key not set here
@@ -26,10 +28,10 @@ Example:
     zero: 1                       # 0-3; 1 = distributed optimizer, 3 = FSDP (+ hybrid_shard: true)
     optimizer: adam
     offload: none                 # activations | optimizer | both: to host memory over the host link
-    compression: {kind: topk, density: 0.01, error_feedback: true}
+    compression: {kind: topk, density: 0.01, error_feedback: true}   # + value_bits: 4 (SparCML's TopK_Q4)
     variability: {jitter: lognormal, jitter_cv: 0.05, straggler_fraction: 0.01, straggler_slowdown: 1.5, seed: 7}
     stage_partition: [13, 12, ...]                       # layers per chunk (pp x virtual_stages entries)
-    layer_groups:                                        # Krizhevsky 2014's data/model split (tp = pp = 1)
+    layer_groups:                                        # Krizhevsky 2014's data/model split (pp = 1); channel / filter
       - {first: conv1, last: flatten, parallel: data}
       - {first: drop6, last: loss, parallel: model}
 """
@@ -37,76 +39,70 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
+
+from pydantic import BeforeValidator, Field, create_model
 
 from dlsim.errors import SpecError, UnitError
-from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
+from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.stack import STACK_KEYS
-from dlsim.spec.strategy import Compression, LayerGroup, Strategy, Variability, make_strategy
+from dlsim.spec.strategy import (Compression, CompressionRecord, LayerGroup, Strategy, StrategyRecord, Variability,
+                                 VariabilityRecord, make_strategy)
+from dlsim.spec.typed import Count, NonNegativeInt, Positive, Record, Text, validate
 from dlsim.units import KIB, MIB
 
-_PLAIN = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "global_batch", "schedule", "virtual_stages",
-          "sync", "staleness", "ps_shards", "fetch_every", "push_every", "iterations", "collective", "overlap",
-          "recompute", "zero", "optimizer", "dtype", "sequence_parallel", "recompute_layers",
-          "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep", "ep_overlap", "grad_accumulation", "cp", "hybrid_shard", "offload",
-          "stack", "optimizer_impl", "grad_reduce_dtype", "param_gather_overlap", "spatial", "spatial_w",
-          "halo_overlap"}
 _SIZES = {"bucket_size_mib": ("bucket_size", MIB), "bucket_size_kib": ("bucket_size", KIB),
           "bucket_size_bytes": ("bucket_size", 1), "first_bucket_size_mib": ("first_bucket_size", MIB),
           "first_bucket_size_kib": ("first_bucket_size", KIB), "first_bucket_size_bytes": ("first_bucket_size", 1)}
-_NESTED = {"compression", "variability", "stage_partition", "layer_groups", "description", "fused_kernels"}
-_COMPRESSION_KEYS = {"kind", "bits", "density", "bucket_elements", "error_feedback", "value_bits"}
-_VARIABILITY_KEYS = {"jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "device_slowdown", "seed"}
+"""A size key of the file -> (the strategy field, its unit in bytes)."""
 
 
-def strategy_fields(data: dict, path: Path | str = "<strategy>") -> dict[str, Any]:
-    """Keyword arguments of `make_strategy` from a strategy mapping (file units converted)."""
-    data = expect_mapping(data, Path(str(path)), "")
-    check_keys(data, _PLAIN | set(_SIZES) | _NESTED, Path(str(path)), "")
-    out: dict[str, Any] = {k: v for k, v in data.items() if k in _PLAIN}
-    for key, (name, scale) in _SIZES.items():
-        if key in data:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise SpecError(f"must be a positive number, got {value!r}", path=path, field=key)
-            out[name] = float(value) * scale
-    if "compression" in data:
-        comp = data["compression"]
-        if isinstance(comp, str):
-            comp = {"kind": comp}
-        comp = expect_mapping(comp, Path(str(path)), "compression")
-        check_keys(comp, _COMPRESSION_KEYS, Path(str(path)), "compression")
-        out["compression"] = Compression(**comp)
-    if "variability" in data:
-        var = dict(expect_mapping(data["variability"], Path(str(path)), "variability"))
-        check_keys(var, _VARIABILITY_KEYS, Path(str(path)), "variability")
-        slow = var.pop("device_slowdown", {}) or {}
-        if not isinstance(slow, dict):
-            raise SpecError("must map rank -> slowdown factor", path=path, field="variability.device_slowdown")
-        out["variability"] = Variability(**var, device_slowdown=tuple(sorted((int(k), v) for k, v in slow.items())))
-    if "stage_partition" in data:
-        parts = data["stage_partition"]
-        if not isinstance(parts, list):
-            raise SpecError("must be a list of layer counts per chunk", path=path, field="stage_partition")
-        out["stage_partition"] = tuple(parts)
-    if "fused_kernels" in data:
-        kernels = data["fused_kernels"]
-        if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
-            raise SpecError("must be a list of fused kernel names", path=path, field="fused_kernels")
-        out["fused_kernels"] = tuple(kernels)
-    if "layer_groups" in data:
-        groups = data["layer_groups"]
-        if not isinstance(groups, list):
-            raise SpecError("must be a list of {first, last, parallel}", path=path, field="layer_groups")
-        parsed = []
-        for i, g in enumerate(groups):
-            g = expect_mapping(g, Path(str(path)), f"layer_groups[{i}]")
-            check_keys(g, {"first", "last", "parallel"}, Path(str(path)), f"layer_groups[{i}]")
-            missing = {"first", "last", "parallel"} - set(g)
-            if missing:
-                raise SpecError(f"missing {sorted(missing)[0]}", path=path, field=f"layer_groups[{i}]")
-            parsed.append(LayerGroup(str(g["first"]), str(g["last"]), str(g["parallel"])))
-        out["layer_groups"] = tuple(parsed)
+def _kind_only(value: Any) -> Any:
+    return {"kind": value} if isinstance(value, str) else value
+
+
+class VariabilityFile(VariabilityRecord):
+    """`variability` in a file: ``device_slowdown`` maps a rank to its slowdown factor."""
+
+    device_slowdown: Annotated[dict[NonNegativeInt, Positive], Field(  # type: ignore[assignment]
+        json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}}, description="rank -> slowdown factor")] = {}
+
+
+StrategyFile = create_model(
+    "StrategyFile", __base__=Record, __doc__="A strategy file: `Strategy`'s fields, sizes with their unit in the key.",
+    **{name: (f.rebuild_annotation(), f) for name, f in StrategyRecord.model_fields.items()
+       if name not in ("bucket_size", "first_bucket_size", "compression", "variability")},
+    **{key: (Positive | None, Field(None, description=f"{name} in {key.rsplit('_', 1)[1]}"))
+       for key, (name, _) in _SIZES.items()},
+    compression=(Annotated[CompressionRecord, BeforeValidator(_kind_only)] | None,
+                 Field(None, description="a compressor's name, or {kind, bits, density, ...}")),
+    variability=(VariabilityFile | None, None),
+    global_batch=(Count | None, Field(None, description="dp x microbatch_size x num_microbatches")),
+    description=(Text | None, None),
+)
+
+
+def strategy_fields(data: Any, path: Path | str = "<strategy>") -> dict[str, Any]:
+    """Keyword arguments of `make_strategy` from a strategy mapping (file units converted to SI here)."""
+    rec = validate(StrategyFile, data, Path(str(path)))
+    out: dict[str, Any] = {}
+    for key in rec.model_fields_set - {"description"}:
+        value = getattr(rec, key)
+        if key in _SIZES:
+            if value is not None:
+                name, scale = _SIZES[key]
+                out[name] = float(value) * scale
+        elif key == "compression":
+            if value is not None:
+                out[key] = Compression(**dict(value))
+        elif key == "variability":
+            if value is not None:
+                slow = tuple(sorted(value.device_slowdown.items()))
+                out[key] = Variability(**{**dict(value), "device_slowdown": slow})
+        elif key == "layer_groups":
+            out[key] = tuple(LayerGroup(**dict(g)) for g in value)
+        else:
+            out[key] = value
     return out
 
 

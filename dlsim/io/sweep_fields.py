@@ -17,8 +17,9 @@ A sweep's grid and fixed fields are scalars; compression and variability are rec
 ``seed``                       seed of the variability draws, >= 0
 =============================  =========================================================
 
-Each value is checked once, when the spec is read, by the strategy's own validation
-(`validate_strategy`), so a bad one is one line naming the sweep field. A field applies only where
+Each value is checked once, when the spec is read, against the strategy's own typed record
+(`dlsim.spec.strategy.CompressionRecord`, `VariabilityRecord`: `nested_type`), so a bad one is one
+line naming the sweep field. A field applies only where
 it means something, so that one grid holds a study and its baseline:
 
 * the compressor's parameters apply to points of that compressor (``compression: [none, qsgd]``
@@ -42,42 +43,28 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from dlsim.errors import SpecError
-from dlsim.spec.strategy import Compression, Strategy, Variability, validate_strategy
+from dlsim.spec.strategy import Compression, CompressionRecord, Strategy, Variability, VariabilityRecord
 
 NESTED_KEYS = {
-    "compression": ("compression", "kind", str), "compression_bits": ("compression", "bits", int),
-    "compression_density": ("compression", "density", float),
-    "compression_error_feedback": ("compression", "error_feedback", bool),
-    "jitter": ("variability", "jitter", str), "jitter_cv": ("variability", "jitter_cv", float),
-    "straggler_fraction": ("variability", "straggler_fraction", float),
-    "straggler_slowdown": ("variability", "straggler_slowdown", float), "seed": ("variability", "seed", int),
+    "compression": ("compression", "kind"), "compression_bits": ("compression", "bits"),
+    "compression_density": ("compression", "density"), "compression_error_feedback": ("compression", "error_feedback"),
+    "jitter": ("variability", "jitter"), "jitter_cv": ("variability", "jitter_cv"),
+    "straggler_fraction": ("variability", "straggler_fraction"),
+    "straggler_slowdown": ("variability", "straggler_slowdown"), "seed": ("variability", "seed"),
 }
-"""sweep key -> (strategy record, its attribute, the value's type)."""
+"""sweep key -> (strategy record, its attribute)."""
 
-_CONTEXT = {"compression_bits": {"compression": "qsgd"}, "compression_density": {"compression": "topk"},
-            "compression_error_feedback": {"compression": "qsgd"}, "jitter_cv": {"jitter": "normal"}}
-"""What a part is checked beside (its compressor, its distribution), so that its own range is checked."""
-
+_RECORDS = {"compression": CompressionRecord, "variability": VariabilityRecord}
 _LOSSY = ("qsgd", "topk", "1bit")
 PS_ONLY = ("iterations", "ps_shards", "fetch_every", "push_every")
 ALLREDUCE_ONLY = ("bucket_size", "first_bucket_size", "overlap") + tuple(k for k in NESTED_KEYS
                                                                          if k.startswith("compression"))
 
 
-def check_nested(key: str, value: Any, path: Path, field: str) -> Any:
-    """One value of a nested sweep key, type and range checked by the strategy's validation."""
-    _, attr, kind = NESTED_KEYS[key]
-    ok = isinstance(value, bool) if kind is bool else not isinstance(value, bool) and (
-        isinstance(value, str) if kind is str else isinstance(value, int) if kind is int
-        else isinstance(value, (int, float)))
-    if not ok:
-        want = {str: "a name", int: "an integer", float: "a number", bool: "true or false"}[kind]
-        raise SpecError(f"must be {want}, got {value!r}"[:120], path=path, field=field)
-    try:
-        validate_strategy(_strategy({**_CONTEXT.get(key, {}), key: value}))
-    except SpecError as exc:
-        raise SpecError(exc.reason, path=path, field=field) from None
-    return value
+def nested_type(key: str) -> Any:
+    """The type (with its range or choices) of a nested sweep key's value: its strategy record's field."""
+    record, attr = NESTED_KEYS[key]
+    return _RECORDS[record].model_fields[attr].rebuild_annotation()
 
 
 def _strategy(flat: Mapping[str, Any]) -> Strategy:
@@ -150,7 +137,7 @@ def simulate_fields(fields: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]
         if any(NESTED_KEYS[k][0] == "variability" for k in flat):
             out["variability"] = s.variability
         for key in flat:
-            record, attr, _ = NESTED_KEYS[key]
+            record, attr = NESTED_KEYS[key]
             if key != "compression":
                 given.add(f"compression.{attr}" if record == "compression" else attr)
     return out, given

@@ -31,27 +31,54 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
+
+from pydantic import Field, create_model
 
 from dlsim.errors import SpecError
-from dlsim.io.sweep_fields import NESTED_KEYS, applicable, check_nested, check_usable
-from dlsim.io.yamlfile import check_keys, expect_mapping, read_yaml
-from dlsim.spec.strategy import Strategy
+from dlsim.io.sweep_fields import NESTED_KEYS, applicable, check_usable, nested_type
+from dlsim.io.yamlfile import read_yaml
+from dlsim.spec.strategy import StrategyRecord
+from dlsim.spec.typed import Count, Name, Record, one_or_many, validate
 
 MAX_POINTS = 1_000_000
 DEFAULT_MAX_POINTS = 100_000
 MAX_LIST = 10_000
 # strategy fields a sweep may set: the scalar ones (nested records stay in strategy files)
 _NESTED = {"compression", "variability", "stage_partition", "layer_groups", "fused_kernels"}
-STRATEGY_KEYS = frozenset(set(Strategy.__dataclass_fields__) - _NESTED)
+STRATEGY_KEYS = frozenset(set(StrategyRecord.model_fields) - _NESTED)
 SWEEP_KEYS = STRATEGY_KEYS | frozenset(NESTED_KEYS)
 """Keys of grid and fixed: the scalar strategy fields, and the parts of compression and variability."""
-_TOP_KEYS = {"models", "clusters", "gpus", "global_batch", "grid", "fixed", "model_only", "max_points", "name"}
-_INT_KEYS = {k for k, f in Strategy.__dataclass_fields__.items() if f.type in ("int", int)}
-_POSITIVE_KEYS = {"dp", "tp", "pp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
-                  "fetch_every", "push_every", "iterations", "recompute_layers"}
-_BOOL_KEYS = {k for k, f in Strategy.__dataclass_fields__.items() if f.type in ("bool", bool)}
-_FLOAT_KEYS = {k for k, f in Strategy.__dataclass_fields__.items() if f.type in ("float", float)}
+
+
+def _no_default(schema: dict) -> None:
+    schema.pop("default", None)
+
+
+def _section(name: str, lists: bool) -> type[Record]:
+    """grid (each key a value or a list of them) or fixed (one value each): the strategy's own types."""
+    fields: dict[str, Any] = {}
+    for key in sorted(SWEEP_KEYS):
+        kind = nested_type(key) if key in NESTED_KEYS else StrategyRecord.model_fields[key].rebuild_annotation()
+        fields[key] = (one_or_many(kind, MAX_LIST) if lists else kind, Field(None, json_schema_extra=_no_default))
+    return create_model(name, __base__=Record, **fields)
+
+
+class SweepFile(Record):
+    """A sweep spec (see the module docstring)."""
+
+    name: Name | None = None
+    models: one_or_many(Name) = Field(description="zoo names or model YAML paths")  # type: ignore[valid-type]
+    clusters: one_or_many(Name) = Field(description="built-in profiles or profile directories")  # type: ignore[valid-type]
+    gpus: one_or_many(Count) | None = Field(  # type: ignore[valid-type]
+        None, description="dp = gpus / (tp x pp x cp); the cluster is resized to fit")
+    global_batch: one_or_many(Count)  # type: ignore[valid-type]
+    grid: _section("Grid", lists=True) | None = Field(  # type: ignore[valid-type]
+        None, description="strategy fields, each a value or a list of values (the cross product)")
+    fixed: _section("Fixed", lists=False) | None = Field(  # type: ignore[valid-type]
+        None, description="strategy fields set for every point")
+    model_only: bool = Field(False, description="price with the roofline model, ignore measured tables")
+    max_points: Annotated[int, Field(ge=1, le=MAX_POINTS)] = DEFAULT_MAX_POINTS
 
 
 @dataclass(frozen=True)
@@ -111,103 +138,32 @@ def point_id(model: str, cluster: str, gpus: int | None, global_batch: int, fiel
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _names(value: Any, path: Path, field: str) -> tuple[str, ...]:
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise SpecError("must name at least one", path=path, field=field)
-    for i, v in enumerate(items):
-        if not isinstance(v, str) or not v.strip():
-            raise SpecError(f"must be a name or a path, got {v!r}"[:120], path=path, field=f"{field}[{i}]")
-    if len(set(items)) != len(items):
-        raise SpecError("lists a value twice", path=path, field=field)
-    return tuple(items)
-
-
-def _positive_ints(value: Any, path: Path, field: str) -> tuple[int, ...]:
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise SpecError("must list at least one value", path=path, field=field)
-    for i, v in enumerate(items):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise SpecError(f"must be a positive integer, got {v!r}"[:120], path=path, field=f"{field}[{i}]")
-    if len(set(items)) != len(items):
-        raise SpecError("lists a value twice", path=path, field=field)
-    return tuple(items)
-
-
-def _check_value(key: str, v: Any, path: Path, field: str) -> Any:
-    if key in NESTED_KEYS:
-        return check_nested(key, v, path, field)
-    if key in _INT_KEYS and (isinstance(v, bool) or not isinstance(v, int)):
-        raise SpecError(f"must be an integer, got {v!r}"[:120], path=path, field=field)
-    if key in _POSITIVE_KEYS and v < 1 or key in _INT_KEYS and v < 0:
-        raise SpecError(f"must be {'positive' if key in _POSITIVE_KEYS else 'non-negative'}, got {v!r}"[:120],
-                        path=path, field=field)
-    if key in _BOOL_KEYS and not isinstance(v, bool):
-        raise SpecError(f"must be true or false, got {v!r}"[:120], path=path, field=field)
-    if key in _FLOAT_KEYS and (isinstance(v, bool) or not isinstance(v, (int, float, str))):
-        raise SpecError(f"must be a number or a size such as 25MB, got {v!r}"[:120], path=path, field=field)
-    if not isinstance(v, (str, int, float, bool)) and not (v is None and key == "dtype"):
-        raise SpecError(f"must be a single value, got {type(v).__name__}", path=path, field=field)
-    return v
-
-
-def _strategy_map(value: Any, path: Path, field: str, lists: bool) -> tuple[tuple[str, Any], ...]:
-    data = expect_mapping(value if value is not None else {}, path, field)
-    check_keys(data, set(SWEEP_KEYS), path, field)
-    out = []
-    for key in sorted(data):
-        v = data[key]
-        if lists:
-            items = v if isinstance(v, list) else [v]
-            if not items:
-                raise SpecError("must list at least one value", path=path, field=f"{field}.{key}")
-            if len(items) > MAX_LIST:
-                raise SpecError(f"lists {len(items)} values (at most {MAX_LIST})", path=path, field=f"{field}.{key}")
-            vals = tuple(_check_value(key, x, path, f"{field}.{key}[{i}]") for i, x in enumerate(items))
-            if len(set(map(repr, vals))) != len(vals):
-                raise SpecError("lists a value twice", path=path, field=f"{field}.{key}")
-            out.append((key, vals))
-        else:
-            out.append((key, _check_value(key, v, path, f"{field}.{key}")))
-    return tuple(out)
+def _values(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
 def parse_sweep(data: Any, path: Path | str = "<sweep>") -> SweepSpec:
-    """Validate a parsed sweep description (see the module docstring)."""
+    """Validate a parsed sweep description (see the module docstring); values are kept as written, so
+    that a point's id does not change with the types the record converts to."""
     path = Path(path)
-    data = expect_mapping(data, path, "")
-    check_keys(data, _TOP_KEYS, path, "")
-    for key in ("models", "clusters", "global_batch"):
-        if key not in data:
-            raise SpecError("is required", path=path, field=key)
-    models = _names(data["models"], path, "models")
-    clusters = _names(data["clusters"], path, "clusters")
-    gpus = _positive_ints(data["gpus"], path, "gpus") if data.get("gpus") is not None else None
-    batch = _positive_ints(data["global_batch"], path, "global_batch")
-    grid = _strategy_map(data.get("grid"), path, "grid", lists=True)
-    fixed = _strategy_map(data.get("fixed"), path, "fixed", lists=False)
+    validate(SweepFile, data, path)
+    grid = tuple((key, _values(data["grid"][key])) for key in sorted(data.get("grid") or {}))
+    fixed = tuple((key, data["fixed"][key]) for key in sorted(data.get("fixed") or {}))
     both = sorted({k for k, _ in grid} & {k for k, _ in fixed})
     if both:
         raise SpecError("is set in both grid and fixed", path=path, field=f"grid.{both[0]}")
     values = {**{k: v for k, v in grid}, **{k: (v,) for k, v in fixed}}
     check_usable(values, path, {**{k: "grid" for k, _ in grid}, **{k: "fixed" for k, _ in fixed}})
+    gpus = _values(data["gpus"]) if data.get("gpus") is not None else None
     if gpus is not None:
         for section, keys in (("grid", [k for k, _ in grid]), ("fixed", [k for k, _ in fixed])):
             if "dp" in keys:
                 raise SpecError("dp follows from gpus / (tp x pp): set gpus or dp, not both", path=path,
                                 field=f"{section}.dp")
-    model_only = data.get("model_only", False)
-    if not isinstance(model_only, bool):
-        raise SpecError(f"must be true or false, got {model_only!r}"[:120], path=path, field="model_only")
     max_points = data.get("max_points", DEFAULT_MAX_POINTS)
-    if isinstance(max_points, bool) or not isinstance(max_points, int) or not 1 <= max_points <= MAX_POINTS:
-        raise SpecError(f"must be an integer from 1 to {MAX_POINTS}, got {max_points!r}"[:120], path=path,
-                        field="max_points")
-    name = data.get("name", path.stem if path.name != "<sweep>" else "sweep")
-    if not isinstance(name, str):
-        raise SpecError("must be a string", path=path, field="name")
-    spec = SweepSpec(models, clusters, gpus, batch, grid, fixed, model_only, max_points, name)
+    spec = SweepSpec(_values(data["models"]), _values(data["clusters"]), gpus, _values(data["global_batch"]), grid,
+                     fixed, data.get("model_only", False), max_points,
+                     data.get("name") or (path.stem if path.name != "<sweep>" else "sweep"))
     if spec.size > max_points:
         raise SpecError(f"the grid has {spec.size} points, more than max_points = {max_points} "
                         f"({spec.size - max_points} over)", path=path, field="grid")

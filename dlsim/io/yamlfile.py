@@ -2,7 +2,8 @@
 
 Every read is bounded before it is used: the file's size, its encoding (UTF-8; anything else is one
 line naming the byte), the nesting depth, the number of nodes once aliases are expanded (an alias
-bomb or a self-referencing alias is refused, not expanded) and the size of integers.
+bomb or a self-referencing alias is refused, not expanded) and the size of integers. Only YAML's
+safe types are built (no tag runs code); libyaml parses where it is installed.
 """
 
 from __future__ import annotations
@@ -20,22 +21,9 @@ MAX_NODES = 200_000        # nodes once every alias is expanded
 MAX_INT_DIGITS = 40
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses deep nesting while composing (before Python's recursion limit)."""
-
-    def __init__(self, stream: str):
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels (line {mark.line + 1})")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML was built with it (about ten times faster), else the pure-Python one.
+Either way only the safe constructors run: no tag creates a Python object."""
 
 
 def _bounded_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
@@ -45,33 +33,60 @@ def _bounded_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     return yaml.SafeLoader.construct_yaml_int(loader, node)
 
 
+class _BoundedLoader(_SafeLoader):  # type: ignore[misc, valid-type]
+    """The safe loader with bounded integers; the pure-Python composer also refuses deep nesting while
+    composing (before Python's recursion limit; libyaml refuses more than 1000 levels itself)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    if _SafeLoader is yaml.SafeLoader:
+        def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    mark = self.peek_event().start_mark
+                    raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels (line {mark.line + 1})")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
-def _expanded_size(node: yaml.Node) -> int:
-    """Nodes in the tree once aliases are expanded; refuses cycles and trees over MAX_NODES."""
+def _check_tree(root: yaml.Node) -> None:
+    """Refuse a tree nested deeper than MAX_DEPTH, an alias cycle, or more than MAX_NODES nodes once
+    aliases are expanded (an alias bomb); iterative, so that no input reaches Python's recursion limit."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
-
-    def visit(n: yaml.Node) -> int:
-        key = id(n)
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        key = id(node)
+        if done:
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [n for pair in node.value for n in pair]
+            total = 1 + sum(sizes[id(c)] for c in children)
+            if total > MAX_NODES:
+                raise yaml.YAMLError(f"more than {MAX_NODES} nodes once aliases are expanded (an alias bomb?)")
+            sizes[key] = total
+            active.discard(key)
+            continue
         if key in sizes:
-            return sizes[key]
+            continue
         if key in active:
             raise yaml.YAMLError("an alias refers to the node that contains it (a cycle)")
+        if depth > MAX_DEPTH:
+            raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels (line {node.start_mark.line + 1})")
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            continue
         active.add(key)
-        total = 1
-        if isinstance(n, yaml.SequenceNode):
-            total += sum(visit(c) for c in n.value)
-        elif isinstance(n, yaml.MappingNode):
-            total += sum(visit(k) + visit(v) for k, v in n.value)
-        active.discard(key)
-        if total > MAX_NODES:
-            raise yaml.YAMLError(f"more than {MAX_NODES} nodes once aliases are expanded (an alias bomb?)")
-        sizes[key] = total
-        return total
-
-    return visit(node)
+        stack.append((node, depth, True))
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        stack.extend((child, depth + 1, False) for child in reversed(children))
 
 
 def parse_yaml_text(text: str) -> Any:
@@ -81,7 +96,7 @@ def parse_yaml_text(text: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _expanded_size(node)
+        _check_tree(node)
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -93,6 +108,8 @@ def yaml_problem(exc: BaseException) -> tuple[str, str | None]:
         return f"nested deeper than {MAX_DEPTH} levels", None
     if isinstance(exc, ValueError) and not isinstance(exc, yaml.YAMLError):
         return f"malformed YAML: {excerpt(str(exc), 120)}", None
+    if "maximum nesting depth" in str(getattr(exc, "problem", "")):
+        return f"nested deeper than {MAX_DEPTH} levels", None
     mark = getattr(exc, "problem_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
     problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["?"])[0]
@@ -107,18 +124,3 @@ def read_yaml(path: Path) -> Any:
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         reason, where = yaml_problem(exc)
         raise SpecError(reason, path=path, field=where) from None
-
-
-def expect_mapping(value: Any, path: Path, field: str) -> dict:
-    if not isinstance(value, dict):
-        raise SpecError(f"must be a mapping, got {type(value).__name__}", path=path, field=field)
-    return value
-
-
-def check_keys(data: dict, allowed: set[str], path: Path, field: str) -> None:
-    """Reject unknown keys so a typo never passes silently."""
-    unknown = sorted((k for k in data if k not in allowed), key=str)
-    if unknown:
-        first = excerpt(unknown[0], 40) if not isinstance(unknown[0], str) or len(unknown[0]) > 40 else unknown[0]
-        label = f"{field}.{first}" if field else first
-        raise SpecError(f"unknown field (allowed: {', '.join(sorted(allowed))})", path=path, field=label)

@@ -102,7 +102,9 @@ class Layout:
 class Transfer:
     """One point-to-point message of an expanded collective, between group members (indices into
     the group's rank list): its duration (arrival plus reduction), how long it holds the sender's
-    and the receiver's port, the transfers it waits for, and whether it uses the intra-node tier."""
+    and the receiver's port, the transfers it waits for, whether it uses the intra-node tier, and
+    `wire`: the seconds of it that move its bytes at the tier's rate alone (payload × G, at most
+    `hold`), the part a shared network stretches."""
 
     src: int
     dst: int
@@ -112,6 +114,7 @@ class Transfer:
     hold: float
     recv_hold: float
     intra: bool = False
+    wire: float = 0.0
 
 
 class CommPricer(Protocol):

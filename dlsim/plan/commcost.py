@@ -11,6 +11,14 @@ Groups that span nodes are priced knowing the nodes (`dlsim.cost.collectives.cos
 members per node own g/devices_per_node of the node's NICs, a node-contiguous ring or tree puts one
 flow per node on them, hierarchical algorithms split intra- and inter-node work.
 
+Shared networks: on an inter-node tier with a fabric (`LinkTier.fabric`: fat-tree with oversubscribed
+levels, rail-optimised, torus, dragonfly) a collective or transfer that crosses nodes is slowed by
+the concurrent copies of itself that share the network's links (`dlsim.plan.contention`); the
+algorithm `auto` picks is the one it would pick alone (NCCL's tuner does not see the other jobs'
+flows). With `flows` (the simulation's `--expand-collectives`) transfers and expanded collectives
+are priced alone and carry their route instead: the event engine shares the links between the
+flows actually in flight (`dlsim.sim.engine`).
+
 Measured collectives: with a profile's measured table (`measured`, from ``comm_collectives.csv``:
 `dlsim calibrate comm` or imported nccl-tests output) a collective of a measured kind, rank count
 and size range is priced from the table — the rows of the library's own choice (``default``) when
@@ -23,12 +31,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dlsim.cost.collectives import ALGORITHMS, collective_time, expand_schedule, make_costs
+from dlsim.cost.collectives import ALGORITHMS, choose_algorithm, collective_time, expand_schedule, make_costs
 from dlsim.cost.collectives.measured import MeasuredCollectives
 from dlsim.cost.collectives.registry import applicable
+from dlsim.cost.collectives.traffic import patterns
+from dlsim.cost.fabric import Link
 from dlsim.cost.p2p import p2p_model
 from dlsim.errors import SpecError
 from dlsim.plan.comm import INTER, INTRA, Layout, Transfer, parse_sparse_op
+from dlsim.plan.contention import Contention
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Cluster, LinkTier
 
@@ -42,7 +53,7 @@ class ClusterPricer:
     """`CommPricer` over a `Cluster` and a rank `Layout` (see the module docstring)."""
 
     def __init__(self, cluster: Cluster, layout: Layout, algorithm: str = "auto",
-                 measured: MeasuredCollectives | None = None):
+                 measured: MeasuredCollectives | None = None, flows: bool = False):
         known = {name for table in ALGORITHMS.values() for name in table} | {"auto"}
         if algorithm not in known:
             raise SpecError(f"unknown collective algorithm {algorithm!r} (use {', '.join(sorted(known))})",
@@ -51,6 +62,29 @@ class ClusterPricer:
         self.measured = measured if measured else None
         self.gamma = 1.0 / cluster.reduce_bandwidth if cluster.reduce_bandwidth > 0 else None
         self._p2p = {tier: p2p_model(self.link(tier)) for tier in (INTRA, INTER)}
+        shared = cluster.inter is not None and cluster.inter.fabric.shared
+        self.contention = Contention(cluster, layout) if shared else None
+        self.flows = flows and shared
+
+    def with_flows(self) -> "ClusterPricer":
+        """This pricer for a simulation that runs transfers as flows on the shared network (module doc)."""
+        return ClusterPricer(self.cluster, self.layout, self.algorithm, self.measured, flows=True)
+
+    @property
+    def links(self) -> list[Link]:
+        """The network's shared links routed so far (`route` adds to them); empty without a fabric."""
+        return self.contention.net.links if self.contention is not None else []
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        """The shared links (indices into `links`) a flow from rank `src` to rank `dst` crosses."""
+        if self.contention is None:
+            return ()
+        per = self.cluster.devices_per_node
+        return self.contention.net.route(src // per, src % per, dst // per, dst % per)
+
+    def rate(self, tier: str) -> float:
+        """A flow's rate alone on `tier`: its achievable bandwidth (the cap of `dlsim.cost.fairshare`)."""
+        return self.link(tier).effective_bandwidth
 
     def link(self, tier: str) -> LinkTier:
         if tier == INTER and self.cluster.inter is not None:
@@ -79,10 +113,18 @@ class ClusterPricer:
                 algo = "auto"
         return name, algo, self.link(tier), per_node
 
+    def runs(self, op: str, ranks: Sequence[int]) -> str:
+        """The algorithm a call of `op` over `ranks` runs: the strategy's, or auto where it does not apply."""
+        return self._call(op, ranks)[1]
+
     def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
         name, algo, link, per_node = self._call(op, ranks)
-        model = collective_time(name, algo, float(nbytes), len(ranks), link, gamma=self.gamma,
-                                ranks_per_node=per_node, intra=self.cluster.intra, **(parse_sparse_op(op) or {}))
+        sparse = parse_sparse_op(op) or {}
+        if self.contention is not None and nbytes > 0 and len(ranks) > 1 and self.tier(ranks) == INTER:
+            model = self._contended(name, algo, float(nbytes), ranks, link, per_node, sparse)
+        else:
+            model = collective_time(name, algo, float(nbytes), len(ranks), link, gamma=self.gamma,
+                                    ranks_per_node=per_node, intra=self.cluster.intra, **sparse)
         if self.measured is None or nbytes <= 0 or len(ranks) < 2:
             return model
         table_algo = "default" if self.algorithm == "auto" else self.algorithm
@@ -93,11 +135,31 @@ class ClusterPricer:
         why = self.measured.describe_range(name, len(ranks), table_algo, nodes)
         return Estimate(model.seconds, model.source, f"{model.note}; {why}")
 
+    def _contended(self, name: str, algo: str, nbytes: float, ranks: Sequence[int], link: LinkTier,
+                   per_node: int | None, sparse: dict[str, float]) -> Estimate:
+        """The closed form slowed by the call's concurrent copies on the shared network (module doc);
+        `sparse` the density and value bytes of a sparse allreduce (`parse_sparse_op`)."""
+        kw = dict(gamma=self.gamma, ranks_per_node=per_node, intra=self.cluster.intra, **sparse)
+        chosen = choose_algorithm(name, nbytes, len(ranks), link, **kw) if algo == "auto" else algo
+
+        def schedule_of(collective: str, algorithm: str, p: int):
+            return expand_schedule(collective, algorithm, nbytes, p, link=link, **kw)
+        factor, note = self.contention.collective(
+            (name, chosen, per_node, *sorted(sparse.items())), ranks,
+            lambda: patterns(name, chosen, len(ranks), per_node, schedule_of))
+        est = collective_time(name, chosen, nbytes, len(ranks), link, contention=factor, **kw)
+        base = est.note + (" chosen by auto" if algo == "auto" else "")
+        return Estimate(est.seconds, est.source, f"{base}; {note}" if note else base)
+
     def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:
         tier = self.tier([src, dst])
         model = self._p2p[tier]
-        return Estimate(float(model.time(float(nbytes))) if nbytes > 0 else 0.0, Source.MODEL,
-                        f"send {model.model} over {self.link(tier).name}")
+        note = f"send {model.model} over {self.link(tier).name}"
+        if self.contention is not None and tier == INTER and not self.flows and nbytes > 0:
+            factor, why = self.contention.p2p(src, dst)
+            if factor != 1.0:
+                return Estimate(float(model.slowed(factor).time(float(nbytes))), Source.MODEL, f"{note}; {why}")
+        return Estimate(float(model.time(float(nbytes))) if nbytes > 0 else 0.0, Source.MODEL, note)
 
     def expand(self, op: str, nbytes: float, ranks: Sequence[int]) -> list[Transfer] | None:
         name, algo, link, per_node = self._call(op, ranks)
@@ -110,5 +172,14 @@ class ClusterPricer:
         for m in schedule.messages:
             arrive, spacing, reduce = (float(costs.t(m.nbytes, m.intra)), float(costs.gap(m.nbytes, m.intra)),
                                        float(costs.r(m.reduce_bytes)))
-            out.append(Transfer(m.src, m.dst, m.nbytes, arrive + reduce, m.deps, spacing, spacing + reduce, m.intra))
+            port = costs.intra if m.intra else costs.main
+            wire = min(float(port.payload(m.nbytes)) * port.gap_per_byte, spacing)
+            out.append(Transfer(m.src, m.dst, m.nbytes, arrive + reduce, m.deps, spacing, spacing + reduce, m.intra,
+                                wire))
         return out
+
+    def wire(self, nbytes: float, tier: str) -> float:
+        """Seconds a point-to-point transfer of `nbytes` on `tier` moves bytes at its rate alone (payload × G,
+        at most its whole time): the part a shared network stretches."""
+        model = self._p2p[tier]
+        return min(float(model.payload(float(nbytes))) * model.gap_per_byte, float(model.time(float(nbytes))))

@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from dlsim.cost.layers import Gemm, PassCost, layer_cost
-from dlsim.cost.pricing import KernelTimes, price_pass
+from dlsim.cost.layers import PassCost, layer_cost
+from dlsim.cost.pricing import KernelTimes, gemm_seconds
 from dlsim.cost.roofline import roofline_time
 from dlsim.errors import SpecError
 from dlsim.results import Estimate, Source
@@ -65,15 +65,10 @@ def check_fp8(device: Device, cluster_name: str) -> str:
             "of this device in its profile)")
 
 
-def _output_head(model: Model) -> set[str]:
+def output_head(model: Model) -> frozenset[str]:
     """Linear layers feeding the loss directly (the output projection, kept in BF16)."""
     loss_inputs = {src for layer in model.layers if layer.type == "cross_entropy" for src in layer.inputs}
-    return {layer.name for layer in model.layers if layer.name in loss_inputs and layer.type == "linear"}
-
-
-def _gemm_time(g: Gemm, pass_name: str, device: Device, dtype: str, tables: KernelTimes | None) -> float:
-    return price_pass(PassCost(flops=g.flops, work=g.flops / 2, gemms=(g,), kind="gemm"), "linear", pass_name,
-                      device, dtype, tables).seconds
+    return frozenset(layer.name for layer in model.layers if layer.name in loss_inputs and layer.type == "linear")
 
 
 def _swap(p: PassCost, pass_name: str, device: Device, tables: KernelTimes | None) -> float:
@@ -81,7 +76,7 @@ def _swap(p: PassCost, pass_name: str, device: Device, tables: KernelTimes | Non
     delta = 0.0
     for g in p.gemms:
         if g.count == 1:
-            delta += _gemm_time(g, pass_name, device, COMPUTE_DTYPE, tables) - _gemm_time(g, pass_name, device, FP8, None)
+            delta += gemm_seconds(g, device, COMPUTE_DTYPE, tables) - gemm_seconds(g, device, FP8, None)
     return delta
 
 
@@ -94,7 +89,7 @@ def apply_fp8(entries: Sequence, model: Model, device: Device, microbatches: int
               tables: KernelTimes | None = None, fused: frozenset[str] = frozenset()) -> tuple:
     """`entries` (`dlsim.plan.layertable.LayerEntry`, priced in BF16) with the FP8 projection GEMMs
     and their casts: forward, backward (∇x + ∇w), ∇w and the projection windows re-priced."""
-    head = _output_head(model)
+    head = output_head(model)
     out = []
     cache: dict[tuple, tuple] = {}
     for e in entries:
@@ -121,7 +116,7 @@ def apply_fp8(entries: Sequence, model: Model, device: Device, microbatches: int
             fwd = e.forward.seconds - _swap(cost.forward, "forward", device, tables) + fwd_cast
             wgrad = e.backward_weight.seconds - _swap(cost.backward_weight, "backward_weight", device, tables)
             dgrad = e.backward_data.seconds - _swap(cost.backward_data, "backward_data", device, tables) + bwd_cast
-            windows = tuple(_gemm_time(p.gemms[-1], n, device, FP8, None) if w > 0 and p.gemms and p.gemms[-1].count == 1
+            windows = tuple(gemm_seconds(p.gemms[-1], device, FP8, None) if w > 0 and p.gemms and p.gemms[-1].count == 1
                             else w for w, p, n in ((e.windows[0], cost.backward_data, "backward_data"),
                                                    (e.windows[1], cost.backward_weight, "backward_weight")))
             got = cache[key] = (fwd, dgrad + wgrad, wgrad, windows)

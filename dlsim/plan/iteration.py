@@ -4,7 +4,7 @@ Every simulated device runs its pipeline stage's op order (`dlsim.plan.pipeline`
 chunk's forward or backward step list (`dlsim.plan.templates`) for one micro-batch, on the device's
 compute stream, with tensor-parallel collectives inline (they block the stream, as Megatron-LM's
 all-reduces on the default stream do). Activations and gradients cross stage boundaries as
-point-to-point transfers on per-pair channels. Gradient buckets are reduced on the communication
+point-to-point transfers on per-pair channels (`dlsim.plan.p2pplan`). Gradient buckets are reduced on the communication
 stream as they become ready (`dlsim.plan.dataparallel`, ZeRO per `dlsim.plan.zero`), then each
 device runs its optimizer step.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dlsim.cost.overlap import overlap_cost
-from dlsim.plan.comm import INTRA, CommPricer, Layout
+from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, op_label
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.gradbuckets import gradient_buckets
@@ -27,6 +27,7 @@ from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_param
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations, offloads_optimizer, unit_offload_plan
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
+from dlsim.plan.p2pplan import emit_transfers
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
 from dlsim.plan.spatial import SPATIAL, halo_time
 from dlsim.plan.syncplan import SyncEmitter
@@ -75,6 +76,7 @@ class _Builder:
         self.chunk_entries = [x.entries[a:b] for a, b in x.ranges]
         self.boundary = boundary_bytes(x.model, x.entries, x.ranges)
         self.price_cache: dict[tuple, Estimate] = {}
+        self.placed = getattr(x.pricer, "contention", None) is not None
         self.group_cache: dict[tuple, tuple] = {}
         self.busy_cache: dict[tuple, set[str]] = {}
         # per (step list, position): whether it fuses, and the fused task's (parts, ports)
@@ -84,6 +86,7 @@ class _Builder:
         self.pending: dict[tuple, list[int]] = {}
         self.host_streams: dict[tuple[int, str], int] = {}
         self.offloaded: dict[int, float] = {}  # stage -> optimizer-state bytes kept in host memory
+        self.side_streams: dict[int, int] = {}  # device -> its stream for `Step.own_stream` collectives
         self.sync = SyncEmitter(self)
         self._templates()
         self._devices()
@@ -200,8 +203,12 @@ class _Builder:
     # -- pricing -----------------------------------------------------------------------------
     def price(self, op: str, nbytes: float, ranks: list[int], tier: str | None = None,
               per_node: int | None = None, messages: tuple = ()) -> Estimate:
-        tier, per_node = tier or self.x.pricer.tier(ranks), per_node or self.x.layout.ranks_per_node(ranks)
+        lay = self.x.layout
+        tier = tier or self.x.pricer.tier(ranks)
+        per_node = per_node or lay.ranks_per_node(ranks)
         key = (op, nbytes, len(ranks), tier, per_node) + ((messages, ranks[0]) if messages else ())
+        if self.placed and tier != INTRA:  # on a shared network the price depends on where the group sits
+            key += tuple(ranks)
         est = self.price_cache.get(key)
         if est is None:
             est = self.price_cache[key] = self._sendrecv(nbytes, ranks) if op == "sendrecv" else \
@@ -257,20 +264,38 @@ class _Builder:
         else a member of a group joined by `key`."""
         ranks, tier, per_node, ports = self._group_info(kind, pos)
         device = self.dev[pos]
+        info = {"op": op_label(op), "bytes": nbytes, "group": kind, "ranks": len(ranks)}
         if len(ranks) == 1:
-            return self.g.add(name, device, stream, 0.0, COMM, deps, label=label)
+            return self.g.add(name, device, stream, 0.0, COMM, deps, label=label, info=info)
         est = self.price(op, nbytes, ranks, tier, per_node, messages)
+        info.update(tier=tier, source=est.source.value)
         explicit = self._explicit(kind)
         if not explicit:
             return self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, ports=ports,
-                              label=label)
-        tid = self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, label=label)
+                              label=label, info=info)
+        tid = self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, label=label, info=info)
         gkey = (kind, op, nbytes, tuple(ranks)) + key
         members = self.pending.setdefault(gkey, [])
         members.append(tid)
         if len(members) == self._simulated(kind, ranks):
             self._close_group(gkey, members, op, nbytes, ranks, est, kind)
         return tid
+
+    def _flows(self) -> bool:
+        """Whether transfers run as flows on the shared network's links (`ClusterPricer.flows`)."""
+        return bool(getattr(self.x.pricer, "flows", False))
+
+    def _flow(self, src: int, dst: int, tier: str, wire: float) -> tuple[tuple[int, ...], float, float]:
+        """(links, wire, rate) of a transfer from rank `src` to rank `dst`: its route on the shared
+        network when transfers run as flows there, else none."""
+        if tier != INTER or not self._flows():
+            return (), 0.0, 0.0
+        pricer = self.x.pricer
+        links = pricer.route(src, dst)
+        if not links:
+            return (), 0.0, 0.0
+        self.g.links = pricer.links
+        return links, wire, pricer.rate(tier)
 
     def _simulated(self, kind: str, ranks: list[int]) -> int:
         """Members of a group simulated one by one: all of a tp group; of a data-parallel group (dp,
@@ -298,7 +323,10 @@ class _Builder:
                 messages = tuple(Message(devices[tr.src], devices[tr.dst], tr.nbytes, tr.duration, tr.deps,
                                          (self.port(devices[tr.src], INTRA if tr.intra else tier, "out"),
                                           self.port(devices[tr.dst], INTRA if tr.intra else tier, "in")),
-                                         tr.hold, tr.recv_hold) for tr in transfers)
+                                         tr.hold, tr.recv_hold,
+                                         *self._flow(ranks[tr.src], ranks[tr.dst], INTRA if tr.intra else tier,
+                                                     tr.wire))
+                                 for tr in transfers)
         self.g.add_group(members, est.seconds, ports, messages)
         del self.pending[gkey]
 
@@ -347,12 +375,13 @@ class _Builder:
         return out
 
     def _fuse(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple:
-        parts = []
+        parts, info = [], []  # info: what each part is (Task.part_info)
         ports: set[int] = set()
         rigid: list[int] = []  # kernels of overlap steps: their slowdown is priced in the next part
         for st in steps:
             if st.kind != "collective":
                 parts.append((st.category, st.duration, st.measured))
+                info.append({"layers": st.name})
             if st.kind == "compute":
                 continue
             c = st.collective
@@ -361,20 +390,27 @@ class _Builder:
                 continue
             est = self.price(c.op, c.nbytes, ranks, tier, per_node, c.messages)
             measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+            what = {"op": c.op, "why": c.why, "bytes": c.nbytes, "group": st.group, "ranks": len(ranks), "tier": tier,
+                    "source": est.source.value}
             if st.kind == "overlap":  # the part of the collective and its slowdown not hidden by the kernels
                 rigid.append(len(parts) - 1)
-                parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, self.x.overlap_slowdown)), 0.0))
+                parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, st.sigma(self.x.overlap_slowdown))),
+                              0.0))
+                info.append({**what, "exposed_beside": st.name})
             else:
                 parts.append((COMM, est.seconds, measured))
+                info.append(what)
             ports.update(pp)
-        return tuple(parts) or ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports)), tuple(rigid)
+        if not parts:
+            return ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports)), tuple(rigid), ({"layers": "-"},)
+        return tuple(parts), tuple(sorted(ports)), tuple(rigid), tuple(info)
 
     def _emit_fused(self, fused: tuple, pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
-        parts, ports, rigid = fused
+        parts, ports, rigid, info = fused
         name = f"{label[0]} chunk{label[1]} mb{label[2]}"
         device = self.dev[pos]
         return self.g.add(name, device, self.cstream[device], 0.0, COMPUTE if label[0] != "R" else RECOMPUTE,
-                          list(deps), ports=ports, label=label, parts=parts, rigid=rigid)
+                          list(deps), ports=ports, label=label, parts=parts, rigid=rigid, part_info=info)
 
     def emit(self, steps: list[Step], pos: tuple[int, int, int], label: tuple, deps: list[int],
              hooks: StepHooks | None = None) -> tuple[int, int]:
@@ -397,7 +433,7 @@ class _Builder:
                 last, beside = self._emit_overlap(st, pos, label, i, step_deps, last)
             elif st.kind == "compute":
                 last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
-                                  step_deps, label=label)
+                                  step_deps, label=label, info={"layers": st.name})
                 if st.duration > 0 and st.measured:
                     self.g.tasks[last].measured = st.measured / st.duration
             else:
@@ -420,15 +456,27 @@ class _Builder:
         c = st.collective
         ranks, tier, per_node, _ = self._group_info(st.group, pos)
         comm = self.price(c.op, c.nbytes, ranks, tier, per_node, c.messages).seconds if len(ranks) > 1 else 0.0
-        extra = overlap_cost(st.duration, comm, self.x.overlap_slowdown)[0]
+        extra = overlap_cost(st.duration, comm, st.sigma(self.x.overlap_slowdown))[0]
         parts = ((st.category, st.duration, st.measured), (COMM, extra, 0.0)) if extra > 0 else ()
         name = f"{label[0]} {st.name} mb{label[2]}"
         # the kernels' slowdown beside this collective is priced here: the engine must not slow them again
         kernels = self.g.add(name, device, self.cstream[device], st.duration, st.category, list(deps), label=label,
-                             parts=parts, rigid=(0,) if comm > 0 else ())
-        tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), self.mstream[device],
+                             parts=parts, rigid=(0,) if comm > 0 else (), info={"layers": st.name},
+                             part_info=({"layers": st.name}, {"op": c.op, "why": c.why, "bytes": c.nbytes,
+                                                              "exposed_beside": st.name}) if parts else ())
+        stream = self.own_stream(device) if st.own_stream else self.mstream[device]
+        tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), stream,
                               list(deps) + ([previous] if previous >= 0 else []), label, c.messages)
         return kernels, [tid]
+
+    def own_stream(self, device: int) -> int:
+        """The device's stream for collectives of their own (`Step.own_stream`: Transformer Engine's
+        userbuffer streams), made when first needed."""
+        sid = self.side_streams.get(device)
+        if sid is None:
+            sid = self.side_streams[device] = self.g.add_stream(f"{self.g.devices[device].name} tp overlap", device,
+                                                                "comm")
+        return sid
 
     def build(self) -> TaskGraph:
         s = self.s
@@ -447,7 +495,7 @@ class _Builder:
             for d in self.dps:
                 for t in self.tps:
                     self._device_program((d, t, stage), ops, last_b)
-        self._p2p()
+        emit_transfers(self)
         return self.g
 
     def host_copy(self, pos: tuple[int, int, int], direction: str, nbytes: float, deps: list[int], name: str,
@@ -461,7 +509,8 @@ class _Builder:
                 f"{self.g.devices[device].name} host {'H2D' if direction == 'in' else 'D2H'}", device, "link")
         est = host_transfer(self.x.host, nbytes)
         return self.g.add(name, device, stream, est.seconds, COMM, [x for x in deps if x >= 0], source=est.source,
-                          label=("H", direction), mem_start=mem_start, mem_end=mem_end)
+                          label=("H", direction), mem_start=mem_start, mem_end=mem_end,
+                          info={"op": "host copy", "bytes": nbytes, "source": est.source.value})
 
     def _device_program(self, pos, ops, last_b) -> None:
         s, (d, t, stage) = self.s, pos
@@ -531,67 +580,6 @@ class _Builder:
             last_compute = self.g.orders[self.cstream[device]][-1]
             prev_first = first
         sync.finish(last_compute)
-
-    def _p2p(self) -> None:
-        """Activations forward and gradients backward between consecutive chunks, per channel in the
-        sender's program order. Without `Strategy.p2p_overlap` every exchange blocks the sender too:
-        its next kernel waits for the send to finish (Megatron-LM's p2p_communication: batched
-        isend/irecv, wait, device synchronise)."""
-        s = self.s
-        channels: dict[tuple[int, int], int] = {}
-        self.after: dict[int, int] = {}  # a compute task -> the next task of its stream (blocking sends)
-        if not s.p2p_overlap:
-            for stream in self.cstream:
-                order = self.g.orders[stream]
-                self.after.update(zip(order, order[1:]))
-        for stage in range(self.p):
-            ops = self.ops[stage]
-            for d in self.dps:
-                for t in self.tps:
-                    for op in ops:
-                        k = op.chunk * self.p + stage
-                        i = op.microbatch
-                        if op.kind == FORWARD and k < self.K - 1:
-                            src, dst = self.fwd_last[(d, t, k, i)], self.fwd_first[(d, t, k + 1, i)]
-                            self._send(channels, (d, t, stage), (d, t, (k + 1) % self.p), self.boundary[k],
-                                       src, dst, ("SF", k, i))
-                        elif op.kind == BACKWARD and k > 0:
-                            src, dst = self.bwd_last[(d, t, k, i)], self.bwd_first[(d, t, k - 1, i)]
-                            self._send(channels, (d, t, stage), (d, t, (k - 1) % self.p), self.boundary[k - 1],
-                                       src, dst, ("SB", k, i))
-
-    def _scatter_gather(self) -> bool:
-        """Whether stage boundaries travel as 1/tp slices re-gathered over the receiver's tensor-parallel
-        group (Megatron-LM's scatter_gather_tensors_in_pipeline, on where the boundary tensor is
-        replicated across the tp ranks, i.e. without sequence parallelism)."""
-        s = self.s
-        return s.p2p_scatter_gather and s.tp > 1 and not s.sequence_parallel
-
-    def _send(self, channels, a, b, nbytes, src_task, dst_task, label) -> None:
-        lay = self.x.layout
-        da, db = self.dev[a], self.dev[b]
-        ra, rb = lay.rank(*a), lay.rank(*b)
-        ch = channels.get((da, db))
-        if ch is None:
-            ch = channels[(da, db)] = self.g.add_stream(f"rank{ra}->rank{rb} p2p", da, "link")
-        gather = self._scatter_gather() and nbytes > 0
-        full, nbytes = nbytes, nbytes / self.s.tp if gather else nbytes
-        priced = self.p2p_cache.get((nbytes, ra, rb))
-        if priced is None:
-            priced = self.p2p_cache[(nbytes, ra, rb)] = (self.x.pricer.p2p(nbytes, ra, rb), self.x.pricer.tier([ra, rb]))
-        est, tier = priced
-        tid = self.g.add(f"send {label[0][1]} chunk{label[1]} mb{label[2]}", da, ch, est.seconds, COMM, [src_task],
-                         source=est.source, ports=(self.port(da, tier, "out"), self.port(db, tier, "in")),
-                         label=label, cross_stage=True)
-        if src_task in self.after:  # a blocking exchange: the sender goes on once its send is done
-            self.g.tasks[self.after[src_task]].deps.append(tid)
-        if gather:  # the slices re-gathered over the receiver's tp group before its kernels use them
-            stream = channels.get((da, db, "gather"))  # per channel, in the sender's order like the sends
-            if stream is None:
-                stream = channels[(da, db, "gather")] = self.g.add_stream(f"rank{ra}->rank{rb} gathers", db, "comm")
-            tid = self.collective(f"allgather {label[0][1]} chunk{label[1]} mb{label[2]}", "allgather", full, "tp", b,
-                                  ("sg",) + label, stream, [tid], label)
-        self.g.tasks[dst_task].deps.append(tid)
 
 
 def build_iteration(x: IterationInputs) -> TaskGraph:

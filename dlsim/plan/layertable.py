@@ -21,6 +21,7 @@ from dlsim.cost.pricing import KernelTimes, price_in_step, price_pass
 from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
+from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
 from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan
@@ -42,7 +43,8 @@ class LayerEntry:
     the seconds of the input projection's ∇x and ∇w GEMMs (the last GEMM of each backward pass: a
     linear layer's whole GEMM, an attention's Q/K/V projection), beside which an asynchronous
     tensor-parallel collective runs (`dlsim.plan.templates.backward_steps`); `ring` an attention's
-    KV ring under context parallelism (`dlsim.plan.contextparallel.add_rings`).
+    KV ring under context parallelism (`dlsim.plan.contextparallel.add_rings`); `tp_overlap` its
+    GEMMs chunked beside their sequence-parallel collectives (`dlsim.plan.tpoverlap.add_tp_overlap`).
     """
 
     index: int
@@ -68,6 +70,7 @@ class LayerEntry:
     ring: RingAttention | None = None
     halo: "HaloExchange | None" = None
     """A spatially split convolution's or pooling's halo exchanges (`dlsim.plan.spatial.add_halos`)."""
+    tp_overlap: tuple = ()
 
     @property
     def backward_data(self) -> Estimate:
@@ -75,9 +78,22 @@ class LayerEntry:
         return Estimate(self.backward.seconds - self.backward_weight.seconds, self.backward.source, self.backward.note)
 
 
-def _key(layer, batch: int, tp: int, role: str) -> tuple:
-    attrs = tuple(sorted((k, repr(v)) for k, v in layer.attrs.items()))
-    return layer.type, attrs, layer.in_shapes, layer.out_shape, batch, tp, role
+def _price_classes(model: Model) -> list[int]:
+    """Per layer, a class shared by the layers priced alike at the same batch, tensor-parallel degree,
+    role and fusion: same type, attributes, shapes, and the same gradient flow (never reached by the
+    backward; which inputs need no gradient). The repeated blocks of a transformer fall into a dozen
+    classes; computed once per model (`dlsim.spec.memo`)."""
+    def make() -> list[int]:
+        flow = GradientFlow.of(model)
+        ids: dict[tuple, int] = {}
+        out = []
+        for layer in model.layers:
+            attrs = tuple(sorted((k, repr(v)) for k, v in layer.attrs.items()))
+            key = (layer.type, attrs, layer.in_shapes, layer.out_shape, layer.name in flow.unreached,
+                   tuple(src in flow.free for src in layer.inputs))
+            out.append(ids.setdefault(key, len(ids)))
+        return out
+    return derived(model, "price classes", make)
 
 
 def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
@@ -111,15 +127,20 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         end = start
         while end < n and (batches[end], degrees[end]) == (batches[start], degrees[start]):
             end += 1
-        run = model.layers[start:end]
-        force = {layer.name: forced[start + j] for j, layer in enumerate(run)} if forced else None
-        got = classify(model, degrees[start], batches[start], dtype, run, frozenset(sharded_out), sequence_parallel,
-                       force)
+        run, inputs = model.layers[start:end], frozenset(sharded_out)
+        splits = tuple(forced[start:end]) if forced else None
+        force = {layer.name: split for layer, split in zip(run, splits)} if splits else None
+        got = derived(model, ("tp roles", degrees[start], batches[start], dtype, start, end, inputs, sequence_parallel,
+                              splits),
+                      lambda: classify(model, degrees[start], batches[start], dtype, run, inputs, sequence_parallel,
+                                       force))
         roles.update(got)
         sharded_out |= {name for name, r in got.items() if r.out_sharded}
         start = end
     fused_pairs = _dropout_add_pairs(model) if "bias_dropout_add" in fused else {}
+    fused_names = set(fused_pairs) | set(fused_pairs.values())
     flow = GradientFlow.of(model)
+    classes = _price_classes(model)
     costs: dict[str, LayerCost] = {}
     priced: dict[tuple, tuple] = {}
     plan_cache: dict[tuple, ExpertPlan | None] = {}
@@ -127,12 +148,11 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
     entries_raw = []
     for i, layer in enumerate(model.layers):
         b, t, role = batches[i], degrees[i], roles[layer.name]
-        fusion = ("dropout+add",) if layer.name in fused_pairs or layer.name in fused_pairs.values() else ()
-        key = _key(layer, b, t, role.role) + fusion + (
-            layer.name in flow.unreached, tuple(src in flow.free for src in layer.inputs))
+        fusion = layer.name in fused_names
+        key = (classes[i], b, t, role.role, fusion)
         if key not in priced:
             full = layer_cost(layer, b, dtype, fused, ep=ep)
-            if fusion:
+            if fusion:  # a dropout and the residual add consuming it (Megatron-LM's bias_dropout_add)
                 full = _fused_dropout_add(model, layer, full, fused_pairs, b, dtype)
             cost = shard_cost(layer, full, role, t, b)
             timing = price_in_step(layer, b, dtype, device, tables, cost, flow)[0]
@@ -142,22 +162,22 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
                 core = price_pass(core_pass, layer.type, "forward", device, dtype, tables)
             windows = (_projection_window(cost.backward_data, device, dtype, tables),
                        _projection_window(cost.backward_weight, device, dtype, tables))
-            priced[key] = (cost, timing, core, core_bytes, windows)
-        cost, timing, core, core_bytes, windows = priced[key]
+            priced[key] = (cost, timing, core, core_bytes, windows, timing.backward_data + timing.backward_weight)
+        cost, timing, core, core_bytes, windows, bwd = priced[key]
         costs[layer.name] = cost
         if ep > 1 and layer.type == "moe":
             if key not in plan_cache:
                 plan_cache[key] = expert_plan(layer, cost, b, dtype, ep, t if role.params_sharded else 1, device, tables,
                                               ep_overlap)
             plans[layer.name] = plan_cache[key]
-        entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes, windows))
+        entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes, windows, bwd))
     saved = _saved_bytes(model, costs, batches, dtype)
     b_el = DTYPE_BYTES[dtype]
     out = []
-    for i, (layer, b, t, role, cost, timing, core, core_bytes, windows) in enumerate(entries_raw):
+    for i, (layer, b, t, role, cost, timing, core, core_bytes, windows, bwd) in enumerate(entries_raw):
         own, extra = saved[layer.name]
         shard = t if role.out_sharded else 1
-        fwd, bwd, wgrad = timing.forward, timing.backward_data + timing.backward_weight, timing.backward_weight
+        fwd, wgrad = timing.forward, timing.backward_weight
         workspace = 0.0
         if overrides and layer.name in overrides:
             fwd, bwd, workspace = overrides[layer.name]
@@ -220,7 +240,12 @@ def _projection_window(cost: PassCost, device: Device, dtype: str, tables: Kerne
 
 
 def _dropout_add_pairs(model: Model) -> dict[str, str]:
-    """Dropout layers whose only consumer is a residual add of two tensors: dropout name → add name."""
+    """Dropout layers whose only consumer is a residual add of two tensors: dropout name → add name
+    (once per model: `dlsim.spec.memo`)."""
+    return derived(model, "dropout+add pairs", lambda: _find_dropout_add_pairs(model))
+
+
+def _find_dropout_add_pairs(model: Model) -> dict[str, str]:
     consumers: dict[str, list[str]] = {}
     for layer in model.layers:
         for src in layer.inputs:
@@ -251,7 +276,11 @@ def _fused_dropout_add(model: Model, layer, cost: LayerCost, pairs: dict[str, st
 
 def _saved_bytes(model: Model, costs: dict[str, LayerCost], batches: list[int], dtype: str) -> dict[str, tuple[float, float]]:
     """(kept output bytes, extra saved bytes) per layer, each at the layer's own batch."""
-    no_extra = {name: replace(c, extra_saved_bytes=0.0) for name, c in costs.items()}
+    plain: dict[int, LayerCost] = {}  # layers priced alike share their cost: strip each once
+    for c in costs.values():
+        if id(c) not in plain:
+            plain[id(c)] = replace(c, extra_saved_bytes=0.0)
+    no_extra = {name: plain[id(c)] for name, c in costs.items()}
     by_batch = {b: activation_bytes(model, no_extra, b, dtype) for b in sorted(set(batches))}
     result = {}
     for i, layer in enumerate(model.layers):

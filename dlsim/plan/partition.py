@@ -14,11 +14,17 @@ from __future__ import annotations
 from typing import Sequence
 
 from dlsim.errors import InfeasibleError, SpecError
+from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
 
 
 def single_tensor_cuts(model: Model) -> list[int]:
-    """Indices i (1..n−1) such that cutting before layer i leaves exactly one live tensor."""
+    """Indices i (1..n−1) such that cutting before layer i leaves exactly one live tensor (once per
+    model: `dlsim.spec.memo`)."""
+    return derived(model, "single_tensor_cuts", lambda: _single_tensor_cuts(model))
+
+
+def _single_tensor_cuts(model: Model) -> list[int]:
     layers = model.layers
     last_use: dict[str, int] = {}
     for i, layer in enumerate(layers):

@@ -101,3 +101,10 @@ def peak_inflight(schedule: str, p: int, m: int, v: int, r: int) -> int:
     if schedule == "1f1b":
         return min(p - r, m)
     return min(interleaved_warmup(p, m, v, r) + 1, m * v)
+
+
+def scatter_gather(s) -> bool:
+    """Whether stage boundaries travel as 1/tp slices re-gathered over the receiver's tensor-parallel
+    group (Megatron-LM's scatter_gather_tensors_in_pipeline, on where the boundary tensor is replicated
+    across the tp ranks, i.e. without sequence parallelism) for strategy `s`."""
+    return s.p2p_scatter_gather and s.tp > 1 and not s.sequence_parallel

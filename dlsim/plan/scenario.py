@@ -9,7 +9,7 @@ such as a μ-cuDNN plan's). `ScenarioBuilder.scenario(strategy)` turns a strateg
    experts spread over the expert-parallel ranks, data/model switches of layer groups
    (`add_transitions`), ring attention (`add_rings`), the image split over the spatial ranks with
    its halo exchanges (`split_spatial`, `add_halos`), FP8 projection GEMMs and their casts
-   (`apply_fp8`);
+   (`apply_fp8`), tensor-parallel collectives chunked beside their GEMMs (`add_tp_overlap`);
 2. the checks (enough devices, tensor-parallel degrees dividing the heads, experts divisible);
 3. the stage partition, balanced on the per-micro-batch work without the gradient accumulation
    (one partition for every micro-batch count);
@@ -36,7 +36,7 @@ from dlsim.errors import InfeasibleError
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.expertparallel import check_expert_parallel, expert_notes
-from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8
+from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8, output_head
 from dlsim.plan.iteration import IterationInputs
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, forced_splits, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
@@ -44,10 +44,19 @@ from dlsim.plan.offload import host_link
 from dlsim.plan.partition import partition, single_tensor_cuts
 from dlsim.plan.spatial import LayerSplit, add_halos, spatial_grid, split_spatial
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
+from dlsim.plan.tpoverlap import add_tp_overlap, tp_overlap_note
 from dlsim.results import Estimate
 from dlsim.spec.cluster import Cluster, LinkTier
+from dlsim.spec.memo import derived
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
+
+def flops_per_sample(model: Model, dtype: str) -> float:
+    """Training FLOPs of one sample through `model` (forward and backward, `layer_cost`), once per
+    model and dtype (`dlsim.spec.memo`)."""
+    return derived(model, ("flops per sample", dtype),
+                   lambda: sum(layer_cost(layer, 1, dtype).flops for layer in model.layers))
+
 
 PricerFactory = Callable[[Layout, str], CommPricer]
 """`factory(layout, collective algorithm)`: the communication pricer of one rank layout."""
@@ -68,6 +77,7 @@ class LayerTable:
     partitions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     sigs: list[int] | None = None
     prefix: dict[str, list[float]] = field(default_factory=dict)
+    chunk_sigs: dict[tuple[int, int], tuple] = field(default_factory=dict)
     key: int = 0
     base: "LayerTable | None" = None
 
@@ -76,13 +86,50 @@ class LayerTable:
         self.base = self.base or self
 
     def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
-        """What a chunk's timing depends on (chunks of identical layers share their timing)."""
+        """What a chunk's timing depends on: per entry everything but its name and index (chunks of
+        identical layers share their timing, the middle stages of a deep pipeline one computation)."""
         if self.sigs is None:
-            self.sigs = [hash((e.type, e.forward, e.backward, e.backward_weight, e.params, e.saved_bytes,
-                               e.out_bytes, e.core, e.core_bytes, e.tp, e.windows, e.experts, e.ring, e.halo,
-                               instance[e.name] is not None))
-                         for e in self.entries]
-        return tuple(self.sigs[a:b])
+            base = self.base
+            if base is None or base is self:
+                self.sigs = entry_signatures(self.entries, instance)
+            else:  # `with_grad_accumulation`: the base's entries, some with another backward
+                base.signature(0, 0, instance)
+                self.sigs = [sig if e is old else hash((sig, e.backward, e.backward_weight))
+                             for e, old, sig in zip(self.entries, base.entries, base.sigs)]  # type: ignore[arg-type]
+        got = self.chunk_sigs.get((a, b))
+        if got is None:
+            got = self.chunk_sigs[(a, b)] = tuple(self.sigs[a:b])
+        return got
+
+
+def _collectives_key(cs: tuple) -> tuple:
+    return tuple([(c.op, c.nbytes, c.group, c.overlap) for c in cs]) if cs else ()
+
+
+def entry_signatures(entries: tuple[LayerEntry, ...], instance: dict[str, str | None]) -> list[int]:
+    """Per entry, a hash of what its timing depends on (`LayerTable.signature`): all its fields but
+    its name and index, its tensor-parallel role without the layer names its collectives are labelled
+    with, and whether full recomputation re-runs it. Entries priced alike share their field objects:
+    those are hashed once."""
+    hashed: dict[tuple, int] = {}  # ids of shared field objects (alive with `entries`) -> their hash
+    roles: dict[tuple, int] = {}
+    out = []
+    for e in entries:
+        ids = (id(e.forward), id(e.backward), id(e.backward_weight), id(e.core), id(e.experts), id(e.ring))
+        fields = hashed.get(ids)
+        if fields is None:
+            fields = hashed[ids] = hash((e.forward, e.backward, e.backward_weight, e.core, e.experts, e.ring))
+        tp = e.tp
+        role = (tp.role, tp.compute_sharded, tp.params_sharded, tp.out_sharded, tp.seq_out,
+                _collectives_key(tp.before), _collectives_key(tp.after_fwd), _collectives_key(tp.after_bwd),
+                _collectives_key(tp.before_bwd))
+        r = roles.get(role)
+        if r is None:
+            r = roles[role] = hash(role)
+        out.append(hash((e.type, fields, e.params, e.saved_bytes, e.out_bytes, e.core_bytes, r, e.windows,
+                         instance[e.name] is not None) + ((e.tp_overlap,) if e.tp_overlap else ())
+                        + ((e.halo,) if e.halo is not None else ())))
+    return out
 
 
 @dataclass(frozen=True)
@@ -186,12 +233,14 @@ class ScenarioBuilder:
 
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
                    ep_overlap: bool = False, cp: int = 1, microbatches: int = 1, dp: int = 1,
-                   layer_groups: tuple = (), spatial: tuple = ()) -> LayerTable:
+                   layer_groups: tuple = (), tp_comm_overlap: bool = False, spatial: tuple = ()) -> LayerTable:
         """The layer table without gradient accumulation (tensor, context and spatial parallelism,
-        fusions, experts, layer groups' switches; FP8 casts, which depend on the micro-batch count).
-        `spatial` = (grid, halo_overlap) of a spatial split (empty: none)."""
+        fusions, experts, layer groups' switches; FP8 casts, which depend on the micro-batch count; with
+        `tp_comm_overlap` the sequence-parallel collectives chunked beside their GEMMs). `spatial` =
+        (grid, halo_overlap) of a spatial split (empty: none)."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ()) + ((spatial,) if spatial else ())
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ()) \
+            + ((spatial,) if spatial else ())
         t = self._base_tables.get(key)
         if t is None:
             local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
@@ -211,19 +260,25 @@ class ScenarioBuilder:
             entries = add_halos(entries, splits, self.dtype, spatial[1] if spatial else True)
             if self.fp8:
                 entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
+            if tp_comm_overlap:
+                entries = add_tp_overlap(entries, local, self.device, self.dtype, self.tables, fusions, self.fp8,
+                                         output_head(local))
             t = self._base_tables[key] = LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
         return t
 
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
               ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
-              dp: int = 1, layer_groups: tuple = (), spatial: tuple = ()) -> LayerTable:
+              dp: int = 1, layer_groups: tuple = (), tp_comm_overlap: bool = False,
+              spatial: tuple = ()) -> LayerTable:
         """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
         micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ()) + ((spatial,) if spatial else ())
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ()) \
+            + ((spatial,) if spatial else ())
         t = self._layer_tables.get(key)
         if t is None:
-            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, spatial)
+            base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups,
+                                   tp_comm_overlap, spatial)
             if accumulation <= 0:
                 t = base
             else:
@@ -235,13 +290,14 @@ class ScenarioBuilder:
     def strategy_base(self, s: Strategy) -> LayerTable:
         """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
         return self.base_table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                               s.cp, s.num_microbatches, s.dp, s.layer_groups, spatial_key(s))
+                               s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap, spatial_key(s))
 
     def strategy_table(self, s: Strategy) -> LayerTable:
         """The layer table `s` runs on (`strategy_base` with the gradient accumulation)."""
         accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
         return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups, spatial_key(s))
+                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap,
+                          spatial_key(s))
 
     # -- stages, layout, pricer ----------------------------------------------------------------
     def ranges(self, s: Strategy, t: LayerTable) -> list[tuple[int, int]]:
@@ -300,11 +356,13 @@ class ScenarioBuilder:
         check_expert_parallel(self.model, s.ep)
         base = self.strategy_base(s)
         notes = self.notes + tuple(expert_notes(base.entries))
+        if s.tp_comm_overlap:
+            notes += tuple(n for n in (tp_overlap_note(base.entries, self.device),) if n)
         self.check_fits(s, base.entries)
         ranges = tuple(self.ranges(s, base))
         table = self.strategy_table(s)
         device, dtype = self.device, self.dtype
-        training_flops = sum(layer_cost(layer, 1, dtype).flops for layer in self.model.layers) * s.global_batch
+        training_flops = flops_per_sample(self.model, dtype) * s.global_batch
         return Scenario(
             self.local_model(s.cp, spatial_key(s)[0] if s.spatial > 1 else (1, 1)), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
             self.layout(s), self.pricer(s), self.optimizer_timer(s, table), elementwise_timer(device, dtype), host_link(self.cluster, s.offload), training_flops,

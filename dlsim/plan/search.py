@@ -5,7 +5,8 @@ default and dividing the attention heads; pp × virtual_stages at most the model
 every micro-batch size dividing B / dp (up to `max_microbatch_size`) with the count that makes B,
 schedule 1F1B (pp > 1 also interleaved with v = 2, 3, 4 where the repeated blocks divide pp·v,
 GPipe only when asked), recomputation none / selective / full, sequence parallelism on and off
-when tp > 1, ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
+when tp > 1 (with it, tensor-parallel overlap off and on where the software stack runs it,
+`SearchSpace.tp_comm_overlap`), ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
 degree ep (every divisor of dp that divides each layer's experts; with ZeRO 0-2, the stages dlsim
 models beside expert parallelism); when asked (`cp`, `hybrid_shard`, `offload` of the space), the
 context-parallel degree (dp = N / (tp·pp·cp), the sequence cut into 2·cp chunks), the spatial-parallel
@@ -36,7 +37,7 @@ from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
 
 SEARCHED = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
-            "sequence_parallel", "zero", "ep", "cp", "hybrid_shard", "offload", "spatial")
+            "sequence_parallel", "zero", "ep", "cp", "hybrid_shard", "offload", "tp_comm_overlap", "spatial")
 """Strategy fields the search varies (any of them can be fixed)."""
 
 OUT_OF_MEMORY = "out of memory"
@@ -61,6 +62,9 @@ class SearchSpace:
     hybrid_shard: tuple[bool, ...] = (False,)
     offload: tuple[str, ...] = ("none",)
     spatial: tuple[int, ...] = (1,)
+    tp_comm_overlap: tuple[bool, ...] = (False,)
+    """Tensor-parallel overlap choices of the candidates with sequence parallelism (`dlsim.plan.tpoverlap`):
+    (False, True) where the software stack runs it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "global_batch": self.global_batch, "schedules": list(self.schedules),
@@ -69,7 +73,7 @@ class SearchSpace:
                 "max_microbatch_size": self.max_microbatch_size,
                 "tp_within_node": not self.tp_across_nodes, "fixed": dict(self.fixed), "cp": list(self.cp),
                 "hybrid_shard": list(self.hybrid_shard), "offload": list(self.offload),
-                "spatial": list(self.spatial)}
+                "tp_comm_overlap": list(self.tp_comm_overlap), "spatial": list(self.spatial)}
 
 
 @dataclass
@@ -233,15 +237,19 @@ def _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, uni
             for sp in (space.sequence_parallel if tp > 1 else (False,)):
                 if not allowed("sequence_parallel", sp):
                     continue
-                for zero in (space.zero if dp > 1 else (0,)):
-                    if not allowed("zero", zero):
+                overlaps = (fixed["tp_comm_overlap"],) if "tp_comm_overlap" in fixed else space.tp_comm_overlap
+                for overlap in (overlaps if sp else (False,)):
+                    if not allowed("tp_comm_overlap", overlap):
                         continue
-                    try:
-                        yield make_strategy(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, num_microbatches=m,
-                                            schedule=sched, virtual_stages=v, recompute=rec, sequence_parallel=sp,
-                                            zero=zero, **constant)
-                    except SpecError as exc:
-                        dropped[f"invalid: {exc}"] += 1
+                    for zero in (space.zero if dp > 1 else (0,)):
+                        if not allowed("zero", zero):
+                            continue
+                        try:
+                            yield make_strategy(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, num_microbatches=m,
+                                                schedule=sched, virtual_stages=v, recompute=rec, sequence_parallel=sp,
+                                                zero=zero, tp_comm_overlap=overlap, **constant)
+                        except SpecError as exc:
+                            dropped[f"invalid: {exc}"] += 1
 
 
 @dataclass(frozen=True)
@@ -262,6 +270,9 @@ class Prune:
     tolerance: float | None = None
     approximate_tolerance: float = 0.0
     sure_fit_bytes: float = 0.0
+    exhaustive_below: int = 0
+    """A space where at most this many candidates fit is timed whole (every estimate in the record):
+    the pruning never changes what the caller keeps, it only saves time, little on a small space."""
     """Objective time with `tolerance` (the evaluator's bound on its error, `approximate_tolerance`
     for an estimate flagged approximate): the caller simulates, beyond the `keep` best, only a
     candidate whose estimate is below (1 + its tolerance) × `upper_bound`, the least estimate /
@@ -299,7 +310,7 @@ def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit:
             if part_closest is not None and (closest is None or part_closest[0] < closest[0]):
                 closest = part_closest  # (ratio, index, need): the first of the least ratio, as one pass finds it
         closest_oom = None if closest is None else (closest[2], memory_limit, pool[closest[1]])
-        if prune is None:
+        if prune is None or len(fits) <= prune.exhaustive_below:
             return SearchOutcome(workers.evaluate([i for i, _, _ in fits]), dropped, len(pool), closest_oom)
         evaluations, skipped = _pruned(evaluator, pool, fits, prune, workers)
     return SearchOutcome(evaluations, dropped, len(pool), closest_oom, skipped)

@@ -235,8 +235,8 @@ def add_halos(entries: Sequence, splits: dict[str, LayerSplit], dtype: str, halo
                 scaled = tuple((s, d, x * n * b) for s, d, x in msgs)
                 return Collective("halo", max(sum(x for s, _, x in scaled if s == r) for r in {m[0] for m in scaled}),
                                   why, group=SPATIAL, messages=scaled)
-            e = replace(e, halo=HaloExchange(halo(sp.forward, f"halo of {e.name}'s input"),
-                                             halo(sp.backward, f"halo of {e.name}'s output gradient"),
+            e = replace(e, halo=HaloExchange(halo(sp.forward, f"{e.name}'s input"),
+                                             halo(sp.backward, f"{e.name}'s output gradient"),
                                              sp.interior if halo_overlap else 0.0))
         if sp.reduce_forward:
             fp32 = e.type == "batchnorm"  # statistics in fp32, pooled values in the training dtype

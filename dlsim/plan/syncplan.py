@@ -250,7 +250,8 @@ class DeviceSync:
         ranks = [lay.rank(d, t, first_stage), lay.rank(d, t, last_stage)]
         est = b.price("allreduce", nbytes, ranks)
         tid = b.g.add("allreduce tied embedding grads", self.device, self.ms, est.seconds, "comm", [after],
-                      source=est.source, label=("E",))
+                      source=est.source, label=("E",), info={"op": "allreduce", "bytes": nbytes, "group": "embedding",
+                                                            "ranks": 2, "source": est.source.value})
         key = ("embed", d, t, first_stage, last_stage)
         members = b.pending.setdefault(key, [])
         members.append(tid)

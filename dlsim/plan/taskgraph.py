@@ -47,7 +47,12 @@ class Task:
     `label` = (phase, chunk, micro-batch, ...) for event-order inspection; `cross_stage` marks
     transfers between pipeline stages; `parts` splits a fused task into its pieces; `rigid` are the
     indices (into `segments()`) of compute pieces whose duration already includes the overlap
-    slowdown, which the engine does not slow again."""
+    slowdown, which the engine does not slow again. A transfer with `links` (indices into
+    `TaskGraph.links`) is a flow on a shared network: its first `wire` seconds move its bytes at
+    `rate` bytes/s when alone, and stretch when the links are shared (`dlsim.sim.engine`). `info` says what the task is, for traces (the
+    engine never reads it): ``layers`` (the layer run, "a..b"), or ``op``, ``bytes``, ``group``,
+    ``ranks``, ``source`` of a collective or transfer (``to_task``: the task a transfer feeds);
+    `part_info` is the same per entry of `parts`."""
 
     tid: int
     name: str
@@ -65,6 +70,11 @@ class Task:
     cross_stage: bool = False
     parts: tuple[tuple[str, float, float], ...] = ()
     rigid: tuple[int, ...] = ()
+    links: tuple[int, ...] = ()
+    wire: float = 0.0
+    rate: float = 0.0
+    info: dict | None = None
+    part_info: tuple[dict, ...] = ()
 
     def segments(self) -> tuple[tuple[str, float, float], ...]:
         """(category, seconds, measured seconds) of the pieces this task runs back to back: a fused
@@ -99,7 +109,9 @@ class Message:
     out port and its receiver's in port (`ports`); it frees the out port after `hold` (the LogGP
     injection gap S(s)), the in port after `recv_hold` (S(s) plus the reduction of its bytes) and
     finishes after `duration` (arrival T(s) plus the reduction), as `dlsim.cost.collectives.schedule`
-    defines the data-flow semantics of a schedule.
+    defines the data-flow semantics of a schedule. With `links` it is a flow on a shared network
+    (`Task.links`): its first `wire` seconds stretch when the links are shared, and its port holds
+    and end move by as much.
     """
 
     src: int
@@ -110,6 +122,9 @@ class Message:
     ports: tuple[int, int]
     hold: float
     recv_hold: float
+    links: tuple[int, ...] = ()
+    wire: float = 0.0
+    rate: float = 0.0
 
 
 @dataclass
@@ -148,6 +163,7 @@ class TaskGraph:
     groups: list[Group] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     overlap_slowdown: float = 0.0  # σ of the devices: compute slowdown beside communication
+    links: list = field(default_factory=list)  # shared network links (`dlsim.cost.fabric.Link`) flows cross
     _parts_totals: dict = field(default_factory=dict, repr=False, compare=False)  # `add`'s cache
 
     def add_stream(self, name: str, device: int, kind: str) -> int:
@@ -163,9 +179,12 @@ class TaskGraph:
             source: Source = Source.MODEL, ports: tuple[int, ...] = (), group: int = -1,
             mem_start: tuple[tuple[str, float], ...] = (), mem_end: tuple[tuple[str, float], ...] = (),
             label: tuple = (), cross_stage: bool = False,
-            parts: tuple[tuple[str, float, float], ...] = (), rigid: tuple[int, ...] = ()) -> int:
+            parts: tuple[tuple[str, float, float], ...] = (), rigid: tuple[int, ...] = (),
+            flow: tuple[tuple[int, ...], float, float] = ((), 0.0, 0.0), info: dict | None = None,
+            part_info: tuple[dict, ...] = ()) -> int:
         """Append a task (to its stream's order when it has one); returns its id. A fused task gives
-        its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`: see `Task`."""
+        its `parts` (category, seconds, measured seconds); its duration is their sum. `rigid`, `info`,
+        `part_info`: see `Task`; `flow`: (links, wire, rate) of a transfer on a shared network (`Task`)."""
         tid = len(self.tasks)
         if parts:
             # a pass's parts are one tuple shared by its tasks of every micro-batch: summed once
@@ -178,7 +197,7 @@ class TaskGraph:
         else:
             measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
-                               mem_start, mem_end, label, cross_stage, parts, rigid))
+                               mem_start, mem_end, label, cross_stage, parts, rigid, *flow, info, part_info))
         if stream >= 0:
             self.orders[stream].append(tid)
         return tid

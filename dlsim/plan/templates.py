@@ -19,6 +19,9 @@ from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.spatial import SPATIAL
 from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE
 from dlsim.plan.tensorparallel import Collective
+from dlsim.plan.tpoverlap import BULK, PIPELINE, RING, ChunkedGemm
+
+_NO_CHUNKS: dict = {}
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,10 @@ class Step:
     for model-parallel layer groups split over the data-parallel ranks), or an "overlap": a compute
     run and a collective that start together, the next step waiting for both. `buckets` lists the
     gradient buckets complete after this step; `unit` the parameter unit (ZeRO-3 / FSDP) its layers
-    belong to (−1: not split by units)."""
+    belong to (−1: not split by units). An overlap's kernels slow down by `slowdown` beside its
+    collective (None: the device's overlap slowdown, `dlsim.cost.overlap`); with `own_stream` its
+    collective runs on a stream of its own (Transformer Engine's userbuffer streams,
+    `dlsim.plan.tpoverlap`), not behind the device's other communication."""
 
     kind: str
     name: str
@@ -39,6 +45,12 @@ class Step:
     group: str = "tp"
     buckets: tuple[int, ...] = ()
     unit: int = -1
+    slowdown: float | None = None
+    own_stream: bool = False
+
+    def sigma(self, device_sigma: float) -> float:
+        """The slowdown of this overlap's kernels on a device whose own is `device_sigma`."""
+        return device_sigma if self.slowdown is None else self.slowdown
 
 
 class StepHooks(Protocol):
@@ -88,10 +100,11 @@ class _Acc:
         self.flush()
         self.steps.append(Step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
 
-    def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str) -> None:
+    def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str,
+                slowdown: float | None = None, own_stream: bool = False) -> None:
         self.flush()
         self.steps.append(Step("overlap", name, self.category, seconds, seconds * table_share,
-                               collective=c, group=group, unit=self.unit))
+                               collective=c, group=group, unit=self.unit, slowdown=slowdown, own_stream=own_stream))
 
     def enter(self, unit: int) -> None:
         """Start a new parameter unit (flushing the current run)."""
@@ -136,6 +149,22 @@ def _halo(acc: _Acc, e: LayerEntry, seconds: float, table_share: float, forward:
         acc.collective(c, SPATIAL)
         acc.add(e.name, seconds, table_share)
     return seconds
+
+
+def _chunked(acc: _Acc, e: LayerEntry, g: ChunkedGemm, tp: int) -> None:
+    """A GEMM in chunks beside its collective's steps (`dlsim.plan.tpoverlap`): ring exchange, each
+    chunk but the last beside one exchange; pipelined, each chunk's reduce-scatter beside the next
+    chunk and the last one's alone; bulk, the whole GEMM beside the whole collective."""
+    group = _group(e, tp, g.step)
+    share = (e.forward if g.forward else e.backward).table_share
+    if g.method == PIPELINE:
+        acc.add(e.name, g.chunk, share)
+    for _ in range(g.chunks - 1 if g.method != BULK else 1):
+        acc.overlap(e.name, g.chunk, share, g.step, group, g.slowdown, True)
+    if g.method == RING:
+        acc.add(e.name, g.chunk, share)
+    elif g.method == PIPELINE:
+        acc.collective(g.step, group)
 
 
 def _experts_forward(acc: _Acc, e: LayerEntry, tp: int) -> None:
@@ -196,6 +225,9 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
         if e.experts is not None:
             _experts_forward(acc, e, tp)
             continue
+        if e.tp_overlap:
+            _chunked_forward(acc, e, tp)
+            continue
         for c in e.tp.before:
             acc.collective(c, _group(e, tp, c))
         core = _ring(acc, e, e.forward.table_share, forward=True)
@@ -205,6 +237,26 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
             acc.collective(c, _group(e, tp, c))
     acc.flush()
     return acc.steps
+
+
+def _chunked_forward(acc: _Acc, e: LayerEntry, tp: int) -> None:
+    """The forward of a layer whose GEMMs run chunked beside its collectives (`LayerEntry.tp_overlap`):
+    the input's all-gather in ring exchange with the first GEMM, the rest, the output's reduce-scatter
+    pipelined with the last GEMM."""
+    ub = {g.replaces: g for g in e.tp_overlap}
+    for c in e.tp.before:
+        if c in ub:
+            _chunked(acc, e, ub[c], tp)
+        else:
+            acc.collective(c, _group(e, tp, c))
+    core = _ring(acc, e, e.forward.table_share, forward=True)
+    acc.add(e.name, e.forward.seconds - core - sum(g.whole for g in e.tp_overlap if g.forward),
+            e.forward.table_share)
+    for c in e.tp.after_fwd:
+        if c in ub:
+            _chunked(acc, e, ub[c], tp)
+        else:
+            acc.collective(c, _group(e, tp, c))
 
 
 def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, tuple[int, ...]] | None = None,
@@ -221,24 +273,36 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
         if e.experts is not None:
             _experts_backward(acc, e, tp, ready_at)
             continue
-        beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if overlap and c.overlap}
+        ub = {g.replaces: g for g in e.tp_overlap} if e.tp_overlap else _NO_CHUNKS
+        beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if overlap and c.overlap
+                  and not (ub and c in ub)}
+        later: list[ChunkedGemm] = []  # bulk overlaps of the input projection, after the rest
         for c in e.tp.before_bwd:
-            if c not in beside.values():
+            if ub and c in ub:
+                if ub[c].method == RING:  # the output gradient's all-gather beside the first ∇x GEMM
+                    _chunked(acc, e, ub[c], tp)
+                else:
+                    later.append(ub[c])
+            elif c not in beside.values():
                 acc.collective(c, _group(e, tp, c))
         core = _ring(acc, e, e.backward.table_share, forward=False)
+        replaced = sum(g.whole for g in e.tp_overlap if not g.forward) if ub else 0.0
         if beside:  # the rest of the backward first, then the projection's ∇x and ∇w GEMMs beside collectives
             windows = [(kind, min(w, part.seconds)) for kind, w, part in
                        (("dgrad", e.windows[0], e.backward_data), ("wgrad", e.windows[1], e.backward_weight))
                        if kind in beside]
-            acc.add(e.name, e.backward.seconds - core - sum(w for _, w in windows), e.backward.table_share)
+            acc.add(e.name, e.backward.seconds - core - sum(w for _, w in windows) - replaced, e.backward.table_share)
             for kind, w in windows:
                 acc.overlap(e.name, w, e.backward.table_share, beside[kind], _group(e, tp, beside[kind]))
         elif not _halo(acc, e, e.backward.seconds, e.backward.table_share, forward=False):
-            acc.add(e.name, e.backward.seconds - core, e.backward.table_share)
+            acc.add(e.name, e.backward.seconds - core - replaced, e.backward.table_share)
+        if ub:
+            for g in later + [ub[c] for c in e.tp.after_bwd if c in ub]:
+                _chunked(acc, e, g, tp)
         if ready_at and e.index in ready_at:
             acc.flush(ready_at[e.index])
         for c in e.tp.after_bwd:
-            if c not in beside.values():
+            if c not in beside.values() and not (ub and c in ub):
                 acc.collective(c, _group(e, tp, c))
     acc.flush()
     return acc.steps

@@ -3,11 +3,13 @@
 Input: the trace-event dict `dlsim simulate --trace` writes (`dlsim.sim.trace.chrome_trace`): one
 process per simulated device with a thread per stream (compute, communication, point-to-point
 channels), and a ``links`` process with a thread per link port (named after its device). Rows: the
-first `devices` simulated devices, each with its streams and then its link ports. Colours: compute,
-recomputation, communication (collectives and transfers on the streams), link busy, and on each
-compute stream the time it waits: exposed communication where any communication of that device is
-in flight, otherwise pipeline bubble (pipelined runs) or idle — the same rule as the record's
-breakdown (`dlsim.sim.analysis`).
+first `devices` simulated devices, each with its streams and then its link ports. Colours: forward,
+backward, recomputation and other compute (the optimizer step), communication (collectives and
+transfers on the streams), link busy, and on each compute stream the time it waits: exposed
+communication where any communication of that device is in flight, otherwise pipeline bubble
+(pipelined runs) or idle — the same rule as the record's breakdown (`dlsim.sim.analysis`). A bar
+narrower than `MIN_WIDTH` of the time axis (a pipeline send of microseconds in an iteration of
+seconds) is drawn `MIN_WIDTH` wide, so that every span is seen.
 """
 
 from __future__ import annotations
@@ -16,12 +18,32 @@ from typing import Any, Mapping
 
 from dlsim.report.comm_plots import _pyplot
 
-COLORS = {"compute": "#4c72b0", "recompute": "#8172b2", "comm": "#dd8452", "link": "#64b5cd",
-          "exposed": "#f3c6a5", "bubble": "#c9b38a", "idle": "#dddddd"}
-LABELS = {"compute": "compute", "recompute": "recomputation", "comm": "communication (stream)",
+COLORS = {"forward": "#4c72b0", "backward": "#55a868", "recompute": "#8172b2", "compute": "#937860",
+          "comm": "#dd8452", "link": "#64b5cd", "exposed": "#f3c6a5", "bubble": "#c9b38a", "idle": "#dddddd"}
+LABELS = {"forward": "forward", "backward": "backward", "recompute": "recomputation",
+          "compute": "other compute (optimizer step, ...)", "comm": "communication (stream)",
           "link": "link port busy", "exposed": "compute stream waiting on communication",
           "bubble": "pipeline bubble", "idle": "idle"}
+DRAWN = ("forward", "backward", "recompute", "compute", "comm", "link")
+"""The kinds that are work (drawn at least `MIN_WIDTH` wide); the others are the gaps between them."""
 DEFAULT_DEVICES = 8
+MIN_WIDTH = 0.002
+"""The narrowest bar, as a share of the time axis (about 3 pixels of the 14-inch figure at 120 dpi)."""
+
+
+def _kind(event: Mapping[str, Any]) -> str:
+    """What a trace slice counts as in the chart: its pass for compute (forward, backward), else its category."""
+    cat = event.get("cat", "compute")
+    if cat == "compute":
+        phase = (event.get("args") or {}).get("phase")
+        return phase if phase in ("forward", "backward") else "compute"
+    return cat if cat in COLORS else "comm"
+
+
+def visible(spans: list[tuple[float, float]], makespan: float) -> list[tuple[float, float]]:
+    """`spans` (start, duration) with every duration at least `MIN_WIDTH` of `makespan`."""
+    least = MIN_WIDTH * makespan
+    return [(a, max(d, least)) for a, d in spans]
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -84,8 +106,7 @@ def timeline_rows(trace: Mapping[str, Any], devices: int = DEFAULT_DEVICES,
         if e.get("ph") != "X":
             continue
         key = (e["pid"], e["tid"])
-        kind = e.get("cat", "compute")
-        kind = kind if kind in COLORS else "comm"
+        kind = _kind(e)
         spans.setdefault(key, {}).setdefault(kind, []).append((e["ts"] * 1e-6, e["dur"] * 1e-6))
     makespan = float((trace.get("otherData") or {}).get("makespan_s") or max(
         (a + d for sp in spans.values() for v in sp.values() for a, d in v), default=0.0))
@@ -144,11 +165,13 @@ def gantt_figure(trace: Mapping[str, Any], devices: int = DEFAULT_DEVICES, title
     fig, ax = plt.subplots(figsize=(14, height))
     used: set[str] = set()
     for i, row in enumerate(rows):
-        for kind in ("idle", "bubble", "exposed", "comm", "link", "compute", "recompute"):
+        for kind in ("idle", "bubble", "exposed", "comm", "link", "compute", "forward", "backward", "recompute"):
             spans = row["spans"].get(kind)
             if not spans:
                 continue
             used.add(kind)
+            if kind in DRAWN:
+                spans = visible(spans, makespan)
             ax.broken_barh([(a / scale, d / scale) for a, d in spans], (i - 0.38, 0.76), facecolors=COLORS[kind],
                            edgecolor="none", hatch="////" if kind == "exposed" else None)
     previous = None
@@ -163,7 +186,8 @@ def gantt_figure(trace: Mapping[str, Any], devices: int = DEFAULT_DEVICES, title
     ax.set_ylabel("device streams and link ports")
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(facecolor=COLORS[k], hatch="////" if k == "exposed" else None, label=LABELS[k])
-               for k in ("compute", "recompute", "comm", "link", "exposed", "bubble", "idle") if k in used]
+               for k in ("forward", "backward", "recompute", "compute", "comm", "link", "exposed", "bubble", "idle")
+               if k in used]
     fig.legend(handles=handles, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0),
                ncol=min(len(handles), 4) or 1, frameon=False)
     what = title or data["title"] or "simulated iteration"

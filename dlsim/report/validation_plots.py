@@ -48,8 +48,8 @@ def _weakest(source: str) -> str:
 def plot_model_validation(rec: dict, path: str | Path) -> None:
     """Per-layer predicted vs measured (log-log, coloured by provenance) and the phases side by side."""
     fig, (ax, bx) = _figure(2)
-    layers = [r for r in rec["layers"] if r["measured_s"] == r["measured_s"] and r["measured_s"] > 0
-              and r["predicted_s"] > 0]
+    layers = [r for r in rec["layers"] if r["measured_s"] is not None and r["measured_s"] == r["measured_s"]
+              and r["measured_s"] > 0 and r["predicted_s"] > 0]
     if layers:
         _diagonal(ax, [r["measured_s"] for r in layers] + [r["predicted_s"] for r in layers])
         for tag, color in _COLORS.items():
@@ -58,12 +58,15 @@ def plot_model_validation(rec: dict, path: str | Path) -> None:
                 ax.scatter([r["measured_s"] for r in pts], [r["predicted_s"] for r in pts], s=12, color=color,
                            label=_NAMES[tag])
         ax.legend(fontsize=8)
-    ax.set_title(f"{rec['model']} batch {rec['batch']}: per layer (fwd + bwd)")
+    ax.set_title(f"{rec['model']} batch {rec['batch']}: per layer (fwd + bwd)" if layers else
+                 f"{rec['model']} batch {rec['batch']}: layers {rec['per_layer'].get('why', 'not measured')}")
     phases = ["forward", "backward", "optimizer", "iteration"]
     x = range(len(phases))
     bx.bar([i - 0.2 for i in x], [rec["predicted"][f"{p}_s"] for p in phases], 0.4, label="predicted")
     bx.bar([i + 0.2 for i in x], [rec["measured"][f"{p}_s"] for p in phases], 0.4, label="measured")
     for i, p in enumerate(phases):
+        if rec["error"][p] is None:
+            continue
         bx.annotate(f"{100 * rec['error'][p]:+.1f}%", (i, max(rec["predicted"][f"{p}_s"], rec["measured"][f"{p}_s"])),
                     ha="center", va="bottom", fontsize=8)
     bx.set_xticks(list(x), phases)
@@ -107,7 +110,7 @@ def plot_zoo_validation(records: Sequence[dict], path: str | Path) -> None:
     ax.set_ylabel("iteration time (s)")
     ax.legend(fontsize=8)
     ax.set_title("training iteration, predicted vs measured")
-    errors = [100 * r["error"]["iteration"] for r in records]
+    errors = [100 * (r["error"]["iteration"] or 0.0) for r in records]
     bx.bar(list(x), errors, color=["tab:green" if abs(e) <= 10 else "tab:orange" if abs(e) <= 20 else "tab:red"
                                    for e in errors])
     bx.axhline(0, color="black", lw=0.8)

@@ -24,6 +24,11 @@ any is in flight, it books the progress made so far (segment by segment for a fu
 communication parts and `rigid` parts run at full rate) and re-schedules the task's end. A task
 that ran slowed has the actual end of each of its segments in `Timeline.stretched`. With σ = 0
 none of this runs: the timeline is the one without the model, bit for bit.
+
+Shared networks: a transfer or expanded-collective message with links (`Task.links`,
+`Message.links`; `dlsim.cost.fabric`) moves its bytes as a flow that shares those links max-min
+fairly with the other flows in flight (`dlsim.sim.flows`); its port holds and its end move by as
+much as its bytes were slowed. A graph without links runs none of it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from dlsim.plan.taskgraph import COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
+from dlsim.sim.flows import Network
 
 
 @dataclass
@@ -146,6 +152,8 @@ class _Run:
         self.peak_time = [0.0] * nd
         self.at_peak = [dict.fromkeys(MEMORY_KINDS, 0.0) for _ in range(nd)]
         self.stretched: dict[int, tuple[float, ...]] = {}
+        self.net = Network(self.env, [link.capacity for link in graph.links]) if graph.links else None
+        self.flow_tasks = {t.tid for t in graph.tasks if t.links} if graph.links else set()
         self.sigma = graph.overlap_slowdown
         if self.sigma > 0:
             self._overlap_setup()
@@ -316,7 +324,7 @@ class _Run:
         per stream instead of one per task)."""
         tasks, end, start, env = self.g.tasks, self.end, self.start, self.env
         resources, acquire, waiters = self.resources, self.acquire, self.waiters
-        slow_segs, comm_devices = self.slow_segs, self.comm_devices
+        slow_segs, comm_devices, flow_tasks = self.slow_segs, self.comm_devices, self.flow_tasks
         for tid in order:
             t = tasks[tid]
             for d in t.deps:
@@ -338,7 +346,11 @@ class _Run:
             if t.mem_start:
                 self._memory(t.device, t.mem_start)
             if t.duration > 0:
-                if slow_segs is None:
+                if flow_tasks and tid in flow_tasks:  # a transfer on a shared network
+                    yield from self.net.transfer(t.links, t.rate, t.wire)
+                    if t.duration > t.wire:
+                        yield env.timeout(t.duration - t.wire)
+                elif slow_segs is None:
                     yield env.timeout(t.duration)
                 elif slow_segs[tid] is not None:
                     yield from self._run_slowed(tid, t.device, t.duration)
@@ -472,19 +484,27 @@ class _Run:
             if req_in is not None:
                 yield req_in
             now = self.env.now
-            if msg.hold > 0:
+            out_free = in_free = None
+            if msg.links and self.net is not None:  # its bytes as a flow on the shared links
+                yield from self.net.transfer(msg.links, msg.rate, msg.wire)
+                if msg.hold > msg.wire:
+                    yield self.env.timeout(msg.hold - msg.wire)
+                out_free = self.env.now
+            elif msg.hold > 0:
                 yield self.env.timeout(msg.hold)
             if req_out is not None:
                 res_out.release(req_out)
             if msg.recv_hold > msg.hold:
                 yield self.env.timeout(msg.recv_hold - msg.hold)
+            if out_free is not None:
+                in_free = self.env.now
             if req_in is not None:
                 res_in.release(req_in)
             if msg.duration > msg.recv_hold:
                 yield self.env.timeout(msg.duration - msg.recv_hold)
             member = self.g.groups[gid].members[0]
-            self.port_busy[out_port].append((now, now + msg.hold, member))
-            self.port_busy[in_port].append((now, now + msg.recv_hold, member))
+            self.port_busy[out_port].append((now, now + msg.hold if out_free is None else out_free, member))
+            self.port_busy[in_port].append((now, now + msg.recv_hold if in_free is None else in_free, member))
             times.append((i, now, self.env.now))
             finished[i].succeed()
 

@@ -75,7 +75,8 @@ def device_records(graph: TaskGraph, tl: Timeline, times) -> list[DeviceRecord]:
     records = []
     for i, dev in enumerate(graph.devices):
         static = dict(dev.static)
-        memory = {**static, **tl.memory_at_peak[i]}
+        dynamic = tl.memory_at_peak[i]
+        memory = {**static, **{k: static.get(k, 0.0) + v for k, v in dynamic.items()}}  # a kind may be both
         peak = sum(static.values()) + tl.memory_peak[i]
         dt = times[i]
         records.append(DeviceRecord(dev.name, dev.rank, dev.stage, dev.multiplicity, dt.breakdown, dt.communication,

@@ -35,8 +35,14 @@ def run_info(sc: Scenario) -> RunInfo:
     """The names and totals a scenario's record carries besides its timeline."""
     s = sc.strategy
     tokens = sc.full_model.input_shape[0] if sc.full_model.input_kind == "tokens" else 0
+    inter = sc.cluster.inter
+    shared = ()
+    if inter is not None and inter.fabric.shared and s.devices > sc.cluster.devices_per_node:
+        shared = (f"network: {inter.fabric.describe()}; collectives and transfers across nodes are slowed by the "
+                  "flows of their concurrent copies on its shared links (--full --expand-collectives: by the "
+                  "flows in flight)",)
     return RunInfo(sc.model.name, sc.cluster.name, sc.cluster.device.name, s.to_dict(), s.global_batch, s.pp > 1,
-                   sc.training_flops, sc.peak_flops, s.devices, sc.notes + (sc.partition_note,), tokens)
+                   sc.training_flops, sc.peak_flops, s.devices, sc.notes + (sc.partition_note,) + shared, tokens)
 
 
 def simulate_scenario(sc: Scenario, *, symmetry: bool = True, expand: bool = False, trace: bool = False,
@@ -44,12 +50,14 @@ def simulate_scenario(sc: Scenario, *, symmetry: bool = True, expand: bool = Fal
                       stack: dict[str, Any] | None = None) -> Simulation:
     """Simulate `sc`. `symmetry` simulates one data-parallel replica and one tensor-parallel rank
     per stage (run-time variability keeps every replica); `expand` runs collectives as their
-    point-to-point schedules; `trace` records the Chrome trace, `keep` filters it. The record names
+    point-to-point schedules and, on a shared network, every transfer as a flow on its links; `trace` records the Chrome trace, `keep` filters it. The record names
     the dtype it ran in, the defaults the caller `assumed` and the software `stack` it ran on."""
     s = sc.strategy
     explicit_dp = (not symmetry or s.variability.active) and s.sync == "allreduce"
     explicit_tp = not symmetry
     x = sc.iteration_inputs(explicit_dp, explicit_tp, expand)
+    if expand and getattr(x.pricer, "contention", None) is not None:  # messages as flows on the shared links
+        x = replace(x, pricer=x.pricer.with_flows())
     info = run_info(sc)
     stated = _stater(sc.record_dtype, assumed or {}, stack)
     if s.sync == "allreduce" and not s.variability.active and not trace:

@@ -1,27 +1,31 @@
-"""Steady-state extension of deep 1F1B pipelines: simulate a few steady periods, repeat the period.
+"""Steady-state extension of long pipelines: simulate a few steady periods, repeat the period.
 
 With the 1F1B schedule every stage, once its warm-up is over, repeats the same pair (forward of
 micro-batch i + w, backward of micro-batch i) until its cool-down; with m micro-batches instead of
-m', the op order of every stage differs only by m − m' more such pairs. The engine is deterministic
-and time-invariant, so once the whole pipeline is periodic (every task of micro-batch i + 1 starts
-and ends exactly one period λ after its counterpart of micro-batch i) the m-micro-batch timeline is
-the m'-micro-batch timeline cut at a time τ inside the periodic part, with Δ = m − m' periods of
-length λ inserted there: everything before τ unchanged, everything after τ later by Δ·λ and its
-micro-batch index higher by Δ.
+m', the op order of every stage differs only by m − m' more such pairs. The interleaved schedule
+repeats the same way with a period of P = pp micro-batches (its pairs run virtual micro-batches, each
+period every chunk of pp micro-batches; m and m' multiples of pp); 1F1B's period is P = 1. The engine
+is deterministic and time-invariant, so once the whole pipeline is periodic (every task of
+micro-batch i + P starts and ends exactly one period λ after its counterpart of micro-batch i) the
+m-micro-batch timeline is the m'-micro-batch timeline cut at a time τ inside the periodic part, with
+Δ = (m − m')/P periods of length λ inserted there: everything before τ unchanged, everything after τ
+later by Δ·λ and its micro-batch index higher by Δ·P.
 
-`simulate_steady` simulates m' micro-batches event by event, first m' = pp + FIRST_MARGIN, then, where
-no cut passes there, pp + pp // 4 + MARGIN, and for ZeRO-3 then ZERO3_DEPTHS·pp (each when m ≥ 3m'), checks that periodicity on a window of
-three periods around τ (every task touching it is a micro-batch task whose next counterpart is
-exactly λ later, within 1e-9 of the makespan, and ends before `divergence`: up to then the m'-run is
-the m-run event for event, so the window checked is the m-run's own and any m' finds the same cut
-and period), and extends the record: makespan
+`simulate_steady` simulates m' micro-batches event by event (`reduced_microbatches`: for 1F1B first
+m' = pp + FIRST_MARGIN, then, where no cut passes there, pp + pp // 4 + MARGIN, and for ZeRO-3 then
+ZERO3_DEPTHS·pp; for the interleaved schedule the first stage's warm-up and INTERLEAVED_PERIODS
+periods, then twice as many; each where it leaves a third of the micro-batches unsimulated), checks
+that periodicity on a window of three periods around τ (every task touching it is a micro-batch task
+whose counterpart P micro-batches later is exactly λ later, within 1e-9 of the makespan, and ends
+before `divergence`: up to then the m'-run is the m-run event for event, so the window checked is the
+m-run's own and any m' finds the same cut and period), and extends the record: makespan
 +Δ·λ; per-device breakdowns and communication +Δ·(their value inside one period); memory peaks
-as simulated (1F1B holds at most pp − stage micro-batches whatever m is); the critical path with
-its periodic segment repeated Δ times (its last tasks renamed and shifted); tasks and the measured
-share +Δ·(one micro-batch's tasks). `events` counts the events actually processed. Where the check
-fails, or for another schedule, a trace, expanded or explicit collectives, it answers None and the
-caller runs the full simulation. tests/test_sim_steady.py holds the extension equal to the full
-simulation within float rounding.
+as simulated (1F1B holds at most pp − stage micro-batches, the interleaved schedule its warm-up + 1
+chunk-micro-batches, whatever m is); the critical path with its periodic segment repeated Δ times
+(its last tasks renamed and shifted); tasks and the measured share +Δ·(one period's tasks).
+`events` counts the events actually processed. Where the check fails, or for another schedule, a
+trace, expanded or explicit collectives, it answers None and the caller runs the full simulation.
+tests/test_sim_steady.py holds the extension equal to the full simulation within float rounding.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ FIRST_MARGIN = 8  # the first try: micro-batches simulated beyond pp (cuts at pp
 # pipeline whose backward adds gradient-accumulation kernels settles one micro-batch after the last cut)
 MARGIN = 10  # extra micro-batches simulated beyond pp + pp // 4 (the last stage lags the first by about
 # pp·t_f/(t_f + t_b) micro-batches; the warm-up's transient dies out over a few more)
+INTERLEAVED_PERIODS = 4  # interleaved: periods of pp micro-batches simulated beyond the first stage's warm-up
+# (three make the checked window, one lets the warm-up's transient die out)
 ZERO3_DEPTHS = 4  # ZeRO-3 pipelines (every pass gathers its parameter units and reduce-scatters its gradients on
 # one communication stream): the backlog settles later; a third count of this many pipeline depths (GPT-3 175B,
 # pp 8 and 32: periodic from 4·pp micro-batches, not from 2·pp or 3·pp)
@@ -50,44 +56,61 @@ MB_LABELS = frozenset({"F", "R", "B", "SF", "SB", "G", "C", "AG"})  # labels (ki
 TOLERANCE = 1e-9  # periodicity checked to this fraction of the makespan
 
 
+def period_microbatches(schedule: str, pp: int) -> int:
+    """Micro-batches per period of a schedule's steady part: 1 for 1F1B (a forward and a backward per
+    micro-batch), pp for the interleaved schedule (its op order repeats every pp micro-batches of all
+    its chunks)."""
+    return pp if schedule == "interleaved" else 1
+
+
 def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
     """Micro-batch counts to try for the extension, smallest first; () where it does not apply.
 
-    The first, pp + FIRST_MARGIN, leaves room for cuts at micro-batches pp to pp + 3 (a 1F1B pipeline's
-    first stage leaves its warm-up at micro-batch pp − 1); where no cut passes there, the larger count
-    pp + pp // 4 + MARGIN follows, and for ZeRO-3 ZERO3_DEPTHS·pp. A count is tried where it is at most a
-    third of the micro-batches (a failed check costs its reduced run)."""
+    1F1B: the first, pp + FIRST_MARGIN, leaves room for cuts at micro-batches pp to pp + 3 (a 1F1B
+    pipeline's first stage leaves its warm-up at micro-batch pp − 1); where no cut passes there, the
+    larger count pp + pp // 4 + MARGIN follows, and for ZeRO-3 ZERO3_DEPTHS·pp. Interleaved (periods
+    of pp micro-batches): the first stage's warm-up (2(pp − 1) + (v − 1)·pp virtual micro-batches) and
+    INTERLEAVED_PERIODS more periods, then twice as many. A count is tried where it leaves at least a
+    third of the micro-batches unsimulated (a failed check costs its reduced run)."""
     s = x.strategy
-    if s.schedule != "1f1b" or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
+    if s.schedule not in ("1f1b", "interleaved") or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
         return ()
-    if s.tp_async_backward and s.tp > 1:
+    if (s.tp_async_backward or s.tp_comm_overlap) and s.tp > 1:
         # collectives beside the backward kernels on the communication stream: the periodicity check
         # passes there, yet the extension was found 0.05-0.07% off the full simulation
-        # (tests/test_sim_steady.py); run in full until the check captures what it misses
+        # (tests/test_sim_steady.py); run in full until the check captures what it misses (the
+        # userbuffer steps of tensor-parallel overlap run beside kernels likewise)
         return ()
-    counts = {s.pp + FIRST_MARGIN, s.pp + s.pp // 4 + MARGIN}
+    if s.schedule == "interleaved":
+        if s.num_microbatches % s.pp:
+            return ()
+        warm = -(-(2 * (s.pp - 1) + (s.virtual_stages - 1) * s.pp) // (s.pp * s.virtual_stages))  # periods
+        counts = {s.pp * (warm + INTERLEAVED_PERIODS), s.pp * (warm + 2 * INTERLEAVED_PERIODS)}
+    else:
+        counts = {s.pp + FIRST_MARGIN, s.pp + s.pp // 4 + MARGIN}
     if s.zero == 3 and s.dp > 1:
         counts.add(ZERO3_DEPTHS * s.pp)
-    counts = sorted(counts)
-    return tuple(m1 for m1 in counts if s.num_microbatches >= 3 * m1)
+    return tuple(m1 for m1 in sorted(counts) if 3 * m1 <= 2 * s.num_microbatches)
 
 
 def simulate_steady(x: IterationInputs, info: RunInfo) -> SimResult | None:
     """The record of the full iteration from a reduced simulation, or None (see the module docstring)."""
+    s = x.strategy
+    P = period_microbatches(s.schedule, s.pp)
     for m1 in reduced_microbatches(x):
-        graph = build_iteration(replace(x, strategy=replace(x.strategy, num_microbatches=m1)))
+        graph = build_iteration(replace(x, strategy=replace(s, num_microbatches=m1)))
         tl = execute(graph)
-        out = extend(graph, tl, info, x.strategy.num_microbatches - m1, x.strategy.pp,
-                     divergence(graph, tl, x.strategy.pp, m1))
+        out = extend(graph, tl, info, (s.num_microbatches - m1) // P, s.pp,
+                     divergence(graph, tl, s.pp, m1, s.schedule, s.virtual_stages), s.schedule)
         if out is not None:
             return out
     return None
 
 
-def divergence(graph: TaskGraph, tl: Timeline, p: int, m1: int) -> float:
+def divergence(graph: TaskGraph, tl: Timeline, p: int, m1: int, schedule: str = "1f1b", v: int = 1) -> float:
     """A time up to which the m1-micro-batch run is the run of any more micro-batches, event for event.
 
-    Stage r's 1F1B order with m1 micro-batches shares a prefix of ops with every longer one (up to the
+    Stage r's order with m1 micro-batches shares a prefix of ops with every longer one (up to the
     end of its steady part; a longer run issues another forward where this one cools down). A task of
     the first op past that prefix depends on that op's own tasks or, for a ZeRO-3 gather
     (`dlsim.plan.syncplan`), on the first task of the op before it; so nothing differs between the
@@ -96,16 +119,17 @@ def divergence(graph: TaskGraph, tl: Timeline, p: int, m1: int) -> float:
     changes included) are the same and happen in the same order."""
     limit = tl.makespan
     first_of: dict[tuple, int] = {}
+    more = period_microbatches(schedule, p)
     for sid, st in enumerate(graph.streams):
         if st.kind != "compute":
             continue
         r = graph.devices[st.device].stage
-        ops, longer = stage_ops("1f1b", p, m1, 1, r), stage_ops("1f1b", p, m1 + 1, 1, r)
+        ops, longer = stage_ops(schedule, p, m1, v, r), stage_ops(schedule, p, m1 + more, v, r)
         n = next((i for i, (a, b) in enumerate(zip(ops, longer)) if a != b), len(ops))
         if n == 0:
             return 0.0
         last = ops[n - 1]
-        key = (last.kind, r, last.microbatch)
+        key = (last.kind, last.chunk * p + r, last.microbatch)
         first_of.clear()
         for tid in graph.orders[sid]:
             op = _op_of(graph.tasks[tid].label)
@@ -154,9 +178,11 @@ class _Periodic:
 
 
 def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
-           limit: float = float("inf")) -> SimResult | None:
-    """Extend the simulated reduced iteration by `delta` periods; None when it is not periodic before
-    `limit` (the time up to which the reduced run is the full one, `divergence`)."""
+           limit: float = float("inf"), schedule: str = "1f1b") -> SimResult | None:
+    """Extend the simulated reduced iteration by `delta` periods (of `period_microbatches` each); None
+    when it is not periodic before `limit` (the time up to which the reduced run is the full one,
+    `divergence`)."""
+    P = period_microbatches(schedule, p)
     tasks, start, end = graph.tasks, tl.start, tl.end
     per = _Periodic(graph)
     mb_of = [_microbatch(t.label) for t in tasks]
@@ -169,8 +195,8 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     by_start = sorted(range(len(tasks)), key=start.__getitem__)
     starts = [start[t] for t in by_start]
     longest = max((end[t] - start[t] for t in by_start), default=0.0)
-    for c in range(p, max(forwards) - 3):
-        found = _period(tl, per, mb_of, forwards, c, (by_start, starts, longest), limit)
+    for c in range(p, max(forwards) - P - 2):
+        found = _period(tl, per, mb_of, forwards, c, (by_start, starts, longest), limit, P)
         if found is not None:
             break
     else:
@@ -179,34 +205,36 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     lo, hi = tau - lam, tau + 2 * lam
     makespan = tl.makespan + delta * lam
     records = _records(graph, tl, tau, lam, delta, makespan, tol)
-    critical = _critical(graph, tl, per, mb_of, lo, hi, lam, delta, makespan)
+    critical = _critical(graph, tl, per, mb_of, lo, hi, lam, delta, makespan, P)
     if records is None or critical is None:
         return None
     total = measured = 0.0
     period_tasks = 0
     for t in tasks:
-        weight = 1 + (delta if mb_of[t.tid] == c else 0)  # micro-batch c: one period's tasks
-        period_tasks += mb_of[t.tid] == c
+        one = mb_of[t.tid] is not None and c <= mb_of[t.tid] < c + P  # micro-batches c.. c+P-1: one period's tasks
+        weight = 1 + (delta if one else 0)
+        period_tasks += one
         for _, seconds, from_table in t.segments():
             total += seconds * weight
             measured += from_table * weight
     share = measured / total if total > 0 else 0.0
     note = (f"steady-state extension (dlsim.sim.steady): {len(tasks)} tasks of {max(forwards) + 1} micro-batches "
-            f"simulated, the 1F1B period of {lam:.6g} s repeated {delta} more times")
+            f"simulated, the {schedule} period of {lam:.6g} s ({P} micro-batch{'es' if P > 1 else ''}) repeated "
+            f"{delta} more times")
     return summarise(graph, tl, info, records, critical, share, len(tasks) + delta * period_tasks, makespan, (note,))
 
 
 def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int], c: int,
             sorted_starts: tuple[list[int], list[float], float],
-            limit: float = float("inf")) -> tuple[float, float, float] | None:
+            limit: float = float("inf"), P: int = 1) -> tuple[float, float, float] | None:
     """(τ, λ, tolerance) with the cut at the first stage's forward of micro-batch c, when every task
-    touching [τ − λ, τ + 2λ] is a micro-batch task whose next counterpart is exactly λ later and
-    ends before `limit`."""
+    touching [τ − λ, τ + 2λ] is a micro-batch task whose counterpart P micro-batches later is exactly
+    λ later and ends before `limit`."""
     start, end = tl.start, tl.end
-    if c not in forwards or c + 1 not in forwards:
+    if c not in forwards or c + P not in forwards:
         return None
     tau = start[forwards[c]]
-    lam = start[forwards[c + 1]] - tau
+    lam = start[forwards[c + P]] - tau
     tol = TOLERANCE * max(1.0, tl.makespan)
     if not lam > tol:
         return None
@@ -219,7 +247,7 @@ def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int],
             continue
         if mb_of[tid] is None:
             return None
-        nxt = per.index[per.keys[tid]].get(mb_of[tid] + 1)
+        nxt = per.index[per.keys[tid]].get(mb_of[tid] + P)
         if nxt is None or abs(start[nxt] - start[tid] - lam) > tol or abs(end[nxt] - end[tid] - lam) > tol:
             return None
         if not end[nxt] < limit:
@@ -247,9 +275,9 @@ def _records(graph: TaskGraph, tl: Timeline, tau: float, lam: float, delta: int,
 
 
 def _critical(graph: TaskGraph, tl: Timeline, per: _Periodic, mb_of: list, lo: float, hi: float, lam: float,
-              delta: int, makespan: float) -> dict[str, Any] | None:
+              delta: int, makespan: float, P: int = 1) -> dict[str, Any] | None:
     """The reduced run's critical path with its periodic segment (from a task to its counterpart one
-    micro-batch later, inside the checked window) repeated `delta` more times."""
+    period, P micro-batches, later, inside the checked window) repeated `delta` more times."""
     path = critical_path(graph, tl)
     where = {tid: n for n, tid in enumerate(path)}
     start, end = tl.start, tl.end
@@ -257,7 +285,7 @@ def _critical(graph: TaskGraph, tl: Timeline, per: _Periodic, mb_of: list, lo: f
     for n, tid in enumerate(path):
         if mb_of[tid] is None or not lo <= start[tid] <= hi:
             continue
-        prev = per.index[per.keys[tid]].get(mb_of[tid] - 1)
+        prev = per.index[per.keys[tid]].get(mb_of[tid] - P)
         if prev is not None and prev in where and where[prev] < n and start[prev] >= lo:
             a, b = where[prev], n
             break
@@ -305,7 +333,7 @@ def _critical(graph: TaskGraph, tl: Timeline, per: _Periodic, mb_of: list, lo: f
             old = f"mb{mb_of[tid]}"
             at = name.rfind(old)
             if at >= 0:
-                name = name[:at] + f"mb{mb_of[tid] + k}" + name[at + len(old):]
+                name = name[:at] + f"mb{mb_of[tid] + k * P}" + name[at + len(old):]
         last.append({"task": name, "device": graph.devices[t.device].name, "category": t.category,
                      "start_s": start[tid] + k * lam, "end_s": end[tid] + k * lam})
     return {"length_s": makespan, "tasks_on_path": length, "time_by_category_s": by_kind, "waiting_s": waiting,

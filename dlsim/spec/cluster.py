@@ -7,9 +7,13 @@ from types import MappingProxyType
 from typing import Mapping
 
 from dlsim.spec.efficiency import DeviceEfficiency
+from dlsim.spec.network import FABRICS, NON_BLOCKING, Fabric
 
-TOPOLOGIES = ("switch", "fully-connected", "fat-tree", "torus", "ring", "dragonfly",
-              "nvswitch", "hybrid-cube-mesh", "pcie-tree")
+BOARDS = ("hybrid-cube-mesh", "pcie-tree", "ring")
+"""Intra-node wirings that are not a crossbar; a tier's `bandwidth_efficiency` (a measured bus bandwidth
+on that board, e.g. nccl-tests on the DGX-1's hybrid cube-mesh) carries what they cost."""
+
+TOPOLOGIES = NON_BLOCKING + FABRICS + BOARDS
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class Device:
     device memory a training process cannot use for tensors (CUDA context, allocator reserve).
     `fp8_efficiency_ratio` scales the bf16 GEMM efficiency for FP8 GEMMs where no FP8 curve is
     given (a published FP8 best-shape fraction over the BF16 one of the same device; 1: unknown).
+    `sm_count` is the number of streaming multiprocessors (0: unknown), which communication kernels
+    running beside a GEMM take from it (`dlsim.plan.tpoverlap`).
     """
 
     name: str
@@ -42,6 +48,7 @@ class Device:
     overlap_slowdown: float = 0.0
     memory_reserved: float = 0.0
     fp8_efficiency_ratio: float = 1.0
+    sm_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,9 @@ class LinkTier:
     `burst` bytes leave at `peak_bandwidth` once the bucket has refilled at `bandwidth`.
     `bandwidth_efficiency` (default 1) is the achievable fraction of the link rate, e.g. nccl-tests
     bus bandwidth / link rate from a published measurement; the collective and point-to-point costs
-    (`dlsim.cost.p2p.p2p_model`) use `bandwidth` × `bandwidth_efficiency`.
+    (`dlsim.cost.p2p.p2p_model`) use `bandwidth` × `bandwidth_efficiency`. `topology` names the
+    wiring (`TOPOLOGIES`); `fabric` describes the network between nodes when it has shared links
+    (`dlsim.spec.network`, priced by `dlsim.cost.fabric`).
     """
 
     name: str
@@ -64,8 +73,7 @@ class LinkTier:
     overhead: float = 0.0
     gap: float = 0.0
     topology: str = "switch"
-    oversubscription: float = 1.0
-    dims: tuple[int, ...] = ()
+    fabric: Fabric = field(default_factory=Fabric)
     burst: float = 0.0
     peak_bandwidth: float = float("inf")
     bandwidth_efficiency: float = 1.0

@@ -187,3 +187,14 @@ def build_model(name: str, dtype: str, input_shape: Iterable[int], input_kind: s
         raise SpecError("a model needs at least one layer", path=source, field="layers")
     return Model(name, dtype, shape, input_kind, tuple(layers), source,
                  MappingProxyType(dict(params_used or {})))
+
+
+def with_input(model: Model, input_shape: Iterable[int], *,
+               layer_attrs: Mapping[str, Mapping[str, Any]] | None = None) -> Model:
+    """`model` for another per-sample input shape, with `layer_attrs` (layer type -> attributes) set on every
+    layer of that type, every layer validated and its shapes inferred again (`build_model`)."""
+    extra = layer_attrs or {}
+    entries = [{"name": layer.name, "type": layer.type, "inputs": list(layer.inputs), **layer.attrs,
+                **extra.get(layer.type, {})} for layer in model.layers]
+    return build_model(model.name, model.dtype, input_shape, model.input_kind, entries, source=model.source,
+                       params_used=model.params_used)

@@ -76,7 +76,8 @@ def conv_geometry(attrs: dict, in_shape: Shape) -> dict:
     Output size (S002 Appendix B, with dilation d): H' = floor((H + 2P - d(K-1) - 1)/S) + 1.
     """
     kh, kw = _pair(attrs["kernel"], "kernel")
-    sh, sw = _pair(attrs.get("stride") or attrs["kernel"], "stride")
+    stride = attrs.get("stride")
+    sh, sw = _pair(attrs["kernel"] if stride is None else stride, "stride")  # a window's stride defaults to it
     padding = attrs.get("padding", 0)
     dh, dw = _pair(attrs.get("dilation", 1), "dilation")
     if padding == "same":
@@ -295,7 +296,7 @@ def _conv_transpose2d(a: dict, ins: list[Shape]) -> Shape:
 def transposed_geometry(a: dict, in_shape: Shape) -> dict:
     """Kernel, stride, padding, dilation, output padding and output size of a transposed convolution."""
     kh, kw = _pair(a["kernel"], "kernel")
-    sh, sw = _pair(a.get("stride") or 1, "stride")
+    sh, sw = _pair(1 if a.get("stride") is None else a["stride"], "stride")
     ph, pw = _pair(a.get("padding", 0), "padding")
     dh, dw = _pair(a.get("dilation", 1), "dilation")
     oh, ow = _pair(a.get("output_padding", 0), "output_padding")
@@ -455,14 +456,14 @@ MEMORY_FORMATS = ("contiguous", "channels_last")
 """How a convolution's input is stored: NCHW (PyTorch's default) or NHWC (``torch.channels_last``, what a
 network's permutes leave behind, ConvNeXt's among them); oneDNN runs different kernels for the two (a
 depthwise 7×7 backward over 32 × 32 × 8 × 8: 751-774 against 2007 µs on the 2-core EPYC host, 2026-11-24;
-`benchmarks/probes/kernel_form_probe.py`)."""
+`reports/archive/validation-torch-nets/kernel_form_probe.py`)."""
 
 
 def table_op(layer_type: str, attrs: Mapping[str, Any]) -> str:
     """The name a layer's memory-bound kernel has in the measured tables: its type, except the exact GELU
     (``approximate: none``, x·Φ(x) through erf), ``gelu_erf``: a different kernel from the tanh form that
     ``gelu`` rows time (on the 2-core EPYC host, 2026-11-24, for 262,144 fp32 elements: forward 131 against
-    441 µs, backward 239 against 505 µs; `benchmarks/probes/kernel_form_probe.py`)."""
+    441 µs, backward 239 against 505 µs; `reports/archive/validation-torch-nets/kernel_form_probe.py`)."""
     if layer_type == "gelu" and attrs.get("approximate", "tanh") == "none":
         return "gelu_erf"
     return layer_type

@@ -15,14 +15,18 @@ from types import MappingProxyType
 from typing import Any, Collection, Mapping
 
 STACK_KEYS = ("dtype", "fused_kernels", "optimizer", "optimizer_impl", "grad_accumulation", "grad_reduce_dtype", "tp_async_backward", "sequence_parallel",
-              "p2p_overlap", "p2p_scatter_gather", "overlap", "bucket_size", "first_bucket_size", "zero",
+              "tp_comm_overlap", "p2p_overlap", "p2p_scatter_gather", "overlap", "bucket_size", "first_bucket_size", "zero",
               "param_gather_overlap", "recompute")
 """The strategy fields a stack may set (`dlsim.spec.strategy.Strategy`). The layout (dp, tp, pp, cp,
 ep), the batch and the schedule are the strategy's own; `zero`, `sequence_parallel` and
 `recompute` are the stack's defaults, which a strategy changes at will."""
 
-NEEDS_TP = ("sequence_parallel", "tp_async_backward")
+NEEDS_TP = ("sequence_parallel", "tp_async_backward", "tp_comm_overlap")
 """Keys that only mean something with tensor parallelism: a stack's value applies when tp >= 2."""
+
+NEEDS_SP = ("tp_comm_overlap",)
+"""Keys that only mean something with sequence parallelism: a stack's value applies when the strategy
+runs it (the caller's `sequence_parallel`, else the stack's)."""
 
 
 @dataclass(frozen=True)
@@ -52,13 +56,18 @@ class Stack:
                 "values": {names.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in self.values.items()}}
 
 
-def stack_fields(stack: Stack, given: Collection[str], tp: int, dtype: str | None) -> dict[str, Any]:
+def stack_fields(stack: Stack, given: Collection[str], tp: int, dtype: str | None,
+                 sequence_parallel: bool | None = None) -> dict[str, Any]:
     """The strategy fields `stack` adds to those `given` (which win): every value of the stack the
-    caller did not set, but those that need tensor parallelism when tp < 2, and the stack's dtype as
-    `dtype` (the device's closest precision, `device_dtype`, decided by the caller) when given."""
+    caller did not set, but those that need tensor parallelism when tp < 2 and those that need
+    sequence parallelism without it (`sequence_parallel`: the caller's value, None when not given),
+    and the stack's dtype as `dtype` (the device's closest precision, `device_dtype`, decided by the
+    caller) when given."""
     out: dict[str, Any] = {}
+    if sequence_parallel is None:
+        sequence_parallel = bool(stack.values.get("sequence_parallel", False)) and tp >= 2
     for key, value in stack.values.items():
-        if key in given or (key in NEEDS_TP and tp < 2):
+        if key in given or (key in NEEDS_TP and tp < 2) or (key in NEEDS_SP and not sequence_parallel):
             continue
         if key == "dtype":
             if dtype is None:

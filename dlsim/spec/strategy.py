@@ -7,17 +7,22 @@ validates user input once and raises `SpecError` naming the field and the limit.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any, Literal, Optional, get_type_hints
+
+from pydantic import BeforeValidator, Field, create_model
 
 from dlsim.errors import SpecError
+from dlsim.spec.typed import Count, Fraction, NonNegativeInt, Positive, Record, Seq, as_tuple, validate
 from dlsim.units import MIB
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 SYNCS = ("allreduce", "ps", "async", "ssp")
 RECOMPUTE = ("none", "full", "selective")
 COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
+VALUE_BITS = (1, 2, 4, 8, 16, 32)
+"""Bits per value of a top-k payload (`Compression.value_bits`): 32 plain, fewer quantised."""
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
 PARALLEL_MODES = ("data", "model", "channel", "filter")
 """How a layer group runs over the dp devices (`LayerGroup`): data (sample) parallel, or split over
@@ -171,7 +176,11 @@ class Strategy:
     `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
     iteration's first forward pass, each bucket's gather waited for by its first layer
     (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
-    `dlsim.plan.zero.gathers_in_forward`). `spatial` is the spatial-parallel degree: the `spatial`
+    `dlsim.plan.zero.gathers_in_forward`). `tp_comm_overlap` overlaps sequence parallelism's
+    all-gathers and reduce-scatters with the GEMMs beside them, as Transformer Engine's userbuffers
+    run them (NeMo's ``ub_tp_comm_overlap``, Megatron-Core's ``--tp-comm-overlap``): ring exchange,
+    pipelined chunks, bulk overlap in the backward (`dlsim.plan.tpoverlap`); it needs sequence
+    parallelism (tp >= 2). `spatial` is the spatial-parallel degree: the `spatial`
     ranks of a sample group split every image by height and width (a grid with `spatial_w` ranks
     along the width, 0: the squarest), convolutions exchanging halos with their neighbours, beside
     the interior's compute with `halo_overlap` (Dryden et al. IPDPS'19, `dlsim.plan.spatial`);
@@ -219,6 +228,7 @@ class Strategy:
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
     param_gather_overlap: bool = False
+    tp_comm_overlap: bool = False
     spatial: int = 1
     spatial_w: int = 0
     halo_overlap: bool = True
@@ -275,28 +285,80 @@ class Strategy:
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
-            "param_gather_overlap": self.param_gather_overlap,
+            "param_gather_overlap": self.param_gather_overlap, "tp_comm_overlap": self.tp_comm_overlap,
             "spatial": self.spatial, "spatial_w": self.spatial_w, "halo_overlap": self.halo_overlap,
             "stack": self.stack,
         }
 
 
-def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(f"must be an integer >= {minimum}, got {value!r}", field=name)
-    return value
+class CompressionRecord(Record):
+    """`Compression` as a user writes it (`dlsim.spec.typed`)."""
+
+    kind: Literal[COMPRESSIONS] = "none"  # type: ignore[valid-type]
+    bits: Annotated[int, Field(ge=1, le=16)] = 4
+    density: Fraction = 0.01
+    bucket_elements: Count = 512
+    error_feedback: bool = True
+    value_bits: Literal[VALUE_BITS] = 32  # type: ignore[valid-type]
 
 
-def _choice(value: Any, name: str, options: tuple[str, ...]) -> str:
-    if value not in options:
-        raise SpecError(f"unknown value {value!r} (use {', '.join(options)})", field=name)
-    return value
+class VariabilityRecord(Record):
+    """`Variability` as a user writes it."""
+
+    jitter: Literal[JITTERS] = "none"  # type: ignore[valid-type]
+    jitter_cv: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
+    straggler_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    straggler_slowdown: Annotated[float, Field(ge=1)] = 1.0
+    device_slowdown: Seq[Annotated[tuple[NonNegativeInt, Positive], BeforeValidator(as_tuple)]] = ()
+    seed: NonNegativeInt = 0
 
 
-def _fraction(value: Any, name: str, low: float = 0.0, high: float = 1.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
-        raise SpecError(f"must be a number in [{low}, {high}], got {value!r}", field=name)
-    return float(value)
+class LayerGroupRecord(Record):
+    first: str
+    last: str
+    parallel: Literal[PARALLEL_MODES]  # type: ignore[valid-type]
+
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+GRAD_REDUCE_DTYPES = ("", "fp32", "bf16", "fp16")
+"""`grad_reduce_dtype`: empty for the default (fp32 for an fp32 accumulation, else the training dtype)."""
+_RANGES: dict[str, Any] = {
+    **{name: Count for name in ("dp", "tp", "pp", "cp", "ep", "microbatch_size", "num_microbatches", "virtual_stages",
+                                "ps_shards", "fetch_every", "push_every", "iterations", "recompute_layers",
+                                "spatial")},
+    "spatial_w": NonNegativeInt,
+    "staleness": NonNegativeInt, "zero": Annotated[int, Field(ge=0, le=3)], "bucket_size": Positive, "first_bucket_size": Positive,
+    "schedule": Literal[SCHEDULES], "sync": Literal[SYNCS], "recompute": Literal[RECOMPUTE],
+    "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
+    "optimizer_impl": Literal[OPTIMIZER_IMPLS], "grad_reduce_dtype": Literal[GRAD_REDUCE_DTYPES],
+    "stack": Annotated[str, Field(max_length=4096)],
+    "dtype": Optional[Literal[DTYPES]], "fused_kernels": Seq[Literal[FUSIONS]],
+    "stage_partition": Optional[Seq[Count]], "layer_groups": Seq[LayerGroupRecord],
+    "compression": CompressionRecord, "variability": VariabilityRecord,
+}
+"""The range or the choices of each strategy field; a field not named here is checked against its type in
+`Strategy` (so a new field is validated, strictly typed, from the moment it exists)."""
+
+
+def _record() -> type[Record]:
+    hints = get_type_hints(Strategy)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(Strategy):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        fields[f.name] = (_RANGES.get(f.name, hints[f.name]),
+                          dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default)
+    return create_model("StrategyRecord", __base__=Record, __doc__="A `Strategy`'s fields as a user gives them.",
+                        **fields)
+
+
+StrategyRecord = _record()
+
+
+class _BatchRecord(Record):
+    dp: Count = 1
+    global_batch: Count | None = None
+    microbatch_size: Count | None = None
+    num_microbatches: Count | None = None
 
 
 PIPELINED_MICROBATCH = 1
@@ -310,12 +372,8 @@ def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | N
     """(microbatch_size, num_microbatches) from any two of the three, checked against the third; a
     global batch alone gives one micro-batch per replica, or with a pipeline (`pp` > 1) micro-batches
     of `PIPELINED_MICROBATCH` samples."""
-    if global_batch is not None:
-        _positive_int(global_batch, "global_batch")
-    if microbatch_size is not None:
-        _positive_int(microbatch_size, "microbatch_size")
-    if num_microbatches is not None:
-        _positive_int(num_microbatches, "num_microbatches")
+    validate(_BatchRecord, {"dp": dp, "global_batch": global_batch, "microbatch_size": microbatch_size,
+                            "num_microbatches": num_microbatches})
     if global_batch is None:
         return microbatch_size or 1, num_microbatches or 1
     per_replica, rest = divmod(global_batch, dp)
@@ -348,17 +406,13 @@ def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | N
 def make_strategy(*, global_batch: int | None = None, microbatch_size: int | None = None,
                   num_microbatches: int | None = None, **fields: Any) -> Strategy:
     """Validate and build a `Strategy`; any two of the batch sizes determine the third."""
-    known = {f for f in Strategy.__dataclass_fields__}
+    known = StrategyRecord.model_fields
     for key in fields:
         if key not in known:
-            raise SpecError(f"unknown strategy field (known: {', '.join(sorted(known | {'global_batch'}))})",
+            raise SpecError(f"unknown strategy field (known: {', '.join(sorted({*known, 'global_batch'}))})",
                             field=key)
-    for name in ("fused_kernels", "stage_partition", "layer_groups"):  # lists and tuples alike
-        if isinstance(fields.get(name), list):
-            fields[name] = tuple(fields[name])
-    dp = _positive_int(fields.get("dp", 1), "dp")
     pp = fields.get("pp", 1)
-    mbs, m = _batch_sizes(dp, microbatch_size, num_microbatches, global_batch,
+    mbs, m = _batch_sizes(fields.get("dp", 1), microbatch_size, num_microbatches, global_batch,
                           pp if isinstance(pp, int) and not isinstance(pp, bool) else 1)
     s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
     return validate_strategy(s)
@@ -367,36 +421,33 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
 def _check_expert_parallel(s: Strategy) -> None:
     """ep: the expert-parallel degree, a divisor of dp (the experts of every mixture-of-experts layer
     spread over ep data-parallel ranks; whether it divides the experts is checked against the model)."""
-    _positive_int(s.ep, "ep")
-    if not isinstance(s.ep_overlap, bool):
-        raise SpecError(f"must be true or false, got {s.ep_overlap!r}", field="ep_overlap")
-    if s.ep > 1 and s.dp % s.ep:
+    if s.ep == 1:
+        return
+    if s.dp % s.ep:
         raise SpecError(f"ep {s.ep} does not divide dp {s.dp} (expert parallelism spreads the experts over "
                         f"data-parallel ranks)", field="ep")
-    if s.ep > 1 and s.sync != "allreduce":
+    if s.sync != "allreduce":
         raise SpecError(f"expert parallelism needs sync allreduce, got {s.sync}", field="ep")
-    if s.ep > 1 and s.zero == 3:
+    if s.zero == 3:
         raise SpecError("expert parallelism with ZeRO stage 3 is not modelled (use zero 0, 1 or 2 with ep > 1)",
                         field="ep")
-    if s.ep > 1 and s.layer_groups:
+    if s.layer_groups:
         raise SpecError("expert parallelism cannot be combined with layer_groups", field="ep")
-    if s.ep > 1 and getattr(s, "hybrid_shard", False):
+    if s.hybrid_shard:
         raise SpecError("expert parallelism with hybrid sharding is not modelled (use hybrid_shard false with ep > 1)",
                         field="ep")
-    if s.ep > 1 and s.compression.kind != "none":
+    if s.compression.kind != "none":
         raise SpecError("expert parallelism with gradient compression is not modelled (use compression none)",
                         field="ep")
-    if s.ep > 1 and getattr(s, "cp", 1) > 1:
+    if s.cp > 1:
         raise SpecError("expert parallelism with context parallelism is not modelled (use cp 1 with ep > 1)",
                         field="ep")
 
 
 def _check_spatial(s: Strategy) -> None:
     """spatial: the ranks splitting each image (`dlsim.plan.spatial`), with sample parallelism (dp)
-    and pipelines; not beside tensor, context or expert parallelism or layer groups."""
-    _positive_int(s.spatial_w, "spatial_w", 0)
-    if not isinstance(s.halo_overlap, bool):
-        raise SpecError(f"must be true or false, got {s.halo_overlap!r}", field="halo_overlap")
+    and pipelines; not beside tensor, context or expert parallelism or layer groups (each field's own
+    range is `StrategyRecord`'s)."""
     if s.spatial_w and s.spatial % s.spatial_w:
         raise SpecError(f"spatial_w {s.spatial_w} does not divide spatial {s.spatial}", field="spatial_w")
     if s.spatial == 1:
@@ -412,23 +463,28 @@ def _check_spatial(s: Strategy) -> None:
         raise SpecError(f"spatial parallelism needs sync allreduce, got {s.sync}", field="spatial")
 
 
+def _normalized(s: Strategy, rec: Any) -> Strategy:
+    """`s` with its sequences as tuples and its nested records as the dataclasses (lists and tuples, mappings
+    and dataclasses are accepted alike); scalars stay as given."""
+    changes: dict[str, Any] = {}
+    for name in ("fused_kernels", "stage_partition"):
+        if getattr(s, name) is not None and type(getattr(s, name)) is not tuple:
+            changes[name] = getattr(rec, name)
+    if type(s.layer_groups) is not tuple or not all(isinstance(g, LayerGroup) for g in s.layer_groups):
+        changes["layer_groups"] = tuple(LayerGroup(**dict(g)) for g in rec.layer_groups)
+    if not isinstance(s.compression, Compression):
+        changes["compression"] = Compression(**dict(rec.compression))
+    v = s.variability
+    if not isinstance(v, Variability) or type(v.device_slowdown) is not tuple or \
+            not all(type(p) is tuple for p in v.device_slowdown):
+        changes["variability"] = Variability(**dict(rec.variability))
+    return replace(s, **changes) if changes else s
+
+
 def validate_strategy(s: Strategy) -> Strategy:
-    """Check every field of `s`; raise `SpecError` naming the first bad one."""
-    for name in ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "virtual_stages", "ps_shards",
-                 "fetch_every", "push_every", "iterations", "spatial"):
-        _positive_int(getattr(s, name), name)
-    _check_spatial(s)
-    _positive_int(s.staleness, "staleness", 0)
-    _choice(s.schedule, "schedule", SCHEDULES)
-    _choice(s.sync, "sync", SYNCS)
-    _choice(s.recompute, "recompute", RECOMPUTE)
-    _choice(s.optimizer, "optimizer", OPTIMIZERS)
-    _choice(s.optimizer_impl, "optimizer_impl", OPTIMIZER_IMPLS)
-    if s.grad_reduce_dtype not in ("", "fp32", "bf16", "fp16"):
-        raise SpecError(f"unknown dtype {s.grad_reduce_dtype!r} (use fp32, bf16, fp16; empty: the training dtype)",
-                        field="grad_reduce_dtype")
-    if s.zero not in (0, 1, 2, 3) or isinstance(s.zero, bool):
-        raise SpecError(f"must be 0, 1, 2 or 3, got {s.zero!r}", field="zero")
+    """`s` checked: each field's type and range (`StrategyRecord`), then the rules between fields; raises
+    `SpecError` naming the first bad field. Returns `s` with lists as tuples (`_normalized`)."""
+    s = _normalized(s, validate(StrategyRecord, s, from_attributes=True))
     if s.virtual_stages > 1 and s.schedule != "interleaved":
         raise SpecError(f"virtual_stages {s.virtual_stages} needs schedule interleaved", field="virtual_stages")
     if s.schedule == "interleaved":
@@ -437,73 +493,30 @@ def validate_strategy(s: Strategy) -> Strategy:
         if s.num_microbatches % s.pp:
             raise SpecError(f"the interleaved schedule needs num_microbatches ({s.num_microbatches}) divisible by "
                             f"pp ({s.pp}) (Megatron-LM)", field="num_microbatches")
-    for name in ("bucket_size", "first_bucket_size"):
-        value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-            raise SpecError(f"must be a positive size, got {value!r}", field=name)
     if s.sync != "allreduce" and s.zero:
         raise SpecError(f"zero {s.zero} needs sync allreduce, got {s.sync}", field="zero")
-    if s.sync == "ssp" and s.staleness < 0:
-        raise SpecError("staleness must be >= 0", field="staleness")
-    if not isinstance(s.overlap, bool):
-        raise SpecError(f"must be true or false, got {s.overlap!r}", field="overlap")
-    c = s.compression
-    _choice(c.kind, "compression", COMPRESSIONS)
-    if c.kind != "none" and s.zero:
-        raise SpecError(f"compression {c.kind} needs zero 0 (sharded gradients are reduce-scattered uncompressed)",
-                        field="compression")
-    if c.kind == "qsgd":
-        _positive_int(c.bits, "compression.bits")
-        if c.bits > 16:
-            raise SpecError(f"qsgd bits must be <= 16, got {c.bits}", field="compression.bits")
-        _positive_int(c.bucket_elements, "compression.bucket_elements")
-    if isinstance(c.value_bits, bool) or c.value_bits not in (1, 2, 4, 8, 16, 32):
-        raise SpecError(f"must be 1, 2, 4, 8, 16 or 32 bits, got {c.value_bits!r}", field="compression.value_bits")
-    if c.kind == "topk" and not (0 < c.density <= 1):
-        raise SpecError(f"top-k density must be in (0, 1], got {c.density!r}", field="compression.density")
-    v = s.variability
-    _choice(v.jitter, "jitter", JITTERS)
-    _fraction(v.jitter_cv, "jitter_cv", 0.0, 10.0)
-    _fraction(v.straggler_fraction, "straggler_fraction")
-    if isinstance(v.straggler_slowdown, bool) or not isinstance(v.straggler_slowdown, (int, float)) \
-            or not (1.0 <= v.straggler_slowdown < math.inf):
-        raise SpecError(f"must be a number >= 1, got {v.straggler_slowdown!r}", field="straggler_slowdown")
-    for rank, factor in v.device_slowdown:
-        _positive_int(rank, "device_slowdown rank", 0)
-        if not isinstance(factor, (int, float)) or not (0 < factor < math.inf):
-            raise SpecError(f"slowdown of rank {rank} must be positive, got {factor!r}", field="device_slowdown")
-    _positive_int(v.seed, "seed", 0)
-    if s.stage_partition is not None:
-        if len(s.stage_partition) != s.chunks:
-            raise SpecError(f"needs {s.chunks} entries (pp x virtual_stages), got {len(s.stage_partition)}",
-                            field="stage_partition")
-        for n in s.stage_partition:
-            _positive_int(n, "stage_partition")
-    for g in s.layer_groups:
-        _choice(g.parallel, "layer_groups.parallel", PARALLEL_MODES)
+    if s.compression.kind != "none" and s.zero:
+        raise SpecError(f"compression {s.compression.kind} needs zero 0 (sharded gradients are reduce-scattered "
+                        f"uncompressed)", field="compression")
+    if s.stage_partition is not None and len(s.stage_partition) != s.chunks:
+        raise SpecError(f"needs {s.chunks} entries (pp x virtual_stages), got {len(s.stage_partition)}",
+                        field="stage_partition")
     if s.layer_groups and s.pp > 1:
         raise SpecError("layer_groups (data / model / channel / filter per layer group) need pp = 1", field="layer_groups")
     if s.layer_groups and s.tp > 1 and any(g.parallel == "model" for g in s.layer_groups):
         raise SpecError("layer_groups with tp > 1 choose channel or filter splits inside the tp groups; model groups "
                         "are split over the dp devices and need tp = 1", field="layer_groups")
-    if not isinstance(s.sequence_parallel, bool):
-        raise SpecError(f"must be true or false, got {s.sequence_parallel!r}", field="sequence_parallel")
-    for name in ("tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "param_gather_overlap"):
-        if not isinstance(getattr(s, name), bool):
-            raise SpecError(f"must be true or false, got {getattr(s, name)!r}", field=name)
     if s.sequence_parallel and s.tp < 2:
         raise SpecError("sequence parallelism splits tensor-parallel regions and needs tp >= 2", field="sequence_parallel")
-    if not isinstance(s.fused_kernels, tuple) or any(k not in FUSIONS for k in s.fused_kernels):
-        raise SpecError(f"unknown fused kernel in {list(s.fused_kernels)!r} (use {', '.join(FUSIONS)})",
-                        field="fused_kernels")
-    _positive_int(s.recompute_layers, "recompute_layers")
+    if s.tp_comm_overlap and not s.sequence_parallel:
+        needs = f"tp >= 2 and sequence_parallel; tp is {s.tp}" if s.tp < 2 else "sequence_parallel (off here)"
+        raise SpecError(f"overlaps sequence parallelism's all-gathers and reduce-scatters with their GEMMs and needs "
+                        f"{needs}", field="tp_comm_overlap")
     _check_expert_parallel(s)
-    if not isinstance(s.hybrid_shard, bool):
-        raise SpecError(f"must be true or false, got {s.hybrid_shard!r}", field="hybrid_shard")
+    _check_spatial(s)
     if s.hybrid_shard and not s.zero:
         raise SpecError("hybrid sharding shards a ZeRO stage's states within a node: needs zero 1, 2 or 3",
                         field="hybrid_shard")
-    _choice(s.offload, "offload", OFFLOADS)
     if s.offload != "none" and s.sync != "allreduce":
         raise SpecError(f"offload needs sync allreduce, got {s.sync}", field="offload")
     if s.cp > 1 and s.sync != "allreduce":
@@ -511,9 +524,4 @@ def validate_strategy(s: Strategy) -> Strategy:
     if s.cp > 1 and s.layer_groups:
         raise SpecError("context parallelism splits the sequence of every layer; it cannot be combined with "
                         "layer_groups", field="cp")
-    _choice(s.grad_accumulation, "grad_accumulation", GRAD_ACCUMULATIONS)
-    if not isinstance(s.stack, str):
-        raise SpecError(f"must be a stack name, got {s.stack!r}", field="stack")
-    if s.dtype is not None and s.dtype not in ("fp32", "tf32", "fp16", "bf16", "fp8"):
-        raise SpecError(f"unknown dtype {s.dtype!r} (use fp32, tf32, fp16, bf16, fp8)", field="dtype")
     return s

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from contextlib import nullcontext
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -29,8 +30,9 @@ from typing import Any, Callable
 
 from dlsim.errors import SpecError
 from dlsim.hostmem import faulted_bytes
+from dlsim.progress import PHASE_RUNNING
 from dlsim.spec.model import Model
-from dlsim.validate.torch_model import build_torch_model, example_batch, module_key
+from dlsim.validate.torch_model import build_torch_model, example_batch, module_key, torch_dtype
 
 @dataclass(frozen=True)
 class MeasuredIteration:
@@ -98,11 +100,16 @@ def _hooks(net: Any, model: Model, clock: Callable[[], float], sync: Callable[[]
 
 class IterationRunner:
     """One model built in PyTorch with its batch and optimizer, ready to run timed training steps
-    (several runners can live side by side and be stepped in turn: `interleaved_iterations`)."""
+    (several runners can live side by side and be stepped in turn: `interleaved_iterations`).
+
+    `amp` (a dlsim dtype name, e.g. "bf16") runs the forward pass and the loss under ``torch.autocast``
+    with the parameters kept in `dtype` (automatic mixed precision); a model whose convolutions are
+    ``memory_format: channels_last`` gets its image input in channels-last layout too; `compile_backend`
+    ("inductor", "aot_eager", "eager") wraps the module in ``torch.compile`` (the first steps compile)."""
 
     def __init__(self, model: Model, batch: int, make_optimizer: Callable[[str, Any], tuple[Any, str]], *,
                  device: str = "cpu", dtype: str = "fp32", optimizer: str = "adam", attention: str = "math",
-                 seed: int = 0):
+                 seed: int = 0, amp: str | None = None, compile_backend: str | None = None):
         import torch
         torch.manual_seed(seed)
         dev = torch.device(device)
@@ -113,8 +120,12 @@ class IterationRunner:
         self.x, self.target = example_batch(model, batch, device=dev, dtype=dtype, seed=seed)
         if self.target is None:
             raise SpecError("validation trains the model: it needs a cross_entropy loss layer", path=model.source)
+        if self.x.dim() == 4 and any(layer.attrs.get("memory_format") == "channels_last" for layer in model.layers):
+            self.x = self.x.contiguous(memory_format=torch.channels_last)
         self.opt, self.impl = make_optimizer(optimizer, self.net.parameters())
         self.threads = torch.get_num_threads()
+        self.autocast = (lambda: torch.autocast(dev.type, dtype=torch_dtype(amp))) if amp else nullcontext
+        self.forward = torch.compile(self.net, backend=compile_backend) if compile_backend else self.net
 
     def step(self) -> tuple[float, float, float]:
         """One training step: (forward, backward, optimizer) seconds."""
@@ -122,7 +133,8 @@ class IterationRunner:
         sync()
         t0 = clock()
         self.opt.zero_grad(set_to_none=True)
-        loss = self.net(self.x, self.target)
+        with self.autocast():
+            loss = self.forward(self.x, self.target)
         sync()
         t1 = clock()
         loss.backward()
@@ -155,18 +167,32 @@ class IterationRunner:
 
 def measure_iteration(model: Model, batch: int, make_optimizer: Callable[[str, Any], tuple[Any, str]], *,
                       device: str = "cpu", dtype: str = "fp32", optimizer: str = "adam", warmup: int = 2,
-                      repeats: int = 5, per_layer: bool = True, attention: str = "math",
-                      seed: int = 0) -> MeasuredIteration:
-    """Time training iterations of `model` (see the module docstring)."""
+                      repeats: int = 5, per_layer: bool = True, attention: str = "math", seed: int = 0,
+                      progress: Callable[[int, int, str, str], None] | None = None) -> MeasuredIteration:
+    """Time training iterations of `model` (see the module docstring). `progress(done, total, what, PHASE_RUNNING)`
+    is called between steps, never inside one (the faulted bytes are counted around each timed step alone)."""
+    def say(done: int, total: int, what: str) -> None:
+        if progress:
+            progress(done, total, what, PHASE_RUNNING)
+    hooked = repeats + 1 if per_layer else 0
+    total = warmup + repeats + hooked
+    say(0, total, f"building {model.name} in PyTorch")
     run = IterationRunner(model, batch, make_optimizer, device=device, dtype=dtype, optimizer=optimizer,
                           attention=attention, seed=seed)
-    for _ in range(warmup):
+    for i in range(warmup):
+        say(i, total, f"warm-up step {i + 1}/{warmup}")
         run.step()
-    before = faulted_bytes()
-    phases = tuple(run.step() for _ in range(repeats))
-    faulted = (faulted_bytes() - before) / repeats
+    phases, faulted = [], 0
+    for i in range(repeats):
+        say(warmup + i, total, f"timed step {i + 1}/{repeats}")
+        before = faulted_bytes()
+        phases.append(run.step())
+        faulted += faulted_bytes() - before
+    if per_layer:
+        say(warmup + repeats, total, f"per-layer steps (hooked, {hooked})")
     spans = run.layer_spans(repeats) if per_layer else {}
-    return MeasuredIteration(phases, spans, run.threads, run.impl, faulted)
+    say(total, total, "measured")
+    return MeasuredIteration(tuple(phases), spans, run.threads, run.impl, faulted / repeats)
 
 
 def interleaved_iterations(runners: list[IterationRunner], rounds: int, *, min_round_s: float = 0.3,

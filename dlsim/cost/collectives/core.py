@@ -123,26 +123,32 @@ def choose(collective: str, n_bytes: float, ranks: int, costs: Costs, options: O
     return best
 
 
-def _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options):
+def _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options, contention: float = 1.0):
     check_collective(collective)
     return check_size(n_bytes), check_ranks(ranks), make_costs(link, gamma=gamma, intra=intra, model=model,
-                                                                ranks_per_node=options.ranks_per_node)
+                                                                ranks_per_node=options.ranks_per_node,
+                                                                contention=contention)
 
 
 def collective_time(collective: str, algorithm: str, n_bytes: float, ranks: int, link: LinkTier, *,
                     gamma: float | None = None, ranks_per_node: int | None = None, intra: LinkTier | None = None,
-                    model: str = "auto", **params) -> Estimate:
+                    model: str = "auto", contention: float = 1.0, **params) -> Estimate:
     """Model time of one collective call on `ranks` ranks over `link` (source MODEL; note = algorithm).
 
     `n_bytes` follows nccl-tests: the vector per rank (allreduce, reduce, broadcast), the gathered
     output (allgather), the input per rank (reduce-scatter), each rank's send buffer (all-to-all).
     `gamma` is the reduction cost in seconds per byte (1 / `Cluster.reduce_bandwidth`); `intra` the
     intra-node tier used by the hierarchical algorithm; `params` go to `make_options` (segments,
-    shards, fanout, rounds, seed, inter_algorithm). `algorithm="auto"` picks the cheapest.
+    shards, fanout, rounds, seed, inter_algorithm). `algorithm="auto"` picks the cheapest (alone on the
+    network, as NCCL's tuner does); `contention` ≥ 1 then slows the inter-node bytes of the chosen
+    algorithm (`make_costs`; the slowdown of `dlsim.plan.contention`).
     """
     options = make_options(ranks_per_node=ranks_per_node, **params)
     n, p, costs = _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options)
     name = choose(collective, n, p, costs, options) if algorithm == "auto" else algorithm
+    if contention != 1.0:
+        costs = make_costs(link, gamma=gamma, intra=intra, model=model, ranks_per_node=options.ranks_per_node,
+                           contention=contention)
     algo = get_algorithm(collective, name, p, options)
     seconds = float(priced(algo, n, p, costs, options))
     note = f"{collective} {name} ({costs.main.model})" + (" chosen by auto" if algorithm == "auto" else "")

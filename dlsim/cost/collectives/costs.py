@@ -84,25 +84,32 @@ def node_link(link: LinkTier, intra: LinkTier, ranks_per_node: int) -> LinkTier:
 
 
 def make_costs(link: LinkTier, *, gamma: float | None = None, intra: LinkTier | None = None,
-               model: "str | PointToPoint" = "auto", ranks_per_node: int | None = None) -> Costs:
+               model: "str | PointToPoint" = "auto", ranks_per_node: int | None = None,
+               contention: float = 1.0) -> Costs:
     """`Costs` from link tiers; `gamma` in seconds per byte (None: reductions are free).
 
     `model` is a p2p model name, or a ready `PointToPoint` (e.g. `p2p.table_model` of measured
     times) that prices the main tier instead of `link`'s parameters. With `intra` given, a
     different `link` (the inter tier) and `ranks_per_node` g ≥ 2, the costs know the nodes
-    (`Costs.node`, module doc); token-bucket links keep the per-device prices.
+    (`Costs.node`, module doc); token-bucket links keep the per-device prices. `contention` ≥ 1
+    multiplies the per-byte time of the main tier and of the node flows (`PointToPoint.slowed`:
+    the share of a shared network the call gets, `dlsim.plan.contention`); the intra-node tier keeps
+    its own.
     """
     g = 0.0 if gamma is None else float(gamma)
     if not np.isfinite(g) or g < 0:
         raise SpecError(f"gamma must be a finite non-negative number of seconds per byte, got {gamma!r}", field="gamma")
+    if not np.isfinite(contention) or contention < 1:
+        raise SpecError(f"contention must be a finite factor >= 1, got {contention!r}", field="contention")
     if isinstance(model, PointToPoint):
-        main = model
+        main = model.slowed(contention)
         inner = p2p_model(intra) if intra is not None else main
         return Costs(main, inner, g)
     main = p2p_model(link, model)
     inner = p2p_model(intra, main.model if model == "auto" else model) if intra is not None else main
+    main = main.slowed(contention)
     g_node = ranks_per_node or 1
     if intra is None or intra == link or g_node < 2 or link.burst > 0 or intra.burst > 0:
         return Costs(main, inner, g)
-    node = p2p_model(node_link(link, intra, g_node), main.model)
+    node = p2p_model(node_link(link, intra, g_node), main.model).slowed(contention)
     return Costs(main, inner, g, node, g_node)

@@ -12,6 +12,7 @@ from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import reduce_element_bytes
 from dlsim.plan.layertable import LayerEntry, grad_accumulation_times
 from dlsim.plan.scenario import LayerTable
+from dlsim.plan.templates import backward_steps, forward_steps
 from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, replicas)
@@ -48,7 +49,8 @@ class LowerBounds:
 
         fw, rc, bw = [0.0], [0.0], [0.0]
         for e in t.entries:
-            f = e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
+            chunked = self._chunked_alone(s, e, price) if e.tp_overlap else None
+            f = chunked[0] if chunked else e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
             moe_f, moe_b = self._experts_comm(s, e, pricer, ranks)
             f += moe_f
             x = 0.0
@@ -58,7 +60,9 @@ class LowerBounds:
                 x = e.core.seconds
             beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if s.tp_async_backward and c.overlap}
             y = sum(price(c) for c in e.tp.before_bwd + e.tp.after_bwd if c not in beside.values())
-            if beside:
+            if chunked:
+                y = chunked[1]
+            elif beside:
                 windows = [(kind, min(w, part.seconds)) for kind, w, part in
                            (("dgrad", e.windows[0], e.backward_data), ("wgrad", e.windows[1], e.backward_weight))
                            if kind in beside]
@@ -73,6 +77,23 @@ class LowerBounds:
             rc.append(rc[-1] + x)
             bw.append(bw[-1] + y)
         return fw, rc, bw
+
+    def _chunked_alone(self, s: Strategy, e: LayerEntry, price) -> tuple[float, float]:
+        """Forward and backward of a layer whose GEMMs run chunked beside its collectives
+        (`LayerEntry.tp_overlap`), each run alone: its steps (`forward_steps`, `backward_steps`) as
+        `Timing.steps_time` prices them, a context-parallel ring's steps by their kernels only."""
+        out = []
+        for steps in (forward_steps([e], s.tp), backward_steps([e], s.tp, overlap=s.tp_async_backward)):
+            total = 0.0
+            for st in steps:
+                if st.kind == "compute" or st.group != "tp":
+                    total += st.duration if st.kind != "collective" else 0.0
+                elif st.kind == "collective":
+                    total += price(st.collective)
+                else:
+                    total += st.duration + sum(overlap_cost(st.duration, price(st.collective), st.sigma(self.sigma)))
+            out.append(total)
+        return out[0], out[1]
 
     def lower_bound(self, s: Strategy) -> float:
         """A lower bound of `evaluate(s).iteration_time_s`, O(chunks) from cached prefix sums, for

@@ -108,7 +108,7 @@ class Evaluator(LowerBounds, MemoryModel):
         default, a pipeline timed by its closed form, ZeRO-2/3 not walked pass by pass, interleaved
         with m = pp, pipeline transfers on the tensor-parallel link tier, a pipeline beside parameter
         gathers."""
-        if self._off_default(s):
+        if self._off_default(s) or self.shared_network(s):
             return True
         p, m, v = s.pp, s.num_microbatches, s.virtual_stages
         if (p > 1 and p * m * v > WALK_PLAIN_OPS) or (p * m * v > WALK_OPS and s.zero >= 2 and replicas(s) > 1):
@@ -128,6 +128,12 @@ class Evaluator(LowerBounds, MemoryModel):
                                              for r in range(p - 1))
             return bool(got)
         return False
+
+    def shared_network(self, s: Strategy) -> bool:
+        """Whether `s` spans nodes of a network whose links its groups share (`dlsim.plan.contention`):
+        the simulation prices every group where it sits, the evaluator each group shape once."""
+        inter = self.cluster.inter
+        return inter is not None and inter.fabric.shared and s.devices > self.cluster.devices_per_node
 
     def evaluate(self, s: Strategy, memory: tuple[StageMemory, ...] | None = None) -> Evaluation:
         """Iteration time and memory of `s` (see `dlsim.plan.evaluate`)."""

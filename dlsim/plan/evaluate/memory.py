@@ -89,19 +89,32 @@ class MemoryModel:
                 out.append((sum(e.saved_bytes for e in es), 0.0, 0.0))
         return out
 
-    def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
-        acts = self._chunk_acts(s, t, ranges)
-        key = tuple(ranges)
-        skey = ("stages", t.key, key, s.pp, s.virtual_stages)
+    def stages(self, t: LayerTable, ranges, pp: int, v: int) -> list[tuple[int, float, int, int]]:
+        """Per stage: its parameters, largest workspace, routed-expert parameters and tied copies'
+        parameters (cached)."""
+        skey = ("stages", t.key, tuple(ranges), pp, v)
         stages = self._cache.get(skey)
-        if stages is None:  # per stage: parameters, workspace, routed-expert parameters, tied copies
-            tied = self.tied(t, ranges, s.pp)
+        if stages is None:
+            tied = self.tied(t, ranges, pp)
             stages = []
-            for r in range(s.pp):
-                es = [e for c in range(s.virtual_stages) for e in t.entries[slice(*ranges[c * s.pp + r])]]
+            for r in range(pp):
+                es = [e for c in range(v) for e in t.entries[slice(*ranges[c * pp + r])]]
                 stages.append((sum(e.params for e in es), max((e.workspace for e in es), default=0.0),
                                expert_params_of(es), tied.get(r, 0)))
             self._cache[skey] = stages
+        return stages  # type: ignore[return-value]
+
+    def tied_pair(self, t: LayerTable, ranges, pp: int) -> tuple[int, int, int] | None:
+        """(stage of a tied weight, stage of its tied copy, parameters) of the first weight tied across
+        stages (Megatron's word embedding and output layer), or None (cached)."""
+        key = ("tied pair", t.key, tuple(ranges), pp)
+        if key not in self._cache:
+            self._cache[key] = _tied_pair(self.model, t.entries, ranges, pp)
+        return self._cache[key]  # type: ignore[return-value]
+
+    def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
+        acts = self._chunk_acts(s, t, ranges)
+        stages = self.stages(t, ranges, s.pp, s.virtual_stages)
         zero3 = s.zero == 3 and replicas(s) > 1
         offload = offloads_optimizer(s.offload)
         lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain) if s.hybrid_shard else None
@@ -164,6 +177,19 @@ class MemoryModel:
         if not (replicas(s) > 1 or s.zero):
             return []
         return gradient_buckets(es, s, self.dtype, lambda e: e.params > 0)
+
+
+def _tied_pair(model: Model, entries: Sequence[LayerEntry], ranges, pp: int) -> tuple[int, int, int] | None:
+    stage_of = {}
+    for k, (a, b) in enumerate(ranges):
+        for i in range(a, b):
+            stage_of[entries[i].name] = k % pp
+    by_name = {e.name: e for e in entries}
+    for e in entries:
+        tied = model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
+        if tied and stage_of[tied] != stage_of[e.name]:
+            return stage_of[tied], stage_of[e.name], by_name[tied].params
+    return None
 
 
 def _tied_params(model: Model, entries: Sequence[LayerEntry], ranges, pp: int) -> dict[int, int]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from dlsim.plan.evaluate.periodic import Walked, periodic_walk
+from dlsim.plan.evaluate.wavefront import reused_structure, walk as wavefront_walk
 from dlsim.plan.pipeline import FORWARD, stage_ops
 
 
@@ -37,12 +39,32 @@ def activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
 
 
 def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float],
-                  c: Sequence[float], run_op: Callable | None = None) -> list[list[float]]:
+                  c: Sequence[float], run_op: Callable | None = None, periodic: bool = True) -> list[list[float]]:
     """When each stage's last backward pass of each local chunk ends: the stages' op orders
     (`stage_ops`) run with forward / backward times f[k], b[k] per micro-batch of global chunk k and
     transfers c[k] across boundary k → k+1, each op starting when its stage is free and its input
     has arrived (no contention: the simulator's timeline for these tasks). With `run_op(r, op, k, t)`
-    an op that starts at t ends when that says instead. Returns ends[r][local chunk]."""
+    an op that starts at t ends when that says instead. Returns ends[r][local chunk].
+
+    With `periodic` (for a `run_op` whose answer depends on the start time alone, past the first
+    micro-batch) a long 1F1B or interleaved pipeline is walked for a few periods of its steady regime
+    and extended (`dlsim.plan.evaluate.periodic`), the same ends within 1e-10 of the iteration."""
+    if periodic and m > p:
+        got = periodic_walk(schedule, p, m, v, lambda m1: Walked(*walk_ops(schedule, p, m1, v, f, b, c, run_op, True)))
+        if got is not None:
+            return got.last
+    return walk_ops(schedule, p, m, v, f, b, c, run_op, False)[0]
+
+
+def walk_ops(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float], c: Sequence[float],
+          run_op: Callable | None, record: bool) -> tuple[list[list[float]], list[list[float]]]:
+    """`pipeline_walk` op by op; with `record` also the end of every op of each stage, in its op order."""
+    st = reused_structure(schedule, p, m, v) if run_op is None else None
+    if st is not None:  # the schedule's dependency structure walked in one pass (`wavefront`)
+        E = wavefront_walk(st, f, b, c)
+        o = st.offsets
+        return ([[E[j] for j in ids] for ids in st.last],
+                [E[o[r]:o[r + 1]] for r in range(p)] if record else [])
     K = p * v
     ops = [cached_stage_ops(schedule, p, m, v, r) for r in range(p)]
     pos = [0] * p
@@ -50,12 +72,14 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
     fend: dict[tuple[int, int], float] = {}
     bend: dict[tuple[int, int], float] = {}
     last = [[0.0] * v for _ in range(p)]
+    ends: list[list[float]] = [[] for _ in range(p)]
     remaining = sum(len(o) for o in ops)
     while remaining:
         progressed = False
         for r in range(p):
             order, i = ops[r], pos[r]
             t = free[r]
+            done = ends[r]
             while i < len(order):
                 op = order[i]
                 k = op.chunk * p + r
@@ -76,6 +100,8 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
                     t = t + b[k] if run_op is None else run_op(r, op, k, t)
                     bend[(k, op.microbatch)] = t
                     last[r][op.chunk] = t
+                if record:
+                    done.append(t)
                 i += 1
             if i != pos[r]:
                 remaining -= i - pos[r]
@@ -83,7 +109,7 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
                 progressed = True
         if not progressed:  # pragma: no cover  (the schedules are deadlock-free)
             raise RuntimeError(f"pipeline schedule {schedule} deadlocked")
-    return last
+    return last, ends
 
 
 def pipeline_ends(schedule: str, p: int, m: int, v: int, f: list[float], b: list[float],

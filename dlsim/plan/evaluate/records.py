@@ -70,8 +70,6 @@ def supports(s: Strategy) -> str:
         return "run-time variability is not modelled analytically"
     if s.compression.kind != "none":
         return "gradient compression is not modelled analytically"
-    if s.p2p_scatter_gather and s.tp > 1 and not s.sequence_parallel:
-        return "scatter-gather pipeline transfers are not modelled analytically"
     return ""
 
 

@@ -7,7 +7,8 @@ overlap slowdown while a collective is in flight.
 from __future__ import annotations
 
 from dlsim.cost.overlap import overlap_cost
-from dlsim.plan.evaluate.pipeline import pipeline_walk
+from dlsim.plan.evaluate.periodic import TOLERANCE, Walked, periodic_walk
+from dlsim.plan.evaluate.pipeline import walk_ops
 from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.spatial import SPATIAL
@@ -57,7 +58,7 @@ class StreamWalk:
             elif st.group == SPATIAL:  # a halo beside the interior, on the communication stream (FIFO)
                 out.append((_OVERLAP_QUEUED, st.duration, c, True, st.unit))
             else:
-                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
         self._programs_of[key] = out
         self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program
@@ -157,40 +158,96 @@ class StreamWalk:
         stage's stream empties, each stage's seconds inside its passes)."""
         s = self.s
         p = s.pp
-        state = [(0.0, 0.0) for _ in range(p)]  # per stage: stream busy until, end of the last pass
-        inside = [0.0] * p
-        memo: dict[tuple, tuple[float, float, float]] = {}
+        state: list[tuple[float, float]] = []  # per stage: stream busy until, end of the last pass
+        inside: list[float] = []
+        trace: list[tuple[list, list, list]] = []  # per stage and op: stream busy after, duration, pass key
+        memo: dict[tuple, tuple[float, float]] = {}
 
-        def run_op(r: int, op, k: int, t: float) -> float:
-            busy, prev_end = state[r]
-            fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
-            if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
-                # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
-                end, q, _, _ = self.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, self.first_busy[r] - t), 0.0,
-                                               [x - t for x in self.first_ready[k]])
-                state[r] = (t + q, t + end)
-                inside[r] += end
-                return t + end
-            gathers = all_gathers if every_pass else None
-            # passes are time-invariant: keyed by relative times (a stream idle before the start and the
-            # previous pass's end, from which the first gathers are issued, long before it are alike)
-            floor = -sum(gathers[:1 + GATHER_PREFETCH]) if gathers else 0.0  # earlier is alike: done by the start
-            key = (k, op.kind, gathers is not None, max(floor, busy - t), max(floor, prev_end - t) if gathers else 0.0)
+        def run_pass(key: tuple, r: int) -> tuple[float, float]:
+            """(end, stream busy until) of a pass from its start, keyed by what it depends on: its
+            chunk, kind, whether it gathers, when the stream is free and the previous pass ended
+            (relative to its start)."""
             got = memo.get(key)
             if got is None:
-                q, dep = key[3], key[4]
-                if op.kind == FORWARD:
+                k, kind, gathering, q, dep = key
+                fwd, rec, bwd, launches, all_gathers, _ = parts[k]
+                gathers = all_gathers if gathering else None
+                if kind == FORWARD:
                     end, q, _, _ = self.walk_steps(fwd, r, {}, gathers, 0.0, q, dep)
                 else:
                     now = 0.0
                     if rec:
                         now, q, _, _ = self.walk_steps(rec, r, {}, None, now, q, 0.0)
                     end, q, _, _ = self.walk_steps(bwd, r, launches, gathers, now, q, dep)
-                got = memo[key] = (end, q, 0.0)
-            end, q, _ = got
+                got = memo[key] = (end, q)
+            return got
+
+        def run_op(r: int, op, k: int, t: float) -> float:
+            busy, prev_end = state[r]
+            fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
+            key = None
+            if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
+                # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
+                end, q, _, _ = self.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, self.first_busy[r] - t), 0.0,
+                                               [x - t for x in self.first_ready[k]])
+            else:
+                gathers = all_gathers if every_pass else None
+                # passes are time-invariant: keyed by relative times (a stream idle before the start and
+                # the previous pass's end, from which the first gathers are issued, long before it are alike)
+                floor = -sum(gathers[:1 + GATHER_PREFETCH]) if gathers else 0.0  # earlier is alike: done by the start
+                key = (k, op.kind, gathers is not None, max(floor, busy - t), max(floor, prev_end - t) if gathers else 0.0)
+                end, q = run_pass(key, r)
             state[r] = (t + q, t + end)
             inside[r] += end
+            if trace:
+                trace[r][0].append(t + q)
+                trace[r][1].append(end)
+                trace[r][2].append((key, floor, busy - t) if key is not None else None)
             return t + end
 
-        last = pipeline_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op)
-        return last, [state[r][0] for r in range(p)], inside
+        def walk(m: int, record: bool) -> Walked:
+            state[:] = [(0.0, 0.0)] * p
+            inside[:] = [0.0] * p
+            trace[:] = [([], [], []) for _ in range(p)] if record else []
+            last, ends = walk_ops(s.schedule, p, m, s.virtual_stages, (), (), c, run_op, record)
+            return Walked(last, ends, constant=(tuple(d for _, d, _ in trace),),
+                          drifting=(tuple(busy for busy, _, _ in trace),)) if record else Walked(last, ends)
+
+        # a long pipeline walked through its periodic regime (every pass's seconds repeating too): the
+        # seconds inside passes and the stream's last reductions extended; a stream that falls further
+        # behind every period (the reductions outlast the passes) only where no pass notices by the end
+        ext = periodic_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, lambda m: walk(m, True))
+        if ext is not None and not self._drift_unseen(ext, trace, run_pass):
+            ext = None
+        if ext is None:
+            last = walk(s.num_microbatches, False).last
+            return last, [state[r][0] for r in range(p)], inside
+        more = [ext.periods * sum(trace[r][1][i] for i in ext.period_ops[r]) for r in range(p)]
+        return ext.last, [state[r][0] + ext.periods * ext.rates[0][r] for r in range(p)], \
+            [inside[r] + more[r] for r in range(p)]
+
+    def _drift_unseen(self, ext, trace: list, run_pass) -> bool:
+        """Whether the extension's streams hold: a stream that keeps pace with its passes (moving on λ
+        per period) repeats; one that falls further behind (more than λ) holds if every pass of a
+        period ends, and leaves the stream busy for as long after its start, with the stream as far
+        behind as at the iteration's end (passes end no earlier and the stream's backlog grows no
+        less with more backlog: equal at both ends, equal in between)."""
+        latest = max(max(row) for row in ext.last)
+        tol = TOLERANCE * latest / (ext.periods + 1)
+        for r, rate in enumerate(ext.rates[0]):
+            drift = rate - ext.lam
+            if abs(drift) <= tol:
+                continue
+            if drift < 0:
+                return False  # the stream catches up: its backlog runs out at some point
+            for i in ext.period_ops[r]:
+                rec = trace[r][2][i]
+                if rec is None:
+                    return False
+                key, floor, behind = rec
+                later = max(floor, behind + ext.periods * drift)
+                end, q = run_pass(key, r)
+                end2, q2 = run_pass(key[:3] + (later,) + key[4:], r)
+                if abs(end2 - end) > tol or abs((q2 - later) - (q - key[3])) > tol:
+                    return False
+        return True

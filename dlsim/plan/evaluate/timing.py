@@ -14,7 +14,7 @@ from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
                                       updated_params)
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
-from dlsim.plan.pipeline import FORWARD
+from dlsim.plan.pipeline import FORWARD, scatter_gather
 from dlsim.plan.spatial import SPATIAL
 from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch
@@ -72,7 +72,7 @@ class Timing(StreamWalk):
             else:  # overlap: kernels beside an asynchronous collective
                 c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage),
                                st.collective.messages)
-                extra, exposed = overlap_cost(st.duration, c, self.sigma)
+                extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 total += st.duration + extra + exposed
                 comp += st.duration
                 comm += extra + exposed
@@ -127,7 +127,7 @@ class Timing(StreamWalk):
         groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
                   self.lay.ranks_per_node(dp_ranks)) if replicas(s) > 1 or s.tp > 1 else ()
         a, b = self.ranges[k]
-        key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, groups, s.recompute, s.recompute_layers,
+        key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, s.spatial, groups, s.recompute, s.recompute_layers,
                s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
                s.grad_reduce_dtype, s.param_gather_overlap)
         got = ev._cache.get(key)
@@ -155,8 +155,11 @@ class Timing(StreamWalk):
             fwd = forward_steps(es, tp)
             units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
             fwd_u = forward_steps(es, tp, unit_of=units) if units is not None else fwd
-            forward = ev._cache[fkey] = (buckets, units, fwd_u, self.steps_time(fwd, r))
-        buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
+            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd, r))
+        # buckets and units name layers by index: those of the chunk they were made for, at a0
+        a0, buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
+        if units is not None and a0 != a:
+            units = {i - a0 + a: u for i, u in units.items()}
         pkey = ("backward", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
                 zero3, s.grad_reduce_dtype)
         passes = ev._cache.get(pkey)
@@ -164,7 +167,8 @@ class Timing(StreamWalk):
             es = self.chunk_entries[k]
             ready: dict[int, tuple[int, ...]] = {}
             for j, bu in enumerate(buckets):
-                ready[bu.ready_after] = ready.get(bu.ready_after, ()) + (j,)
+                at = bu.ready_after - a0 + a
+                ready[at] = ready.get(at, ()) + (j,)
             bwd = backward_steps(es, tp, ready, units, overlap=overlap) if zero3 and units is not None else \
                 backward_steps(es, tp, ready, overlap=overlap)
             passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
@@ -182,7 +186,7 @@ class Timing(StreamWalk):
             rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
         rec, (r_t, r_c, r_m) = rec_time  # type: ignore[misc]
         if dp_sync and buckets:
-            lkey = ("launches", pkey, s.dp, dpg, s.zero, s.collective, s.compression)
+            lkey = ("launches", pkey, replicas(s), dpg, s.zero, s.collective, s.compression)
             launches = ev._cache.get(lkey)
             if launches is None:
                 launches = ev._cache[lkey] = self._bucket_launches(bwd, buckets, r)
@@ -276,7 +280,10 @@ class Timing(StreamWalk):
             last = pipeline_walk(s.schedule, p, m, v, (), (), c_fwd, run_op)
             comm = [comm[r] + waited[r] / m for r in range(p)]
         elif p > 1 and p * m * v <= WALK_PLAIN_OPS:
-            last = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
+            wkey = ("walk", s.schedule, p, m, v, tuple(f), tuple(bk), tuple(c_fwd))
+            last = ev._cache.get(wkey)  # type: ignore[assignment]
+            if last is None:  # candidates differing in what follows the pipeline share it (ZeRO stage, ...)
+                last = ev._cache[wkey] = pipeline_walk(s.schedule, p, m, v, f, bk, c_fwd)
         else:
             last = pipeline_ends(s.schedule, p, m, v, f, bk, c_fwd)
         stage_end = []
@@ -311,14 +318,15 @@ class Timing(StreamWalk):
                 sync_exposed[r] += start + secs - stage_end[r]
                 stage_end[r] = start + secs
         totals = []
+        stages = ev.stages(self.t, self.ranges, p, v)
+        timer = ev.builder.optimizer_timer(s, self.t)
         for r in range(p):
             chunks = [c * p + r for c in range(v)]
-            params = sum(e.params for k in chunks for e in self.chunk_entries[k])
             # the simulator's optimizer step (`dlsim.plan.syncplan`): the stage's own parameters, 1/dp
             # of them under ZeRO; the copy of a tied embedding is not in it
-            expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
+            params, _, expert, _ = stages[r]
             updated = updated_params(params - expert, expert, s.zero, replicas(s), s.ep)
-            opt = ev.builder.optimizer_timer(s, self.t)(updated).seconds
+            opt = timer(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero) and not gathers_in_forward(s):
                 dp_ranks = self.dpg(r)
@@ -343,6 +351,8 @@ class Timing(StreamWalk):
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
             outside.append("pipeline transfers sharing the tensor-parallel link ports")
+        if p > 1 and scatter_gather(s):
+            outside.append("scatter-gather pipeline transfers (their all-gathers share the tensor-parallel link ports)")
         if p > 1 and (zero3 or self.first_ready) and self._p2p_shares_dp_ports():
             outside.append("pipeline transfers sharing the data-parallel link ports with parameter gathers")
         if p > 1 and s.ep > 1 and self._p2p_shares_ep_ports():
@@ -357,6 +367,8 @@ class Timing(StreamWalk):
             outside.append(f"offload {s.offload} (host copies not timed; activations kept on the device)")
         if s.spatial > 1:
             outside.append("spatial parallelism (halo exchanges beside the interior walked as overlaps)")
+        if self.ev.shared_network(s):
+            outside.append("contention on a shared network (each group shape priced where it first occurs)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
 
     def _buckets_of(self, es):
@@ -383,30 +395,34 @@ class Timing(StreamWalk):
         return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == tp_tier for r in range(self.s.pp - 1))
 
     def _p2p_times(self) -> list[float]:
-        """Seconds of the transfer across each chunk boundary k → k+1."""
+        """Seconds of the transfer across each chunk boundary k → k+1. Scatter-gather transfers
+        (Megatron-LM's scatter_gather_tensors_in_pipeline, `dlsim.plan.iteration`): each tensor-parallel
+        rank sends 1/tp of the replicated tensor, the receiver's group all-gathers it before use."""
         s = self.s
         bounds = self.ev.boundaries(self.t, self.ranges)
+        gather = scatter_gather(s)
         out = []
         for k, nbytes in enumerate(bounds):
             a = self.lay.rank(0, 0, k % s.pp)
             b = self.lay.rank(0, 0, (k + 1) % s.pp)
-            out.append(self.pricer.p2p(nbytes, a, b).seconds)
+            if gather and nbytes > 0:
+                out.append(self.pricer.p2p(nbytes / s.tp, a, b).seconds
+                           + self.price("allgather", nbytes, self.tpg((k + 1) % s.pp)))
+            else:
+                out.append(self.pricer.p2p(nbytes, a, b).seconds)
         return out
     def _tied_sync(self) -> tuple[int, int, float] | None:
         """(first stage, last stage, seconds) of the tied-embedding all-reduce, if there is one."""
         s = self.s
         if s.pp == 1:
             return None
-        stage_of = {}
-        for k, (a, b) in enumerate(self.ranges):
-            for i in range(a, b):
-                stage_of[self.t.entries[i].name] = k % s.pp
-        by_name = {e.name: e for e in self.t.entries}
-        for e in self.t.entries:
-            tied = self.ev.model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
-            if tied and stage_of[tied] != stage_of[e.name]:
-                first, last = stage_of[tied], stage_of[e.name]
-                ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]
-                return first, last, self.pricer.collective("allreduce", by_name[tied].params * self.ev.gb,
-                                                           ranks).seconds
-        return None
+        pair = self.ev.tied_pair(self.t, self.ranges, s.pp)
+        if pair is None:
+            return None
+        first, last, params = pair
+        key = ("tied sync", s.collective, s.dp, s.tp, s.pp, s.domain, first, last, params)
+        secs = self.ev._cache.get(key)
+        if secs is None:
+            ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]
+            secs = self.ev._cache[key] = self.pricer.collective("allreduce", params * self.ev.gb, ranks).seconds
+        return first, last, secs  # type: ignore[return-value]

@@ -1,0 +1,77 @@
+"""JSON-lines files that a killed process leaves whole: append records durably, read back whole lines.
+
+Writing (`JsonLinesWriter`): each batch of records is one ``os.write`` of whole lines to a file opened
+with O_APPEND, followed by ``fsync``, so a process killed at any moment (SIGKILL included) leaves whole
+lines and at most one truncated last line. Reading (`read_records`): every whole line that is a JSON
+object, in order; with `repair` a truncated last line is cut off first, so that appending starts on a
+fresh line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from dlsim.io.files import OutputError
+
+
+def read_records(path: Path | str, repair: bool = False) -> list[dict[str, Any]]:
+    """The JSON objects of the whole lines of `path` (none when it does not exist); see the module docstring."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise OutputError(f"cannot read {path} ({exc.strerror or exc})") from None
+    cut = data.rfind(b"\n") + 1
+    if repair and cut < len(data):
+        try:
+            with open(path, "r+b") as f:
+                f.truncate(cut)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise OutputError(f"cannot repair {path} ({exc.strerror or exc})") from None
+    out = []
+    for line in data[:cut].splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def append_lines(fd: int, records: list[dict[str, Any]], sync: bool = True) -> None:
+    """Append `records` to the O_APPEND descriptor `fd` as whole lines: one write, then fsync (strict
+    JSON: a non-finite number is a ValueError, never written)."""
+    if not records:
+        return
+    data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if sync:
+        os.fsync(fd)
+
+
+class JsonLinesWriter:
+    """Appends whole lines: one write and one fsync per batch."""
+
+    def __init__(self, path: Path | str, sync: bool = True):
+        self.path, self.sync = Path(path), sync
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path} ({exc.strerror or exc})") from None
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        append_lines(self.fd, records, self.sync)
+
+    def close(self) -> None:
+        os.close(self.fd)
