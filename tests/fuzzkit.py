@@ -48,7 +48,9 @@ AMOUNTS = ["1", "10", "0", "-1", "1e29", "1e400", "nan", "0.5", "1e-308", "100",
 
 def _numbers(text: str) -> list[re.Match]:
     """Numbers that are YAML values (not inside a comment)."""
-    found = re.finditer(r"(?<=: )-?\d+(\.\d+)?(e-?\d+)?(?=\s|,|\]|\}|$)", text)
+    # the whole value: a number followed by the end of the line, a comment or a flow delimiter (a number
+    # that only begins a text, "description: 2013 COTS cluster", is not a number value)
+    found = re.finditer(r"(?<=: )-?\d+(\.\d+)?(e-?\d+)?(?=[ \t]*(#|$)|,|\]|\})", text, re.M)
 
     def value(m: re.Match) -> bool:
         before = text[text.rfind("\n", 0, m.start()) + 1: m.start()]

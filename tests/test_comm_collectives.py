@@ -219,3 +219,61 @@ def test_every_lower_bound_by_hand(collective, kw, expected):
             continue
         params = {k: v for k, v in kw.items() if k in ("shards", "fanout", "rounds")}
         assert t(collective, name, 8, **params) >= expected * (1 - 1e-12), name
+
+
+def _reference_layout(p: int):
+    """The double binary tree's edges built rank by rank (dicts, a breadth-first 2-colouring from each
+    component's first slot): the definition `dbt_layout`'s array construction must reproduce."""
+    from collections import defaultdict, deque
+
+    from dlsim.cost.collectives.dbt import btree_parent
+    first = [btree_parent(r, p) for r in range(p)]
+    second = ([-1 if first[p - 1 - r] < 0 else p - 1 - first[p - 1 - r] for r in range(p)] if p % 2 == 0 else
+              [-1 if first[(r - 1) % p] < 0 else (first[(r - 1) % p] + 1) % p for r in range(p)])
+    parents = (first, second)
+    slots = [(t, c) for t in (0, 1) for c in range(p) if parents[t][c] >= 0]
+    adjacency, by_parent = defaultdict(list), defaultdict(list)
+    for t, c in slots:
+        by_parent[parents[t][c]].append((t, c))
+    for group in by_parent.values():
+        if len(group) == 2:
+            adjacency[group[0]].append(group[1])
+            adjacency[group[1]].append(group[0])
+    for c in range(p):
+        if first[c] >= 0 and second[c] >= 0:
+            adjacency[(0, c)].append((1, c))
+            adjacency[(1, c)].append((0, c))
+    side = {}
+    for start in slots:
+        if start not in side:
+            side[start], queue = 0, deque([start])
+            while queue:
+                u = queue.popleft()
+                for v in adjacency[u]:
+                    if v not in side:
+                        side[v] = 1 - side[u]
+                        queue.append(v)
+
+    def shape(parent):
+        depth = [0] * p
+        for r in range(p):
+            q = r
+            while parent[q] >= 0:
+                depth[r], q = depth[r] + 1, parent[q]
+        height = [0] * p
+        for r in sorted(range(p), key=lambda x: -depth[x]):
+            if parent[r] >= 0:
+                height[parent[r]] = max(height[parent[r]], height[r] + 1)
+        return height, depth
+    shapes = [shape(parents[t]) for t in (0, 1)]
+    return tuple((t, c, parents[t][c], 2 * shapes[t][0][c] + side[(t, c)],
+                  2 * shapes[t][1][parents[t][c]] + side[(t, c)]) for t, c in slots)
+
+
+def test_double_binary_tree_arrays_equal_the_rank_by_rank_construction():
+    """`dbt_layout` (array construction, milliseconds at a million ranks) gives exactly the edges, offsets
+    and colouring of the rank-by-rank definition, so the closed form and the schedule do not change."""
+    for p in list(range(2, 130)) + [255, 256, 257, 1000, 1023, 4097]:
+        edges, up, down = dbt_layout(p)
+        assert edges == _reference_layout(p), p
+        assert up == tuple(sorted({e[3] for e in edges})) and down == tuple(sorted({e[4] for e in edges}))

@@ -30,7 +30,6 @@ B_node (`costs.py`), and the chain adds its pipeline fill, g − 1 intra-node ho
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
 from functools import lru_cache
 
 import numpy as np
@@ -50,76 +49,105 @@ def btree_parent(r: int, p: int) -> int:
     return up if up < p else r ^ bit
 
 
+def _parent_arrays(p: int) -> np.ndarray:
+    """Parents of every rank in tree 1 (row 0) and tree 2 (row 1), −1 at a root (`btree_parent`)."""
+    r = np.arange(p, dtype=np.int64)
+    bit = r & -r
+    up = (r ^ bit) | (bit << 1)
+    first = np.where(up < p, up, r ^ bit)
+    first[0] = -1
+    if p % 2 == 0:
+        mirrored = first[p - 1 - r]
+        second = np.where(mirrored < 0, -1, p - 1 - mirrored)
+    else:
+        shifted = first[(r - 1) % p]
+        second = np.where(shifted < 0, -1, (shifted + 1) % p)
+    return np.stack([first, second])
+
+
 def tree_parents(p: int) -> tuple[list[int], list[int]]:
     """Parents of every rank in tree 1 and tree 2."""
-    first = [btree_parent(r, p) for r in range(p)]
-    if p % 2 == 0:
-        second = [-1 if first[p - 1 - r] < 0 else p - 1 - first[p - 1 - r] for r in range(p)]
-    else:
-        second = []
-        for r in range(p):
-            u = first[(r - 1) % p]
-            second.append(-1 if u < 0 else (u + 1) % p)
-    return first, second
+    first, second = _parent_arrays(p)
+    return first.tolist(), second.tolist()
 
 
-def _heights_depths(parent: list[int]) -> tuple[list[int], list[int]]:
+def _heights_depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Subtree height and depth of every rank of one tree, level by level (O(p log p) array work)."""
     p = len(parent)
-    children: dict[int, list[int]] = defaultdict(list)
-    root = 0
-    for r, q in enumerate(parent):
-        if q < 0:
-            root = r
-        else:
-            children[q].append(r)
-    depth, order, queue = [0] * p, [], deque([root])
-    while queue:
-        q = queue.popleft()
-        order.append(q)
-        for c in children[q]:
-            depth[c] = depth[q] + 1
-            queue.append(c)
-    height = [0] * p
-    for q in reversed(order):
-        height[q] = max((height[c] + 1 for c in children[q]), default=0)
+    depth = np.zeros(p, dtype=np.int64)
+    cur = np.arange(p, dtype=np.int64)
+    while True:
+        up = parent[cur]
+        moving = up >= 0
+        if not moving.any():
+            break
+        depth += moving
+        cur = np.where(moving, up, cur)
+    height = np.zeros(p, dtype=np.int64)
+    for level in range(int(depth.max(initial=0)), 0, -1):
+        nodes = np.nonzero(depth == level)[0]
+        np.maximum.at(height, parent[nodes], height[nodes] + 1)
     return height, depth
 
 
+def _sides(parents: np.ndarray) -> np.ndarray:
+    """The side σ ∈ {0, 1} of every slot t·p + c (child c's edge to its parent in tree t; module doc):
+    the two children of one rank (across both trees) and a rank's two slots differ. The constraint graph
+    has degree ≤ 2 and only even cycles; each component takes side 0 at its first slot (lowest t·p + c)
+    and alternates, which is its 2-colouring's parity, read from the double cover's components."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    p = parents.shape[1]
+    par = parents.reshape(-1)
+    n = 2 * p
+    slots = np.nonzero(par >= 0)[0]
+    order = slots[np.argsort(par[slots], kind="stable")]  # by parent rank, slot order kept
+    same = par[order[1:]] == par[order[:-1]]
+    assert not (same[1:] & same[:-1]).any(), "a rank with more than two children in the double binary tree"
+    both = np.nonzero((parents[0] >= 0) & (parents[1] >= 0))[0]
+    u = np.concatenate([order[:-1][same], both])
+    v = np.concatenate([order[1:][same], both + p])
+    # double cover: node x of colour a is x + a·n; an edge joins opposite colours
+    rows = np.concatenate([u, u + n])
+    cols = np.concatenate([v + n, v])
+    graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(2 * n, 2 * n))
+    _, cover = connected_components(graph, directed=False)
+    _, plain = connected_components(coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n)),
+                                    directed=False)
+    first = np.full(plain.max() + 1, n, dtype=np.int64)
+    np.minimum.at(first, plain[slots], slots)
+    start = first[plain]
+    side = (cover[:n] != cover[start]).astype(np.int64)
+    assert not (side[u] == side[v]).any(), "double binary tree colouring failed"
+    return side
+
+
+@lru_cache(maxsize=256)
+def _offsets(p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per slot t·p + c with a parent: (slot, child, parent, up-offset 2h+σ, down-offset 2d(parent)+σ)."""
+    parents = _parent_arrays(p)
+    side = _sides(parents)
+    shapes = [_heights_depths(parents[t]) for t in (0, 1)]
+    height = np.concatenate([shapes[0][0], shapes[1][0]])
+    par = parents.reshape(-1)
+    slots = np.nonzero(par >= 0)[0]
+    tree, child, parent = slots // p, slots % p, par[slots]
+    depth_of_parent = np.where(tree == 0, shapes[0][1][parent], shapes[1][1][parent])
+    return tree, child, parent, 2 * height[slots] + side[slots], 2 * depth_of_parent + side[slots]
+
+
 @lru_cache(maxsize=4096)
+def dbt_offsets(p: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The sets V_up = {2h+σ} and V_down = {2d(parent)+σ} of the double binary tree on p ranks."""
+    *_, up, down = _offsets(p)
+    return tuple(np.unique(up).tolist()), tuple(np.unique(down).tolist())
+
+
 def dbt_layout(p: int) -> tuple[tuple[tuple[int, int, int, int, int], ...], tuple[int, ...], tuple[int, ...]]:
     """Edges (tree, child, parent, up-offset 2h+σ, down-offset 2d(parent)+σ) and the sets V_up, V_down."""
-    parents = tree_parents(p)
-    slots = [(t, c) for t in (0, 1) for c in range(p) if parents[t][c] >= 0]
-    adjacency: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    by_parent: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for t, c in slots:
-        by_parent[parents[t][c]].append((t, c))
-    for group in by_parent.values():
-        assert len(group) <= 2, "a rank with more than two children in the double binary tree"
-        if len(group) == 2:
-            adjacency[group[0]].append(group[1])
-            adjacency[group[1]].append(group[0])
-    for c in range(p):
-        if parents[0][c] >= 0 and parents[1][c] >= 0:
-            adjacency[(0, c)].append((1, c))
-            adjacency[(1, c)].append((0, c))
-    side: dict[tuple[int, int], int] = {}
-    for start in slots:
-        if start in side:
-            continue
-        side[start] = 0
-        queue = deque([start])
-        while queue:
-            u = queue.popleft()
-            for v in adjacency[u]:
-                if v not in side:
-                    side[v] = 1 - side[u]
-                    queue.append(v)
-                assert side[v] != side[u], "double binary tree colouring failed"
-    shape = [_heights_depths(parents[t]) for t in (0, 1)]
-    edges = tuple((t, c, parents[t][c], 2 * shape[t][0][c] + side[(t, c)],
-                   2 * shape[t][1][parents[t][c]] + side[(t, c)]) for t, c in slots)
-    return edges, tuple(sorted({e[3] for e in edges})), tuple(sorted({e[4] for e in edges}))
+    tree, child, parent, up, down = _offsets(p)
+    edges = tuple(zip(tree.tolist(), child.tolist(), parent.tolist(), up.tolist(), down.tolist()))
+    return (edges, *dbt_offsets(p))
 
 
 def distinct_rounds(values: tuple[int, ...], k):
@@ -141,7 +169,7 @@ def _time_for(n, k, up_values, down_values, c: Costs):
 
 def dbt_segments(n, p: int, c: Costs, max_segments: int = MAX_SEGMENTS):
     """Segments per tree when none is given: the continuous optimum, rounded (see `segments.py`)."""
-    _, up, down = dbt_layout(p)
+    up, down = dbt_offsets(p)
     big = max(up + down) + 2
     slopes, offsets = [], []
     for values in (up, down):
@@ -160,7 +188,7 @@ def dbt_time(n, p, c: Costs, segments=None, max_segments: int = MAX_SEGMENTS):
     if np.ndim(p) == 0:
         if p < 2:
             return 0.0 * n
-        _, up, down = dbt_layout(int(p))
+        up, down = dbt_offsets(int(p))
         k = dbt_segments(n, int(p), c, max_segments) if segments is None else segments
         return _time_for(n, k, up, down, c)
     return per_rank_count(lambda n_q, q: dbt_time(n_q, q, c, segments, max_segments), n, p)
@@ -179,7 +207,7 @@ def dbt_node_time(n, p, c: Costs, segments=None, max_segments: int = MAX_SEGMENT
             return dbt_time(n, p, c, segments, max_segments)
         g, nodes, cn = c.ranks_per_node, int(p) // c.ranks_per_node, _node_costs(c)
         k = dbt_segments(n, nodes, cn, max_segments) if segments is None else segments
-        return _time_for(n, k, *dbt_layout(nodes)[1:], cn) + 2 * (g - 1) * c.intra.time(n / (2 * k))
+        return _time_for(n, k, *dbt_offsets(nodes), cn) + 2 * (g - 1) * c.intra.time(n / (2 * k))
     return per_rank_count(lambda n_q, q: dbt_node_time(n_q, q, c, segments, max_segments), n, p)
 
 
