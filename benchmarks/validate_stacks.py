@@ -44,16 +44,22 @@ def load_sets(names: list[str] | None = None) -> list[dict]:
     return out
 
 
+def _cluster(name: str) -> str:
+    """A built-in profile's name as it is; a path (a variant profile kept beside its runs, such as
+    benchmarks/stack_runs/jean-zay-a100) from the repository root."""
+    return str(ROOT / name) if "/" in name else name
+
+
 def run_one(spec: dict, run: dict) -> dict:
     """Simulate one published run on its set's stack."""
     gpus = run["gpus"]
     start = time.perf_counter()
-    r = simulate(run.get("model", spec.get("model")), run.get("cluster", spec["cluster"]), stack=spec["stack"],
+    r = simulate(run.get("model", spec.get("model")), _cluster(run.get("cluster", spec["cluster"])), stack=spec["stack"],
                  nodes=max(1, gpus // 8), overrides=run.get("set"), **run["strategy"])
     t = r.iteration_time_s
     return {"run": run["id"], "stack": spec["stack"], "published_s": run["published_s"],
             "published": run.get("published", ""), "predicted_s": t, "error": t / run["published_s"] - 1,
-            "strategy": run["strategy"], "gpus": gpus, "breakdown_s": r.breakdown.to_dict(),
+            "strategy": run["strategy"], "gpus": gpus, "cluster": run.get("cluster", spec["cluster"]), "breakdown_s": r.breakdown.to_dict(),
             "peak_memory_bytes": r.peak_memory_bytes, "capacity_bytes": r.devices[0].capacity_bytes,
             "fits": r.feasible, "mfu": r.mfu, "simulate_wall_s": time.perf_counter() - start}
 
@@ -87,7 +93,8 @@ def markdown(result: dict) -> str:
                   "peak memory (GiB) | fits |", "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             b = r["breakdown_s"]
-            lines.append(f"| {r['run']} | {r['gpus']} | {r['published_s']:.4g} | {r['predicted_s']:.4g} | "
+            where = f" (on {Path(r['cluster']).name})" if r.get("cluster", spec["cluster"]) != spec["cluster"] else ""
+            lines.append(f"| {r['run']}{where} | {r['gpus']} | {r['published_s']:.4g} | {r['predicted_s']:.4g} | "
                          f"{r['error']:+.1%} | {b['compute']:.2f} / {b['recompute']:.2f} / {b['exposed_comm']:.2f} / "
                          f"{b['bubble']:.2f} | {r['peak_memory_bytes'] / GIB:.1f} of {r['capacity_bytes'] / GIB:.0f} | "
                          f"{'yes' if r['fits'] else 'no'} |")

@@ -59,6 +59,7 @@ PUBLISHED_PARAMS = {
     "mixtral-8x7b": (46_700_000_000, 100_000_000, "mistral.ai 'Mixtral of experts' (2023-12-11): 46.7B"),
     "mixtral-8x22b": (141_000_000_000, 1_000_000_000, "mistral.ai 'Cheaper, Better, Faster, Stronger' (2024-04-17): 141B"),
     "deepseek-v3": (671_000_000_000, 1_000_000_000, "DeepSeek-V3 Technical Report (arXiv:2412.19437) abstract: 671B"),
+    "bloom-176b": (176_247_271_424, 0, "bigscience/bloom model card: 176,247,271,424 parameters"),
     "vit-l16": (304_326_632, 0, "torchvision ViT_L_16_Weights.IMAGENET1K_V1 num_params (Dosovitskiy et al. Table 1: 307M)"),
 }
 
