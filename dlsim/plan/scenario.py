@@ -210,6 +210,8 @@ class ScenarioBuilder:
         self._local: dict[int, Model] = {}
         self._cuts: list[int] | None = None
         self._timers: dict[tuple, Callable[[float], Estimate]] = {}
+        self.kept: dict[object, object] = {}
+        """What higher layers derive from this builder and keep with it (`Evaluator.of`'s evaluator)."""
 
     # -- the layer table -----------------------------------------------------------------------
     def local_model(self, cp: int) -> Model:
