@@ -278,6 +278,8 @@ def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool, e
     import multiprocessing
 
     import dlsim.api.simulate  # noqa: F401  (loaded before the workers fork: they start warm)
+    if engine == "analytic":
+        import dlsim.api.analytic  # noqa: F401
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
     it = iter(chunks)
