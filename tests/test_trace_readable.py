@@ -93,3 +93,15 @@ def test_gantt_draws_every_send_and_colours_each_pass(pipeline_trace):
     assert len({COLORS["forward"], COLORS["backward"], COLORS["recompute"]}) == 3
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_slices_of_one_kind_closer_than_the_narrowest_bar_are_one_bar():
+    """A pass split into slivers by its collectives is drawn as one bar (so that a widened neighbour of
+    another kind cannot hide it); a lone sliver is widened to the narrowest bar; far-apart spans stay apart."""
+    from dlsim.report.gantt import MIN_WIDTH, visible
+    makespan = 10.0
+    least = MIN_WIDTH * makespan  # 0.02 s
+    slivers = [(1.0 + 0.001 * i, 0.0005) for i in range(40)]  # 40 slices 0.5 ms apart
+    assert visible(slivers, makespan) == [(1.0, pytest.approx(0.0395))]
+    assert visible([(5.0, 0.001)], makespan) == [(5.0, least)]
+    assert visible([(2.0, 0.5), (3.0, 0.5)], makespan) == [(2.0, 0.5), (3.0, 0.5)]

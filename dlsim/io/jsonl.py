@@ -3,8 +3,8 @@
 Writing (`JsonLinesWriter`): each batch of records is one ``os.write`` of whole lines to a file opened
 with O_APPEND, followed by ``fsync``, so a process killed at any moment (SIGKILL included) leaves whole
 lines and at most one truncated last line. Reading (`read_records`): every whole line that is a JSON
-object, in order; with `repair` a truncated last line is cut off first, so that appending starts on a
-fresh line.
+object, in order (a truncated last line is left out). A results file that a run resumes is read by
+`dlsim.io.results_log`, which validates every line and cuts a killed writer's last line.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from dlsim.io.files import OutputError
 
 
-def read_records(path: Path | str, repair: bool = False) -> list[dict[str, Any]]:
+def read_records(path: Path | str) -> list[dict[str, Any]]:
     """The JSON objects of the whole lines of `path` (none when it does not exist); see the module docstring."""
     path = Path(path)
     if not path.exists():
@@ -27,14 +27,6 @@ def read_records(path: Path | str, repair: bool = False) -> list[dict[str, Any]]
     except OSError as exc:
         raise OutputError(f"cannot read {path} ({exc.strerror or exc})") from None
     cut = data.rfind(b"\n") + 1
-    if repair and cut < len(data):
-        try:
-            with open(path, "r+b") as f:
-                f.truncate(cut)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise OutputError(f"cannot repair {path} ({exc.strerror or exc})") from None
     out = []
     for line in data[:cut].splitlines():
         try:

@@ -22,6 +22,7 @@ from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
+from dlsim.plan.fusion import fuse_steps
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
@@ -32,7 +33,7 @@ from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
 from dlsim.plan.zero import gathers_in_forward, model_state_bytes
-from dlsim.results import Estimate, Source
+from dlsim.results import Estimate
 from dlsim.spec.cluster import LinkTier
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
@@ -360,35 +361,7 @@ class _Builder:
         return out
 
     def _fuse(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple:
-        parts, info = [], []  # info: what each part is (Task.part_info)
-        ports: set[int] = set()
-        rigid: list[int] = []  # kernels of overlap steps: their slowdown is priced in the next part
-        for st in steps:
-            if st.kind != "collective":
-                parts.append((st.category, st.duration, st.measured))
-                info.append({"layers": st.name})
-            if st.kind == "compute":
-                continue
-            c = st.collective
-            ranks, tier, per_node, pp = self._group_info(st.group, pos)
-            if len(ranks) == 1:
-                continue
-            est = self.price(c.op, c.nbytes, ranks, tier, per_node)
-            measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
-            what = {"op": c.op, "why": c.why, "bytes": c.nbytes, "group": st.group, "ranks": len(ranks), "tier": tier,
-                    "source": est.source.value}
-            if st.kind == "overlap":  # the part of the collective and its slowdown not hidden by the kernels
-                rigid.append(len(parts) - 1)
-                parts.append((COMM, sum(overlap_cost(st.duration, est.seconds, st.sigma(self.x.overlap_slowdown))),
-                              0.0))
-                info.append({**what, "exposed_beside": st.name})
-            else:
-                parts.append((COMM, est.seconds, measured))
-                info.append(what)
-            ports.update(pp)
-        if not parts:
-            return ((COMPUTE, 0.0, 0.0),), tuple(sorted(ports)), tuple(rigid), ({"layers": "-"},)
-        return tuple(parts), tuple(sorted(ports)), tuple(rigid), tuple(info)
+        return fuse_steps(steps, lambda group: self._group_info(group, pos), self.price, self.x.overlap_slowdown)
 
     def _emit_fused(self, fused: tuple, pos: tuple[int, int, int], label: tuple, deps: list[int]) -> int:
         parts, ports, rigid, info = fused

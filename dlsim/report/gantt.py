@@ -41,9 +41,17 @@ def _kind(event: Mapping[str, Any]) -> str:
 
 
 def visible(spans: list[tuple[float, float]], makespan: float) -> list[tuple[float, float]]:
-    """`spans` (start, duration) with every duration at least `MIN_WIDTH` of `makespan`."""
+    """`spans` (start, duration) as drawn: spans of one kind closer than `MIN_WIDTH` of `makespan` joined
+    into one bar (a pass split by its tensor-parallel collectives is one bar, not slivers that a widened
+    neighbour of another kind would hide), then every bar at least `MIN_WIDTH` wide."""
     least = MIN_WIDTH * makespan
-    return [(a, max(d, least)) for a, d in spans]
+    joined: list[list[float]] = []
+    for a, d in sorted(spans):
+        if joined and a - joined[-1][1] < least:
+            joined[-1][1] = max(joined[-1][1], a + d)
+        else:
+            joined.append([a, a + d])
+    return [(a, max(b - a, least)) for a, b in joined]
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
