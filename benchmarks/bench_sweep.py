@@ -56,16 +56,17 @@ def main() -> None:
             out.unlink()
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
-        r = run_sweep(spec, out, jobs=args.jobs, analytic=args.analytic)
+        engine = {"analytic": True} if args.analytic else {}  # (a tree without engines runs the plain sweep)
+        r = run_sweep(spec, out, jobs=args.jobs, **engine)
         wall = time.perf_counter() - t0
         t1 = time.perf_counter()
-        again = run_sweep(spec, out, jobs=args.jobs, analytic=args.analytic)
+        again = run_sweep(spec, out, jobs=args.jobs, **engine)
         resume_s = time.perf_counter() - t1
         lines = sum(1 for _ in out.open())
         status = Counter(rec["status"] for rec in r.records)
         print(json.dumps({
             "case": "10k-point sweep, local process pool" + (", analytic" if args.analytic else ""),
-            "points": r.total, "jobs": args.jobs, "engine": r.engine, "simulated_instead": sum(r.fallbacks.values()),
+            "points": r.total, "jobs": args.jobs, "engine": getattr(r, "engine", "simulation"), "simulated_instead": sum(r.fallbacks.values()) if hasattr(r, "fallbacks") else 0,
             "backend": r.backend, "cpu_count": os.cpu_count(), "wall_s": round(wall, 2),
             "limit_s": 3.0 if args.analytic else 15.0,
             "points_per_s": round(r.total / wall, 1), "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)], "status": dict(status),
