@@ -66,7 +66,8 @@ def main() -> None:
         status = Counter(rec["status"] for rec in r.records)
         print(json.dumps({
             "case": "10k-point sweep, local process pool" + (", analytic" if args.analytic else ""),
-            "points": r.total, "jobs": args.jobs, "engine": getattr(r, "engine", "simulation"), "simulated_instead": sum(r.fallbacks.values()) if hasattr(r, "fallbacks") else 0,
+            "points": r.total, "jobs": args.jobs, "engine": getattr(r, "engine", "simulation"),
+            "simulated_instead": sum(r.fallbacks.values()) if hasattr(r, "fallbacks") else 0,
             "backend": r.backend, "cpu_count": os.cpu_count(), "wall_s": round(wall, 2),
             "limit_s": 3.0 if args.analytic else 15.0,
             "points_per_s": round(r.total / wall, 1), "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)], "status": dict(status),
