@@ -295,6 +295,7 @@ def _bounds(folder: Path) -> list[tuple[list[str], str, list[str]]]:
     vmodel = ["validate", "model", "lenet5", "-c", cpu]
     vkern = ["validate", "kernels", "-c", cpu]
     vddp = ["validate", "ddp", "lenet5", "-p", cpu]
+    vgpu = ["validate", "gpu", "--device", "cpu", "--out", str(folder / "vg")]
     vtorch = ["validate", "torch", f"{fac}:net", "--input-shape", "4", "-c", cpu, "--batch", "2"]
     ccomp = ["calibrate", "compute", "--out", str(folder / "cc")]
     ccomm = ["calibrate", "comm", "--out", str(folder / "cm")]
@@ -334,6 +335,7 @@ def _bounds(folder: Path) -> list[tuple[list[str], str, list[str]]]:
         (vddp, "--repeats", ["0", "-1"]), (vddp, "--warmup", ["-1"]), (vddp, "--batch", ["0", "-1"]),
         (vtorch, "--repeats", ["0"]), (vtorch, "--warmup", ["-1"]), (vtorch, "--threads", ["0", "-1"]),
         (vtorch, "--input-shape", ["0", "x"]),
+        (vgpu, "--budget", ["0", "-1", "x", "nan", "1e30", "2d"]), (vgpu, "--threads", ["0", "-1"]),
         (ccomp, "--repeats", ["0", "-1"]), (ccomp, "--passes", ["0"]), (ccomp, "--threads", ["0", "-1"]),
         (ccomp, "--dtype", ["bogus", ""]), (ccomp + ["--model", "lenet5"], "--batch", ["0", "-1"]),
         (ccomm, "--ranks", ["0", "-1"]), (ccomm, "--budget", ["0", "-1", "nan"]), (ccomm, "--max-reps", ["0", "-1"]),

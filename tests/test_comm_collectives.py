@@ -67,6 +67,17 @@ HAND = [
     ("pull", "sharded", 8, {"shards": 4}, 4 * 2 * (5 * US + 0.0025)),
     ("gossip", "random-peers", 8, {}, 3 * (5 * US + 0.02)),
     ("gossip", "random-peers", 8, {"fanout": 1, "rounds": 5}, 5 * (5 * US + 0.02)),
+    # SparCML sparse allreduce, density 1%: N = 2.5e7 fp32 elements, 8-byte items, k = 2.5e5 per rank,
+    # K(m) = N(1 - 0.99^m) nonzeros in a sum of m (2.5e5, 4.975e5, 985,099.75 for m = 1, 2, 4; 1,923,697.3 for 8)
+    ("sparse-allreduce", "ssar-recursive-doubling", 8, {"density": 0.01},
+     3 * 5 * US + 8 * (2.5e5 + 4.975e5 + 985_099.75) * 2e-10),
+    ("sparse-allreduce", "ssar-split-allgather", 8, {"density": 0.01},
+     7 * (5 * US + 2e6 / 8 * 2e-10) + 7 * (5 * US + 8 * 25e6 * (1 - 0.99 ** 8) / 8 * 1e-10)),
+    ("sparse-allreduce", "dsar-split-allgather", 8, {"density": 0.01},
+     7 * (5 * US + 2e6 / 8 * 2e-10) + 7 * (5 * US + 8 * 25e6 * (1 - 0.99 ** 8) / 8 * 1e-10)),
+    # density 60%: items (4.8 B per element) exceed the dense 4 B: DSAR runs the dense ring allreduce
+    ("sparse-allreduce", "dsar-split-allgather", 8, {"density": 0.6}, 14 * 5 * US + 2 * 0.875e-2 + 0.875e-2),
+    ("sparse-allreduce", "dense-fallback", 8, {"density": 0.6}, 6 * 5 * US + 2 * 0.875e-2 + 0.875e-2),
 ]
 
 

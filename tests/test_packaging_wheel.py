@@ -45,8 +45,11 @@ def test_wheel_installs_with_zoo_and_profiles(tmp_path):
     there = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                            capture_output=True, text=True, check=True).stdout.strip()
     Path(there, "test-deps.pth").write_text("".join(f"{path}\n" for path in sorted(here)))
+    # --ignore-installed: a dlsim installed where test-deps.pth points (an editable install of a checkout)
+    # would otherwise count as already there and the wheel would not be installed
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                              "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
+                              "--no-index", "--ignore-installed", str(wheel)], capture_output=True, text=True,
+                             timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]
     work = tmp_path / "empty"
     work.mkdir()

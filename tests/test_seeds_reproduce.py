@@ -93,3 +93,18 @@ def test_microbatch_plans_beat_the_undivided_algorithm(out: Path) -> None:
 def test_unknown_reproduction_is_one_line() -> None:
     with pytest.raises(SystemExit, match="unknown reproduction"):
         seeds_reproduce.reproduce("nope")
+
+
+def test_dryden_filter_split_quarters_the_allreduce_and_spatial_splits_a_large_image(out: Path) -> None:
+    res = seeds_reproduce.reproduce("dryden", out, tiny=True)
+    assert res["allreduce_volume_reduction"] == pytest.approx(4.0)
+    assert 1.0 < res["allreduce_reduction"] <= 4.0
+    t, mem = res["large_time_s"], res["large_memory_gib"]
+    assert res["large_gpus"] == [1, 4] and t[1] < t[0] / 2.5 and mem[1] < mem[0] / 2.5
+
+
+def test_hybrid_beats_data_and_model_parallelism_when_exchanged_after_backprop(out: Path) -> None:
+    res = seeds_reproduce.reproduce("hybrid", out, tiny=True)
+    s = res["speedup"]
+    assert s["hybrid (DP conv + MP FC)"]["8"] > s["data parallel"]["8"] > s["model parallel"]["8"]
+    assert all(f > 1 for f in res["slower_exchange"].values())  # the seeds' systems exchanged more slowly

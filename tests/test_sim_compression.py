@@ -6,6 +6,7 @@ import pytest
 
 from dlsim.api.models import as_model
 from dlsim.api.simulate import simulate
+from dlsim.plan.comm import sparse_op
 from dlsim.plan.compression import error_feedback_bytes, plan_sync
 from dlsim.spec.strategy import Compression
 
@@ -21,7 +22,15 @@ def test_payloads():
     one = N / 8 + 8 * math.ceil(N / 512)
     assert plan_sync(Compression("1bit"), NB, 4, 8).payload == one
     top = plan_sync(Compression("topk", density=0.01), NB, 4, 8)
-    assert top.payload == 8 * 10_000 and top.collectives == (("allgather", 8 * 10_000 * 8),)
+    # SparCML's sparse allreduce of the dense bucket (dlsim.cost.collectives.sparse); its buffers hold
+    # the 8-byte items sent and the reduced sum, sparse while smaller than the dense bucket
+    assert top.payload == 8 * 10_000 and top.collectives == ((sparse_op(0.01, 4), NB),)
+    assert top.buffer_bytes == pytest.approx(8 * 10_000 + 8 * N * (1 - 0.99 ** 8))
+    assert plan_sync(Compression("topk", density=0.7), NB, 4, 8).buffer_bytes == 2 * NB  # sent and summed dense
+    # SparCML's quantised top-k (TopK_Q4): 4-bit values and one fp32 scale per 512 elements beside 32-bit indices
+    q4 = plan_sync(Compression("topk", density=0.01, value_bits=4), NB, 4, 8)
+    assert q4.payload == pytest.approx((4 + 0.5 + 4 / 512) * 10_000)
+    assert q4.collectives == ((sparse_op(0.01, 0.5 + 4 / 512), N * (0.5 + 4 / 512)),)
     assert plan_sync(Compression("fp16"), 2 * N, 2, 8).compress == (0.0, 0.0)  # already 16-bit
     assert error_feedback_bytes(Compression("topk"), N) == 4 * N and error_feedback_bytes(Compression("fp16"), N) == 0
 

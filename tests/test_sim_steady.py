@@ -88,6 +88,7 @@ def test_extension_applies_to_uniform_pipelines():
     assert sum(applied) >= 4, applied
 
 
+@pytest.mark.slow  # about 20 s alone (a full pp-64 simulation); .ci/run runs it
 def test_megatron_1t_extension_equals_full_simulation(monkeypatch):
     """The benchmark's deep pipeline (pp 64) with fewer micro-batches, so that the full run stays short."""
     kwargs = dict(nodes=384, tp=8, pp=64, dp=6, microbatch_size=1, num_microbatches=270, schedule="1f1b",
@@ -205,6 +206,7 @@ def test_counts_tried_smallest_first(monkeypatch):
     assert tried == [8 + steady.FIRST_MARGIN, 8 + 2 + steady.MARGIN]
 
 
+@pytest.mark.slow  # about 30 s alone (a full ZeRO-3 GPT-3 175B simulation); .ci/run runs it
 def test_zero3_pipeline_extended_from_its_longer_count(monkeypatch):
     """A ZeRO-3 pipeline whose communication backlog outlasts both short counts is extended from
     ZERO3_DEPTHS·pp micro-batches, and equals the full simulation."""

@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "reports" / "seeds"          # the reproductions' inputs: models and variant profiles
 REPORTS = ROOT / "reports"
 KNEE_EFFICIENCY = 0.9                       # the knee: first size whose parallel efficiency is below 90%
+STACK = "eager"
+"""The software stack every reproduction names (`--stack eager`, stacks/eager.yaml): the seeds' systems
+(cuda-convnet, Caffe, CNTK, TensorFlow 1.x) ran unfused kernels in the model's own precision (fp32), so a
+new default stack (bf16, flash attention, ...) never changes what these reports reproduce."""
 
 
 def dlsim_cli(*args: str) -> str:
@@ -37,6 +41,22 @@ def cli_json(path: Path, *args: str) -> dict[str, Any]:
     """Run a dlsim command with ``--json PATH --force`` and read the record it wrote."""
     dlsim_cli(*args, "--json", str(path), "--force")
     return json.loads(path.read_text())
+
+
+TOLERANCE = 0.15
+"""A reproduction agrees when dlsim is within 15% of the seed's number (issue 32); outside, it states why."""
+
+
+def compared(what: str, seed: float | tuple[float, float], dlsim: float, reason: str = "",
+             caveat: str = "") -> dict[str, Any]:
+    """One seed number (or a (low, high) range) beside dlsim's: the relative error (0 inside a range) and,
+    where it exceeds `TOLERANCE`, the measured reason (which the index requires); `caveat` what an
+    agreement rests on that the seeds do not give (printed either way)."""
+    lo, hi = seed if isinstance(seed, tuple) else (seed, seed)
+    error = 0.0 if lo <= dlsim <= hi else dlsim / (lo if dlsim < lo else hi) - 1
+    within = abs(error) <= TOLERANCE
+    return {"what": what, "seed": list(seed) if isinstance(seed, tuple) else seed, "dlsim": dlsim, "error": error,
+            "within": within, "reason": "" if within else reason, "caveat": caveat}
 
 
 def rel(path: Path) -> str:

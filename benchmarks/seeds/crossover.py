@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from common import cli_json, dlsim_cli, header, save_series, table, write_report
+from common import cli_json, compared, dlsim_cli, header, save_series, table, write_report
 
 NAME = "crossover"
 CLUSTER = "piz-daint"
@@ -103,3 +103,10 @@ def headline(res: dict[str, Any]) -> tuple[str, str]:
     r = next(x for x in res["rows"] if x["ranks"] == PLOT_RANKS)
     return (f"butterfly below, Rabenseifner above n* = {r['closed_form_bytes'] / 1024:.1f} KiB (closed form, p = 64)",
             f"{r['dlsim_bytes'] / 1024:.1f} KiB (dlsim comm --sweep, piz-daint, p = 64)")
+
+
+def numbers(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The closed-form crossover beside dlsim's sweep (`common.compared`)."""
+    r = next(x for x in res["rows"] if x["ranks"] == PLOT_RANKS)
+    return [compared("butterfly / Rabenseifner crossover, p = 64 (KiB)", r["closed_form_bytes"] / 1024,
+                     r["dlsim_bytes"] / 1024)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import SEEDS, cli_json, dlsim_cli, header, rel, save_series, table, write_report
+from common import SEEDS, STACK, cli_json, compared, dlsim_cli, header, rel, save_series, table, write_report
 
 NAME = "distbelief"
 MODEL = SEEDS / "models" / "distbelief-speech.yaml"
@@ -43,7 +43,7 @@ def run(out: Path, tiny: bool = False) -> dict[str, Any]:
     per_batch: dict[int, dict[str, Any]] = {}
     for batch in ((PLOT_BATCH,) if tiny else BATCHES):
         args = ["compare", str(MODEL), "-c", CLUSTER, "--grid", f"{grid} microbatch_size={batch}",
-                "--nodes", str(max(tps))]
+                "--nodes", str(max(tps)), "--stack", STACK]
         if batch == PLOT_BATCH and not tiny:
             args += ["--plot", str(out / f"{NAME}-compare.png"), "--force"]
         pts = _points(cli_json(out / f"{NAME}-b{batch}.json", *args))
@@ -128,3 +128,10 @@ def headline(res: dict[str, Any]) -> tuple[str, str]:
     return (f"network overhead dominates after {SEED_NODES} nodes (S004 L366-386)",
             f"communication exceeds compute after {d // 2 if d else '-'} nodes ({d} sockets, minibatch {PLOT_BATCH}, "
             "cpu-cluster)")
+
+
+def numbers(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The seed's knee beside dlsim's (`common.compared`)."""
+    d = res["per_batch"][PLOT_BATCH]["comm_dominates_after"]
+    return [compared("network overhead dominates after (nodes)", float(SEED_NODES), d / 2 if d else float("inf"),
+                     "the knee moves with the minibatch (the report's table)")]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import KNEE_EFFICIENCY, SEEDS, cli_json, header, knee, rel, save_series, table, write_report
+from common import KNEE_EFFICIENCY, SEEDS, STACK, compared, cli_json, header, knee, rel, save_series, table, write_report
 
 NAME = "dp-knee"
 MODEL = "resnet50"
@@ -35,7 +35,7 @@ def run(out: Path, tiny: bool = False) -> dict[str, Any]:
         for cname, (scaling, mbs, batch) in CASES.items():
             rec = cli_json(out / f"{NAME}-{profile.split('/')[-1]}-{scaling}.json", "compare", MODEL, "-c", profile,
                            "--grid", f"microbatch_size={mbs}", "--global-batch", str(batch),
-                           "--gpus", ",".join(map(str, gpus)), "--scaling", scaling)
+                           "--gpus", ",".join(map(str, gpus)), "--scaling", scaling, "--stack", STACK)
             pts = next(iter(rec["scaling_curves"].values()))
             eff = [p["efficiency"] for p in pts]
             curves[f"{pname}, {cname}"] = {"gpus": [p["gpus"] for p in pts], "efficiency": eff,
@@ -114,3 +114,10 @@ def headline(res: dict[str, Any]) -> tuple[str, str]:
     return ("nearly linear up to 32-50 nodes (S002 L687)",
             f"knee at {k // GPUS_PER_NODE} nodes (ResNet-50, 50 GbE, minibatch 8192); none to 128 nodes on 4x EDR"
             if k else "no knee")
+
+
+def numbers(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The seed's band of nodes beside dlsim's knee (`common.compared`)."""
+    k = res["curves"]["Big Basin, 1x 50 GbE per node, strong, minibatch 8192"]["knee_gpus"]
+    return [compared("end of near-linear synchronous scaling (nodes)", tuple(float(n) for n in SEED_NODES),
+                     k / GPUS_PER_NODE if k else float("inf"), "no knee on the seed's network")]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import cli_json, header, save_series, table, write_report
+from common import STACK, cli_json, compared, header, save_series, table, write_report
 from dlsim.api.models import as_model
 from dlsim.api.simulate import simulate
 
@@ -34,7 +34,7 @@ def _seed_ps(net: dict[str, Any], p: int, n: float) -> float:
 def run(out: Path, tiny: bool = False) -> dict[str, Any]:
     rows = []
     for p in (TINY_GPUS if tiny else GPUS):
-        common = dict(dp=p, microbatch_size=BATCH, optimizer=OPTIMIZER)
+        common = dict(dp=p, microbatch_size=BATCH, optimizer=OPTIMIZER, stack=STACK)
         ar = simulate(MODEL, CLUSTER, **common).to_dict()
         ar_sync = simulate(MODEL, CLUSTER, overlap=False, **common).to_dict()
         ps1 = simulate(MODEL, CLUSTER, sync="ps", ps_shards=1, **common).to_dict()
@@ -118,3 +118,9 @@ def headline(res: dict[str, Any]) -> tuple[str, str]:
     return (f"single PS 2pα+2pnβ+pnγ = {r['seed_ps_s']:.2f} s per update at p = {r['gpus']} (S003)",
             f"event sim. {r['ps1_comm_s']:.2f} s; allreduce {1e3 * r['allreduce_comm_s']:.0f} ms; "
             f"throughput PS/allreduce = {r['throughput']['ps1'] / r['throughput']['allreduce']:.2f}")
+
+
+def numbers(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Dryden's single-PS closed form beside dlsim's priced exchange (`common.compared`)."""
+    r = res["rows"][-1]
+    return [compared(f"single parameter server exchange, p = {r['gpus']} (s)", r["seed_ps_s"], r["dlsim_comm_ps_s"])]

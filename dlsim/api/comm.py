@@ -28,7 +28,9 @@ from dlsim.spec.cluster import Cluster, LinkTier
 
 SCHEMA_VERSION = 1
 UNTYPED = "any (priced by bytes)"   # a collective's time depends on its bytes, not on its element type
-_PARAM_KEYS = ("segments", "shards", "fanout", "rounds", "seed", "inter_algorithm", "max_segments")
+_PARAM_KEYS = ("segments", "shards", "fanout", "rounds", "seed", "inter_algorithm", "max_segments", "density",
+               "value_bytes")
+_SPARSE_KEYS = ("density", "value_bytes")
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,9 @@ def _params(params: dict[str, Any]) -> dict[str, Any]:
 
 _USED_BY = {"shards": ("parameter-server", "sharded"), "fanout": ("random-peers",), "rounds": ("random-peers",),
             "seed": ("random-peers",), "inter_algorithm": ("hierarchical",), "segments": ("chain", "double-binary-tree"),
-            "max_segments": ("chain", "double-binary-tree")}
+            "max_segments": ("chain", "double-binary-tree"),
+            "density": ("ssar-recursive-doubling", "ssar-split-allgather", "dsar-split-allgather"),
+            "value_bytes": ("ssar-recursive-doubling", "ssar-split-allgather", "dsar-split-allgather")}
 
 
 def check_params_used(collective: str, names: Sequence[str], params: dict[str, Any], model: str = "auto",
@@ -216,7 +220,8 @@ class CommSweep:
 
 _NETWORK_KEYWORDS = ("cluster", "latency", "bandwidth", "overhead", "gap", "reduce_bandwidth", "ranks_per_node",
                      "burst", "peak_bandwidth")
-_ALGORITHM_KEYWORDS = ("segments", "shards", "fanout", "rounds", "seed", "inter_algorithm", "max_segments")
+_ALGORITHM_KEYWORDS = ("segments", "shards", "fanout", "rounds", "seed", "inter_algorithm", "max_segments", "density",
+                       "value_bytes")
 
 
 def _split_keywords(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -233,12 +238,15 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
          burst: str | float | None = None, peak_bandwidth: str | float | None = None,
          segments: int | None = None, shards: int | None = None, fanout: int | None = None,
          rounds: int | None = None, seed: int | None = None, inter_algorithm: str | None = None,
-         max_segments: int | None = None) -> CommResult:
+         max_segments: int | None = None, density: float | None = None,
+         value_bytes: float | None = None) -> CommResult:
     """Time, algbw, busbw (nccl-tests) and the lower bound of one collective call, per algorithm.
 
     `algorithm`: a name, `auto` (the cheapest, as NCCL and MPICH choose) or `all`. Network keywords
     as `network()`; algorithm keywords: segments, shards, fanout, rounds, seed, inter_algorithm,
-    max_segments. ``.to_dict()`` is the JSON record of ``dlsim comm --json``.
+    max_segments; a sparse allreduce's density (nonzeros per rank over elements, SparCML) and
+    value_bytes (bytes per value; indices 4 bytes). ``.to_dict()`` is the JSON record of
+    ``dlsim comm --json``.
     """
     net_kw, params = _split_keywords(locals())
     net = network(ranks, **net_kw)
@@ -270,7 +278,7 @@ def comm(collective: str, size: str | float, ranks: int, *, algorithm: str = "au
                                       effective_params(collective, name, n, ranks, net.link, **common)))
     bound = lower_bound(collective, n, ranks, net.link, gamma=net.gamma, model=model,
                         ranks_per_node=net.ranks_per_node, intra=net.intra,
-                        **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
+                        **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds") + _SPARSE_KEYS})
     results = [replace(r, lower_bound_ratio=r.time_s / bound if bound > 0 else None) for r in results]
     best = min(results, key=lambda r: r.time_s).algorithm if results else None
     if algorithm == "auto":
@@ -350,7 +358,8 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
                burst: str | float | None = None, peak_bandwidth: str | float | None = None,
                segments: int | None = None, shards: int | None = None, fanout: int | None = None,
                rounds: int | None = None, seed: int | None = None, inter_algorithm: str | None = None,
-               max_segments: int | None = None) -> CommSweep:
+               max_segments: int | None = None, density: float | None = None,
+               value_bytes: float | None = None) -> CommSweep:
     """Times over sizes for every candidate algorithm, the best per size and the crossover sizes
     (keywords as `comm()`; ``.to_dict()`` is the JSON record of ``dlsim comm --sweep --json``)."""
     net_kw, params = _split_keywords(locals())
@@ -396,7 +405,7 @@ def comm_sweep(collective: str, sweep: str | Sequence[float], ranks: int, *, alg
                                  "faster_above": a if d[i] > 0 else b})
     bounds = lower_bounds(collective, sizes, ranks, net.link, gamma=net.gamma, model=model,
                           ranks_per_node=net.ranks_per_node, intra=net.intra,
-                          **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds")})
+                          **{k: v for k, v in params.items() if k in ("shards", "fanout", "rounds") + _SPARSE_KEYS})
     busbw = {a: bandwidths(collective, sizes, ranks, times[a])[1].tolist() for a in names}
     return CommSweep(collective, ranks, net.describe(model), tuple(names), tuple(sizes),
                      {a: times[a].tolist() for a in names}, busbw, tuple(bounds.tolist()), tuple(best),

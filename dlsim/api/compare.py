@@ -98,9 +98,11 @@ def _fields_for(fields: Mapping[str, Any], gpus: int | None, global_batch: int |
     """make_strategy fields of one run: dp from the GPU count, micro-batches from the global batch."""
     out = dict(fields)
     if gpus is not None:
-        tp, pp, cp = out.get("tp", 1), out.get("pp", 1), out.get("cp", 1)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (tp, pp, cp)):
-            raise SpecError(f"tp, pp and cp must be positive integers, got tp={tp!r} pp={pp!r} cp={cp!r}")
+        tp, pp, cp, sp = out.get("tp", 1), out.get("pp", 1), out.get("cp", 1), out.get("spatial", 1)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (tp, pp, cp, sp)):
+            raise SpecError(f"tp, pp, cp and spatial must be positive integers, got tp={tp!r} pp={pp!r} cp={cp!r} "
+                            f"spatial={sp!r}")
+        cp *= sp  # the ranks that split each sample: context-parallel or spatial (one of them is 1)
         dp, rest = divmod(gpus, tp * pp * cp)
         if rest or dp == 0:
             what = f"tp x pp = {tp} x {pp}" if cp == 1 else f"tp x pp x cp = {tp} x {pp} x {cp}"
@@ -190,7 +192,7 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
         entry.update(feasible=False, reason=" ".join(str(exc).split()), limit="build")
     if entry.get("gpus") is None:
         s = entry.get("strategy") or job["fields"]
-        sizes = [s.get(k, 1) for k in ("dp", "tp", "pp")]
+        sizes = [s.get(k, 1) for k in ("dp", "tp", "pp", "cp", "spatial")]
         entry["gpus"] = math.prod(sizes) if all(isinstance(x, int) for x in sizes) else None
     return entry
 

@@ -55,4 +55,7 @@ class StrategyFields(TypedDict, total=False):
     grad_reduce_dtype: str
     param_gather_overlap: bool
     tp_comm_overlap: bool
+    spatial: int
+    spatial_w: int
+    halo_overlap: bool
     stack: str

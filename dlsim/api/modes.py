@@ -48,8 +48,9 @@ def check_mode_fields(s: Strategy, given: Iterable[str]) -> Strategy:
     def set_(name: str, value: object, default: object) -> bool:
         return name in given or value != default
 
-    for name, needs in (("bits", "qsgd"), ("bucket_elements", "qsgd"), ("density", "topk")):
-        if set_(f"compression.{name}", getattr(c, name), getattr(c0, name)) and c.kind != needs:
+    for name, needs in (("bits", "qsgd"), ("bucket_elements", ("qsgd", "topk")), ("density", "topk"),
+                        ("value_bits", "topk")):
+        if set_(f"compression.{name}", getattr(c, name), getattr(c0, name)) and c.kind not in needs:
             _refuse(f"compression.{name}", f"needs compression {needs}; compression is {c.kind}")
     if set_("compression.error_feedback", c.error_feedback, c0.error_feedback) and c.kind in ("none", "fp16"):
         _refuse("compression.error_feedback", f"needs a lossy compression (qsgd, topk, 1bit); compression is {c.kind}")

@@ -119,6 +119,8 @@ def label(s: Strategy) -> str:
         parts.append(f"zero{s.zero}")
     if s.cp > 1:
         parts.append(f"cp{s.cp}")
+    if s.spatial > 1:
+        parts.append(f"spatial{s.spatial}")
     if s.hybrid_shard:
         parts.append("hsdp")
     if s.offload != "none":
@@ -268,7 +270,7 @@ def parse_fix(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]
 def _check_fixed_degrees(fixed: Mapping[str, Any], gpus: int) -> None:
     """Pinned parallel degrees whose product does not divide the devices: no candidate can be built;
     say so with the remainder, before searching."""
-    pinned = {k: fixed[k] for k in ("dp", "tp", "pp", "cp") if isinstance(fixed.get(k), int) and fixed[k] > 0}
+    pinned = {k: fixed[k] for k in ("dp", "tp", "pp", "cp", "spatial") if isinstance(fixed.get(k), int) and fixed[k] > 0}
     product = math.prod(pinned.values())
     if pinned and gpus % product:
         names = " x ".join(pinned)
@@ -303,7 +305,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
              tp_across_nodes: bool = False, measured: bool = True, max_simulations: int = 24,
              overrides: Mapping[str, Any] | None = None, prune_bound: bool = True,
              jobs: int | None = None, cp: Sequence[int] = (1,), hybrid_shard: bool = False,
-             offload: Sequence[str] = ("none",), stack: str | None = None,
+             offload: Sequence[str] = ("none",), stack: str | None = None, spatial: Sequence[int] = (1,),
              run_options: Mapping[str, Any] | Any | None = None) -> OptimizeResult:
     """Search the strategies of `model` on `gpus` devices of `cluster` for `global_batch` samples per
     iteration (see the module docstring). `objective` time (fastest) or memory (least peak memory
@@ -312,7 +314,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     that the evaluator's lower bound shows can neither be simulated nor sit on the Pareto front
     (`dlsim.plan.search.Prune`; the result is the same without it, only slower; a space of at most
     `EXHAUSTIVE_CANDIDATES` fitting candidates is timed whole either way); `cp` the
-    context-parallel degrees, `hybrid_shard` also hybrid sharding, `offload` the offload choices
+    context-parallel degrees, `spatial` the spatial-parallel degrees, `hybrid_shard` also hybrid
+    sharding, `offload` the offload choices
     searched (`dlsim.plan.search`); `stack` the software stack every candidate runs on (default: the
     model's, else `dlsim.api.stacks.DEFAULT_STACK`): its values for every field neither fixed nor
     searched; `run_options` the token budget, prices and overrides of the run objectives
@@ -344,6 +347,8 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                         field="schedules")
     if not cp or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in cp):
         raise SpecError(f"context-parallel degrees must be positive integers, got {list(cp)!r}", field="cp")
+    if not spatial or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in spatial):
+        raise SpecError(f"spatial degrees must be positive integers, got {list(spatial)!r}", field="spatial")
     if not offload or any(o not in OFFLOADS for o in offload):
         raise SpecError(f"unknown offload in {list(offload)!r} (use {', '.join(OFFLOADS)})", field="offload")
     per_node = cluster.devices_per_node
@@ -368,7 +373,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
     space = SearchSpace(gpus, global_batch, per_node, schedules=tuple(schedules),
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
-                        offload=tuple(dict.fromkeys(offload)),
+                        offload=tuple(dict.fromkeys(offload)), spatial=tuple(dict.fromkeys(spatial)),
                         tp_comm_overlap=(False, True) if run_stack.values.get("tp_comm_overlap") else (False,))
     limit = evaluator.capacity * max_memory_fraction
     prune = _prune("time" if by_run else objective, top, evaluator.capacity)

@@ -202,9 +202,9 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     if trace and s.sync != "allreduce":
         raise SpecError(f"a trace records one synchronous iteration; sync {s.sync} runs many iterations "
                         "without one (drop --trace or use sync allreduce)", field="trace")
-    if expand_collectives and s.cp > 1:
+    if expand_collectives and s.domain > 1:
         raise SpecError("collectives run as point-to-point schedules need every rank simulated; the ranks of a "
-                        "context-parallel ring are simulated as one (cp > 1)", field="expand_collectives")
+                        "context-parallel ring or a spatial group are simulated as one (cp or spatial > 1)", field="expand_collectives")
     return simulate_prepared(p, symmetry=symmetry, expand_collectives=expand_collectives, trace=trace, keep=keep)
 
 

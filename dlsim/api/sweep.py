@@ -119,7 +119,8 @@ def _price(point: SweepPoint, engine: str, model_only: bool, memo: bool) -> tupl
     nodes = None
     if point.gpus is not None:
         cluster = _cluster(point.cluster, None)
-        tp, pp, cp = int(fields.get("tp", 1)), int(fields.get("pp", 1)), int(fields.get("cp", 1))
+        tp, pp = int(fields.get("tp", 1)), int(fields.get("pp", 1))
+        cp = int(fields.get("cp", 1)) * int(fields.get("spatial", 1))  # the ranks splitting each sample
         if point.gpus % (tp * pp * cp):
             what = f"tp x pp = {tp} x {pp}" if cp == 1 else f"tp x pp x cp = {tp} x {pp} x {cp}"
             raise InfeasibleError(f"{what} = {tp * pp * cp} does not divide {point.gpus} GPUs "

@@ -8,7 +8,7 @@ import click
 
 from dlsim.api.comm import comm, comm_sweep
 from dlsim.cli import main
-from dlsim.cli.options import json_option
+from dlsim.cli.options import FINITE_FLOAT, json_option
 from dlsim.cli.output import OutputFile, check_plot_path, emit_json, emit_plot, json_safe, prepare_output, wants_summary
 from dlsim.cost.collectives import COLLECTIVES
 from dlsim.cost.p2p import MODELS
@@ -100,12 +100,15 @@ def sweep_text(rec: dict[str, Any], decimal: bool = False) -> str:
 @click.option("--shards", type=int, help="Parameter-server shards (push, pull, allreduce parameter-server) [default: 1].")
 @click.option("--fanout", type=int, help="Gossip peers per round [default: 3].")
 @click.option("--rounds", type=int, help="Gossip rounds [default: 1].")
+@click.option("--density", type=FINITE_FLOAT, help="Sparse allreduce: nonzeros per rank over elements, in (0, 1] "
+              "[default: 1].")
+@click.option("--value-bytes", type=FINITE_FLOAT, help="Sparse allreduce: bytes per value (indices 4 bytes) [default: 4].")
 @click.option("--plot", "plot_path", type=OutputFile(figure=True), help="Draw the sweep into FILE.png.")
 @json_option
 def comm_cmd(collective: str, size: str | None, sweep: str | None, ranks: int, plot_path: str | None,
              json_out: str | None, **kwargs: Any) -> None:
     """Price COLLECTIVE (allreduce, reduce-scatter, allgather, broadcast, reduce, all-to-all, send-recv,
-    push, pull, gossip) with the alpha-beta, LogP or LogGP model: time, algorithm and bus bandwidth
+    push, pull, gossip, sparse-allreduce) with the alpha-beta, LogP or LogGP model: time, algorithm and bus bandwidth
     (nccl-tests convention) and the lower bound; --sweep prints a table over sizes with the
     crossover points between algorithms.
     """

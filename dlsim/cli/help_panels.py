@@ -16,7 +16,8 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
     "dlsim simulate": [
         ("Model and cluster", ["--cluster", "--nodes", "--set", "--dtype", "--optimizer", "--optimizer-impl",
                                "--model-only"]),
-        ("Parallelism and batch", ["--strategy", "--dp", "--tp", "--pp", "--ep", "--cp", "--microbatch-size",
+        ("Parallelism and batch", ["--strategy", "--dp", "--tp", "--pp", "--ep", "--cp", "--spatial", "--halo-overlap",
+                                   "--microbatch-size",
                                    "--num-microbatches", "--global-batch"]),
         ("Pipeline", ["--schedule", "--virtual-stages", "--stage-partition", "--p2p-overlap",
                       "--p2p-scatter-gather"]),
@@ -27,7 +28,8 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
                                                  "--tp-async-backward", "--tp-comm-overlap", "--ep-overlap",
                                                  "--param-gather-overlap"]),
         ("Gradient synchronisation", ["--sync", "--collective", "--bucket-size", "--overlap", "--compression",
-                                      "--compression-bits", "--compression-density"]),
+                                      "--compression-bits", "--compression-density",
+                                      "--compression-value-bits"]),
         ("Parameter server, asynchronous and stale-synchronous training",
          ["--staleness", "--ps-shards", "--fetch-every", "--push-every", "--iterations"]),
         ("Variability", ["--jitter", "--jitter-cv", "--straggler-fraction", "--straggler-slowdown", "--seed"]),
@@ -38,7 +40,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
     ],
     "dlsim optimize": [
         ("Problem", ["--cluster", "--gpus", "--global-batch", "--nodes", "--set", "--stack", "--model-only"]),
-        ("Search space", ["--stacks", "--fix", "--schedules", "--max-microbatch-size", "--tp-across-nodes", "--cp",
+        ("Search space", ["--stacks", "--fix", "--schedules", "--max-microbatch-size", "--tp-across-nodes", "--cp", "--spatial",
                           "--hybrid-shard", "--offload"]),
         ("Ranking", ["--objective", "--top", "--max-memory-fraction", "--max-simulations", "--jobs"]),
         ("Whole run (--objective time-to-train, cost or energy)", ["--tokens", "--checkpoint", "--usd-per-gpu-hour",
@@ -69,7 +71,8 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Network: a profile, or the link's parameters", ["--cluster", "--latency", "--bandwidth", "--overhead",
                                                           "--gap", "--burst", "--peak-bandwidth",
                                                           "--reduce-bandwidth", "--ranks-per-node"]),
-        ("Algorithm parameters", ["--inter-algorithm", "--segments", "--shards", "--fanout", "--rounds"]),
+        ("Algorithm parameters", ["--inter-algorithm", "--segments", "--shards", "--fanout", "--rounds", "--density",
+                                  "--value-bytes"]),
         ("Output", ["--plot", *_OUTPUT]),
     ],
 }

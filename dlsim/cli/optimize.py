@@ -108,6 +108,9 @@ def best_strategy_yaml(result) -> str:
 @click.option("--tp-across-nodes", is_flag=True, help="Allow tensor parallelism beyond one node.")
 @click.option("--cp", "cp_degrees", default="1", show_default=True,
               help="Context-parallel degrees to search, comma-separated (ring attention; token models).")
+@click.option("--spatial", "spatial_degrees", default="1", show_default=True,
+              help="Spatial-parallel degrees to search, comma-separated (images split by height and width, halo "
+                   "exchanges; image models, tp 1).")
 @click.option("--hybrid-shard", is_flag=True, help="Also search hybrid sharding of ZeRO 1-3 (shard within a node).")
 @click.option("--offload", "offloads", default="none", show_default=True,
               help="Offload choices to search (none, activations, optimizer, both), comma-separated.")
@@ -134,7 +137,7 @@ def best_strategy_yaml(result) -> str:
 def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: int | None, objective: str, top: int,
                  max_memory_fraction: float, stack: str | None, stacks_text: str | None, fix: tuple[str, ...],
                  schedules: str, max_microbatch_size: int,
-                 tp_across_nodes: bool, cp_degrees: str, hybrid_shard: bool, offloads: str,
+                 tp_across_nodes: bool, cp_degrees: str, spatial_degrees: str, hybrid_shard: bool, offloads: str,
                  max_simulations: int, jobs: int | None, model_only: bool, tokens: str | None,
                  usd_per_gpu_hour: float | None, usd_per_kwh: float | None, checkpoint: str | None,
                  json_out: str | None,
@@ -181,6 +184,7 @@ def optimize_cmd(model: str, cluster: str, gpus: int, global_batch: int, nodes: 
                           max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes,
                           measured=not model_only, max_simulations=max_simulations, jobs=jobs,
                           cp=_ints(cp_degrees, "--cp"), hybrid_shard=hybrid_shard,
+                          spatial=_ints(spatial_degrees, "--spatial"),
                           offload=tuple(x.strip() for x in offloads.split(",") if x.strip()),
                           overrides=parse_overrides(overrides), stack=stack,
                           run_options=_run_options(tokens, usd_per_gpu_hour, usd_per_kwh, checkpoint))

@@ -23,6 +23,19 @@ _INTS = ("dp", "tp", "pp", "cp", "microbatch_size", "num_microbatches", "global_
          "ps_shards", "fetch_every", "push_every", "iterations", "zero", "recompute_layers", "ep")
 
 
+def _spatial(text: str) -> dict[str, int]:
+    """`--spatial N` (the squarest grid) or `--spatial HxW` (H ranks along the height, W along the width)."""
+    parts = str(text).lower().split("x")
+    try:
+        values = [int(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or any(v < 1 for v in values):
+        raise SpecError(f"--spatial needs a rank count N or a grid HxW of positive integers, got {text!r}",
+                        field="spatial")
+    return {"spatial": values[0]} if len(values) == 1 else {"spatial": values[0] * values[1], "spatial_w": values[1]}
+
+
 def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """Strategy fields from the options the user actually gave."""
     fields: dict[str, Any] = {k: opts[k] for k in _INTS if opts.get(k) is not None}
@@ -33,9 +46,11 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
     if opts.get("overlap") is not None:
         fields["overlap"] = opts["overlap"]
     for key in ("sequence_parallel", "tp_async_backward", "p2p_overlap", "p2p_scatter_gather", "ep_overlap", "hybrid_shard",
-                "param_gather_overlap", "tp_comm_overlap"):
+                "param_gather_overlap", "tp_comm_overlap", "halo_overlap"):
         if opts.get(key) is not None:
             fields[key] = opts[key]
+    if opts.get("spatial") is not None:
+        fields.update(_spatial(opts["spatial"]))
     if opts.get("fsdp"):
         if fields.get("zero", 3) != 3:
             raise SpecError(f"--fsdp is ZeRO stage 3 (FSDP FULL_SHARD); it contradicts --zero {fields['zero']}",
@@ -50,7 +65,7 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
             fields["stage_partition"] = tuple(int(x) for x in opts["stage_partition"].split(","))
         except ValueError:
             raise SpecError(f"--stage-partition needs comma-separated layer counts, got {opts['stage_partition']!r}")
-    comp = {key: opts[f"compression_{key}"] for key in ("bits", "density") if opts.get(f"compression_{key}") is not None}
+    comp = {key: opts[f"compression_{key}"] for key in ("bits", "density", "value_bits") if opts.get(f"compression_{key}") is not None}
     if opts.get("compression") is not None or comp:
         fields["compression"] = Compression(kind=opts.get("compression") or "none", **comp)
     var = {k: opts[k] for k in ("jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed")
@@ -77,7 +92,7 @@ def _time_to_train(model: str, overrides: tuple[str, ...], tokens: str, rec: dic
 
 def _nested_given(opts: dict[str, Any]) -> set[str]:
     """Nested strategy fields given as flags (`dlsim.api.modes` refuses those their mode ignores)."""
-    names = {f"compression.{k}" for k in ("bits", "density") if opts.get(f"compression_{k}") is not None}
+    names = {f"compression.{k}" for k in ("bits", "density", "value_bits") if opts.get(f"compression_{k}") is not None}
     return names | {k for k in ("jitter", "jitter_cv", "straggler_fraction", "straggler_slowdown", "seed")
                     if opts.get(k) is not None}
 
@@ -96,6 +111,10 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--pp", type=int, help="Pipeline stages.")
 @click.option("--ep", type=int, help="Expert-parallel degree: MoE experts spread over ep data-parallel ranks (divides dp).")
 @click.option("--cp", type=int, help="Context-parallel degree: the sequence split over cp ranks, ring attention.")
+@click.option("--spatial", metavar="N|HxW", help="Spatial-parallel ranks per image (Dryden et al. 2019): N (the "
+              "squarest grid) or HxW; convolutions exchange halos.")
+@click.option("--halo-overlap/--no-halo-overlap", default=None,
+              help="Spatial parallelism: exchange halos beside the interior's compute (default) or before it.")
 @click.option("--microbatch-size", type=int, help="Samples per micro-batch.")
 @click.option("--num-microbatches", type=int, help="Micro-batches per iteration and replica.")
 @click.option("--global-batch", type=int, help="Samples per iteration (dp x microbatch_size x num_microbatches).")
@@ -138,6 +157,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--compression", type=click.Choice(COMPRESSIONS), help="Gradient compression (--sync allreduce).")
 @click.option("--compression-bits", type=int, help="QSGD bits per element (--compression qsgd; default 4).")
 @click.option("--compression-density", type=FINITE_FLOAT, help="Top-k fraction kept (--compression topk; default 0.01).")
+@click.option("--compression-value-bits", type=int,
+              help="Top-k values quantised to this many bits (--compression topk; default 32: unquantised).")
 @click.option("--jitter", type=click.Choice(JITTERS), help="Run-time jitter distribution.")
 @click.option("--jitter-cv", type=FINITE_FLOAT, help="Jitter coefficient of variation (with --jitter).")
 @click.option("--straggler-fraction", type=FINITE_FLOAT, help="Fraction of devices that are stragglers.")

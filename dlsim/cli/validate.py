@@ -320,8 +320,13 @@ def torch_cmd(factory: str, input_shape: str, batch: int, cluster: str, tokens: 
     _emit_model_validation(rec, plot, json_out, lambda: torch_report(rec))
 
 
+MAX_BUDGET_S = 24 * 3600.0
+"""The longest GPU-truth budget accepted (a day; the whole run is meant to take minutes)."""
+
+
 def parse_budget(text: str) -> float:
-    """Seconds from ``8m`` (minutes), ``90s``, ``2min``, ``0.5h`` or a plain number of seconds."""
+    """Seconds from ``8m`` (minutes), ``90s``, ``2min``, ``0.5h`` or a plain number of seconds, in
+    (0, `MAX_BUDGET_S`]."""
     import re
 
     from dlsim.errors import SpecError
@@ -330,6 +335,8 @@ def parse_budget(text: str) -> float:
     seconds = float(m.group(1)) * 60.0 if m else parse_time(text)
     if not seconds > 0:
         raise SpecError(f"--budget must be positive, got {text!r}")
+    if seconds > MAX_BUDGET_S:
+        raise SpecError(f"--budget is at most 24h (the run takes minutes), got {text!r}")
     return seconds
 
 

@@ -8,6 +8,7 @@ Example:
     ep: 8                         # expert parallelism: MoE experts over 8 data-parallel ranks (divides dp)
     ep_overlap: true              # shared experts beside the all-to-alls
     cp: 2                         # context parallelism: ring attention over 2 ranks (default 1)
+    spatial: 1                    # spatial parallelism: images split over a height x width grid (+ spatial_w, halo_overlap)
     microbatch_size: 1
     num_microbatches: 64          # or global_batch: 2048
     schedule: 1f1b                # gpipe | 1f1b | interleaved (+ virtual_stages: 2)
@@ -27,10 +28,10 @@ Example:
     zero: 1                       # 0-3; 1 = distributed optimizer, 3 = FSDP (+ hybrid_shard: true)
     optimizer: adam
     offload: none                 # activations | optimizer | both: to host memory over the host link
-    compression: {kind: topk, density: 0.01, error_feedback: true}
+    compression: {kind: topk, density: 0.01, error_feedback: true}   # + value_bits: 4 (SparCML's TopK_Q4)
     variability: {jitter: lognormal, jitter_cv: 0.05, straggler_fraction: 0.01, straggler_slowdown: 1.5, seed: 7}
     stage_partition: [13, 12, ...]                       # layers per chunk (pp x virtual_stages entries)
-    layer_groups:                                        # Krizhevsky 2014's data/model split (tp = pp = 1)
+    layer_groups:                                        # Krizhevsky 2014's data/model split (pp = 1); channel / filter
       - {first: conv1, last: flatten, parallel: data}
       - {first: drop6, last: loss, parallel: model}
 """
@@ -161,7 +162,7 @@ def strategy_document(s: Strategy) -> dict[str, Any]:
         elif key in ("fused_kernels", "stage_partition"):
             out[key] = list(value)
         elif key == "compression":
-            out[key] = {"kind": value.kind, "bits": value.bits, "density": value.density,
+            out[key] = {"kind": value.kind, "bits": value.bits, "density": value.density, "value_bits": value.value_bits,
                         "bucket_elements": value.bucket_elements, "error_feedback": value.error_feedback}
         elif key == "variability":
             out[key] = {"jitter": value.jitter, "jitter_cv": value.jitter_cv, "straggler_fraction":

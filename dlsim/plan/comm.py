@@ -17,6 +17,29 @@ from dlsim.results import Estimate, Source
 
 INTRA, INTER = "intra", "inter"
 
+SPARSE_ALLREDUCE = "sparse_allreduce"
+"""A collective op carrying its density and value size (`sparse_op`): SparCML's sparse allreduce
+(`dlsim.cost.collectives.sparse`) of a vector whose dense size is the call's bytes."""
+
+
+def sparse_op(density: float, value_bytes: float) -> str:
+    """The op of a sparse allreduce of `density` nonzeros per rank, `value_bytes` per value."""
+    return f"{SPARSE_ALLREDUCE}:density={density!r}:value={value_bytes!r}"
+
+
+def op_label(op: str) -> str:
+    """How an op reads in task names and traces (a sparse allreduce with its density)."""
+    sparse = parse_sparse_op(op)
+    return op if sparse is None else f"sparse_allreduce (density {sparse['density']:g})"
+
+
+def parse_sparse_op(op: str) -> dict[str, float] | None:
+    """(density, value_bytes) of a `sparse_op`, None for any other op."""
+    if not op.startswith(SPARSE_ALLREDUCE + ":"):
+        return None
+    fields = dict(part.split("=", 1) for part in op.split(":")[1:])
+    return {"density": float(fields["density"]), "value_bytes": float(fields["value"])}
+
 
 @dataclass(frozen=True)
 class Layout:

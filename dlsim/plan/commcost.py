@@ -38,13 +38,15 @@ from dlsim.cost.collectives.traffic import patterns
 from dlsim.cost.fabric import Link
 from dlsim.cost.p2p import p2p_model
 from dlsim.errors import SpecError
-from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, Transfer
+from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, Transfer, parse_sparse_op
 from dlsim.plan.contention import Contention
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Cluster, LinkTier
 
 OP_NAMES = {"allreduce": "allreduce", "reduce_scatter": "reduce-scatter", "allgather": "allgather",
             "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce"}
+"""Ops of the task graph by the collective they are priced as; a sparse allreduce's op carries its
+density and value size (`dlsim.plan.comm.sparse_op`)."""
 
 
 class ClusterPricer:
@@ -95,7 +97,7 @@ class ClusterPricer:
         return self.layout.tier(ranks)
 
     def _call(self, op: str, ranks: Sequence[int]) -> tuple[str, str, LinkTier, int | None]:
-        name = OP_NAMES.get(op)
+        name = OP_NAMES.get(op) or ("sparse-allreduce" if parse_sparse_op(op) is not None else None)
         if name is None:
             raise ValueError(f"unknown collective {op!r}")
         tier = self.tier(ranks)
@@ -117,11 +119,12 @@ class ClusterPricer:
 
     def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
         name, algo, link, per_node = self._call(op, ranks)
+        sparse = parse_sparse_op(op) or {}
         if self.contention is not None and nbytes > 0 and len(ranks) > 1 and self.tier(ranks) == INTER:
-            model = self._contended(name, algo, float(nbytes), ranks, link, per_node)
+            model = self._contended(name, algo, float(nbytes), ranks, link, per_node, sparse)
         else:
             model = collective_time(name, algo, float(nbytes), len(ranks), link, gamma=self.gamma,
-                                    ranks_per_node=per_node, intra=self.cluster.intra)
+                                    ranks_per_node=per_node, intra=self.cluster.intra, **sparse)
         if self.measured is None or nbytes <= 0 or len(ranks) < 2:
             return model
         table_algo = "default" if self.algorithm == "auto" else self.algorithm
@@ -133,15 +136,17 @@ class ClusterPricer:
         return Estimate(model.seconds, model.source, f"{model.note}; {why}")
 
     def _contended(self, name: str, algo: str, nbytes: float, ranks: Sequence[int], link: LinkTier,
-                   per_node: int | None) -> Estimate:
-        """The closed form slowed by the call's concurrent copies on the shared network (module doc)."""
-        kw = dict(gamma=self.gamma, ranks_per_node=per_node, intra=self.cluster.intra)
+                   per_node: int | None, sparse: dict[str, float]) -> Estimate:
+        """The closed form slowed by the call's concurrent copies on the shared network (module doc);
+        `sparse` the density and value bytes of a sparse allreduce (`parse_sparse_op`)."""
+        kw = dict(gamma=self.gamma, ranks_per_node=per_node, intra=self.cluster.intra, **sparse)
         chosen = choose_algorithm(name, nbytes, len(ranks), link, **kw) if algo == "auto" else algo
 
         def schedule_of(collective: str, algorithm: str, p: int):
             return expand_schedule(collective, algorithm, nbytes, p, link=link, **kw)
         factor, note = self.contention.collective(
-            (name, chosen, per_node), ranks, lambda: patterns(name, chosen, len(ranks), per_node, schedule_of))
+            (name, chosen, per_node, *sorted(sparse.items())), ranks,
+            lambda: patterns(name, chosen, len(ranks), per_node, schedule_of))
         est = collective_time(name, chosen, nbytes, len(ranks), link, contention=factor, **kw)
         base = est.note + (" chosen by auto" if algo == "auto" else "")
         return Estimate(est.seconds, est.source, f"{base}; {note}" if note else base)
@@ -159,7 +164,7 @@ class ClusterPricer:
     def expand(self, op: str, nbytes: float, ranks: Sequence[int]) -> list[Transfer] | None:
         name, algo, link, per_node = self._call(op, ranks)
         schedule = expand_schedule(name, algo, float(nbytes), len(ranks), link=link, gamma=self.gamma,
-                                   ranks_per_node=per_node, intra=self.cluster.intra)
+                                   ranks_per_node=per_node, intra=self.cluster.intra, **(parse_sparse_op(op) or {}))
         costs = make_costs(link, gamma=self.gamma, intra=self.cluster.intra)
         # on a token-bucket link (LinkTier.burst) each transfer is priced from a full bucket: the
         # simulator does not carry token state between transfers (collective() above does)

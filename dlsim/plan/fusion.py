@@ -21,7 +21,8 @@ def fuse_steps(steps: list[Step], group_info: Callable[[str], tuple], price: Cal
                overlap_slowdown: float) -> tuple:
     """(parts, ports, rigid, part_info) of `steps` as one task (`dlsim.plan.taskgraph.Task`).
     `group_info(kind)` gives (ranks, tier, per_node, ports) of the device's group of that kind;
-    `price(op, bytes, ranks, tier, per_node)` prices a collective; `rigid` are the indices of the
+    `price(op, bytes, ranks, tier, per_node, messages)` prices a collective (`messages`: a spatial halo
+    exchange's, `dlsim.plan.spatial`); `rigid` are the indices of the
     kernel parts whose slowdown beside a collective is already priced in the part after them."""
     parts, info = [], []  # info: what each part is (Task.part_info)
     ports: set[int] = set()
@@ -36,7 +37,7 @@ def fuse_steps(steps: list[Step], group_info: Callable[[str], tuple], price: Cal
         ranks, tier, per_node, pp = group_info(st.group)
         if len(ranks) == 1:
             continue
-        est = price(c.op, c.nbytes, ranks, tier, per_node)
+        est = price(c.op, c.nbytes, ranks, tier, per_node, c.messages)
         measured = est.seconds if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
         what = {"op": c.op, "why": c.why, "bytes": c.nbytes, "group": st.group, "ranks": len(ranks), "tier": tier,
                 "source": est.source.value}

@@ -4,7 +4,7 @@ Every simulated device runs its pipeline stage's op order (`dlsim.plan.pipeline`
 chunk's forward or backward step list (`dlsim.plan.templates`) for one micro-batch, on the device's
 compute stream, with tensor-parallel collectives inline (they block the stream, as Megatron-LM's
 all-reduces on the default stream do). Activations and gradients cross stage boundaries as
-point-to-point transfers on per-pair channels. Gradient buckets are reduced on the communication
+point-to-point transfers on per-pair channels (`dlsim.plan.p2pplan`). Gradient buckets are reduced on the communication
 stream as they become ready (`dlsim.plan.dataparallel`, ZeRO per `dlsim.plan.zero`), then each
 device runs its optimizer step.
 
@@ -19,16 +19,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dlsim.cost.overlap import overlap_cost
-from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout
+from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, op_label
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.fusion import fuse_steps
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
-from dlsim.plan.offload import host_transfer, offloads_activations, offloads_optimizer
-from dlsim.plan.pipeline import BACKWARD, FORWARD, scatter_gather, stage_ops
+from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations, offloads_optimizer, unit_offload_plan
+from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
+from dlsim.plan.p2pplan import emit_transfers
 from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
+from dlsim.plan.spatial import SPATIAL, halo_time
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
@@ -100,12 +102,14 @@ class _Builder:
         self.bwd_split: list[list[Step]] = []
         self.fwd_units: list[list[Step]] = []
         self.bwd_units: list[list[Step]] = []
+        self.ready: list[dict[int, tuple[int, ...]]] = []
         for k, es in enumerate(self.chunk_entries):
             buckets = gradient_buckets(es, s, self.x.dtype, self.dp_synced) if s.dp_cp > 1 or s.zero else []
             ready: dict[int, tuple[int, ...]] = {}
             for j, b in enumerate(buckets):
                 ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
             self.buckets.append(buckets)
+            self.ready.append(ready)
             self.bwd_split.append(backward_steps(es, tp, ready, overlap=overlap))
             if s.zero == 3 and s.dp_cp > 1 and buckets:
                 units = units_of(es, buckets)
@@ -117,6 +121,16 @@ class _Builder:
             else:
                 self.fwd_units.append(self.fwd[k])
                 self.bwd_units.append(self.bwd_split[k])
+        # activation offload one unit at a time, for forward passes followed directly by their backward
+        self.unit_off: list[tuple | None] = [None] * len(self.chunk_entries)
+        if offloads_activations(s.offload) and s.recompute != "full":
+            instance = recompute_layers(self.x.model)
+            for k, es in enumerate(self.chunk_entries):
+                by_bucket = self.buckets[k] and (s.zero == 3 and s.dp_cp > 1 or gathers_in_forward(s))
+                units, kept = unit_offload_plan(es, instance, s.recompute == "selective",
+                                                units_of(es, self.buckets[k]) if by_bucket else None)
+                self.unit_off[k] = (kept, forward_steps(es, tp, COMPUTE, units),
+                                    backward_steps(es, tp, self.ready[k], units, overlap=overlap))
         if s.recompute == "full":
             inside = recompute_layers(self.x.model)
             self.recomp = [forward_steps([e for e in es if inside[e.name]], tp, RECOMPUTE) for es in self.chunk_entries]
@@ -145,7 +159,7 @@ class _Builder:
         self.dev: dict[tuple[int, int, int], int] = {}
         self.cstream: list[int] = []
         self.mstream: list[int] = []
-        mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps)) * s.cp
+        mult = (s.dp // len(self.dps)) * (s.tp // len(self.tps)) * s.domain
         for stage in range(self.p):
             chunks = [c * self.p + stage for c in range(self.v)]
             params = sum(e.params for k in chunks for e in self.chunk_entries[k])
@@ -189,16 +203,17 @@ class _Builder:
 
     # -- pricing -----------------------------------------------------------------------------
     def price(self, op: str, nbytes: float, ranks: list[int], tier: str | None = None,
-              per_node: int | None = None) -> Estimate:
+              per_node: int | None = None, messages: tuple = ()) -> Estimate:
         lay = self.x.layout
         tier = tier or self.x.pricer.tier(ranks)
         per_node = per_node or lay.ranks_per_node(ranks)
-        key = (op, nbytes, len(ranks), tier, per_node)
+        key = (op, nbytes, len(ranks), tier, per_node) + ((messages, ranks[0]) if messages else ())
         if self.placed and tier != INTRA:  # on a shared network the price depends on where the group sits
             key += tuple(ranks)
         est = self.price_cache.get(key)
         if est is None:
             est = self.price_cache[key] = self._sendrecv(nbytes, ranks) if op == "sendrecv" else \
+                halo_time(messages, ranks, self.x.pricer.p2p) if op == "halo" else \
                 self.x.pricer.collective(op, nbytes, ranks)
         return est
 
@@ -222,7 +237,7 @@ class _Builder:
             return ep_group(lay, self.s.ep, d, t, stage)
         if kind == EDP:
             return edp_group(lay, self.s.ep, d, t, stage)
-        if kind == "cp":
+        if kind in ("cp", SPATIAL):
             return lay.cp_group(d, t, stage)
         if kind == "shard":
             return lay.shard_group(d, t, stage)
@@ -244,16 +259,16 @@ class _Builder:
         return info
 
     def collective(self, name: str, op: str, nbytes: float, kind: str, pos: tuple[int, int, int], key: tuple,
-                   stream: int, deps: list[int], label: tuple) -> int:
+                   stream: int, deps: list[int], label: tuple, messages: tuple = ()) -> int:
         """A collective task for position `pos` = (dp, tp, stage) over its `kind` group ("tp" or "dp").
         Solo (priced, holding this device's ports) when that group is not simulated explicitly,
         else a member of a group joined by `key`."""
         ranks, tier, per_node, ports = self._group_info(kind, pos)
         device = self.dev[pos]
-        info = {"op": op, "bytes": nbytes, "group": kind, "ranks": len(ranks)}
+        info = {"op": op_label(op), "bytes": nbytes, "group": kind, "ranks": len(ranks)}
         if len(ranks) == 1:
             return self.g.add(name, device, stream, 0.0, COMM, deps, label=label, info=info)
-        est = self.price(op, nbytes, ranks, tier, per_node)
+        est = self.price(op, nbytes, ranks, tier, per_node, messages)
         info.update(tier=tier, source=est.source.value)
         explicit = self._explicit(kind)
         if not explicit:
@@ -286,7 +301,7 @@ class _Builder:
     def _simulated(self, kind: str, ranks: list[int]) -> int:
         """Members of a group simulated one by one: all of a tp group; of a data-parallel group (dp,
         shard, replica) those at their cp ring's rank 0, which stands for its ring."""
-        tp, cp = self.s.tp, self.s.cp
+        tp, cp = self.s.tp, self.s.domain
         if kind == "tp" or cp == 1:
             return len(ranks)
         return sum(1 for r in ranks if (r // tp) % cp == 0)
@@ -294,7 +309,7 @@ class _Builder:
     def _explicit(self, kind: str) -> bool:
         """Whether a group's members are simulated one by one (the ranks of a cp ring never are:
         they are identical under load balancing, so one stands for all)."""
-        if kind == "cp":
+        if kind in ("cp", SPATIAL):
             return False
         return self.x.explicit_tp if kind == "tp" else self.x.explicit_dp
 
@@ -397,7 +412,7 @@ class _Builder:
             else:
                 c = st.collective
                 last = self.collective(f"{label[0]} {st.name} mb{label[2]}", c.op, c.nbytes, st.group, pos,
-                                       label + (i,), cs, step_deps, label)
+                                       label + (i,), cs, step_deps, label, c.messages)
             if first < 0:
                 first = last
             if hooks is not None:
@@ -413,7 +428,7 @@ class _Builder:
         device = self.dev[pos]
         c = st.collective
         ranks, tier, per_node, _ = self._group_info(st.group, pos)
-        comm = self.price(c.op, c.nbytes, ranks, tier, per_node).seconds if len(ranks) > 1 else 0.0
+        comm = self.price(c.op, c.nbytes, ranks, tier, per_node, c.messages).seconds if len(ranks) > 1 else 0.0
         extra = overlap_cost(st.duration, comm, st.sigma(self.x.overlap_slowdown))[0]
         parts = ((st.category, st.duration, st.measured), (COMM, extra, 0.0)) if extra > 0 else ()
         name = f"{label[0]} {st.name} mb{label[2]}"
@@ -424,7 +439,7 @@ class _Builder:
                                                               "exposed_beside": st.name}) if parts else ())
         stream = self.own_stream(device) if st.own_stream else self.mstream[device]
         tid = self.collective(f"{name} {c.why}", c.op, c.nbytes, st.group, pos, label + (i,), stream,
-                              list(deps) + ([previous] if previous >= 0 else []), label)
+                              list(deps) + ([previous] if previous >= 0 else []), label, c.messages)
         return kernels, [tid]
 
     def own_stream(self, device: int) -> int:
@@ -453,7 +468,7 @@ class _Builder:
             for d in self.dps:
                 for t in self.tps:
                     self._device_program((d, t, stage), ops, last_b)
-        self._p2p()
+        emit_transfers(self)
         return self.g
 
     def host_copy(self, pos: tuple[int, int, int], direction: str, nbytes: float, deps: list[int], name: str,
@@ -477,6 +492,7 @@ class _Builder:
         sync = self.sync.start(pos)
         offload = offloads_activations(s.offload)
         saved_out: dict[tuple[int, int], int] = {}  # (chunk, micro-batch) -> its activations' copy to the host
+        in_units: dict[tuple[int, int], UnitOffload] = {}  # offloaded one unit at a time inside the passes
         prev_first = -1
         for n, op in enumerate(ops):
             k = op.chunk * self.p + stage
@@ -485,15 +501,22 @@ class _Builder:
             if op.kind == FORWARD:
                 hooks = sync.hooks(k, i, FORWARD, False)
                 steps = self.fwd_units[k] if hooks is not None else self.fwd[k]
-                first, last = self.emit(steps, pos, ("F", k, i), sync.before_op(), hooks)
-                self.g.tasks[first].mem_start += ((ACTIVATIONS, kept + fwd_extra),)
+                following = ops[n + 1] if n + 1 < len(ops) else None
+                adjacent = following is not None and following.kind == BACKWARD and following.chunk == op.chunk \
+                    and following.microbatch == i
+                units = self.unit_off[k] if offload and adjacent else None
+                if units is not None:
+                    unit = in_units[(k, i)] = UnitOffload(units[0], lambda *a, **kw: self.host_copy(pos, *a, **kw),
+                                                          self.g, f"chunk{k} mb{i}", hooks)
+                    first, last = self.emit(units[1], pos, ("F", k, i), sync.before_op(), unit)
+                else:
+                    first, last = self.emit(steps, pos, ("F", k, i), sync.before_op(), hooks)
+                self.g.tasks[first].mem_start += ((ACTIVATIONS, (kept if units is None else 0.0) + fwd_extra),)
                 if fwd_extra:
                     self.g.tasks[last].mem_end += ((ACTIVATIONS, -fwd_extra),)
                 self.fwd_first[(d, t, k, i)], self.fwd_last[(d, t, k, i)] = first, last
                 sync.after_op(first, last, hooks)
-                following = ops[n + 1] if n + 1 < len(ops) else None
-                if offload and kept > 0 and not (following is not None and following.kind == BACKWARD
-                                                 and following.chunk == op.chunk and following.microbatch == i):
+                if offload and kept > 0 and not adjacent:
                     saved_out[(k, i)] = self.host_copy(pos, "out", kept, [last], f"D2H activations chunk{k} mb{i}",
                                                        mem_end=((ACTIVATIONS, -kept),))
             else:
@@ -515,76 +538,21 @@ class _Builder:
                     steps = self.bwd_units[k]
                 else:
                     steps = self.bwd_split[k]
-                bfirst, last = self.emit(steps, pos, ("B", k, i), deps, hooks)
+                unit = in_units.pop((k, i), None)
+                if unit is not None:
+                    unit.start_backward(hooks)
+                    bfirst, last = self.emit(self.unit_off[k][2], pos, ("B", k, i), deps, unit)  # type: ignore[index]
+                    unit.close()
+                else:
+                    bfirst, last = self.emit(steps, pos, ("B", k, i), deps, hooks)
                 first = bfirst if first < 0 else first
-                self.g.tasks[last].mem_end += ((ACTIVATIONS, -(kept + (re_extra if self.recomp[k] else 0.0))),)
+                freed = (kept if unit is None else 0.0) + (re_extra if self.recomp[k] else 0.0)
+                self.g.tasks[last].mem_end += ((ACTIVATIONS, -freed),)
                 self.bwd_first[(d, t, k, i)], self.bwd_last[(d, t, k, i)] = first, last
                 sync.after_op(first, last, hooks)
             last_compute = self.g.orders[self.cstream[device]][-1]
             prev_first = first
         sync.finish(last_compute)
-
-    def _p2p(self) -> None:
-        """Activations forward and gradients backward between consecutive chunks, per channel in the
-        sender's program order. Without `Strategy.p2p_overlap` every exchange blocks the sender too:
-        its next kernel waits for the send to finish (Megatron-LM's p2p_communication: batched
-        isend/irecv, wait, device synchronise)."""
-        s = self.s
-        channels: dict[tuple[int, int], int] = {}
-        self.after: dict[int, int] = {}  # a compute task -> the next task of its stream (blocking sends)
-        if not s.p2p_overlap:
-            for stream in self.cstream:
-                order = self.g.orders[stream]
-                self.after.update(zip(order, order[1:]))
-        for stage in range(self.p):
-            ops = self.ops[stage]
-            for d in self.dps:
-                for t in self.tps:
-                    for op in ops:
-                        k = op.chunk * self.p + stage
-                        i = op.microbatch
-                        if op.kind == FORWARD and k < self.K - 1:
-                            src, dst = self.fwd_last[(d, t, k, i)], self.fwd_first[(d, t, k + 1, i)]
-                            self._send(channels, (d, t, stage), (d, t, (k + 1) % self.p), self.boundary[k],
-                                       src, dst, ("SF", k, i))
-                        elif op.kind == BACKWARD and k > 0:
-                            src, dst = self.bwd_last[(d, t, k, i)], self.bwd_first[(d, t, k - 1, i)]
-                            self._send(channels, (d, t, stage), (d, t, (k - 1) % self.p), self.boundary[k - 1],
-                                       src, dst, ("SB", k, i))
-
-    def _scatter_gather(self) -> bool:
-        """`dlsim.plan.pipeline.scatter_gather` of the strategy."""
-        return scatter_gather(self.s)
-
-    def _send(self, channels, a, b, nbytes, src_task, dst_task, label) -> None:
-        lay = self.x.layout
-        da, db = self.dev[a], self.dev[b]
-        ra, rb = lay.rank(*a), lay.rank(*b)
-        ch = channels.get((da, db))
-        if ch is None:
-            ch = channels[(da, db)] = self.g.add_stream(f"rank{ra}->rank{rb} p2p", da, "link")
-        gather = self._scatter_gather() and nbytes > 0
-        full, nbytes = nbytes, nbytes / self.s.tp if gather else nbytes
-        priced = self.p2p_cache.get((nbytes, ra, rb))
-        if priced is None:
-            priced = self.p2p_cache[(nbytes, ra, rb)] = (self.x.pricer.p2p(nbytes, ra, rb), self.x.pricer.tier([ra, rb]))
-        est, tier = priced
-        flow = self._flow(ra, rb, tier, self.x.pricer.wire(nbytes, tier)) if self._flows() and nbytes > 0 \
-            else ((), 0.0, 0.0)
-        tid = self.g.add(f"send {label[0][1]} chunk{label[1]} mb{label[2]}", da, ch, est.seconds, COMM, [src_task],
-                         source=est.source, ports=(self.port(da, tier, "out"), self.port(db, tier, "in")),
-                         label=label, cross_stage=True, flow=flow,
-                         info={"op": "send", "bytes": nbytes, "from_rank": ra, "to_rank": rb, "tier": tier,
-                               "source": est.source.value, "to_task": dst_task})
-        if src_task in self.after:  # a blocking exchange: the sender goes on once its send is done
-            self.g.tasks[self.after[src_task]].deps.append(tid)
-        if gather:  # the slices re-gathered over the receiver's tp group before its kernels use them
-            stream = channels.get((da, db, "gather"))  # per channel, in the sender's order like the sends
-            if stream is None:
-                stream = channels[(da, db, "gather")] = self.g.add_stream(f"rank{ra}->rank{rb} gathers", db, "comm")
-            tid = self.collective(f"allgather {label[0][1]} chunk{label[1]} mb{label[2]}", "allgather", full, "tp", b,
-                                  ("sg",) + label, stream, [tid], label)
-        self.g.tasks[dst_task].deps.append(tid)
 
 
 def build_iteration(x: IterationInputs) -> TaskGraph:

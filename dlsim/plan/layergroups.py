@@ -12,6 +12,13 @@ data-parallel ranks; their weights need no data-parallel gradient reduction.
 Leaving a model group for a data group takes each worker's own b samples of a replicated tensor
 (no forward traffic) and all-gathers the gradient in the backward pass; a feature-sharded tensor
 is exchanged all-to-all both ways.
+
+Channel and filter groups (Dryden et al. SC'19) are model groups whose convolutions and fully
+connected layers are all split by input channels or by filters (`dlsim.plan.tensorparallel.
+_forced_split`) instead of alternating; a channel-split layer entered from a data group returns
+each worker its samples' input gradient by one all-to-all. With tp > 1 they split inside the
+tensor-parallel groups instead (dp x tp: the sample x channel/filter hybrid), each split layer's
+gradients all-reduced over the dp ranks holding the same shard (Dryden's segmented allreduces).
 """
 
 from __future__ import annotations
@@ -43,16 +50,30 @@ def group_modes(model: Model, groups: tuple[LayerGroup, ...]) -> list[str]:
 
 
 def batches_and_degrees(modes: list[str], dp: int, microbatch_size: int, tp: int) -> tuple[list[int], list[int]]:
-    """Per layer (batch, tensor-parallel degree): data layers (b, tp), model layers (dp·b, dp)."""
-    batches = [microbatch_size * dp if m == "model" else microbatch_size for m in modes]
-    degrees = [dp if m == "model" else tp for m in modes]
+    """Per layer (batch, tensor-parallel degree): data layers (b, tp), model, channel and filter
+    layers (dp·b, dp); with tp > 1 every layer (b, tp): channel and filter groups split inside the
+    tensor-parallel groups (the sample x channel/filter hybrid)."""
+    if tp > 1:
+        return [microbatch_size] * len(modes), [tp] * len(modes)
+    batches = [microbatch_size if m == "data" else microbatch_size * dp for m in modes]
+    degrees = [tp if m == "data" else dp for m in modes]
     return batches, degrees
 
 
+def forced_splits(modes: list[str]) -> list[str]:
+    """Per layer the split a channel or filter group forces on its convolutions and fully connected
+    layers ("" elsewhere: the tensor-parallel rules; `dlsim.plan.tensorparallel.classify`)."""
+    return [m if m in ("channel", "filter") else "" for m in modes]
+
+
 def add_transitions(model: Model, entries: tuple[LayerEntry, ...], modes: list[str], dp: int,
-                    microbatch_size: int, dtype: str) -> tuple[LayerEntry, ...]:
-    """Attach the collectives at every data↔model switch to the consuming layer."""
+                    microbatch_size: int, dtype: str, tp: int = 1) -> tuple[LayerEntry, ...]:
+    """Attach the collectives at every data↔model switch to the consuming layer (none with tp > 1:
+    every group then splits inside the tensor-parallel groups, at the same batch)."""
+    if tp > 1:
+        return entries
     b = DTYPE_BYTES[dtype]
+    modes = ["data" if m == "data" else "model" for m in modes]  # channel and filter groups are model-split
     mode_of = {layer.name: modes[i] for i, layer in enumerate(model.layers)}
     mode_of[INPUT] = "data"
     by_name = {e.name: e for e in entries}
@@ -80,7 +101,14 @@ def add_transitions(model: Model, entries: tuple[LayerEntry, ...], modes: list[s
         if extra_before or extra_bwd:
             e = out[i]
             kept_bwd = e.tp.after_bwd
-            if mine == "model":
+            if mine == "model" and e.tp.role == "row":
+                # a channel-split consumer holds its channels' slice of every sample's input gradient:
+                # one all-to-all returns each worker its own samples' (instead of gathering, then scattering)
+                extra_bwd = [Collective("alltoall", c.nbytes, c.why.replace("scatter", "regroup"), "dp")
+                             if c.op == "reduce_scatter" else c for c in extra_bwd]
+                regrouped = {c.nbytes for c in extra_bwd if c.op == "alltoall"}
+                kept_bwd = tuple(c for c in kept_bwd if not (c.op == "allgather" and c.nbytes in regrouped))
+            elif mine == "model":
                 # a column-parallel consumer's input-gradient all-reduce (Megatron's f) is subsumed by
                 # the reduce-scatter that returns each worker its own samples' gradient
                 scattered = {c.nbytes for c in extra_bwd if c.op == "reduce_scatter"}

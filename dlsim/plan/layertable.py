@@ -25,6 +25,7 @@ from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
 from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan
+from dlsim.plan.spatial import HaloExchange
 from dlsim.plan.tensorparallel import TPLayer, attention_core, classify, shard_cost
 from dlsim.units import DTYPE_BYTES
 
@@ -67,6 +68,8 @@ class LayerEntry:
     """A mixture of experts under expert parallelism: its all-to-alls, router and shared-expert
     seconds, parameters (`dlsim.plan.expertparallel`)."""
     ring: RingAttention | None = None
+    halo: "HaloExchange | None" = None
+    """A spatially split convolution's or pooling's halo exchanges (`dlsim.plan.spatial.add_halos`)."""
     tp_overlap: tuple = ()
 
     @property
@@ -96,7 +99,8 @@ def _price_classes(model: Model) -> list[int]:
 def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | Sequence[int], tp: int | Sequence[int],
                       tables: KernelTimes | None = None, ep: int = 1, ep_overlap: bool = False,
                       overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None,
-                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset()) -> tuple[LayerEntry, ...]:
+                      sequence_parallel: bool = False, fused: frozenset[str] = frozenset(),
+                      forced: Sequence[str] | None = None) -> tuple[LayerEntry, ...]:
     """The per-device cost of every layer of `model`.
 
     `sequence_parallel` splits the layers between tensor-parallel regions along the sequence;
@@ -107,7 +111,8 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
     (`dlsim.plan.expertparallel`): each is priced as its busiest rank runs it, its shared experts
     beside the all-to-alls with `ep_overlap`.
 
-    `batch` and `tp` are one value for all layers or one per layer (per-layer-group strategies).
+    `batch` and `tp` are one value for all layers or one per layer (per-layer-group strategies);
+    `forced` per layer the split ("channel", "filter", "" for none) of a channel or filter group.
     `overrides` maps a layer name to (forward, backward, workspace bytes) measured elsewhere (the
     μ-cuDNN micro-batch planner's per-layer convolution times).
     """
@@ -123,8 +128,12 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         while end < n and (batches[end], degrees[end]) == (batches[start], degrees[start]):
             end += 1
         run, inputs = model.layers[start:end], frozenset(sharded_out)
-        got = derived(model, ("tp roles", degrees[start], batches[start], dtype, start, end, inputs, sequence_parallel),
-                      lambda: classify(model, degrees[start], batches[start], dtype, run, inputs, sequence_parallel))
+        splits = tuple(forced[start:end]) if forced else None
+        force = {layer.name: split for layer, split in zip(run, splits)} if splits else None
+        got = derived(model, ("tp roles", degrees[start], batches[start], dtype, start, end, inputs, sequence_parallel,
+                              splits),
+                      lambda: classify(model, degrees[start], batches[start], dtype, run, inputs, sequence_parallel,
+                                       force))
         roles.update(got)
         sharded_out |= {name for name, r in got.items() if r.out_sharded}
         start = end

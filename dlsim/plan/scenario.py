@@ -7,7 +7,8 @@ such as a μ-cuDNN plan's). `ScenarioBuilder.scenario(strategy)` turns a strateg
 1. the layer table (`build_layer_table`) of one device's share: the sequence split over the
    context-parallel ranks (`split_sequence`), tensor and sequence parallelism, fused kernels,
    experts spread over the expert-parallel ranks, data/model switches of layer groups
-   (`add_transitions`), ring attention (`add_rings`), FP8 projection GEMMs and their casts
+   (`add_transitions`), ring attention (`add_rings`), the image split over the spatial ranks with
+   its halo exchanges (`split_spatial`, `add_halos`), FP8 projection GEMMs and their casts
    (`apply_fp8`), tensor-parallel collectives chunked beside their GEMMs (`add_tp_overlap`);
 2. the checks (enough devices, tensor-parallel degrees dividing the heads, experts divisible);
 3. the stage partition, balanced on the per-micro-batch work without the gradient accumulation
@@ -37,10 +38,11 @@ from dlsim.plan.contextparallel import add_rings, split_sequence
 from dlsim.plan.expertparallel import check_expert_parallel, expert_notes
 from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8, output_head
 from dlsim.plan.iteration import IterationInputs
-from dlsim.plan.layergroups import add_transitions, batches_and_degrees, group_modes
+from dlsim.plan.layergroups import add_transitions, batches_and_degrees, forced_splits, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
 from dlsim.plan.offload import host_link
 from dlsim.plan.partition import partition, single_tensor_cuts
+from dlsim.plan.spatial import LayerSplit, add_halos, spatial_grid, split_spatial
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
 from dlsim.plan.tpoverlap import add_tp_overlap, tp_overlap_note
 from dlsim.results import Estimate
@@ -128,7 +130,8 @@ def entry_signatures(entries: tuple[LayerEntry, ...], instance: dict[str, str | 
         if r is None:
             r = roles[role] = hash(role)
         out.append(hash((e.type, fields, e.params, e.saved_bytes, e.out_bytes, e.core_bytes, r, e.windows,
-                         instance[e.name] is not None) + ((e.tp_overlap,) if e.tp_overlap else ())))
+                         instance[e.name] is not None) + ((e.tp_overlap,) if e.tp_overlap else ())
+                        + ((e.halo,) if e.halo is not None else ())))
     return out
 
 
@@ -185,6 +188,11 @@ class Scenario:
                                self.host)
 
 
+def spatial_key(s: Strategy) -> tuple:
+    """(grid, halo_overlap) of `s`'s spatial split, empty without one (the layer table's key part)."""
+    return (spatial_grid(s.spatial, s.spatial_w), s.halo_overlap) if s.spatial > 1 else ()
+
+
 class ScenarioBuilder:
     """Builds the scenarios of one model on one cluster in one dtype, caching what strategies share.
 
@@ -210,32 +218,38 @@ class ScenarioBuilder:
         self._pricers: dict[tuple, CommPricer] = {}
         self._base_tables: dict[tuple, LayerTable] = {}
         self._layer_tables: dict[tuple, LayerTable] = {}
-        self._local: dict[int, Model] = {}
+        self._local: dict[tuple, tuple[Model, dict[str, LayerSplit]]] = {}
         self._cuts: list[int] | None = None
         self._timers: dict[tuple, Callable[[float], Estimate]] = {}
         self.kept: dict[object, object] = {}
         """What higher layers derive from this builder and keep with it (`Evaluator.of`'s evaluator)."""
 
     # -- the layer table -----------------------------------------------------------------------
-    def local_model(self, cp: int) -> Model:
-        """One context-parallel rank's share of every sequence (the model itself for cp = 1)."""
-        got = self._local.get(cp)
+    def local_model(self, cp: int, grid: tuple[int, int] = (1, 1)) -> Model:
+        """One context-parallel rank's share of every sequence, or one spatial rank's block of every
+        image on a `grid` (the model itself for cp = 1 on a 1 x 1 grid)."""
+        return self._local_split(cp, grid)[0]
+
+    def _local_split(self, cp: int, grid: tuple[int, int]) -> tuple[Model, dict[str, LayerSplit]]:
+        got = self._local.get((cp, grid))
         if got is None:
-            got = self._local[cp] = split_sequence(self.model, cp)
+            got = self._local[(cp, grid)] = split_spatial(split_sequence(self.model, cp), grid)
         return got
 
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
                    ep_overlap: bool = False, cp: int = 1, microbatches: int = 1, dp: int = 1,
-                   layer_groups: tuple = (), tp_comm_overlap: bool = False) -> LayerTable:
-        """The layer table without gradient accumulation (tensor and context parallelism, fusions,
-        experts, layer groups' switches; FP8 casts, which depend on the micro-batch count; with
-        `tp_comm_overlap` the sequence-parallel collectives chunked beside their GEMMs)."""
+                   layer_groups: tuple = (), tp_comm_overlap: bool = False, spatial: tuple = ()) -> LayerTable:
+        """The layer table without gradient accumulation (tensor, context and spatial parallelism,
+        fusions, experts, layer groups' switches; FP8 casts, which depend on the micro-batch count; with
+        `tp_comm_overlap` the sequence-parallel collectives chunked beside their GEMMs). `spatial` =
+        (grid, halo_overlap) of a spatial split (empty: none)."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ())
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ()) \
+            + ((spatial,) if spatial else ())
         t = self._base_tables.get(key)
         if t is None:
             t = self._base_tables[key] = self._shared(("base",) + key, lambda: self._build_base(
-                tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, tp_comm_overlap))
+                tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, tp_comm_overlap, spatial))
         return t
 
     def _shared(self, key: tuple, make: Callable[[], LayerTable]) -> LayerTable:
@@ -265,9 +279,10 @@ class ScenarioBuilder:
         return t
 
     def _build_base(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...], ep: int, ep_overlap: bool, cp: int,
-                    microbatches: int, dp: int, layer_groups: tuple, tp_comm_overlap: bool) -> LayerTable:
+                    microbatches: int, dp: int, layer_groups: tuple, tp_comm_overlap: bool,
+                    spatial: tuple) -> LayerTable:
         """`base_table` built (`build_layer_table` and the transformations of the module docstring)."""
-        local = self.local_model(cp)
+        local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
         fusions = frozenset(fused)
         if layer_groups:
             modes = group_modes(self.model, layer_groups)
@@ -276,10 +291,12 @@ class ScenarioBuilder:
             batch, degree = mbs, tp
         entries = build_layer_table(local, self.device, self.dtype, batch=batch, tp=degree, tables=self.tables,
                                     ep=ep, ep_overlap=ep_overlap, overrides=self.layer_overrides,
-                                    sequence_parallel=sp, fused=fusions)
+                                    sequence_parallel=sp, fused=fusions,
+                                    forced=forced_splits(modes) if layer_groups else None)
         if layer_groups:
-            entries = add_transitions(local, entries, modes, dp, mbs, self.dtype)
+            entries = add_transitions(local, entries, modes, dp, mbs, self.dtype, tp)
         entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, fusions)
+        entries = add_halos(entries, splits, self.dtype, spatial[1] if spatial else True)
         if self.fp8:
             entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
         if tp_comm_overlap:
@@ -289,15 +306,17 @@ class ScenarioBuilder:
 
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
               ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
-              dp: int = 1, layer_groups: tuple = (), tp_comm_overlap: bool = False) -> LayerTable:
+              dp: int = 1, layer_groups: tuple = (), tp_comm_overlap: bool = False,
+              spatial: tuple = ()) -> LayerTable:
         """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
         micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ())
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ()) \
+            + ((spatial,) if spatial else ())
         t = self._layer_tables.get(key)
         if t is None:
             base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups,
-                                   tp_comm_overlap)
+                                   tp_comm_overlap, spatial)
             if accumulation <= 0:
                 t = base
             else:
@@ -310,13 +329,14 @@ class ScenarioBuilder:
     def strategy_base(self, s: Strategy) -> LayerTable:
         """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
         return self.base_table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                               s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap)
+                               s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap, spatial_key(s))
 
     def strategy_table(self, s: Strategy) -> LayerTable:
         """The layer table `s` runs on (`strategy_base` with the gradient accumulation)."""
         accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
         return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap)
+                          accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap,
+                          spatial_key(s))
 
     # -- stages, layout, pricer ----------------------------------------------------------------
     def ranges(self, s: Strategy, t: LayerTable) -> list[tuple[int, int]]:
@@ -332,11 +352,11 @@ class ScenarioBuilder:
         return r
 
     def layout(self, s: Strategy) -> Layout:
-        return Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
+        return Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain)
 
     def pricer(self, s: Strategy) -> CommPricer:
         """The communication pricer of `s`'s layout and collective algorithm (cached)."""
-        key = (s.dp, s.tp, s.pp, s.collective, s.cp)
+        key = (s.dp, s.tp, s.pp, s.collective, s.domain)
         p = self._pricers.get(key)
         if p is None:
             p = self._pricers[key] = self._pricer(self.layout(s), s.collective)
@@ -357,7 +377,7 @@ class ScenarioBuilder:
         """Enough devices for `s`, and tensor-parallel degrees that divide the attention heads."""
         cluster = self.cluster
         if s.devices > cluster.num_devices:
-            cp = f" x cp {s.cp}" if s.cp > 1 else ""
+            cp = f" x cp {s.cp}" if s.cp > 1 else f" x spatial {s.spatial}" if s.spatial > 1 else ""
             raise InfeasibleError(f"strategy needs dp x tp x pp = {s.dp} x {s.tp} x {s.pp}{cp} = {s.devices} devices, "
                                   f"{cluster.name} has {cluster.num_devices} ({s.devices - cluster.num_devices} short)")
         for e in entries:
@@ -383,6 +403,6 @@ class ScenarioBuilder:
         device, dtype = self.device, self.dtype
         training_flops = flops_per_sample(self.model, dtype) * s.global_batch
         return Scenario(
-            self.local_model(s.cp), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
+            self.local_model(s.cp, spatial_key(s)[0] if s.spatial > 1 else (1, 1)), self.model, self.cluster, s, dtype, self.record_dtype, table, ranges,
             self.layout(s), self.pricer(s), self.optimizer_timer(s, table), elementwise_timer(device, dtype), host_link(self.cluster, s.offload), training_flops,
             device.peak_flops.get(dtype, max(device.peak_flops.values())), notes)

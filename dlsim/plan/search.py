@@ -9,7 +9,8 @@ when tp > 1 (with it, tensor-parallel overlap off and on where the software stac
 `SearchSpace.tp_comm_overlap`), ZeRO 0-3 when dp > 1, and for a model with mixture-of-experts layers the expert-parallel
 degree ep (every divisor of dp that divides each layer's experts; with ZeRO 0-2, the stages dlsim
 models beside expert parallelism); when asked (`cp`, `hybrid_shard`, `offload` of the space), the
-context-parallel degree (dp = N / (tp·pp·cp), the sequence cut into 2·cp chunks), hybrid sharding of
+context-parallel degree (dp = N / (tp·pp·cp), the sequence cut into 2·cp chunks), the spatial-parallel
+degree of an image model (dp = N / (pp·spatial), with tp 1: the sample × spatial hybrid), hybrid sharding of
 ZeRO 1-3 and offload to host memory (estimates flagged approximate where the evaluator does not price
 them: the simulation decides). `fixed` pins any of these (or sets any other strategy field for every
 candidate). What cannot be built is dropped while enumerating, what cannot fit is dropped
@@ -36,7 +37,7 @@ from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
 
 SEARCHED = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
-            "sequence_parallel", "zero", "ep", "cp", "hybrid_shard", "offload", "tp_comm_overlap")
+            "sequence_parallel", "zero", "ep", "cp", "hybrid_shard", "offload", "tp_comm_overlap", "spatial")
 """Strategy fields the search varies (any of them can be fixed)."""
 
 OUT_OF_MEMORY = "out of memory"
@@ -60,6 +61,7 @@ class SearchSpace:
     cp: tuple[int, ...] = (1,)
     hybrid_shard: tuple[bool, ...] = (False,)
     offload: tuple[str, ...] = ("none",)
+    spatial: tuple[int, ...] = (1,)
     tp_comm_overlap: tuple[bool, ...] = (False,)
     """Tensor-parallel overlap choices of the candidates with sequence parallelism (`dlsim.plan.tpoverlap`):
     (False, True) where the software stack runs it."""
@@ -71,7 +73,7 @@ class SearchSpace:
                 "max_microbatch_size": self.max_microbatch_size,
                 "tp_within_node": not self.tp_across_nodes, "fixed": dict(self.fixed), "cp": list(self.cp),
                 "hybrid_shard": list(self.hybrid_shard), "offload": list(self.offload),
-                "tp_comm_overlap": list(self.tp_comm_overlap)}
+                "tp_comm_overlap": list(self.tp_comm_overlap), "spatial": list(self.spatial)}
 
 
 @dataclass
@@ -127,7 +129,9 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
         return True
 
     cps = (fixed["cp"],) if "cp" in fixed else space.cp
+    spatials = (fixed["spatial"],) if "spatial" in fixed else space.spatial
     tokens = model.input_shape[0] if model.input_kind == "tokens" else 0
+    image = model.input_kind == "tensor" and len(model.input_shape) == 3
     for tp in _divisors(N):
         if not allowed("tp", tp):
             continue
@@ -137,14 +141,17 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
         if any(h % tp for h in heads):
             dropped["tp does not divide the attention heads"] += 1
             continue
-        for pp, cp in ((pp, cp) for pp in _divisors(N // tp) for cp in cps):
-            if (N // (tp * pp)) % cp:
-                dropped["cp does not divide the devices left by tp x pp"] += 1
+        for pp, cp, sp in ((pp, cp, sp) for pp in _divisors(N // tp) for cp in cps for sp in spatials):
+            if (N // (tp * pp)) % (cp * sp):
+                dropped["cp x spatial does not divide the devices left by tp x pp"] += 1
                 continue
             if cp > 1 and (not tokens or tokens % (2 * cp)):
                 dropped["cp does not split the sequence into 2 x cp chunks"] += 1
                 continue
-            dp = N // (tp * pp * cp)
+            if sp > 1 and (not image or tp > 1 or cp > 1):
+                dropped["spatial needs an image model, tp 1 and cp 1"] += 1
+                continue
+            dp = N // (tp * pp * cp * sp)
             if not (allowed("pp", pp) and allowed("dp", dp)):
                 continue
             if pp > units:
@@ -160,8 +167,8 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
                 m = per // mbs
                 if not (allowed("microbatch_size", mbs) and allowed("num_microbatches", m)):
                     continue
-                for s in _schedules(space, fixed, dict(constant, cp=cp), dropped, allowed, dp, tp, pp, mbs, m, units,
-                                    blocks):
+                for s in _schedules(space, fixed, dict(constant, cp=cp, spatial=sp), dropped, allowed, dp, tp, pp, mbs,
+                                    m, units, blocks):
                     for x in _expert_degrees(s, experts, dropped, allowed):
                         yield from _sharding_and_offload(x, space, fixed, dropped)
 

@@ -6,7 +6,9 @@
   micro-batch's buckets. ZeRO-3 also all-gathers a chunk's parameters before each forward and
   backward pass of it (prefetched one pass ahead on the communication stream) and frees them after.
 * Compression (`dlsim.plan.compression`): a compress kernel on the compute stream as the bucket
-  becomes ready, the compressed collectives, and the decompress kernels before the optimizer step.
+  becomes ready, the compressed collectives, and the decompress kernels before the optimizer step;
+  a sparse allreduce's sum is instead added into the gradient on the communication stream as it
+  arrives (SparCML reduces inside the library), which frees the bucket's buffers there.
 * Word embeddings tied across the first and last stage: their gradients are all-reduced between the
   two stages (Megatron-LM `_allreduce_word_embedding_grads`).
 * The optimizer step (on 1/dp of the parameters under ZeRO), then ZeRO-1/2's all-gather of the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
+from dlsim.plan.comm import op_label, parse_sparse_op
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
 from dlsim.plan.expertparallel import EDP, expert_params_of, updated_params
@@ -159,19 +162,25 @@ class DeviceSync:
         if plan.compress[1] > 0:
             est = b.x.elementwise_time(*plan.compress)
             # the compressed payload and what the collectives gather into it live until decompression
-            buffer = max(nbytes for _, nbytes in plan.collectives)
+            buffer = plan.buffer_bytes
             deps = [b.g.add(f"compress bucket{j} chunk{k}", self.device, self.cs, est.seconds, COMPUTE, deps,
                             source=est.source, label=("C", k, i, j), mem_start=((BUFFERS, buffer),))]
         last = -1
         for n, (op, nbytes, kind) in enumerate(steps):
-            last = b.collective(f"{op} bucket{j} chunk{k} mb{i}", op, nbytes, kind, self.pos, ("grad", k, j, i, n),
+            last = b.collective(f"{op_label(op)} bucket{j} chunk{k} mb{i}", op, nbytes, kind, self.pos, ("grad", k, j, i, n),
                                 self.ms, deps, ("G", k, i, j))
             deps = [last]
-        self.syncs.append(last)
-        if plan.decompress[1] > 0:
+        if plan.decompress[1] > 0 and parse_sparse_op(plan.collectives[-1][0]) is not None:
+            # a sparse allreduce's result is added into the gradient as it arrives, on the communication
+            # stream (SparCML reduces inside the library), freeing the bucket's buffers there
+            est = b.x.elementwise_time(*plan.decompress)
+            last = b.g.add(f"decompress bucket{j} chunk{k}", self.device, self.ms, est.seconds, COMPUTE, [last],
+                           source=est.source, label=("D",), mem_end=((BUFFERS, -buffer),) if buffer else ())
+        elif plan.decompress[1] > 0:
             self.decompress.append((*plan.decompress, last, f"decompress bucket{j} chunk{k}", buffer))
         elif buffer:
             b.g.tasks[last].mem_end += ((BUFFERS, -buffer),)
+        self.syncs.append(last)
 
     # -- end of the iteration ----------------------------------------------------------------
     def finish(self, last_compute: int) -> None:

@@ -16,6 +16,7 @@ from typing import Protocol, Sequence
 
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.layertable import LayerEntry
+from dlsim.plan.spatial import SPATIAL
 from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE
 from dlsim.plan.tensorparallel import Collective
 from dlsim.plan.tpoverlap import BULK, PIPELINE, RING, ChunkedGemm
@@ -134,6 +135,22 @@ def _ring(acc: _Acc, e: LayerEntry, table_share: float, forward: bool) -> float:
     return core
 
 
+def _halo(acc: _Acc, e: LayerEntry, seconds: float, table_share: float, forward: bool) -> float:
+    """Spatial parallelism: a window layer's halo exchange before its pass, or beside the interior
+    share of it (`dlsim.plan.spatial`). Returns the pass's seconds emitted (0 without a halo)."""
+    h = e.halo
+    c = None if h is None else (h.forward if forward else h.backward)
+    if c is None:
+        return 0.0
+    if h.overlap > 0:
+        acc.overlap(e.name, seconds * h.overlap, table_share, c, SPATIAL)
+        acc.add(e.name, seconds * (1 - h.overlap), table_share)
+    else:
+        acc.collective(c, SPATIAL)
+        acc.add(e.name, seconds, table_share)
+    return seconds
+
+
 def _chunked(acc: _Acc, e: LayerEntry, g: ChunkedGemm, tp: int) -> None:
     """A GEMM in chunks beside its collective's steps (`dlsim.plan.tpoverlap`): ring exchange, each
     chunk but the last beside one exchange; pipelined, each chunk's reduce-scatter beside the next
@@ -214,7 +231,8 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
         for c in e.tp.before:
             acc.collective(c, _group(e, tp, c))
         core = _ring(acc, e, e.forward.table_share, forward=True)
-        acc.add(e.name, e.forward.seconds - core, e.forward.table_share)
+        if not _halo(acc, e, e.forward.seconds, e.forward.table_share, forward=True):
+            acc.add(e.name, e.forward.seconds - core, e.forward.table_share)
         for c in e.tp.after_fwd:
             acc.collective(c, _group(e, tp, c))
     acc.flush()
@@ -276,7 +294,7 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
             acc.add(e.name, e.backward.seconds - core - sum(w for _, w in windows) - replaced, e.backward.table_share)
             for kind, w in windows:
                 acc.overlap(e.name, w, e.backward.table_share, beside[kind], _group(e, tp, beside[kind]))
-        else:
+        elif not _halo(acc, e, e.backward.seconds, e.backward.table_share, forward=False):
             acc.add(e.name, e.backward.seconds - core - replaced, e.backward.table_share)
         if ub:
             for g in later + [ub[c] for c in e.tp.after_bwd if c in ub]:

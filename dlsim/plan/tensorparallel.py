@@ -41,13 +41,15 @@ class Collective:
     asynchronously (`Strategy.tp_async_backward`) and `overlap` names the backward kernels it can
     run beside: "dgrad" (the layer's input-gradient kernels) or "wgrad" (its weight-gradient
     kernels), as Megatron-LM's column-parallel linear layers do (Narayanan et al. SC'21 §4.2;
-    Korthikanti et al. 2022 §4.2.2)."""
+    Korthikanti et al. 2022 §4.2.2). A halo exchange (op "halo", `dlsim.plan.spatial`) lists its
+    point-to-point `messages` (sender and receiver index in the group, bytes)."""
 
     op: str
     nbytes: float
     why: str
     group: str | None = None
     overlap: str = ""
+    messages: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,14 @@ def _rows(layer: Layer, batch: int) -> int:
 
 
 def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer, ...] | None = None,
-             sharded_inputs: frozenset[str] = frozenset(), sequence_parallel: bool = False) -> dict[str, TPLayer]:
+             sharded_inputs: frozenset[str] = frozenset(), sequence_parallel: bool = False,
+             forced: dict[str, str] | None = None) -> dict[str, TPLayer]:
     """Role and collectives of every layer (of `layers`, default all) for tensor parallel degree `tp`.
 
     `sharded_inputs` names tensors produced outside `layers` that arrive feature-sharded. With
     `sequence_parallel` the layers between tensor-parallel regions run on 1/tp of the sequence
-    (`_classify_sequence_parallel`).
+    (`_classify_sequence_parallel`). `forced` maps a layer to the split of its convolution or fully
+    connected layer ("filter" or "channel", `_forced_split`) instead of the alternation.
     """
     b = DTYPE_BYTES[dtype]
     out_bytes = {layer.name: layer.out_elements * batch * b for layer in model.layers}
@@ -103,6 +107,8 @@ def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer,
             if sequence_parallel:
                 role = _classify_sequence_parallel(layer, ins, [seq.get(src, False) for src in layer.inputs],
                                                    gradient_needed, out_bytes)
+            if role is None and forced and forced.get(layer.name) and layer.type in _SPLITTABLE:
+                role = _forced_split(layer, forced[layer.name], ins, gradient_needed, out_bytes)
             if role is None:
                 role = _classify_one(layer, ins, gradient_needed, out_bytes, batch, tp)
         sharded[layer.name] = role.out_sharded and not role.seq_out
@@ -149,6 +155,27 @@ def _classify_sequence_parallel(layer: Layer, ins: list[bool], seq_ins: list[boo
     if kind in _PER_TOKEN and all(seq_ins):
         return TPLayer("sequence", True, False, True, seq_out=True)
     return None
+
+
+def _forced_split(layer: Layer, split: str, ins: list[bool], grad_needed: list[bool],
+                  out_bytes: dict[str, float]) -> TPLayer:
+    """Dryden et al. SC'19's per-layer choice for a convolution or fully connected layer over the
+    group's ranks. filter: the output channels split (its input needed whole: gathered if it arrives
+    split; the input gradient's partial sums all-reduced); channel: the input channels split (a
+    whole input is sliced for free, its gradient slices all-gathered; the output's partial sums
+    all-reduced)."""
+    src = layer.inputs[0]
+    name = layer.name
+    if split == "filter":
+        gathers = tuple(Collective("allgather", out_bytes[s], f"gather {s} for {name}")
+                        for s, sharded in zip(layer.inputs, ins) if sharded)
+        in_grad = tuple(Collective("allreduce", out_bytes[s], f"filter split: input gradient of {name}")
+                        for s, need in zip(layer.inputs, grad_needed) if need)
+        return TPLayer("column", True, True, True, before=gathers, after_bwd=in_grad)
+    out = (Collective("allreduce", out_bytes[name], f"channel split: output of {name}"),)
+    grad = (Collective("allgather", out_bytes[src], f"channel split: gather input gradient of {name}"),) \
+        if not ins[0] and grad_needed[0] else ()
+    return TPLayer("row", True, True, False, after_fwd=out, after_bwd=grad)
 
 
 def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_bytes: dict[str, float],

@@ -12,6 +12,8 @@ _PARTS = (("compute", "compute"), ("recompute", "recompute"), ("exposed_comm", "
 
 def _strategy_line(s: dict[str, Any]) -> str:
     parts = [f"dp {s['dp']} x tp {s['tp']} x pp {s['pp']}" + (f" x cp {s['cp']}" if s.get("cp", 1) > 1 else "")
+             + (f" x spatial {s['spatial']}" + (f" ({s['spatial'] // s['spatial_w']}x{s['spatial_w']})"
+                                                 if s.get("spatial_w") else "") if s.get("spatial", 1) > 1 else "")
              + (f" (ep {s['ep']})" if s.get("ep", 1) > 1 else ""),
              f"micro-batch {s['microbatch_size']} x {s['num_microbatches']}",
              f"global batch {s['global_batch']}"]

@@ -21,8 +21,13 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 SYNCS = ("allreduce", "ps", "async", "ssp")
 RECOMPUTE = ("none", "full", "selective")
 COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
+VALUE_BITS = (1, 2, 4, 8, 16, 32)
+"""Bits per value of a top-k payload (`Compression.value_bits`): 32 plain, fewer quantised."""
 JITTERS = ("none", "normal", "lognormal", "exponential", "uniform")
-PARALLEL_MODES = ("data", "model")
+PARALLEL_MODES = ("data", "model", "channel", "filter")
+"""How a layer group runs over the dp devices (`LayerGroup`): data (sample) parallel, or split over
+them at the gathered batch: model (tensor parallelism's column/row alternation), channel (every
+convolution and fully connected layer split by input channels) or filter (by output channels)."""
 OPTIMIZERS = ("sgd", "momentum", "adam")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
 """How the optimizer step runs (strategy key `optimizer_impl`): one fused kernel per group of
@@ -72,10 +77,13 @@ DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
 
 @dataclass(frozen=True)
 class LayerGroup:
-    """Layers `first`..`last` (inclusive, model order) run `parallel` = data or model.
+    """Layers `first`..`last` (inclusive, model order) run `parallel` = data, model, channel or filter
+    (`PARALLEL_MODES`).
 
     Krizhevsky 2014 ("One weird trick for parallelizing convolutional neural networks"): the
     convolutions data-parallel, the fully connected layers model-parallel over the same devices.
+    Dryden et al. SC'19 ("Channel and filter parallelism for large-scale CNN training"): a layer's
+    convolution split by its input channels or its filters, chosen per layer.
     """
 
     first: str
@@ -88,8 +96,10 @@ class Compression:
     """Gradient compression of data-parallel traffic (reference/algorithms.md §7).
 
     kind: none, fp16, qsgd (`bits` per element, one norm per `bucket_elements`), topk (keep a
-    `density` fraction of (index, value) pairs), 1bit (sign + two reconstruction floats per
-    column, Seide et al. 2014). `error_feedback` keeps the residual (one more gradient copy).
+    `density` fraction of (index, value) pairs, values of `value_bits` bits: 32 plain, fewer
+    quantised with one fp32 scale per `bucket_elements`, SparCML's quantised top-k "TopK_Q4"), 1bit
+    (sign + two reconstruction floats per column, Seide et al. 2014). `error_feedback` keeps the
+    residual (one more gradient copy).
     """
 
     kind: str = "none"
@@ -97,6 +107,7 @@ class Compression:
     density: float = 0.01
     bucket_elements: int = 512
     error_feedback: bool = True
+    value_bits: int = 32
 
 
 @dataclass(frozen=True)
@@ -169,7 +180,11 @@ class Strategy:
     all-gathers and reduce-scatters with the GEMMs beside them, as Transformer Engine's userbuffers
     run them (NeMo's ``ub_tp_comm_overlap``, Megatron-Core's ``--tp-comm-overlap``): ring exchange,
     pipelined chunks, bulk overlap in the backward (`dlsim.plan.tpoverlap`); it needs sequence
-    parallelism (tp >= 2). `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
+    parallelism (tp >= 2). `spatial` is the spatial-parallel degree: the `spatial`
+    ranks of a sample group split every image by height and width (a grid with `spatial_w` ranks
+    along the width, 0: the squarest), convolutions exchanging halos with their neighbours, beside
+    the interior's compute with `halo_overlap` (Dryden et al. IPDPS'19, `dlsim.plan.spatial`);
+    with dp > 1 the sample × spatial hybrid, gradients reduced over dp x spatial. `stack` names the software stack whose values the stack-owned fields took (`dlsim.spec.stack`;
     empty: every field as given).
     """
 
@@ -214,6 +229,9 @@ class Strategy:
     grad_reduce_dtype: str = ""
     param_gather_overlap: bool = False
     tp_comm_overlap: bool = False
+    spatial: int = 1
+    spatial_w: int = 0
+    halo_overlap: bool = True
     stack: str = ""
 
     @property
@@ -222,13 +240,19 @@ class Strategy:
 
     @property
     def devices(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.dp * self.tp * self.pp * self.domain
+
+    @property
+    def domain(self) -> int:
+        """Ranks that split each sample: the context-parallel ranks of a sequence or the spatial
+        ranks of an image (one of the two is 1); the rank layout's sample-group axis."""
+        return self.cp * self.spatial
 
     @property
     def dp_cp(self) -> int:
         """Ranks holding the same parameters: gradients are reduced (and ZeRO shards spread) over
-        dp x cp (Megatron-LM's data-parallel group with context parallelism)."""
-        return self.dp * self.cp
+        dp x cp (Megatron-LM's data-parallel group with context parallelism), dp x spatial."""
+        return self.dp * self.domain
 
     @property
     def chunks(self) -> int:
@@ -246,7 +270,8 @@ class Strategy:
             "bucket_size_bytes": self.bucket_size, "first_bucket_size_bytes": self.first_bucket_size,
             "overlap": self.overlap, "recompute": self.recompute, "zero": self.zero,
             "compression": {"kind": c.kind, "bits": c.bits, "density": c.density,
-                            "bucket_elements": c.bucket_elements, "error_feedback": c.error_feedback},
+                            "bucket_elements": c.bucket_elements, "error_feedback": c.error_feedback,
+                            "value_bits": c.value_bits},
             "variability": {"jitter": v.jitter, "jitter_cv": v.jitter_cv,
                             "straggler_fraction": v.straggler_fraction,
                             "straggler_slowdown": v.straggler_slowdown,
@@ -261,6 +286,7 @@ class Strategy:
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
             "param_gather_overlap": self.param_gather_overlap, "tp_comm_overlap": self.tp_comm_overlap,
+            "spatial": self.spatial, "spatial_w": self.spatial_w, "halo_overlap": self.halo_overlap,
             "stack": self.stack,
         }
 
@@ -273,6 +299,7 @@ class CompressionRecord(Record):
     density: Fraction = 0.01
     bucket_elements: Count = 512
     error_feedback: bool = True
+    value_bits: Literal[VALUE_BITS] = 32  # type: ignore[valid-type]
 
 
 class VariabilityRecord(Record):
@@ -297,7 +324,9 @@ GRAD_REDUCE_DTYPES = ("", "fp32", "bf16", "fp16")
 """`grad_reduce_dtype`: empty for the default (fp32 for an fp32 accumulation, else the training dtype)."""
 _RANGES: dict[str, Any] = {
     **{name: Count for name in ("dp", "tp", "pp", "cp", "ep", "microbatch_size", "num_microbatches", "virtual_stages",
-                                "ps_shards", "fetch_every", "push_every", "iterations", "recompute_layers")},
+                                "ps_shards", "fetch_every", "push_every", "iterations", "recompute_layers",
+                                "spatial")},
+    "spatial_w": NonNegativeInt,
     "staleness": NonNegativeInt, "zero": Annotated[int, Field(ge=0, le=3)], "bucket_size": Positive, "first_bucket_size": Positive,
     "schedule": Literal[SCHEDULES], "sync": Literal[SYNCS], "recompute": Literal[RECOMPUTE],
     "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
@@ -415,6 +444,25 @@ def _check_expert_parallel(s: Strategy) -> None:
                         field="ep")
 
 
+def _check_spatial(s: Strategy) -> None:
+    """spatial: the ranks splitting each image (`dlsim.plan.spatial`), with sample parallelism (dp)
+    and pipelines; not beside tensor, context or expert parallelism or layer groups (each field's own
+    range is `StrategyRecord`'s)."""
+    if s.spatial_w and s.spatial % s.spatial_w:
+        raise SpecError(f"spatial_w {s.spatial_w} does not divide spatial {s.spatial}", field="spatial_w")
+    if s.spatial == 1:
+        return
+    for name, other in (("tp", s.tp), ("cp", s.cp), ("ep", s.ep)):
+        if other > 1:
+            raise SpecError(f"spatial parallelism with {name} > 1 is not modelled (use {name} 1 with spatial > 1)",
+                            field="spatial")
+    if s.layer_groups:
+        raise SpecError("spatial parallelism splits every image layer; it cannot be combined with layer_groups",
+                        field="spatial")
+    if s.sync != "allreduce":
+        raise SpecError(f"spatial parallelism needs sync allreduce, got {s.sync}", field="spatial")
+
+
 def _normalized(s: Strategy, rec: Any) -> Strategy:
     """`s` with its sequences as tuples and its nested records as the dataclasses (lists and tuples, mappings
     and dataclasses are accepted alike); scalars stay as given."""
@@ -453,9 +501,11 @@ def validate_strategy(s: Strategy) -> Strategy:
     if s.stage_partition is not None and len(s.stage_partition) != s.chunks:
         raise SpecError(f"needs {s.chunks} entries (pp x virtual_stages), got {len(s.stage_partition)}",
                         field="stage_partition")
-    if s.layer_groups and (s.tp > 1 or s.pp > 1):
-        raise SpecError("layer_groups (data-parallel / model-parallel per layer group) need tp = pp = 1; the "
-                        "model-parallel groups are split over the dp devices", field="layer_groups")
+    if s.layer_groups and s.pp > 1:
+        raise SpecError("layer_groups (data / model / channel / filter per layer group) need pp = 1", field="layer_groups")
+    if s.layer_groups and s.tp > 1 and any(g.parallel == "model" for g in s.layer_groups):
+        raise SpecError("layer_groups with tp > 1 choose channel or filter splits inside the tp groups; model groups "
+                        "are split over the dp devices and need tp = 1", field="layer_groups")
     if s.sequence_parallel and s.tp < 2:
         raise SpecError("sequence parallelism splits tensor-parallel regions and needs tp >= 2", field="sequence_parallel")
     if s.tp_comm_overlap and not s.sequence_parallel:
@@ -463,6 +513,7 @@ def validate_strategy(s: Strategy) -> Strategy:
         raise SpecError(f"overlaps sequence parallelism's all-gathers and reduce-scatters with their GEMMs and needs "
                         f"{needs}", field="tp_comm_overlap")
     _check_expert_parallel(s)
+    _check_spatial(s)
     if s.hybrid_shard and not s.zero:
         raise SpecError("hybrid sharding shards a ZeRO stage's states within a node: needs zero 1, 2 or 3",
                         field="hybrid_shard")

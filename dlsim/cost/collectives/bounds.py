@@ -12,7 +12,11 @@ Lower bounds (Chan, Heimlich, Purkayastha, van de Geijn, CCPE 19(13) 2007, Table
     send/recv        α + nβ
 
 dlsim adds bounds for its non-MPI patterns, from the busiest port's bytes: push and pull
-α + max(1, p/S)·nβ, gossip α + f·R·nβ (f = min(fanout, p−1), R rounds).
+α + max(1, p/S)·nβ, gossip α + f·R·nβ (f = min(fanout, p−1), R rounds). A sparse allreduce
+(`sparse.py`: k = ρN items of c bytes per rank, K(p) expected in the sum) ends with every rank
+holding the sum, of which it had at most its own k items: at least min(c·(K(p) − k), n) bytes reach
+it, α' + (⌈lg p⌉ − 1)σ + min(c·(K(p) − k), n)·β (an expected-value bound; the dense fallback's own
+bound is larger).
 
 On a token-bucket port (`LinkTier.burst` b, peak rate R) at most b + t/β bytes can leave by time t
 (tokens accrue during start-ups and reductions too) and none faster than R, so with V the bytes
@@ -47,6 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlsim.cost.collectives.bits import ceil_log2
+from dlsim.cost.collectives.sparse import fill_in
 from dlsim.cost.p2p import PointToPoint
 
 _BUS = {"allreduce": 2.0, "reduce-scatter": 1.0, "allgather": 1.0, "all-to-all": 1.0}
@@ -60,12 +65,17 @@ def bus_factor(collective: str, p):
 
 
 def lower_bound_time(collective: str, n, p, link: PointToPoint, gamma: float = 0.0, *, shards: int = 1,
-                     fanout: int = 3, rounds: int = 1):
+                     fanout: int = 3, rounds: int = 1, density: float = 1.0, index_bytes: float = 4.0,
+                     value_bytes: float = 4.0):
     """The lower bound above for `collective` (vectorised in n and p)."""
-    if link.shaped:
-        return _shaped_bound(collective, n, p, link, gamma, shards, fanout, rounds)
     a, b = _start(link), link.beta
     lat = _rounds(p, a, min(a, _spacing(link)))
+    if collective == "sparse-allreduce":
+        elements, c = n / value_bytes, index_bytes + value_bytes
+        missing = c * (fill_in(density, p, elements) - density * elements)
+        return lat + np.minimum(missing, n) * (link.gap_per_byte if link.shaped else b) * (p > 1)
+    if link.shaped:
+        return _shaped_bound(collective, n, p, link, gamma, shards, fanout, rounds)
     frac = (p - 1) / p
     if collective == "broadcast":
         return lat + n * b * (p > 1)
@@ -105,9 +115,12 @@ def _rounds(p, first: float, then: float):
 _NODE_VOLUME = {"allreduce": 2.0, "reduce-scatter": 1.0, "allgather": 1.0}
 
 
-def node_lower_bound_time(collective: str, n, p, costs, *, shards: int = 1, fanout: int = 3, rounds: int = 1):
-    """The bound above for a `Costs` that knows the nodes (`costs.node`); the flat bound elsewhere."""
-    flat = lower_bound_time(collective, n, p, costs.main, costs.gamma, shards=shards, fanout=fanout, rounds=rounds)
+def node_lower_bound_time(collective: str, n, p, costs, *, shards: int = 1, fanout: int = 3, rounds: int = 1,
+                          **sparse):
+    """The bound above for a `Costs` that knows the nodes (`costs.node`); the flat bound elsewhere.
+    `sparse`: density, index_bytes, value_bytes of a sparse allreduce."""
+    flat = lower_bound_time(collective, n, p, costs.main, costs.gamma, shards=shards, fanout=fanout, rounds=rounds,
+                            **sparse)
     if costs.node is not None and collective == "all-to-all":
         return _alltoall_node_bound(n, p, costs, flat)
     if costs.node is None or collective not in ("allreduce", "reduce-scatter", "allgather", "broadcast", "reduce"):

@@ -45,8 +45,14 @@ def _positive(name: str, value: object) -> int:
 
 def make_options(*, segments: int | None = None, shards: int = 1, fanout: int = 3, rounds: int = 1, seed: int = 0,
                  ranks_per_node: int | None = None, inter_algorithm: str = "ring",
-                 max_segments: int = 1024) -> Options:
+                 max_segments: int = 1024, density: float = 1.0, index_bytes: float = 4.0,
+                 value_bytes: float = 4.0) -> Options:
     """Checked `Options` (one-line SpecError on a bad value)."""
+    if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density <= 1:
+        raise SpecError(f"density must be in (0, 1], got {density!r}", field="density")
+    for name, value in (("index_bytes", index_bytes), ("value_bytes", value_bytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e6:
+            raise SpecError(f"{name} must be a positive number of bytes, got {value!r}", field=name)
     if inter_algorithm not in ALGORITHMS["allreduce"] or inter_algorithm in ("hierarchical", "parameter-server"):
         flat = [a for a in ALGORITHMS["allreduce"] if a not in ("hierarchical", "parameter-server")]
         raise SpecError(f"unknown inter-node algorithm {inter_algorithm!r} (use {', '.join(flat)})",
@@ -55,7 +61,8 @@ def make_options(*, segments: int | None = None, shards: int = 1, fanout: int = 
                    shards=_positive("shards", shards), fanout=_positive("fanout", fanout),
                    rounds=_positive("rounds", rounds), seed=int(seed),
                    ranks_per_node=None if ranks_per_node is None else _positive("ranks_per_node", ranks_per_node),
-                   inter_algorithm=inter_algorithm)
+                   inter_algorithm=inter_algorithm, density=float(density), index_bytes=float(index_bytes),
+                   value_bytes=float(value_bytes))
 
 
 def get_algorithm(collective: str, algorithm: str, ranks: int, options: Options) -> Algorithm:
@@ -159,13 +166,13 @@ def choose_algorithm(collective: str, n_bytes: float, ranks: int, link: LinkTier
 
 def lower_bound(collective: str, n_bytes: float, ranks: int, link: LinkTier, *, gamma: float | None = None,
                 model: str = "auto", shards: int = 1, fanout: int = 3, rounds: int = 1,
-                ranks_per_node: int | None = None, intra: LinkTier | None = None) -> float:
+                ranks_per_node: int | None = None, intra: LinkTier | None = None, **sparse: float) -> float:
     """The lower bound of `bounds.py` for `collective` with the link's α = L + 2o and β = G; with
     `intra` and `ranks_per_node` across nodes, the node-aware bound (NICs and intra-node ports)."""
     check_collective(collective)
     costs = make_costs(link, gamma=gamma, model=model, intra=intra, ranks_per_node=ranks_per_node)
     return float(node_lower_bound_time(collective, check_size(n_bytes), check_ranks(ranks), costs,
-                                       shards=shards, fanout=fanout, rounds=rounds))
+                                       shards=shards, fanout=fanout, rounds=rounds, **sparse))
 
 
 def expand_schedule(collective: str, algorithm: str, n_bytes: float, ranks: int, *, link: LinkTier | None = None,

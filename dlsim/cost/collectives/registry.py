@@ -7,20 +7,21 @@ from typing import Callable
 
 import numpy as np
 
-from dlsim.cost.collectives import alltoall, butterfly, chain, dbt, gossip, hierarchical, ps, ring, trees
+from dlsim.cost.collectives import alltoall, butterfly, chain, dbt, gossip, hierarchical, ps, ring, sparse, trees
 from dlsim.cost.collectives.bits import is_pof2
 from dlsim.cost.collectives.costs import Costs
 from dlsim.cost.collectives.schedule import Schedule
 from dlsim.cost.collectives.segments import MAX_SEGMENTS
 
 COLLECTIVES = ("allreduce", "reduce-scatter", "allgather", "broadcast", "reduce", "all-to-all", "send-recv",
-               "push", "pull", "gossip")
+               "push", "pull", "gossip", "sparse-allreduce")
 
 
 @dataclass(frozen=True)
 class Options:
     """Algorithm parameters: pipelining segments (None: chosen for the size), PS shards, gossip
-    fan-out/rounds/seed, ranks per node and inter-node algorithm of the hierarchical allreduce."""
+    fan-out/rounds/seed, ranks per node and inter-node algorithm of the hierarchical allreduce; the
+    sparse allreduce's density (nonzeros per rank over elements) and item sizes (`sparse.py`)."""
 
     segments: int | None = None
     max_segments: int = MAX_SEGMENTS
@@ -30,6 +31,9 @@ class Options:
     seed: int = 0
     ranks_per_node: int | None = None
     inter_algorithm: str = "ring"
+    density: float = 1.0
+    index_bytes: float = sparse.DEFAULT_INDEX_BYTES
+    value_bytes: float = 4.0
 
 
 TimeFn = Callable[[object, object, Costs, Options], object]
@@ -91,6 +95,36 @@ def _hier_schedule(n: float, p: int, o: Options, c: Costs | None) -> Schedule:
                                               o.inter_algorithm)
 
 
+def _sparse(name: str) -> tuple[TimeFn, ScheduleFn]:
+    """SparCML's algorithm `name` with the options' density and item sizes (`sparse.py`)."""
+    if name == "ssar-recursive-doubling":
+        return (lambda n, p, c, o: sparse.recursive_doubling_time(n, p, c, o.density, o.index_bytes, o.value_bytes),
+                lambda n, p, o, c: sparse.recursive_doubling_schedule(n, p, o.density, o.index_bytes, o.value_bytes))
+    dynamic = name == "dsar-split-allgather"
+    return (lambda n, p, c, o: sparse.split_allgather_time(n, p, c, o.density, o.index_bytes, o.value_bytes, dynamic),
+            lambda n, p, o, c: sparse.split_allgather_schedule(n, p, o.density, o.index_bytes, o.value_bytes,
+                                                               dynamic))
+
+
+def _dense_candidates(p, o: Options) -> list[Algorithm]:
+    return [a for a in ALGORITHMS["allreduce"].values() if a.auto and np.any(applicable(a, p, o))]
+
+
+def _dense_time(n, p, c: Costs, o: Options):
+    """The sparse allreduce switched to dense before it starts: the cheapest dense allreduce of n."""
+    best = None
+    for a in _dense_candidates(p, o):
+        t = np.where(applicable(a, p, o), a.time(n, p, c, o), np.inf)
+        best = t if best is None else np.minimum(best, t)
+    return best if np.ndim(best) else float(best)
+
+
+def _dense_schedule(n: float, p: int, o: Options, c: Costs | None) -> Schedule:
+    algos = _dense_candidates(p, o)
+    best = min(algos, key=lambda a: float(a.time(n, p, c, o))) if c is not None else ALGORITHMS["allreduce"]["ring"]
+    return best.schedule(n, p, o, c)
+
+
 def _table() -> dict[str, dict[str, Algorithm]]:
     t: dict[str, dict[str, Algorithm]] = {c: {} for c in COLLECTIVES}
 
@@ -150,6 +184,9 @@ def _table() -> dict[str, dict[str, Algorithm]]:
         lambda n, p, o, c: ps.push_schedule(n, p, o.shards))
     add("pull", "sharded", lambda n, p, c, o: ps.pull_time(n, p, c, o.shards),
         lambda n, p, o, c: ps.pull_schedule(n, p, o.shards))
+    for name in ("ssar-recursive-doubling", "ssar-split-allgather", "dsar-split-allgather"):
+        add("sparse-allreduce", name, *_sparse(name))
+    add("sparse-allreduce", "dense-fallback", _dense_time, _dense_schedule)
     add("gossip", "random-peers", lambda n, p, c, o: gossip.gossip_time(n, p, c, o.fanout, o.rounds),
         lambda n, p, o, c: gossip.gossip_schedule(n, p, o.fanout, o.rounds, o.seed))
     return t

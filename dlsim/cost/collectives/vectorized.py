@@ -76,9 +76,10 @@ def bandwidths(collective: str, sizes, ranks, seconds) -> tuple[np.ndarray, np.n
 
 def lower_bounds(collective: str, sizes, ranks, link: LinkTier, *, gamma: float | None = None, model: str = "auto",
                  shards: int = 1, fanout: int = 3, rounds: int = 1, ranks_per_node: int | None = None,
-                 intra: LinkTier | None = None) -> np.ndarray:
-    """`bounds.node_lower_bound_time` at every point (node-aware with `intra` and `ranks_per_node`)."""
+                 intra: LinkTier | None = None, **sparse: float) -> np.ndarray:
+    """`bounds.node_lower_bound_time` at every point (node-aware with `intra` and `ranks_per_node`;
+    `sparse`: a sparse allreduce's density and item sizes)."""
     n, p = _arrays(sizes, ranks)
     costs = make_costs(link, gamma=gamma, model=model, intra=intra, ranks_per_node=ranks_per_node)
     return np.asarray(node_lower_bound_time(collective, n, p, costs, shards=shards, fanout=fanout,
-                                            rounds=rounds), dtype=float)
+                                            rounds=rounds, **sparse), dtype=float)

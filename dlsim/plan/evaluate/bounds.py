@@ -15,7 +15,7 @@ from dlsim.plan.scenario import LayerTable
 from dlsim.plan.templates import backward_steps, forward_steps
 from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share
 from dlsim.spec.strategy import Strategy
-from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS)
+from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, replicas)
 
 
 class LowerBounds:
@@ -124,9 +124,9 @@ class LowerBounds:
         t = self.strategy_base(s)  # the gradient accumulation is added per chunk below
         ranges = self.ranges(s, t)
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
-        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
+        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain)
         pricer = self.pricer(s)
-        zero3 = s.zero == 3 and s.dp > 1
+        zero3 = s.zero == 3 and replicas(s) > 1
         # each layer's accumulation kernel adds its seconds to the backward pass; beside an
         # asynchronous collective it may hide some of it, so it is left out there
         acc = None if s.tp_async_backward else \
@@ -167,7 +167,7 @@ class LowerBounds:
                 fill += passes[r]
         chunks0 = [c * p for c in range(v)]
         step = self.builder.optimizer_timer(s, t)
-        share = optimizer_share(s.zero, s.dp)
+        share = optimizer_share(s.zero, replicas(s))
         bound += step(sum(self._params(t, *ranges[k]) for k in chunks0) * share).seconds
         if zero3 and p * m * v <= WALK_OPS and s.ep == 1 and s.compression.kind == "none":
             for r in range(p):
@@ -176,7 +176,7 @@ class LowerBounds:
                 stream = sum(2 * sum(g) + sum(red) for g, red in
                              (self._unit_prices(s, t, *ranges[k], dp_r) for k in chunks))
                 bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
-        if s.dp > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
+        if replicas(s) > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
             bound += sum(self._price(pricer, s, "allgather", self._params(t, *ranges[k]) * self.gb, dp0)
                          for k in chunks0)
@@ -220,7 +220,7 @@ class LowerBounds:
         its all-gather and of its reduction (one backward pass's, as `Timing._bucket_launches` prices
         them); cached."""
         pricer = self.pricer(s)
-        key = ("unit prices", t.key, a, b, s.dp, s.zero, s.compression, s.bucket_size, s.first_bucket_size,
+        key = ("unit prices", t.key, a, b, replicas(s), s.zero, s.compression, s.bucket_size, s.first_bucket_size,
                s.grad_reduce_dtype, s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
@@ -230,7 +230,7 @@ class LowerBounds:
             got = self._cache[key] = (
                 [self._price(pricer, s, "allgather", n, dp_ranks) for n in self._bucket_bytes(s, t, a, b, True)],
                 [sum(self._price(pricer, s, op, m, dp_ranks)
-                     for op, m in plan_sync(s.compression, n, element, s.dp, base).collectives) for n in nbytes])
+                     for op, m in plan_sync(s.compression, n, element, replicas(s), base).collectives) for n in nbytes])
         return got  # type: ignore[return-value]
 
     def _gathers(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int]) -> float:

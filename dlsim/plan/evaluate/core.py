@@ -10,11 +10,12 @@ from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.expertparallel import (ep_group)
 from dlsim.plan.recompute import recompute_layers
 from dlsim.plan.scenario import LayerTable, PricerFactory, ScenarioBuilder
+from dlsim.plan.spatial import halo_time
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
 from dlsim.units import DTYPE_BYTES
-from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation, StageMemory)
+from dlsim.plan.evaluate.records import (replicas, WALK_OPS, WALK_PLAIN_OPS, Evaluation, StageMemory)
 from dlsim.plan.evaluate.bounds import LowerBounds
 from dlsim.plan.evaluate.memory import MemoryModel
 from dlsim.plan.evaluate.timing import Timing
@@ -81,17 +82,20 @@ class Evaluator(LowerBounds, MemoryModel):
         """The scenario's communication pricer (`ScenarioBuilder.pricer`)."""
         return self.builder.pricer(s)
 
-    def _price(self, pricer: CommPricer, s: Strategy, op: str, nbytes: float, ranks: list[int]) -> float:
+    def _price(self, pricer: CommPricer, s: Strategy, op: str, nbytes: float, ranks: list[int],
+               messages: tuple = ()) -> float:
         if len(ranks) < 2:
             return 0.0
-        gkey = (s.dp, s.tp, s.pp, s.cp, ranks[0], len(ranks), ranks[-1])
+        gkey = (s.dp, s.tp, s.pp, s.domain, ranks[0], len(ranks), ranks[-1])
         group = self._groups.get(gkey)
         if group is None:
-            lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp)
+            lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain)
             group = self._groups[gkey] = (pricer.tier(ranks), lay.ranks_per_node(ranks))
-        key = (s.collective, op, nbytes, len(ranks)) + group
+        key = (s.collective, op, nbytes, len(ranks)) + group + ((messages, ranks[0]) if messages else ())
         v = self._prices.get(key)
-        if v is None and op == "sendrecv":  # a context-parallel ring step: the slowest hop (dlsim.plan.iteration)
+        if v is None and op == "halo":  # a spatial halo exchange: the busiest rank's ports (dlsim.plan.spatial)
+            v = self._prices[key] = halo_time(messages, ranks, pricer.p2p).seconds
+        elif v is None and op == "sendrecv":  # a context-parallel ring step: the slowest hop (dlsim.plan.iteration)
             v = self._prices[key] = max(pricer.p2p(nbytes, a, b).seconds for a, b in zip(ranks, ranks[1:] + ranks[:1]))
         elif v is None:
             v = self._prices[key] = pricer.collective(op, nbytes, ranks).seconds
@@ -99,7 +103,7 @@ class Evaluator(LowerBounds, MemoryModel):
 
     def ep_ranks(self, s: Strategy, stage: int) -> list[int]:
         """The expert-parallel group of data-parallel rank 0 on `stage`."""
-        return ep_group(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp), s.ep, 0, 0, stage)
+        return ep_group(Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain), s.ep, 0, 0, stage)
 
     # -- time ----------------------------------------------------------------------------------
     def maybe_approximate(self, s: Strategy) -> bool:
@@ -111,11 +115,11 @@ class Evaluator(LowerBounds, MemoryModel):
         if self._off_default(s) or self.shared_network(s):
             return True
         p, m, v = s.pp, s.num_microbatches, s.virtual_stages
-        if (p > 1 and p * m * v > WALK_PLAIN_OPS) or (p * m * v > WALK_OPS and s.zero >= 2 and s.dp > 1):
+        if (p > 1 and p * m * v > WALK_PLAIN_OPS) or (p * m * v > WALK_OPS and s.zero >= 2 and replicas(s) > 1):
             return True
         if s.schedule == "interleaved" and m == p:
             return True
-        if p > 1 and s.dp > 1 and (s.zero == 3 or s.param_gather_overlap):
+        if p > 1 and replicas(s) > 1 and (s.zero == 3 or s.param_gather_overlap):
             return True  # pipeline transfers may share the data-parallel ports with parameter gathers
         if p > 1 and s.tp > 1:
             key = ("p2p tier", s.dp, s.tp, p, s.collective)

@@ -20,7 +20,8 @@ from dlsim.plan.scenario import LayerTable
 from dlsim.plan.zero import model_state_bytes
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
-from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory)
+from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory,
+                                         replicas)
 from dlsim.plan.evaluate.pipeline import activation_peak, cached_stage_ops
 
 
@@ -48,7 +49,7 @@ class MemoryModel:
         if self._off_default(s):
             return 0.0
         t = self.strategy_base(s)
-        states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, s.dp,
+        states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, replicas(s),
                                    reduce_element_bytes(s, self.dtype))
         return (states["weights"] + states["gradients"] + states["optimizer"]) * (1 - 1e-9)
 
@@ -114,9 +115,9 @@ class MemoryModel:
     def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
         acts = self._chunk_acts(s, t, ranges)
         stages = self.stages(t, ranges, s.pp, s.virtual_stages)
-        zero3 = s.zero == 3 and s.dp > 1
+        zero3 = s.zero == 3 and replicas(s) > 1
         offload = offloads_optimizer(s.offload)
-        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.cp) if s.hybrid_shard else None
+        lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain) if s.hybrid_shard else None
         out = []
         for r in range(s.pp):
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
@@ -149,7 +150,7 @@ class MemoryModel:
             if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each
                 units = sorted((n for k in chunks for n in self._bucket_bytes(s, t, *ranges[k], gathered=True)),
                                reverse=True)
-                transient = sum(units[:2]) * (s.dp - 1) / s.dp
+                transient = sum(units[:2]) * (replicas(s) - 1) / replicas(s)
             out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
         return tuple(out)
 
@@ -164,7 +165,7 @@ class MemoryModel:
     def _bucket_bytes(self, s: Strategy, t: LayerTable, a: int, b: int, gathered: bool = False) -> list[float]:
         """Bytes of the gradient buckets of entries a..b, or with `gathered` of their parameters (the
         ZeRO-3 units' gathers; cached)."""
-        key = ("bucket bytes", t.key, a, b, s.dp > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size,
+        key = ("bucket bytes", t.key, a, b, replicas(s) > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size,
                s.grad_reduce_dtype, gathered)
         got = self._cache.get(key)
         if got is None:
@@ -173,7 +174,7 @@ class MemoryModel:
         return got  # type: ignore[return-value]
 
     def _buckets(self, s: Strategy, es: Sequence[LayerEntry]):
-        if not (s.dp > 1 or s.zero):
+        if not (replicas(s) > 1 or s.zero):
             return []
         return gradient_buckets(es, s, self.dtype, lambda e: e.params > 0)
 

@@ -73,6 +73,13 @@ def supports(s: Strategy) -> str:
     return ""
 
 
+def replicas(s: Strategy) -> int:
+    """The ranks whose gradients the evaluator reduces (and over which it shards ZeRO states): the dp
+    replicas times the spatial ranks of each (`Strategy.dp_cp` but for context parallelism's ranks,
+    whose reduction it does not time: flagged)."""
+    return s.dp * s.spatial
+
+
 VALIDATED_FIELDS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "schedule", "virtual_stages",
                     "recompute", "sequence_parallel", "zero")
 """The strategy fields of the space tests/test_optimize.py holds the evaluator to the simulation on

@@ -9,13 +9,15 @@ from __future__ import annotations
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.evaluate.periodic import TOLERANCE, Walked, periodic_walk
 from dlsim.plan.evaluate.pipeline import walk_ops
+from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.expertparallel import EP
+from dlsim.plan.spatial import SPATIAL
 from dlsim.plan.pipeline import FORWARD
 from dlsim.plan.templates import Step
 from dlsim.plan.zero import GATHER_PREFETCH
 
 
-_COMPUTE, _COLLECTIVE, _OVERLAP = 0, 1, 2  # step kinds of a priced program (`StreamWalk._program`)
+_COMPUTE, _COLLECTIVE, _OVERLAP, _OVERLAP_QUEUED = 0, 1, 2, 3  # step kinds of a priced program (`StreamWalk._program`)
 
 
 class StreamWalk:
@@ -33,7 +35,7 @@ class StreamWalk:
         seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,
         whether a collective queues behind the communication stream, parameter unit)."""
         s = self.s
-        key = ("program", id(steps), stage, s.dp, s.tp, s.pp, s.cp, s.ep, s.collective)
+        key = ("program", id(steps), stage, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
         got = self._programs_of.get(key)
         if got is not None:
             return got
@@ -47,10 +49,14 @@ class StreamWalk:
             if st.kind == "compute":
                 out.append((_COMPUTE, st.duration, 0.0, False, st.unit))
                 continue
-            c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage))
+            c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage),
+                           st.collective.messages)
             if st.kind == "collective":
-                queued = same_tier if st.group != EP else self._ep_queued(stage)
+                queued = same_tier if st.group not in (EP, SPATIAL) else \
+                    self._ep_queued(stage) if st.group == EP else self._spatial_queued(stage)
                 out.append((_COLLECTIVE, 0.0, c, queued, st.unit))
+            elif st.group == SPATIAL:  # a halo beside the interior, on the communication stream (FIFO)
+                out.append((_OVERLAP_QUEUED, st.duration, c, True, st.unit))
             else:
                 extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
@@ -113,6 +119,14 @@ class StreamWalk:
                     now = busy
                 else:
                     now += c
+            elif kind == _OVERLAP_QUEUED:  # the kernels now, the exchange once the stream is free; the next step
+                if busy > now:             # waits for both
+                    busy += c
+                    now = max(now + d, busy)
+                else:
+                    extra, exposed = overlap_cost(d, c, sigma)
+                    busy = now + c
+                    now += d + extra + exposed
             else:
                 now += d + c  # overlap: its kernels and what the collective beside them adds (`_program`)
             if first_end < 0:
@@ -121,6 +135,12 @@ class StreamWalk:
                 for dur in launches.get(pos, ()):
                     busy = max(busy, now) + dur
         return now, busy, slowed, first_end if first_end >= 0 else now
+
+    def _spatial_queued(self, stage: int) -> bool:
+        """Whether a spatial group's blocking collective shares its link tier (ports) with the gradient
+        reductions queued on the communication stream."""
+        return replicas(self.s) > 1 and self.pricer.tier(self.lay.cp_group(0, 0, stage)) == \
+            self.pricer.tier(self.dpg(stage))
 
     def _unit_order(self, steps: list[Step]) -> tuple[int, ...]:
         """The parameter units of a step list in step order (cached with its priced program)."""

@@ -15,6 +15,8 @@ from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
 from dlsim.plan.pipeline import FORWARD, scatter_gather
+from dlsim.plan.spatial import SPATIAL
+from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation)
@@ -29,7 +31,7 @@ class Timing(StreamWalk):
                  s: Strategy, t: LayerTable, ranges, memory):
         self.ev, self.s, self.t, self.ranges, self.mem = ev, s, t, ranges, memory
         self.pricer = ev.pricer(s)
-        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.cp)
+        self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.domain)
         self.sigma = ev.sigma
         self.chunk_entries = [t.entries[a:b] for a, b in ranges]
         self._tpg: dict[int, list[int]] = {}
@@ -37,8 +39,8 @@ class Timing(StreamWalk):
         self._same_tier: dict[int, bool] = {}
         self._programs_of = ev._cache  # priced programs are shared by the evaluations of one layout
 
-    def price(self, op: str, nbytes: float, ranks: list[int]) -> float:
-        return self.ev._price(self.pricer, self.s, op, nbytes, ranks)
+    def price(self, op: str, nbytes: float, ranks: list[int], messages: tuple = ()) -> float:
+        return self.ev._price(self.pricer, self.s, op, nbytes, ranks, messages)
 
     def tpg(self, stage: int) -> list[int]:
         """The tensor-parallel group of replica 0's `stage` (cached)."""
@@ -63,11 +65,13 @@ class Timing(StreamWalk):
                 total += st.duration
                 comp += st.duration
             elif st.kind == "collective":
-                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage),
+                               st.collective.messages)
                 total += c
                 comm += c
             else:  # overlap: kernels beside an asynchronous collective
-                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage))
+                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage),
+                               st.collective.messages)
                 extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 total += st.duration + extra + exposed
                 comp += st.duration
@@ -96,7 +100,7 @@ class Timing(StreamWalk):
     def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
         """The ranks of a step's collective: its expert-parallel group or context-parallel ring, else
         the tensor-parallel one."""
-        if st.group == "cp":
+        if st.group in ("cp", SPATIAL):
             return self.lay.cp_group(0, 0, stage)
         return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
 
@@ -108,7 +112,7 @@ class Timing(StreamWalk):
         for pos, st in enumerate(steps):
             for j in st.buckets:
                 plan = plan_sync(self.s.compression, buckets[j].nbytes,
-                                 reduce_element_bytes(self.s, self.ev.dtype), self.s.dp, base)
+                                 reduce_element_bytes(self.s, self.ev.dtype), replicas(self.s), base)
                 group = edp_ranks if buckets[j].group == EDP else dp_ranks
                 out.setdefault(pos, []).append(sum(self.price(op, n, group) for op, n in plan.collectives))
         return out
@@ -121,16 +125,16 @@ class Timing(StreamWalk):
         tp, r = s.tp, k % s.pp
         tp_ranks, dp_ranks = self.tpg(r), self.dpg(r)
         groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
-                  self.lay.ranks_per_node(dp_ranks)) if s.dp > 1 or s.tp > 1 else ()
+                  self.lay.ranks_per_node(dp_ranks)) if replicas(s) > 1 or s.tp > 1 else ()
         a, b = self.ranges[k]
-        key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, groups, s.recompute, s.recompute_layers,
+        key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, s.spatial, groups, s.recompute, s.recompute_layers,
                s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
                s.grad_reduce_dtype, s.param_gather_overlap)
         got = ev._cache.get(key)
         if got is not None:
             return got  # type: ignore[return-value]
         overlap = s.tp_async_backward
-        dp_sync = s.dp > 1
+        dp_sync = replicas(s) > 1
         per_mb = reduces_every_microbatch(s.zero) and dp_sync
         zero3 = s.zero == 3 and dp_sync
         first_gathers = gathers_in_forward(s) and dp_sync  # ZeRO-1/2's updated parameters, in micro-batch 0
@@ -182,7 +186,7 @@ class Timing(StreamWalk):
             rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
         rec, (r_t, r_c, r_m) = rec_time  # type: ignore[misc]
         if dp_sync and buckets:
-            lkey = ("launches", pkey, s.dp, dpg, s.zero, s.collective, s.compression)
+            lkey = ("launches", pkey, replicas(s), dpg, s.zero, s.collective, s.compression)
             launches = ev._cache.get(lkey)
             if launches is None:
                 launches = ev._cache[lkey] = self._bucket_launches(bwd, buckets, r)
@@ -220,7 +224,7 @@ class Timing(StreamWalk):
         s, ev = self.s, self.ev
         p, v, m = s.pp, s.virtual_stages, s.num_microbatches
         tp = s.tp
-        dp_sync = s.dp > 1
+        dp_sync = replicas(s) > 1
         per_mb = reduces_every_microbatch(s.zero) and dp_sync
         zero3 = s.zero == 3 and dp_sync
         K = p * v
@@ -321,7 +325,7 @@ class Timing(StreamWalk):
             # the simulator's optimizer step (`dlsim.plan.syncplan`): the stage's own parameters, 1/dp
             # of them under ZeRO; the copy of a tied embedding is not in it
             params, _, expert, _ = stages[r]
-            updated = updated_params(params - expert, expert, s.zero, s.dp, s.ep)
+            updated = updated_params(params - expert, expert, s.zero, replicas(s), s.ep)
             opt = timer(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero) and not gathers_in_forward(s):
@@ -361,6 +365,8 @@ class Timing(StreamWalk):
             outside.append("hybrid sharding (collectives priced over the whole dp group)")
         if s.offload != "none":
             outside.append(f"offload {s.offload} (host copies not timed; activations kept on the device)")
+        if s.spatial > 1:
+            outside.append("spatial parallelism (halo exchanges beside the interior walked as overlaps)")
         if self.ev.shared_network(s):
             outside.append("contention on a shared network (each group shape priced where it first occurs)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
@@ -414,7 +420,7 @@ class Timing(StreamWalk):
         if pair is None:
             return None
         first, last, params = pair
-        key = ("tied sync", s.collective, s.dp, s.tp, s.pp, s.cp, first, last, params)
+        key = ("tied sync", s.collective, s.dp, s.tp, s.pp, s.domain, first, last, params)
         secs = self.ev._cache.get(key)
         if secs is None:
             ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]

@@ -1,0 +1,92 @@
+"""The committed reproduction reports equal what their commands now write (issue 32 item 5).
+
+Every reproduction of benchmarks/seeds_reproduce.py is regenerated into a temporary folder and its
+markdown and JSON records compared with the committed ones in reports/seeds/ (and the AlexNet
+strategy study's in reports/), then the index reports/seeds-reproduced.md. Regenerating all of them
+takes minutes: those tests are marked slow and run as their own step of .ci/run; the default suite
+checks the committed index itself (every seed number within 15% of dlsim's or with its reason).
+Figures (PNG) are not compared byte for byte: their pixels depend on the matplotlib build.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "seeds"))
+
+import seeds_reproduce  # noqa: E402
+from common import REPORTS, SEEDS  # noqa: E402
+
+INDEX = REPORTS / "seeds-reproduced.md"
+_RUNS: dict[str, tuple[dict, Path]] = {}
+
+
+def _regenerated(name: str, tmp: Path) -> tuple[dict, Path]:
+    """(summary, folder) of reproduction `name` written into a temporary folder (once per session)."""
+    if name not in _RUNS:
+        out = tmp / name
+        _RUNS[name] = (seeds_reproduce.reproduce(name, out), out)
+    return _RUNS[name]
+
+
+def _committed(name: str, out: Path) -> list[tuple[Path, Path]]:
+    """(regenerated, committed) pairs of the markdown and JSON files reproduction `name` wrote."""
+    pairs = []
+    for new in sorted(out.iterdir()):
+        if new.suffix not in (".md", ".json"):
+            continue
+        old = (REPORTS if new.name.startswith("strategies-") else SEEDS) / new.name
+        pairs.append((new, old))
+    return pairs
+
+
+def _text(path: Path, out: Path) -> str:
+    return path.read_text().replace(str(out), str(SEEDS))
+
+
+@pytest.fixture(scope="module")
+def tmp_reports(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("reports")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(seeds_reproduce.NAMES))
+def test_committed_report_equals_its_command(name: str, tmp_reports: Path) -> None:
+    _, out = _regenerated(name, tmp_reports)
+    pairs = _committed(name, out)
+    assert any(new.suffix == ".md" for new, _ in pairs), f"{name} wrote no report"
+    for new, old in pairs:
+        assert old.exists(), f"{old.relative_to(ROOT)} is not committed (run python benchmarks/seeds_reproduce.py {name})"
+        assert _text(new, out) == old.read_text(), (
+            f"{old.relative_to(ROOT)} differs from what `python benchmarks/seeds_reproduce.py {name}` now writes: "
+            "regenerate it and commit the result")
+
+
+@pytest.mark.slow
+def test_committed_index_equals_its_command(tmp_reports: Path) -> None:
+    results = {name: _regenerated(name, tmp_reports)[0] for name in seeds_reproduce.NAMES}
+    seeds_reproduce.write_index(results, tmp_reports)
+    assert (tmp_reports / INDEX.name).read_text() == INDEX.read_text(), (
+        "reports/seeds-reproduced.md differs from what `python benchmarks/seeds_reproduce.py` now writes")
+
+
+def test_index_lists_every_seed_number_within_tolerance_or_with_its_reason() -> None:
+    """The committed index: one row per compared number, each within 15% or saying why not."""
+    text = INDEX.read_text()
+    rows = [line for line in text.split("## Every seed number", 1)[1].splitlines() if line.startswith("| (")]
+    names = {seeds_reproduce.NAMES[n] for n in seeds_reproduce.NAMES}
+    assert len(rows) >= len(names)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        error, agreement = cells[4], cells[5]
+        pct = abs(int(re.fullmatch(r"[+-]?(\d+)%", error).group(1)))
+        assert (pct <= 15 and agreement.startswith("within 15%")) or (agreement.startswith("outside: ")
+                                                                       and len(agreement) > 30), row
+    for name in seeds_reproduce.NAMES:
+        assert f"seeds_reproduce.py {name}`" in text
