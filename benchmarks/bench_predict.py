@@ -12,7 +12,7 @@ Workloads (the Megatron-LM runs, on the stack each paper ran):
 * Megatron 1T on 3,072 A100s (Narayanan et al. SC'21 Table 1: tp 8, pp 64, dp 6, global batch 3,072
   = 512 micro-batches of 1), full recomputation, megatron-lm-2021.
 
-Per workload, medians of `--repeats` runs (wall seconds):
+Per workload, medians of `--repeats` runs (wall seconds; `min_max_s` the fastest and slowest run):
 * `analytic_by_name_s`: `estimate_strategy` given the model and cluster names: loading them included;
 * `analytic_loaded_s`: given a model and cluster loaded once in the process (what a script or a sweep
   over strategies pays per prediction: what depends only on the model is derived once per model);
@@ -63,12 +63,18 @@ ROWS = [
 ]
 
 
-def _median(f, repeats: int) -> tuple[float, object]:
+SPREADS: dict[str, list[float]] = {}
+
+
+def _median(f, repeats: int, name: str = "") -> tuple[float, object]:
+    """The median wall seconds of `repeats` calls of `f` and its last result; the fastest and the
+    slowest call are kept in `SPREADS[name]`."""
     times, out = [], None
     for _ in range(repeats):
         t = time.perf_counter()
         out = f()
         times.append(time.perf_counter() - t)
+    SPREADS[name] = [min(times), max(times)]
     return statistics.median(times), out
 
 
@@ -76,8 +82,9 @@ def row(case: dict, repeats: int, sim_repeats: int) -> dict:
     name, overrides, fields = case["model"], case["overrides"], case["strategy"]
     model, cluster = as_model(name, overrides), as_cluster(case["cluster"])
     estimate_strategy(model, cluster, **fields)  # the model's derived facts, once
-    by_name, rec = _median(lambda: estimate_strategy(name, case["cluster"], overrides=overrides, **fields), repeats)
-    loaded, _ = _median(lambda: estimate_strategy(model, cluster, **fields), repeats)
+    by_name, rec = _median(lambda: estimate_strategy(name, case["cluster"], overrides=overrides, **fields), repeats,
+                           "analytic_by_name_s")
+    loaded, _ = _median(lambda: estimate_strategy(model, cluster, **fields), repeats, "analytic_loaded_s")
     first = []
     for _ in range(repeats):
         fresh = as_model(name, overrides)
@@ -86,9 +93,12 @@ def row(case: dict, repeats: int, sim_repeats: int) -> dict:
         first.append(time.perf_counter() - t)
     out = {"workload": case["name"], "analytic_by_name_s": by_name, "analytic_loaded_s": loaded,
            "analytic_first_s": statistics.median(first), "iteration_time_s": rec["iteration_time_s"],  # type: ignore[index]
+           "min_max_s": {"analytic_by_name_s": SPREADS["analytic_by_name_s"],
+                         "analytic_loaded_s": SPREADS["analytic_loaded_s"], "analytic_first_s": [min(first), max(first)]},
            "approximate": rec["approximate"]}  # type: ignore[index]
     if sim_repeats:
-        sim_s, sim = _median(lambda: simulate(model, cluster, **fields), sim_repeats)
+        sim_s, sim = _median(lambda: simulate(model, cluster, **fields), sim_repeats, "simulate_loaded_s")
+        out["min_max_s"]["simulate_loaded_s"] = SPREADS["simulate_loaded_s"]  # type: ignore[index]
         out.update({"simulate_loaded_s": sim_s, "simulated_time_s": sim.iteration_time_s,  # type: ignore[union-attr]
                     "analytic_vs_simulated": rec["iteration_time_s"] / sim.iteration_time_s - 1})  # type: ignore
     return out

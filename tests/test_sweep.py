@@ -171,9 +171,13 @@ def test_example_sweep_spec_loads():
     assert s.size == 288 and s.models == ("gpt2", "llama3-8b")
 
 
-def test_remembered_comm_prices_change_no_result():
+@pytest.mark.parametrize("engine", ["simulation", "analytic"])
+def test_kept_builders_change_no_result(engine):
+    """A worker's kept scenario builders (measured tables, layer tables, remembered comm prices, the
+    evaluator) give every point the record a fresh builder gives, in any order."""
     s = parse_sweep(SMALL)
     pts = list(s.points())
-    plain = [evaluate_point(p, memo=False) for p in pts]
-    memo = [evaluate_point(p, memo=True) for p in pts] + [evaluate_point(p, memo=True) for p in pts]
+    plain = [evaluate_point(p, memo=False, engine=engine) for p in pts]
+    memo = [evaluate_point(p, memo=True, engine=engine) for p in pts] + \
+        [evaluate_point(p, memo=True, engine=engine) for p in reversed(pts)]
     assert _strip(plain + plain) == _strip(memo)

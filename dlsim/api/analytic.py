@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from dlsim.api.optimize import APPROXIMATE_TOLERANCE, EVALUATOR_TOLERANCE
-from dlsim.api.simulate import prepare
+from dlsim.api.simulate import Prepared, prepare
 from dlsim.errors import SpecError
 from dlsim.plan.evaluate import Evaluator, supports
 from dlsim.results import SCHEMA_VERSION
@@ -32,10 +32,16 @@ def estimate_strategy(model: Model | str | Path, cluster: Cluster | str | Path,
     stack as `simulate` completes it): iteration time, its split, throughput, memory per pipeline
     stage and whether it fits, the evaluator's flags, how far it is held to the simulation."""
     p = prepare(model, cluster, strategy, measured=measured, overrides=overrides, nodes=nodes, given=given, **fields)
-    s = p.strategy
-    why = supports(s)
+    why = supports(p.strategy)
     if why:
         raise SpecError(f"{why}: drop --analytic to simulate it", field="analytic")
+    return estimate_prepared(p)
+
+
+def estimate_prepared(p: Prepared) -> dict[str, Any]:
+    """The analytic record of a prepared run (`dlsim.api.simulate.prepare`) whose strategy the
+    evaluator models (`supports`; `estimate_strategy` checks it)."""
+    s = p.strategy
     builder = p.builder
     sc = builder.scenario(s)  # the checks a simulation makes (devices, heads, experts)
     e = Evaluator.of(builder).evaluate(s)

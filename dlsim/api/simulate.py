@@ -13,7 +13,7 @@ from dlsim.api.resolve import as_strategy, assumed_fields, resolve_strategy  # n
 from dlsim.cost.pricing import KernelTimes
 from dlsim.errors import SpecError
 from dlsim.plan.comm import CommPricer, Layout
-from dlsim.plan.commcost import ClusterPricer
+from dlsim.plan.commcost import ClusterPricer, MemoPricer
 from dlsim.plan.expertparallel import check_expert_parallel
 from dlsim.plan.fp8 import COMPUTE_DTYPE, check_fp8
 from dlsim.plan.microbatch.overrides import plan_note, plan_overrides
@@ -78,11 +78,12 @@ def prepare(model: Model | str | Path, cluster: Cluster | str | Path, strategy: 
             *, measured: bool = True, full: bool = False, microbatch_plan: str | None = None,
             workspace_limit: str | float = "64MiB", overrides: Mapping[str, Any] | None = None,
             pricer: CommPricer | None = None, nodes: int | None = None, given: Iterable[str] = (),
-            **fields: Any) -> Prepared:
+            builders: Builders | None = None, **fields: Any) -> Prepared:
     """Load and check what a run needs (the model, the cluster sized to the strategy, the strategy
     completed by its stack, the measured tables, a μ-cuDNN plan's layer times) and the builder of its
     scenario (`dlsim.plan.scenario`): what `run_simulation` and the analytic `estimate_strategy`
-    share. `full` checks the strategy's limits for simulating every rank."""
+    share. `full` checks the strategy's limits for simulating every rank. `builders` keeps the
+    builders across calls (see `Builders`)."""
     model, cluster = as_model(model, overrides), as_cluster(cluster)
     if nodes is not None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -101,6 +102,9 @@ def prepare(model: Model | str | Path, cluster: Cluster | str | Path, strategy: 
     assumed = assumed_fields(s, names, dtype, r.stack_keys)
     if dtype == "fp8":  # refused before the tables are read
         check_fp8(cluster.device, cluster.name)
+    if builders is not None and pricer is None and not microbatch_plan:
+        builder = builders.get(model, cluster, dtype, measured, sized)
+        return Prepared(s, builder, assumed, r.stack_record)
     tables, notes = kernel_tables(cluster, measured)
     layer_overrides = None
     if microbatch_plan:
@@ -116,6 +120,47 @@ def prepare(model: Model | str | Path, cluster: Cluster | str | Path, strategy: 
     builder = ScenarioBuilder(model, cluster, dtype, pricers, tables, layer_overrides=layer_overrides,
                               notes=sized + tuple(notes))
     return Prepared(s, builder, assumed, r.stack_record)
+
+
+class Builders:
+    """Scenario builders kept across `prepare` calls by a caller that owns their lifetime (a sweep's
+    worker: `dlsim.api.sweep`), one per model object, cluster object, dtype and measured-or-not, the
+    latest `limit` of them. A builder caches what strategies share (layer tables, partitions,
+    pricers; its evaluator, `Evaluator.of`), each under everything it depends on besides these four,
+    so a point priced on a kept builder gets the numbers a fresh one gives (tests/test_sweep.py holds a
+    sweep's records to fresh builders'). Each builder holds its model and cluster, so neither object's
+    id can be reused while its builder is kept, and a hit is checked by identity too. The measured
+    tables are read once per builder: files changed on disk meanwhile are not seen (a new `Builders`
+    is)."""
+
+    def __init__(self, limit: int = 32):
+        self.limit = limit
+        self._kept: dict[tuple, ScenarioBuilder] = {}
+
+    def get(self, model: Model, cluster: Cluster, dtype: str, measured: bool, notes: tuple[str, ...] = ()) \
+            -> ScenarioBuilder:
+        """The kept builder of (`model`, `cluster`, `dtype`, `measured`), made on first use with `notes`
+        (what the cluster's sizing said: a function of the cluster object) and the tables' notes."""
+        key = (id(model), id(cluster), dtype, measured)
+        got = self._kept.get(key)
+        if got is not None and got.model is model and got.cluster is cluster:
+            return got
+        tables, table_notes = kernel_tables(cluster, measured)
+        factory = default_pricers(cluster, measured)
+        got = ScenarioBuilder(model, cluster, dtype, lambda layout, algorithm: MemoPricer(factory(layout, algorithm)),
+                              tables, notes=tuple(notes) + tuple(table_notes))
+        if len(self._kept) >= self.limit:
+            self._kept.pop(next(iter(self._kept)))
+        self._kept[key] = got
+        return got
+
+
+def simulate_prepared(p: Prepared, *, symmetry: bool = True, expand_collectives: bool = False, trace: bool = False,
+                      keep: Any = None) -> Simulation:
+    """The event simulation of a prepared run (`prepare`; `run_simulation` checks the options)."""
+    scenario = p.builder.scenario(p.strategy)
+    return simulate_scenario(scenario, symmetry=symmetry, expand=expand_collectives, trace=trace, keep=keep,
+                             assumed=p.assumed, stack=p.stack)
 
 
 def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
@@ -160,9 +205,7 @@ def run_simulation(model: Model | str | Path, cluster: Cluster | str | Path,
     if expand_collectives and s.domain > 1:
         raise SpecError("collectives run as point-to-point schedules need every rank simulated; the ranks of a "
                         "context-parallel ring or a spatial group are simulated as one (cp or spatial > 1)", field="expand_collectives")
-    scenario = p.builder.scenario(s)
-    return simulate_scenario(scenario, symmetry=symmetry, expand=expand_collectives, trace=trace, keep=keep,
-                             assumed=p.assumed, stack=p.stack)
+    return simulate_prepared(p, symmetry=symmetry, expand_collectives=expand_collectives, trace=trace, keep=keep)
 
 
 def simulate(model: Model | str | Path, cluster: Cluster | str | Path, strategy: Strategy | str | Path | None = None,

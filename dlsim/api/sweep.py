@@ -1,4 +1,9 @@
-"""`run_sweep()`: simulate every point of a sweep spec, appending each result as it finishes.
+"""`run_sweep()`: price every point of a sweep spec, appending each result as it finishes.
+
+Each point is simulated (`dlsim.api.simulate`), or with ``analytic`` priced by the analytic
+evaluator (`dlsim.api.analytic`; a strategy it does not model is simulated, its record saying why);
+every record names the engine that priced it (``engine``), and a results file resumed by a sweep
+with the other engine keeps those records but neither reuses nor counts them (`record_key`).
 
 Results go to a JSON-lines file, one record per point keyed by its stable id
 (`dlsim.io.sweep_spec.point_id`), through `dlsim.io.results_log.ResultsLog`: one sweep at a time
@@ -7,17 +12,19 @@ alone writes, and each finished batch of records is one ``os.write`` of whole li
 ``fsync``, so a sweep killed at any moment (SIGKILL included) leaves whole lines and at most one
 truncated last line. A restart checks every line like any input (`check_record`: a damaged line,
 a NaN, a record whose point is not its id's, is refused naming the line), drops the truncated
-tail, skips the ids already there and simulates the rest: no result is lost, none is written
+tail, skips the ids already there (of its engine) and prices the rest: no result is lost, none is written
 twice (a batch that a lost Dask scheduler makes run twice is recorded once).
 
 Backends: a local process pool (`jobs` workers, the default), or Dask distributed
 (`dlsim.api.sweep_dask`, the only module that imports dask) given a scheduler address or a number
-of local workers. Each worker keeps the models and clusters it has loaded, so that a point costs
-one `simulate()` call and nothing more.
+of local workers. Each worker keeps the models and clusters it has loaded and their scenario
+builders (`dlsim.api.simulate.Builders`: measured tables, layer tables, comm prices, the evaluator),
+so that a point costs its own strategy's pricing and nothing more.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -61,52 +68,17 @@ def _cluster(name: str, nodes: int | None) -> Any:
     return _CLUSTERS[key]
 
 
-_PRICERS: dict[tuple, _MemoPricer] = {}
-MAX_PRICERS = 512
+_BUILDERS: list[Any] = []
 
 
-class _MemoPricer:
-    """The simulator's own pricer (`dlsim.api.simulate._default_pricer`) with its prices remembered:
-    collective and point-to-point prices are pure functions of their arguments, and a sweep asks
-    for the same ones again and again (every bucket of every point with the same layout). The
-    simulation itself is unchanged: same prices, same events, same result."""
-
-    def __init__(self, inner: Any):
-        self._inner = inner
-        self._coll: dict[tuple, Any] = {}
-        self._p2p: dict[tuple, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def collective(self, op: str, nbytes: float, ranks: Any) -> Any:
-        key = (op, float(nbytes), tuple(ranks))
-        hit = self._coll.get(key)
-        if hit is None:
-            hit = self._coll[key] = self._inner.collective(op, nbytes, ranks)
-        return hit
-
-    def p2p(self, nbytes: float, src: int, dst: int) -> Any:
-        key = (float(nbytes), src, dst)
-        hit = self._p2p.get(key)
-        if hit is None:
-            hit = self._p2p[key] = self._inner.p2p(nbytes, src, dst)
-        return hit
-
-
-def _pricer(cluster_key: tuple[str, int | None], cluster: Any, fields: dict[str, Any], measured: bool) -> Any:
-    """A remembered pricer per cluster, layout, algorithm and measured-or-not (see `_MemoPricer`)."""
-    from dlsim.api.simulate import _default_pricer
-    from dlsim.plan.comm import Layout
-    dp, tp, pp, cp = (int(fields.get(k, 1)) for k in ("dp", "tp", "pp", "cp"))
-    algorithm = fields.get("collective", "auto")
-    key = (cluster_key, dp, tp, pp, cp, algorithm, measured)
-    if key not in _PRICERS:
-        if len(_PRICERS) >= MAX_PRICERS:
-            _PRICERS.clear()
-        _PRICERS[key] = _MemoPricer(_default_pricer(cluster, Layout(dp, tp, pp, cluster.devices_per_node, cp),
-                                                    algorithm, measured))
-    return _PRICERS[key]
+def _builders() -> Any:
+    """The worker's kept scenario builders (`dlsim.api.simulate.Builders`): a point on a model and
+    cluster already seen reuses their measured tables, layer tables, partitions, remembered comm
+    prices and analytic evaluator; same numbers as fresh builders (a test holds the records equal)."""
+    if not _BUILDERS:
+        from dlsim.api.simulate import Builders
+        _BUILDERS.append(Builders())
+    return _BUILDERS[0]
 
 
 def reason_kind(reason: str) -> str:
@@ -120,42 +92,79 @@ def reason_kind(reason: str) -> str:
     return " ".join(text.split())[:70]
 
 
-def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = True) -> dict[str, Any]:
-    """The record of one point: its simulation's figures, or why it could not run (never raises).
-    `memo` reuses the worker's remembered comm prices (`_MemoPricer`; the same simulation)."""
-    from dlsim.api.simulate import simulate
+ENGINES = ("simulation", "analytic")
+"""How a sweep prices its points: the event simulation, or the analytic evaluator (`--analytic`)."""
+
+
+def record_engine(rec: dict[str, Any]) -> str:
+    """The engine a sweep asked for when it wrote `rec`: ``analytic`` for the evaluator's records and
+    for the simulations it fell back to (``analytic_refused`` says why), else ``simulation`` (records
+    written before sweeps had engines were all simulated)."""
+    return "analytic" if rec.get("engine") == "analytic" or "analytic_refused" in rec else "simulation"
+
+
+def record_key(rec: dict[str, Any]) -> tuple[str, str]:
+    """What a resumed record stands for: its point's id and the engine asked for (`record_engine`),
+    so that one file may hold a point priced by each engine and neither is taken for the other."""
+    return rec["id"], record_engine(rec)
+
+
+def _price(point: SweepPoint, engine: str, model_only: bool, memo: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(figures, what the record says about how they were priced) of one point; raises as `prepare`,
+    the simulation and the evaluator do."""
+    from dlsim.api.simulate import prepare, simulate_prepared
     from dlsim.io.sweep_fields import simulate_fields
     fields, given = simulate_fields(dict(point.fields))
-    rec: dict[str, Any] = {"id": point.id, "kind": RECORD_KIND, "point": point.to_dict()}
+    model = _model(point.model)
+    nodes = None
+    if point.gpus is not None:
+        cluster = _cluster(point.cluster, None)
+        tp, pp = int(fields.get("tp", 1)), int(fields.get("pp", 1))
+        cp = int(fields.get("cp", 1)) * int(fields.get("spatial", 1))  # the ranks splitting each sample
+        if point.gpus % (tp * pp * cp):
+            what = f"tp x pp = {tp} x {pp}" if cp == 1 else f"tp x pp x cp = {tp} x {pp} x {cp}"
+            raise InfeasibleError(f"{what} = {tp * pp * cp} does not divide {point.gpus} GPUs "
+                                  f"(remainder {point.gpus % (tp * pp * cp)})")
+        fields["dp"] = point.gpus // (tp * pp * cp)
+        nodes = max(1, math.ceil(point.gpus / cluster.devices_per_node))
+    cluster = _cluster(point.cluster, nodes)
+    p = prepare(model, cluster, measured=not model_only, global_batch=point.global_batch, given=given,
+                builders=_builders() if memo else None, **fields)
+    how: dict[str, Any] = {"engine": engine}
+    if engine == "analytic":
+        from dlsim.api.analytic import estimate_prepared
+        from dlsim.plan.evaluate import supports
+        refused = supports(p.strategy)
+        if not refused:
+            d = estimate_prepared(p)
+            return d, {**how, "approximate": d["approximate"], "tolerance": d["tolerance"]}
+        how = {"engine": "simulation", "analytic_refused": refused}
+    return simulate_prepared(p).result.to_dict(), how
+
+
+def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = True,
+                   engine: str = "simulation") -> dict[str, Any]:
+    """The record of one point (never raises): its figures priced by `engine` (``simulation``, or
+    ``analytic``: the evaluator, falling back to the simulation for what it does not model, the record
+    saying so), or why it could not run. `memo` keeps the worker's scenario builders across points
+    (`_builders`; the same numbers)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}")
+    rec: dict[str, Any] = {"id": point.id, "kind": RECORD_KIND, "point": point.to_dict(), "engine": engine}
     try:
-        model = _model(point.model)
-        nodes = None
-        if point.gpus is not None:
-            cluster = _cluster(point.cluster, None)
-            tp, pp = int(fields.get("tp", 1)), int(fields.get("pp", 1))
-            cp = int(fields.get("cp", 1)) * int(fields.get("spatial", 1))  # the ranks splitting each sample
-            if point.gpus % (tp * pp * cp):
-                what = f"tp x pp = {tp} x {pp}" if cp == 1 else f"tp x pp x cp = {tp} x {pp} x {cp}"
-                raise InfeasibleError(f"{what} = {tp * pp * cp} does not divide {point.gpus} GPUs "
-                                      f"(remainder {point.gpus % (tp * pp * cp)})")
-            fields["dp"] = point.gpus // (tp * pp * cp)
-            nodes = max(1, math.ceil(point.gpus / cluster.devices_per_node))
-        cluster = _cluster(point.cluster, nodes)
-        pricer = _pricer((point.cluster, nodes), cluster, fields, not model_only) if memo else None
-        r = simulate(model, cluster, measured=not model_only, pricer=pricer, global_batch=point.global_batch,
-                     given=given, **fields)
+        d, how = _price(point, engine, model_only, memo)
     except InfeasibleError as exc:
         return {**rec, "status": "infeasible", "reason": str(exc)}
     except DlsimError as exc:
         return {**rec, "status": "invalid", "reason": str(exc)}
     except Exception as exc:  # a bug: recorded, not fatal to the sweep
         return {**rec, "status": "error", "reason": f"bug: {type(exc).__name__}: {exc}"[:300]}
-    d = r.to_dict()
     feasible = bool(d.get("feasible", True))
-    out = {**rec, "status": "ok" if feasible else "infeasible", "reason": "" if feasible else d["infeasible_reason"],
-           "dp": r.strategy.get("dp"), "devices": r.strategy.get("dp", 1) * r.strategy.get("tp", 1)
-           * r.strategy.get("pp", 1),
-           "throughput_samples_per_s": r.throughput_samples_per_s}
+    strategy = d["strategy"]
+    out = {**rec, **how, "status": "ok" if feasible else "infeasible",
+           "reason": "" if feasible else d["infeasible_reason"],
+           "dp": strategy.get("dp"), "devices": strategy.get("dp", 1) * strategy.get("tp", 1) * strategy.get("pp", 1),
+           "throughput_samples_per_s": d["throughput_samples_per_s"]}
     for key in ("iteration_time_s", "peak_memory_bytes", "model_flops_utilisation", "measured_share",
                 "breakdown_s", "simulated_time_s", "updates"):
         if key in d:
@@ -163,15 +172,16 @@ def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = Tru
     return out
 
 
-def failed_records(points: list[SweepPoint], reason: str) -> list[dict[str, Any]]:
+def failed_records(points: list[SweepPoint], reason: str, engine: str = "simulation") -> list[dict[str, Any]]:
     """Records of points that could not be run at all (a backend's failure, not the point's)."""
-    return [{"id": p.id, "kind": RECORD_KIND, "point": p.to_dict(), "status": "error", "reason": reason[:300]}
-            for p in points]
+    return [{"id": p.id, "kind": RECORD_KIND, "point": p.to_dict(), "engine": engine, "status": "error",
+             "reason": reason[:300]} for p in points]
 
 
-def evaluate_chunk(points: list[SweepPoint], model_only: bool = False) -> list[dict[str, Any]]:
+def evaluate_chunk(points: list[SweepPoint], model_only: bool = False,
+                   engine: str = "simulation") -> list[dict[str, Any]]:
     """Records of a batch of points, in order (a worker's task)."""
-    return [evaluate_point(p, model_only) for p in points]
+    return [evaluate_point(p, model_only, engine=engine) for p in points]
 
 
 # ------------------------------------------------------------------------------------ results file
@@ -194,6 +204,10 @@ def check_record(rec: dict[str, Any]) -> str | None:
         return "point is not a mapping"
     if not isinstance(rec.get("reason", ""), str):
         return "reason is not a string"
+    if rec.get("engine", "simulation") not in ENGINES:
+        return f"engine {excerpt(rec.get('engine'), 30)} is not one of {', '.join(ENGINES)}"
+    if not isinstance(rec.get("analytic_refused", ""), str):
+        return "analytic_refused is not a string"
     for key in _FINITE_FIELDS:
         value = rec.get(key)
         if value is not None and (not _finite(value) or value < 0):
@@ -211,19 +225,22 @@ def check_record(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def read_results(path: Path | str, repair: bool = False) -> dict[str, dict[str, Any]]:
-    """The validated records of a results file by id (`dlsim.io.results_log.read_log`: a damaged line
-    is a `SpecError` naming it); with `repair` a truncated last line (a killed sweep's) is cut off."""
-    return read_log(path, RECORD_KIND, check_record, repair=repair).records
+def read_results(path: Path | str, repair: bool = False, engine: str = "simulation") -> dict[str, dict[str, Any]]:
+    """The validated records of a results file by id, those a sweep with `engine` wrote
+    (`record_engine`; `dlsim.io.results_log.read_log`: a damaged line is a `SpecError` naming it);
+    with `repair` a truncated last line (a killed sweep's) is cut off."""
+    records = read_log(path, RECORD_KIND, check_record, repair=repair, key=record_key).records
+    return {rid: rec for (rid, used), rec in records.items() if used == engine}
 
 
 def _check_points(path: Path, resumed: Resumed, points: list[SweepPoint]) -> None:
     """A resumed record of one of the spec's points describes that point (not one edited by hand)."""
     for p in points:
-        rec = resumed.records.get(p.id)
-        if rec is not None and rec["point"] != json.loads(json.dumps(p.to_dict())):
-            raise SpecError(f"the record of point {p.id} describes another point; fix or delete that line and run "
-                            "again", path=path, field=f"line {resumed.lines[p.id]}")
+        for engine in ENGINES:
+            rec = resumed.records.get((p.id, engine))
+            if rec is not None and rec["point"] != json.loads(json.dumps(p.to_dict())):
+                raise SpecError(f"the record of point {p.id} describes another point; fix or delete that line and "
+                                "run again", path=path, field=f"line {resumed.lines[(p.id, engine)]}")
 
 
 # ---------------------------------------------------------------------------------------- the sweep
@@ -236,6 +253,14 @@ class SweepOutcome:
     computed: int
     backend: str
     records: list[dict[str, Any]] = field(default_factory=list)
+    engine: str = "simulation"
+    other_engine: int = 0
+    """Records of the spec's points that a sweep with the other engine wrote, kept in the file, not used."""
+
+    @property
+    def fallbacks(self) -> Counter:
+        """Points of an analytic sweep simulated instead, by the evaluator's reason (`supports`)."""
+        return Counter(r["analytic_refused"] for r in self.records if "analytic_refused" in r)
 
 
 def _chunks(points: list[SweepPoint], size: int) -> Iterator[list[SweepPoint]]:
@@ -249,11 +274,13 @@ def chunk_size(n: int, workers: int) -> int:
     return max(1, min(32, n // max(1, workers * 8)))
 
 
-def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool,
+def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool, engine: str,
               done: Callable[[list[dict[str, Any]]], None]) -> None:
     import multiprocessing
 
     import dlsim.api.simulate  # noqa: F401  (loaded before the workers fork: they start warm)
+    if engine == "analytic":
+        import dlsim.api.analytic  # noqa: F401
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
     it = iter(chunks)
@@ -264,7 +291,7 @@ def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool,
                 chunk = next(it, None)
                 if chunk is None:
                     break
-                pending.add(pool.submit(evaluate_chunk, chunk, model_only))
+                pending.add(pool.submit(evaluate_chunk, chunk, model_only, engine))
             if not pending:
                 return
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -272,10 +299,10 @@ def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool,
                 done(f.result())
 
 
-def _run_inline(chunks: Iterable[list[SweepPoint]], model_only: bool,
+def _run_inline(chunks: Iterable[list[SweepPoint]], model_only: bool, engine: str,
                 done: Callable[[list[dict[str, Any]]], None]) -> None:
     for chunk in chunks:
-        done(evaluate_chunk(chunk, model_only))
+        done(evaluate_chunk(chunk, model_only, engine))
 
 
 def check_models(spec: SweepSpec) -> None:
@@ -295,8 +322,14 @@ def check_models(spec: SweepSpec) -> None:
 
 def run_sweep(spec: SweepSpec, out: Path | str, *, jobs: int | None = None, scheduler: str | None = None,
               dask_local: int | None = None, progress: Callable[[int, int], None] | None = None,
-              sync: bool = True, chunk: int | None = None) -> SweepOutcome:
+              sync: bool = True, chunk: int | None = None, analytic: bool = False) -> SweepOutcome:
     """Simulate every point of `spec` not already in `out`, appending records as they finish.
+
+    `analytic` prices each point with the analytic evaluator instead (`dlsim.api.analytic`,
+    milliseconds a point); a point whose strategy it does not model (`dlsim.plan.evaluate.supports`)
+    is simulated, its record saying why (``analytic_refused``). Every record names the engine that
+    priced it; a resumed file's records of the other engine are kept there but neither reused nor
+    counted (`record_key`): the points they stand for are priced again.
 
     `jobs` local worker processes (default: the CPU count; 1 runs in this process); `scheduler`
     (``tcp://host:port``) or `dask_local` (N local worker processes on the loopback) use Dask.
@@ -315,19 +348,21 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, jobs: int | None = None, sche
         check_output(out, option="results", resume=True)
         with ResultsLog(out, sync=sync) as log:
             return _run_locked(spec, out, log, jobs=jobs, scheduler=scheduler, dask_local=dask_local,
-                               progress=progress, chunk=chunk)
+                               progress=progress, chunk=chunk, engine="analytic" if analytic else "simulation")
 
 
 def _run_locked(spec: SweepSpec, out: Path, log: ResultsLog, *, jobs: int | None, scheduler: str | None,
                 dask_local: int | None, progress: Callable[[int, int], None] | None,
-                chunk: int | None) -> SweepOutcome:
+                chunk: int | None, engine: str) -> SweepOutcome:
     """`run_sweep` once the results file is this run's alone."""
-    existing = read_log(out, RECORD_KIND, check_record, repair=True)
+    existing = read_log(out, RECORD_KIND, check_record, repair=True, key=record_key)
     points = list(spec.points())
     _check_points(out, existing, points)
-    todo = [p for p in points if p.id not in existing.records]
+    mine = {rid: rec for (rid, used), rec in existing.records.items() if used == engine}
+    other = sum((p.id, e) in existing.records for p in points for e in ENGINES if e != engine)
+    todo = [p for p in points if p.id not in mine]
     resumed = len(points) - len(todo)
-    records = {p.id: existing.records[p.id] for p in points if p.id in existing.records}
+    records = {p.id: mine[p.id] for p in points if p.id in mine}
     total = len(points)
     workers = dask_local or jobs or os.cpu_count() or 1
     size = chunk or chunk_size(len(todo), workers)
@@ -347,18 +382,18 @@ def _run_locked(spec: SweepSpec, out: Path, log: ResultsLog, *, jobs: int | None
     if scheduler or dask_local:
         from dlsim.api.sweep_dask import run_dask
         backend = f"dask {scheduler}" if scheduler else f"dask local ({dask_local} workers)"
-        lost = run_dask(_chunks(todo, size), evaluate_chunk, spec.model_only, done, scheduler=scheduler,
-                        local_workers=dask_local, fail=failed_records)
+        lost = run_dask(_chunks(todo, size), functools.partial(evaluate_chunk, engine=engine), spec.model_only, done,
+                        scheduler=scheduler, local_workers=dask_local, fail=functools.partial(failed_records, engine=engine))
         if lost["resubmitted"] or lost["split"]:
             backend += (f"; {lost['resubmitted']} batches submitted again after the scheduler was lost, "
                         f"{lost['split']} split after their workers died")
     elif workers == 1 or len(todo) <= size:
         backend = "in process"
-        _run_inline(_chunks(todo, size), spec.model_only, done)
+        _run_inline(_chunks(todo, size), spec.model_only, engine, done)
     else:
         backend = f"process pool ({workers} workers)"
-        _run_pool(_chunks(todo, size), workers, spec.model_only, done)
-    return SweepOutcome(spec, out, total, resumed, len(todo), backend, [records[p.id] for p in points])
+        _run_pool(_chunks(todo, size), workers, spec.model_only, engine, done)
+    return SweepOutcome(spec, out, total, resumed, len(todo), backend, [records[p.id] for p in points], engine, other)
 
 
 # ------------------------------------------------------------------------------------------ summary

@@ -55,7 +55,7 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("Output", ["--csv", "--json", "--plot", "--force", "--help"]),
     ],
     "dlsim sweep": [
-        ("Run", ["--out", "--jobs", "--stack", "--quiet"]),
+        ("Run", ["--out", "--jobs", "--stack", "--analytic", "--quiet"]),
         ("Dask", ["--scheduler", "--dask-local"]),
         ("Output", ["--summary", "--plot", *_OUTPUT]),
     ],

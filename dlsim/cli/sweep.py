@@ -1,4 +1,5 @@
-"""``dlsim sweep SPEC.yaml``: simulate a grid of models x clusters x strategies x sizes, resumably."""
+"""``dlsim sweep SPEC.yaml``: simulate (or price analytically) a grid of models x clusters x strategies
+x sizes, resumably."""
 
 from __future__ import annotations
 
@@ -70,14 +71,21 @@ def summary_csv(s: dict[str, Any]) -> str:
 @click.option("--stack", metavar="NAME|FILE",
               help="Software stack of every point the spec does not give one (dlsim stacks); a spec compares "
                    "stacks with grid: {stack: [pytorch, megatron-core]}.")
+@click.option("--analytic", is_flag=True,
+              help="Price each point with the analytic evaluator (what simulate --analytic gives: milliseconds a "
+                   "point, held to the simulation within a few percent) instead of simulating it. A point it does "
+                   "not model (parameter-server sync, layer groups, run-time variability, gradient compression) is "
+                   "simulated instead, its record saying why (analytic_refused). Records name their engine; "
+                   "resuming a file with the other engine prices its points again and keeps the old records.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display (it is drawn on a terminal only, on stderr).")
 @force_option
 def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | None, dask_local: int | None,
-              summary_out: str | None, plot_out: str | None, json_out: bool, stack: str | None, quiet: bool) -> None:
+              summary_out: str | None, plot_out: str | None, json_out: bool, stack: str | None, analytic: bool,
+              quiet: bool) -> None:
     """Simulate every point of the grid in SPEC (YAML: models, clusters, gpus, global_batch, grid,
-    fixed). Each result is appended to --out as it finishes; run the same command again after an
-    interruption and it resumes where it stopped. Ends with the best strategy per model x cluster x
-    GPUs and the infeasible points counted by reason."""
+    fixed), or with --analytic price it with the analytic evaluator. Each result is appended to --out
+    as it finishes; run the same command again after an interruption and it resumes where it stopped.
+    Ends with the best strategy per model x cluster x GPUs and the infeasible points counted by reason."""
     if scheduler and dask_local:
         raise click.UsageError("give --scheduler or --dask-local, not both")
     if scheduler or dask_local:
@@ -97,12 +105,18 @@ def sweep_cmd(spec: str, out: str | None, jobs: int | None, scheduler: str | Non
     for f in (f for p in named for f in ([p] if p.is_file() else p.glob("*") if p.is_dir() else [])):
         if same_file(f, results):
             raise OutputError(f"--out {results} is an input of this run; refusing to overwrite it")
-    resumable(f"every point simulated so far (in {results})")
+    resumable(f"every point priced so far (in {results})")
     with Progress(enabled=False if quiet else None, label="points", tick=True) as bar:
-        outcome = run_sweep(s, results, jobs=jobs, scheduler=scheduler, dask_local=dask_local,
+        outcome = run_sweep(s, results, jobs=jobs, scheduler=scheduler, dask_local=dask_local, analytic=analytic,
                             progress=lambda done, total: bar.update(done, total, "points"))
-    click.echo(f"{outcome.total} points ({outcome.resumed} resumed, {outcome.computed} simulated, "
+    how = "priced analytically" if analytic else "simulated"
+    click.echo(f"{outcome.total} points ({outcome.resumed} resumed, {outcome.computed} {how}, "
                f"{outcome.backend}): {results}", err=True)
+    for reason, n in outcome.fallbacks.most_common():
+        click.echo(f"  {n} simulated instead: {reason}", err=True)
+    if outcome.other_engine:
+        other = "simulation" if analytic else "analytic evaluator"
+        click.echo(f"  {outcome.other_engine} records of the {other} in the file kept, not used", err=True)
     summary = summarize(s, outcome.records)
     if json_out:
         click.echo(json.dumps(summary, indent=1, allow_nan=False))

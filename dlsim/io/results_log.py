@@ -26,7 +26,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,18 +60,20 @@ def parse_line(line: bytes) -> Any:
 
 @dataclass
 class Resumed:
-    """The records of a results file by id (the first of each id), the line each came from, and how
-    many later lines repeated an id already there."""
+    """The records of a results file by key (the id, or the caller's `key`; the first of each key),
+    the line each came from, and how many later lines repeated a key already there."""
 
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
-    lines: dict[str, int] = field(default_factory=dict)
+    records: dict[Hashable, dict[str, Any]] = field(default_factory=dict)
+    lines: dict[Hashable, int] = field(default_factory=dict)
     repeated: int = 0
     cut_bytes: int = 0
 
 
 def read_log(path: Path | str, kind: str, check: Callable[[dict[str, Any]], str | None] | None = None,
-             repair: bool = False) -> Resumed:
-    """The validated records of `kind` in the results file `path` (empty when it does not exist).
+             repair: bool = False, key: Callable[[dict[str, Any]], Hashable] | None = None) -> Resumed:
+    """The validated records of `kind` in the results file `path` (empty when it does not exist), by
+    `key(record)` (default: the id; a sweep keys by id and engine, so that one file holds a point
+    priced by each engine).
 
     A line that is not a JSON object with a string ``id`` and ``"kind": kind``, or that `check`
     finds wrong (it returns the reason), is a `SpecError` naming the line. With `repair`, a last line
@@ -104,11 +106,12 @@ def read_log(path: Path | str, kind: str, check: Callable[[dict[str, Any]], str 
         problem = check(rec) if check is not None else None
         if problem:
             raise SpecError(f"{problem}; fix or delete that line and run again", path=path, field=where)
-        if rec["id"] in out.records:
+        name = rec["id"] if key is None else key(rec)
+        if name in out.records:
             out.repeated += 1
             continue
-        out.records[rec["id"]] = rec
-        out.lines[rec["id"]] = number
+        out.records[name] = rec
+        out.lines[name] = number
     if cut < len(data):
         tail = data[cut:]
         if not tail.startswith(RECORD_START):  # not a record cut short: someone else's file, or damage

@@ -29,7 +29,7 @@ estimate's note says why.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from dlsim.cost.collectives import ALGORITHMS, choose_algorithm, collective_time, expand_schedule, make_costs
 from dlsim.cost.collectives.measured import MeasuredCollectives
@@ -38,7 +38,7 @@ from dlsim.cost.collectives.traffic import patterns
 from dlsim.cost.fabric import Link
 from dlsim.cost.p2p import p2p_model
 from dlsim.errors import SpecError
-from dlsim.plan.comm import INTER, INTRA, Layout, Transfer, parse_sparse_op
+from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, Transfer, parse_sparse_op
 from dlsim.plan.contention import Contention
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Cluster, LinkTier
@@ -183,3 +183,32 @@ class ClusterPricer:
         at most its whole time): the part a shared network stretches."""
         model = self._p2p[tier]
         return min(float(model.payload(float(nbytes))) * model.gap_per_byte, float(model.time(float(nbytes))))
+
+
+class MemoPricer:
+    """A `CommPricer` with its prices remembered: collective and point-to-point prices are pure
+    functions of their arguments, and a sweep or a script asks for the same ones again and again
+    (every bucket of every strategy with the same layout). Same prices, same events, same result;
+    everything else is the wrapped pricer's."""
+
+    def __init__(self, inner: CommPricer):
+        self._inner = inner
+        self._coll: dict[tuple, Estimate] = {}
+        self._p2p: dict[tuple, Estimate] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
+        key = (op, float(nbytes), tuple(ranks))
+        hit = self._coll.get(key)
+        if hit is None:
+            hit = self._coll[key] = self._inner.collective(op, nbytes, ranks)
+        return hit
+
+    def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:
+        key = (float(nbytes), src, dst)
+        hit = self._p2p.get(key)
+        if hit is None:
+            hit = self._p2p[key] = self._inner.p2p(nbytes, src, dst)
+        return hit

@@ -58,6 +58,9 @@ def flops_per_sample(model: Model, dtype: str) -> float:
                    lambda: sum(layer_cost(layer, 1, dtype).flops for layer in model.layers))
 
 
+SHARED_TABLES = 32
+"""Layer tables kept per model across builders (`ScenarioBuilder._shared`), the latest ones."""
+
 PricerFactory = Callable[[Layout, str], CommPricer]
 """`factory(layout, collective algorithm)`: the communication pricer of one rank layout."""
 
@@ -218,6 +221,8 @@ class ScenarioBuilder:
         self._local: dict[tuple, tuple[Model, dict[str, LayerSplit]]] = {}
         self._cuts: list[int] | None = None
         self._timers: dict[tuple, Callable[[float], Estimate]] = {}
+        self.kept: dict[object, object] = {}
+        """What higher layers derive from this builder and keep with it (`Evaluator.of`'s evaluator)."""
 
     # -- the layer table -----------------------------------------------------------------------
     def local_model(self, cp: int, grid: tuple[int, int] = (1, 1)) -> Model:
@@ -243,28 +248,61 @@ class ScenarioBuilder:
             + ((spatial,) if spatial else ())
         t = self._base_tables.get(key)
         if t is None:
-            local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
-            fusions = frozenset(fused)
-            if layer_groups:
-                modes = group_modes(self.model, layer_groups)
-                batch, degree = batches_and_degrees(modes, dp, mbs, tp)
-            else:
-                batch, degree = mbs, tp
-            entries = build_layer_table(local, self.device, self.dtype, batch=batch, tp=degree, tables=self.tables,
-                                        ep=ep, ep_overlap=ep_overlap, overrides=self.layer_overrides,
-                                        sequence_parallel=sp, fused=fusions,
-                                        forced=forced_splits(modes) if layer_groups else None)
-            if layer_groups:
-                entries = add_transitions(local, entries, modes, dp, mbs, self.dtype, tp)
-            entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, fusions)
-            entries = add_halos(entries, splits, self.dtype, spatial[1] if spatial else True)
-            if self.fp8:
-                entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
-            if tp_comm_overlap:
-                entries = add_tp_overlap(entries, local, self.device, self.dtype, self.tables, fusions, self.fp8,
-                                         output_head(local))
-            t = self._base_tables[key] = LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
+            t = self._base_tables[key] = self._shared(("base",) + key, lambda: self._build_base(
+                tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, tp_comm_overlap, spatial))
         return t
+
+    def _shared(self, key: tuple, make: Callable[[], LayerTable]) -> LayerTable:
+        """The layer table `key` of this model built by `make`, shared by every builder of the process
+        with the same device, measured tables and dtype and no layer overrides: kept per model object
+        (`dlsim.spec.memo`, dropped with it), the latest `SHARED_TABLES`. A script predicting strategy
+        after strategy on one loaded model prices its layers once per table.
+
+        Why a kept table is never stale: a table is a pure function of the model, the device, the
+        tables, the dtype and `key` (every argument of its build; `key` names a gradient-accumulated
+        table's base by id, and that table holds its base). The model, the device and a `Strategy` are
+        frozen; the measured tables are read-only once loaded; layer overrides (a caller's mapping,
+        which could change) are never shared. The store holds the device and the tables it was built
+        with, so their ids cannot be reused by other objects while it is kept, and a hit is checked by
+        identity as well (tests/test_shared_tables.py)."""
+        if self.layer_overrides is not None:
+            return make()
+        store = derived(self.model, "layer tables", dict)
+        full = (id(self.device), id(self.tables), self.record_dtype) + key
+        got = store.get(full)
+        if got is not None and got[0] is self.device and got[1] is self.tables:
+            return got[2]
+        t = make()
+        if len(store) >= SHARED_TABLES:
+            store.pop(next(iter(store)))
+        store[full] = (self.device, self.tables, t)
+        return t
+
+    def _build_base(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...], ep: int, ep_overlap: bool, cp: int,
+                    microbatches: int, dp: int, layer_groups: tuple, tp_comm_overlap: bool,
+                    spatial: tuple) -> LayerTable:
+        """`base_table` built (`build_layer_table` and the transformations of the module docstring)."""
+        local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
+        fusions = frozenset(fused)
+        if layer_groups:
+            modes = group_modes(self.model, layer_groups)
+            batch, degree = batches_and_degrees(modes, dp, mbs, tp)
+        else:
+            batch, degree = mbs, tp
+        entries = build_layer_table(local, self.device, self.dtype, batch=batch, tp=degree, tables=self.tables,
+                                    ep=ep, ep_overlap=ep_overlap, overrides=self.layer_overrides,
+                                    sequence_parallel=sp, fused=fusions,
+                                    forced=forced_splits(modes) if layer_groups else None)
+        if layer_groups:
+            entries = add_transitions(local, entries, modes, dp, mbs, self.dtype, tp)
+        entries = add_rings(entries, local, self.device, self.dtype, cp, self.tables, fusions)
+        entries = add_halos(entries, splits, self.dtype, spatial[1] if spatial else True)
+        if self.fp8:
+            entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
+        if tp_comm_overlap:
+            entries = add_tp_overlap(entries, local, self.device, self.dtype, self.tables, fusions, self.fp8,
+                                     output_head(local))
+        return LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
 
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
               ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
@@ -282,8 +320,9 @@ class ScenarioBuilder:
             if accumulation <= 0:
                 t = base
             else:
-                t = LayerTable(with_grad_accumulation(base.entries, self.device, accumulation), base.costs,
-                               base.partitions, prefix=base.prefix, key=base.key, base=base)
+                t = self._shared(("accumulated", id(base), accumulation), lambda: LayerTable(
+                    with_grad_accumulation(base.entries, self.device, accumulation), base.costs, base.partitions,
+                    prefix=base.prefix, key=base.key, base=base))
             self._layer_tables[key] = t
         return t
 

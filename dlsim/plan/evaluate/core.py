@@ -47,9 +47,13 @@ class Evaluator(LowerBounds, MemoryModel):
 
     @classmethod
     def of(cls, builder: ScenarioBuilder) -> "Evaluator":
-        """The evaluator of the scenarios `builder` makes."""
-        return cls(builder.model, builder.cluster, builder.record_dtype, builder._pricer, builder.tables,
-                   builder=builder)
+        """The evaluator of the scenarios `builder` makes, one per builder (kept in `builder.kept`), so
+        that a caller keeping a builder across predictions (a sweep's worker) keeps the evaluator's caches."""
+        got = builder.kept.get(cls)
+        if got is None:
+            got = builder.kept[cls] = cls(builder.model, builder.cluster, builder.record_dtype, builder._pricer,
+                                          builder.tables, builder=builder)
+        return got
 
     # -- the scenario's pieces (`dlsim.plan.scenario`) ----------------------------------------
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
