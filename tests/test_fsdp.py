@@ -15,6 +15,7 @@ from dlsim.errors import SpecError
 from dlsim.plan.comm import INTER, INTRA, Layout
 from dlsim.plan.zero import sharded_sync
 from dlsim.results import Estimate, Source
+from dlsim.spec.strategy import Strategy
 
 TINY = {"layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn_hidden": 512, "seq_len": 256, "vocab": 1000}
 PER_NODE = 8
@@ -89,9 +90,11 @@ def test_groups_and_steps():
     lay = Layout(16, 1, 1, 8)
     assert lay.shard_group(3, 0, 0) == list(range(8))
     assert lay.replica_group(3, 0, 0) == [3, 11]
-    assert sharded_sync(0, False, 8.0, 16, 1) == [("allreduce", 8.0, "dp")]
-    assert sharded_sync(3, False, 8.0, 16, 1) == [("reduce_scatter", 8.0, "dp")]
-    assert sharded_sync(3, True, 8.0, 8, 2) == [("reduce_scatter", 8.0, "shard"), ("allreduce", 1.0, "replica")]
+    assert sharded_sync(Strategy(zero=0), 8.0, 16, 1) == [("allreduce", 8.0, "dp")]
+    assert sharded_sync(Strategy(zero=3), 8.0, 16, 1) == [("reduce_scatter", 8.0, "dp")]
+    assert sharded_sync(Strategy(zero=3, hybrid_shard=True), 8.0, 8, 2) == \
+        [("reduce_scatter", 8.0, "shard"), ("allreduce", 1.0, "replica")]
+    assert sharded_sync(Strategy(zero=1, zero_grad_reduce="allreduce"), 8.0, 16, 1) == [("allreduce", 8.0, "dp")]
 
 
 def test_bad_hybrid():

@@ -109,3 +109,47 @@ def test_fp32_reduction_doubles_the_bf16_gradient_bytes():
     assert gb(fp32) == pytest.approx(2 * gb(bf16), rel=1e-9)
     assert gb(bf16) == pytest.approx(params * 2 / DP, rel=1e-9)
     assert fp32.iteration_time_s > bf16.iteration_time_s
+
+
+def test_zero1_allreduce_prices_the_whole_buffer_on_both_clocks(monkeypatch):
+    """zero_grad_reduce allreduce (DeepSpeed 0.6.5's BF16_Optimizer): ZeRO-1's gradient buckets are
+    all-reduced whole after the flush; the reduction the simulation runs is the all-reduce closed form
+    of each bucket, one after another (it replaces the reduce-scatter's), and the evaluator agrees."""
+    from simkit import captured_graph
+
+    from dlsim.api.simulate import _default_pricer
+    from dlsim.io.kernel_tables import load_kernel_times
+    from dlsim.plan.evaluate import Evaluator
+    model, cluster = _setup()
+    kw = dict(dp=DP, zero=1, microbatch_size=1, num_microbatches=2, stack="eager", dtype="fp32", overlap=False)
+    rs = simulate(model, cluster, **kw)
+    ar = simulate(model, cluster, zero_grad_reduce="allreduce", **kw)
+    s = make_strategy(**kw)
+    entries = build_layer_table(model, cluster.device, "fp32", batch=1, tp=1)
+    nbytes = [b.nbytes for b in gradient_buckets(entries, s, "fp32", lambda e: e.params > 0)]
+    pricer = ClusterPricer(cluster, Layout(DP, 1, 1, cluster.devices_per_node), "auto")
+    ranks = list(range(DP))
+    closed = {op: sum(pricer.collective(op, n, ranks).seconds for n in nbytes) for op in ("allreduce", "reduce_scatter")}
+    g = captured_graph(monkeypatch, model, cluster, zero_grad_reduce="allreduce", **kw)
+    syncs = [t for t in g.tasks if t.label and t.label[0] == "G" and t.device == g.tasks[0].device]
+    assert {t.info["op"] for t in syncs} == {"allreduce"} and len(syncs) == len(nbytes)
+    assert sum(t.duration for t in syncs) == pytest.approx(closed["allreduce"], rel=1e-9)
+    assert ar.iteration_time_s - rs.iteration_time_s == pytest.approx(
+        closed["allreduce"] - closed["reduce_scatter"], rel=1e-6, abs=1e-9)
+    assert closed["allreduce"] > closed["reduce_scatter"]
+    assert ar.devices[0].memory == rs.devices[0].memory  # the buffer ZeRO-1 keeps whole either way
+    ev = Evaluator(model, cluster, "fp32", lambda lay, algo: _default_pricer(cluster, lay, algo, True),
+                   load_kernel_times(cluster)[0] if cluster.tables else None)
+    for sim, reduce in ((rs, "reduce_scatter"), (ar, "allreduce")):
+        got = ev.evaluate(replace(s, zero_grad_reduce=reduce))
+        assert not got.approximate and got.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("fields", [dict(zero=0), dict(zero=2), dict(zero=1, hybrid_shard=True)])
+def test_zero1_allreduce_refused_elsewhere(fields):
+    """zero_grad_reduce allreduce is ZeRO-1's without hybrid sharding: anything else is refused, naming
+    the field."""
+    from dlsim.errors import SpecError
+    with pytest.raises(SpecError, match="applies to zero 1") as err:
+        make_strategy(dp=16, zero_grad_reduce="allreduce", **fields)
+    assert err.value.field == "zero_grad_reduce"

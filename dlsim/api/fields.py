@@ -53,6 +53,7 @@ class StrategyFields(TypedDict, total=False):
     offload: str
     optimizer_impl: str
     grad_reduce_dtype: str
+    zero_grad_reduce: str
     param_gather_overlap: bool
     tp_comm_overlap: bool
     spatial: int

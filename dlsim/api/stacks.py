@@ -42,9 +42,19 @@ def apply_stack(stack: Stack, fields: Mapping[str, Any], given: Iterable[str], m
         dtype = device_dtype(stack.values["dtype"], cluster.device.peak_flops)
     sp = fields.get("sequence_parallel") if "sequence_parallel" in given else None
     out = {**stack_fields(stack, given, tp if isinstance(tp, int) else 1, dtype,
-                          sp if isinstance(sp, bool) else None), **fields}
+                          sp if isinstance(sp, bool) else None, _zero1(stack, fields, given)), **fields}
     out["stack"] = stack.name
     return out
+
+
+def _zero1(stack: Stack, fields: Mapping[str, Any], given: set[str]) -> bool | None:
+    """Whether the strategy runs ZeRO-1 without hybrid sharding, where the caller set `zero` or
+    `hybrid_shard` (a searched `zero`, named in `given` without a value, runs other stages: False);
+    None where it set neither (the stack's zero decides)."""
+    if "zero" not in given and "hybrid_shard" not in given:
+        return None
+    zero = fields["zero"] if "zero" in fields else (None if "zero" in given else stack.values.get("zero", 0))
+    return zero == 1 and fields.get("hybrid_shard") is not True
 
 
 def stack_record(stack: Stack, why: str, given: Iterable[str]) -> dict[str, Any]:

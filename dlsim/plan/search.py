@@ -65,6 +65,9 @@ class SearchSpace:
     tp_comm_overlap: tuple[bool, ...] = (False,)
     """Tensor-parallel overlap choices of the candidates with sequence parallelism (`dlsim.plan.tpoverlap`):
     (False, True) where the software stack runs it."""
+    zero_grad_reduce: str = "reduce_scatter"
+    """The gradient collective of the ZeRO-1 candidates without hybrid sharding (the software stack's,
+    `dlsim.plan.zero.gradient_collective`); the other stages reduce-scatter."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "global_batch": self.global_batch, "schedules": list(self.schedules),
@@ -73,7 +76,8 @@ class SearchSpace:
                 "max_microbatch_size": self.max_microbatch_size,
                 "tp_within_node": not self.tp_across_nodes, "fixed": dict(self.fixed), "cp": list(self.cp),
                 "hybrid_shard": list(self.hybrid_shard), "offload": list(self.offload),
-                "tp_comm_overlap": list(self.tp_comm_overlap), "spatial": list(self.spatial)}
+                "tp_comm_overlap": list(self.tp_comm_overlap), "spatial": list(self.spatial),
+                "zero_grad_reduce": self.zero_grad_reduce}
 
 
 @dataclass
@@ -204,8 +208,10 @@ def _sharding_and_offload(s: Strategy, space: SearchSpace, fixed: dict, dropped:
             if not hybrid and off == "none":
                 yield s
                 continue
+            # the stack's ZeRO-1 all-reduce (`SearchSpace.zero_grad_reduce`) is not hybrid sharding's
+            x = replace(s, zero_grad_reduce="reduce_scatter") if hybrid and "zero_grad_reduce" not in fixed else s
             try:
-                yield validate_strategy(replace(s, hybrid_shard=hybrid, offload=off))
+                yield validate_strategy(replace(x, hybrid_shard=hybrid, offload=off))
             except SpecError as exc:
                 dropped[f"invalid: {exc}"] += 1
 
@@ -244,10 +250,12 @@ def _schedules(space, fixed, constant, dropped, allowed, dp, tp, pp, mbs, m, uni
                     for zero in (space.zero if dp > 1 else (0,)):
                         if not allowed("zero", zero):
                             continue
+                        reduce = {"zero_grad_reduce": space.zero_grad_reduce} \
+                            if zero == 1 and "zero_grad_reduce" not in constant else {}
                         try:
                             yield make_strategy(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, num_microbatches=m,
                                                 schedule=sched, virtual_stages=v, recompute=rec, sequence_parallel=sp,
-                                                zero=zero, tp_comm_overlap=overlap, **constant)
+                                                zero=zero, tp_comm_overlap=overlap, **reduce, **constant)
                         except SpecError as exc:
                             dropped[f"invalid: {exc}"] += 1
 

@@ -149,12 +149,12 @@ class DeviceSync:
     def _bucket(self, k: int, j: int, i: int, ready: int) -> None:
         b, s = self.b, self.s
         bucket = b.buckets[k][j]
-        base = gradient_collective(s.zero)
+        base = gradient_collective(s)
         plan = plan_sync(s.compression, bucket.nbytes, reduce_element_bytes(s, self.b.x.dtype),
                          s.dp_cp, base)
         steps = [(op, nbytes, bucket.group) for op, nbytes in plan.collectives]
         if s.zero:  # uncompressed (compression needs zero 0): sharded, maybe hybrid
-            steps = sharded_sync(s.zero, s.hybrid_shard, bucket.nbytes, self.shard, self.replicas)
+            steps = sharded_sync(s, bucket.nbytes, self.shard, self.replicas)
             if bucket.group == EDP:  # routed experts' gradients: sharded over the expert-data-parallel group
                 steps = [(op, nbytes, EDP) for op, nbytes, _ in steps]
         deps = [ready]

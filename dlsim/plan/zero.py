@@ -36,9 +36,18 @@ def model_state_bytes(params: float, dtype: str, optimizer: str, zero: int, dp: 
     return {"weights": weights, "gradients": grads, "optimizer": opt}
 
 
-def gradient_collective(zero: int) -> str:
-    """The collective that synchronises gradient buckets: all-reduce, or reduce-scatter when sharded."""
-    return "allreduce" if zero == 0 else "reduce_scatter"
+def gradient_collective(s) -> str:
+    """The collective that synchronises strategy `s`'s gradient buckets: all-reduce unsharded (zero
+    0), reduce-scatter when sharded, but an all-reduce of the whole buffer for ZeRO-1 with
+    `zero_grad_reduce` ``allreduce``: DeepSpeed 0.6.5's pipeline engine with its BF16_Optimizer
+    reduces the full fp32 gradient buffer (cast to bf16 buckets) on every rank before each rank
+    steps on its shard (microsoft/DeepSpeed@8164ea9 deepspeed/runtime/pipe/engine.py
+    `_bf16_reduce_grads` -> engine.py `buffered_allreduce_fallback`), 2·(N−1)/N·B per rank instead
+    of the reduce-scatter's (N−1)/N·B. The one place both clocks read (the simulation's
+    `dlsim.plan.syncplan`, the evaluator's timing and bounds)."""
+    if s.zero == 0 or (s.zero == 1 and s.zero_grad_reduce == "allreduce"):
+        return "allreduce"
+    return "reduce_scatter"
 
 
 def reduces_every_microbatch(zero: int) -> bool:
@@ -76,18 +85,21 @@ def optimizer_share(zero: int, dp: int) -> float:
     return 1.0 / dp if zero >= 1 else 1.0
 
 
-def sharded_sync(zero: int, hybrid: bool, nbytes: float, shard: int, replicas: int) -> list[tuple[str, float, str]]:
-    """The gradient synchronisation of one bucket of `nbytes` as (collective, bytes, group) steps.
+def sharded_sync(s, nbytes: float, shard: int, replicas: int) -> list[tuple[str, float, str]]:
+    """The gradient synchronisation of one bucket of `nbytes` under strategy `s` as (collective,
+    bytes, group) steps.
 
-    Unsharded (zero 0): one all-reduce over the dp x cp group. Sharded: a reduce-scatter over the
-    shard group (all of dp x cp, or with `hybrid` the node's `shard` ranks); hybrid sharding then
-    all-reduces the 1/shard slice across the `replicas` shard groups (PyTorch FSDP HYBRID_SHARD,
-    Zhao et al., "PyTorch FSDP", VLDB 2023, §3.2.2; DeepSpeed's MiCS).
+    Unsharded (zero 0) or ZeRO-1 all-reducing (`gradient_collective`): one all-reduce over the dp x cp
+    group. Sharded: a reduce-scatter over the shard group (all of dp x cp, or with `s.hybrid_shard`
+    the node's `shard` ranks); hybrid sharding then all-reduces the 1/shard slice across the
+    `replicas` shard groups (PyTorch FSDP HYBRID_SHARD, Zhao et al., "PyTorch FSDP", VLDB 2023,
+    §3.2.2; DeepSpeed's MiCS).
     Per rank this moves 2·(N−1)/N·B for the all-reduce and (S−1)/S·B + 2·(R−1)/R·B/S for hybrid.
     """
-    if not zero:
+    base = gradient_collective(s)
+    if base == "allreduce":
         return [("allreduce", nbytes, "dp")]
-    if not hybrid:
+    if not s.hybrid_shard:
         return [("reduce_scatter", nbytes, "dp")]
     steps = [("reduce_scatter", nbytes, "shard")] if shard > 1 else []
     if replicas > 1:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Collection, Mapping
 
-STACK_KEYS = ("dtype", "fused_kernels", "optimizer", "optimizer_impl", "grad_accumulation", "grad_reduce_dtype", "tp_async_backward", "sequence_parallel",
+STACK_KEYS = ("dtype", "fused_kernels", "optimizer", "optimizer_impl", "grad_accumulation", "grad_reduce_dtype", "zero_grad_reduce",
+              "tp_async_backward", "sequence_parallel",
               "tp_comm_overlap", "p2p_overlap", "p2p_scatter_gather", "overlap", "bucket_size", "first_bucket_size", "zero",
               "param_gather_overlap", "recompute")
 """The strategy fields a stack may set (`dlsim.spec.strategy.Strategy`). The layout (dp, tp, pp, cp,
@@ -27,6 +28,11 @@ NEEDS_TP = ("sequence_parallel", "tp_async_backward", "tp_comm_overlap")
 NEEDS_SP = ("tp_comm_overlap",)
 """Keys that only mean something with sequence parallelism: a stack's value applies when the strategy
 runs it (the caller's `sequence_parallel`, else the stack's)."""
+
+NEEDS_ZERO1 = ("zero_grad_reduce",)
+"""Keys that only mean something with ZeRO-1 without hybrid sharding: a stack's value applies when the
+strategy runs zero 1 (the caller's `zero`, else the stack's; not when a search varies it) unsharded
+across nodes."""
 
 
 @dataclass(frozen=True)
@@ -57,17 +63,22 @@ class Stack:
 
 
 def stack_fields(stack: Stack, given: Collection[str], tp: int, dtype: str | None,
-                 sequence_parallel: bool | None = None) -> dict[str, Any]:
+                 sequence_parallel: bool | None = None, zero1: bool | None = None) -> dict[str, Any]:
     """The strategy fields `stack` adds to those `given` (which win): every value of the stack the
-    caller did not set, but those that need tensor parallelism when tp < 2 and those that need
-    sequence parallelism without it (`sequence_parallel`: the caller's value, None when not given),
+    caller did not set, but those that need tensor parallelism when tp < 2, those that need
+    sequence parallelism without it (`sequence_parallel`: the caller's value, None when not given)
+    and those that need unsharded-across-nodes ZeRO-1 without it (`zero1`: whether the caller's
+    strategy runs it, None when the caller set neither zero nor hybrid sharding: the stack's zero),
     and the stack's dtype as `dtype` (the device's closest precision, `device_dtype`, decided by the
     caller) when given."""
     out: dict[str, Any] = {}
     if sequence_parallel is None:
         sequence_parallel = bool(stack.values.get("sequence_parallel", False)) and tp >= 2
+    if zero1 is None:
+        zero1 = stack.values.get("zero", 0) == 1
     for key, value in stack.values.items():
-        if key in given or (key in NEEDS_TP and tp < 2) or (key in NEEDS_SP and not sequence_parallel):
+        if key in given or (key in NEEDS_TP and tp < 2) or (key in NEEDS_SP and not sequence_parallel) \
+                or (key in NEEDS_ZERO1 and not zero1):
             continue
         if key == "dtype":
             if dtype is None:

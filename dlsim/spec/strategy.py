@@ -30,6 +30,9 @@ them at the gathered batch: model (tensor parallelism's column/row alternation),
 convolution and fully connected layer split by input channels) or filter (by output channels)."""
 OPTIMIZERS = ("sgd", "momentum", "adam")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+ZERO_GRAD_REDUCES = ("reduce_scatter", "allreduce")
+"""`zero_grad_reduce`: how ZeRO-1 reduces the gradients before each rank steps on its shard
+(`dlsim.plan.zero.gradient_collective`)."""
 """How the optimizer step runs (strategy key `optimizer_impl`): one fused kernel per group of
 tensors (apex / Transformer Engine FusedAdam, torch ``fused=True``), PyTorch's multi-tensor
 ``_foreach`` ops (one pass over the state per op), or one kernel per op and tensor; the traffic of
@@ -173,6 +176,10 @@ class Strategy:
     ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
     accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
     bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype.
+    `zero_grad_reduce` is the collective ZeRO-1 reduces the gradients with: ``reduce_scatter`` (each
+    rank receives its shard's sum, ZeRO §5.1) or ``allreduce`` (the whole buffer summed on every rank,
+    each then steps on its shard: DeepSpeed 0.6.5's BF16_Optimizer under the pipeline engine); only
+    with zero 1 and no hybrid sharding (`dlsim.plan.zero.gradient_collective`).
     `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
     iteration's first forward pass, each bucket's gather waited for by its first layer
     (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
@@ -227,6 +234,7 @@ class Strategy:
     offload: str = "none"
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
+    zero_grad_reduce: str = "reduce_scatter"
     param_gather_overlap: bool = False
     tp_comm_overlap: bool = False
     spatial: int = 1
@@ -285,6 +293,7 @@ class Strategy:
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
+            "zero_grad_reduce": self.zero_grad_reduce,
             "param_gather_overlap": self.param_gather_overlap, "tp_comm_overlap": self.tp_comm_overlap,
             "spatial": self.spatial, "spatial_w": self.spatial_w, "halo_overlap": self.halo_overlap,
             "stack": self.stack,
@@ -331,6 +340,7 @@ _RANGES: dict[str, Any] = {
     "schedule": Literal[SCHEDULES], "sync": Literal[SYNCS], "recompute": Literal[RECOMPUTE],
     "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
     "optimizer_impl": Literal[OPTIMIZER_IMPLS], "grad_reduce_dtype": Literal[GRAD_REDUCE_DTYPES],
+    "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES],
     "stack": Annotated[str, Field(max_length=4096)],
     "dtype": Optional[Literal[DTYPES]], "fused_kernels": Seq[Literal[FUSIONS]],
     "stage_partition": Optional[Seq[Count]], "layer_groups": Seq[LayerGroupRecord],
@@ -517,6 +527,9 @@ def validate_strategy(s: Strategy) -> Strategy:
     if s.hybrid_shard and not s.zero:
         raise SpecError("hybrid sharding shards a ZeRO stage's states within a node: needs zero 1, 2 or 3",
                         field="hybrid_shard")
+    if s.zero_grad_reduce != "reduce_scatter" and (s.zero != 1 or s.hybrid_shard):
+        raise SpecError(f"{s.zero_grad_reduce} of the gradients applies to zero 1 without hybrid sharding (got zero "
+                        f"{s.zero}{', hybrid_shard' if s.hybrid_shard else ''})", field="zero_grad_reduce")
     if s.offload != "none" and s.sync != "allreduce":
         raise SpecError(f"offload needs sync allreduce, got {s.sync}", field="offload")
     if s.cp > 1 and s.sync != "allreduce":

@@ -221,10 +221,10 @@ class LowerBounds:
         them); cached."""
         pricer = self.pricer(s)
         key = ("unit prices", t.key, a, b, replicas(s), s.zero, s.compression, s.bucket_size, s.first_bucket_size,
-               s.grad_reduce_dtype, s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
+               s.grad_reduce_dtype, s.zero_grad_reduce, s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
         got = self._cache.get(key)
         if got is None:
-            base = gradient_collective(s.zero)
+            base = gradient_collective(s)
             nbytes = self._bucket_bytes(s, t, a, b)
             element = reduce_element_bytes(s, self.dtype)
             got = self._cache[key] = (

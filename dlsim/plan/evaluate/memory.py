@@ -166,7 +166,7 @@ class MemoryModel:
         """Bytes of the gradient buckets of entries a..b, or with `gathered` of their parameters (the
         ZeRO-3 units' gathers; cached)."""
         key = ("bucket bytes", t.key, a, b, replicas(s) > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size,
-               s.grad_reduce_dtype, gathered)
+               s.grad_reduce_dtype, s.zero_grad_reduce, gathered)
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = [bu.gather_nbytes if gathered else bu.nbytes

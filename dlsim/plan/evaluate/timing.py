@@ -107,7 +107,7 @@ class Timing(StreamWalk):
     def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
         dp_ranks = self.dpg(stage)
         edp_ranks = edp_group(self.lay, self.s.ep, 0, 0, stage)
-        base = gradient_collective(self.s.zero)
+        base = gradient_collective(self.s)
         out: dict[int, list[float]] = {}
         for pos, st in enumerate(steps):
             for j in st.buckets:
@@ -129,7 +129,7 @@ class Timing(StreamWalk):
         a, b = self.ranges[k]
         key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, s.spatial, groups, s.recompute, s.recompute_layers,
                s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective,
-               s.grad_reduce_dtype, s.param_gather_overlap)
+               s.grad_reduce_dtype, s.zero_grad_reduce, s.param_gather_overlap)
         got = ev._cache.get(key)
         if got is not None:
             return got  # type: ignore[return-value]
@@ -147,7 +147,7 @@ class Timing(StreamWalk):
         # chunk of the table without it, shared by every micro-batch count
         fsig = self.t.base.signature(a, b, ev.instance)  # type: ignore[union-attr]
         fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets,
-                zero3 or first_gathers, s.grad_reduce_dtype)
+                zero3 or first_gathers, s.grad_reduce_dtype, s.zero_grad_reduce)
         forward = ev._cache.get(fkey)
         if forward is None:
             es = self.chunk_entries[k]
@@ -161,7 +161,7 @@ class Timing(StreamWalk):
         if units is not None and a0 != a:
             units = {i - a0 + a: u for i, u in units.items()}
         pkey = ("backward", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
-                zero3, s.grad_reduce_dtype)
+                zero3, s.grad_reduce_dtype, s.zero_grad_reduce)
         passes = ev._cache.get(pkey)
         if passes is None:
             es = self.chunk_entries[k]
@@ -186,7 +186,7 @@ class Timing(StreamWalk):
             rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
         rec, (r_t, r_c, r_m) = rec_time  # type: ignore[misc]
         if dp_sync and buckets:
-            lkey = ("launches", pkey, replicas(s), dpg, s.zero, s.collective, s.compression)
+            lkey = ("launches", pkey, replicas(s), dpg, s.zero, s.zero_grad_reduce, s.collective, s.compression)
             launches = ev._cache.get(lkey)
             if launches is None:
                 launches = ev._cache[lkey] = self._bucket_launches(bwd, buckets, r)
