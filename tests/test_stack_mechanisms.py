@@ -153,3 +153,18 @@ def test_zero1_allreduce_refused_elsewhere(fields):
     with pytest.raises(SpecError, match="applies to zero 1") as err:
         make_strategy(dp=16, zero_grad_reduce="allreduce", **fields)
     assert err.value.field == "zero_grad_reduce"
+
+
+def test_search_gives_the_stacks_zero1_allreduce_to_zero1_candidates_only():
+    """A stack's zero_grad_reduce (SearchSpace.zero_grad_reduce) goes to the ZeRO-1 candidates without
+    hybrid sharding; the other stages and the hybrid-sharded ones stay searchable, reduce-scattering."""
+    from collections import Counter
+
+    from dlsim.plan.search import SearchSpace, candidates
+    model, _ = _setup()
+    space = SearchSpace(16, 16, 8, hybrid_shard=(False, True), zero_grad_reduce="allreduce")
+    pool = list(candidates(model, space, Counter()))
+    seen = {(s.zero, s.hybrid_shard, s.zero_grad_reduce) for s in pool if s.dp > 1}
+    assert (1, False, "allreduce") in seen and (1, True, "reduce_scatter") in seen
+    assert {z for z, _, _ in seen} == {0, 1, 2, 3}
+    assert all(r == "reduce_scatter" for z, h, r in seen if z != 1 or h)

@@ -21,7 +21,8 @@ def _strategy_line(s: dict[str, Any]) -> str:
         parts.append(s["schedule"] + (f" (v={s['virtual_stages']})" if s["virtual_stages"] > 1 else ""))
     parts.append(f"sync {s['sync']}" + (f" s={s['staleness']}" if s["sync"] == "ssp" else ""))
     if s["zero"]:
-        parts.append(f"ZeRO-{s['zero']}" + (" hybrid-sharded" if s.get("hybrid_shard") else ""))
+        parts.append(f"ZeRO-{s['zero']}" + (" hybrid-sharded" if s.get("hybrid_shard") else "")
+                     + (" (gradients all-reduced)" if s.get("zero_grad_reduce") == "allreduce" else ""))
     if s.get("offload", "none") != "none":
         parts.append(f"offload {s['offload']}")
     if s["recompute"] != "none":
