@@ -335,6 +335,13 @@ class _Run:
                 start[tid] = self.group_start[t.group]
                 self._finish(tid)
                 continue
+            if t.category == "comm" and t.ports and not t.cross_stage and not t.parts and \
+                    not (flow_tasks and tid in flow_tasks) and (slow_segs is None or slow_segs[tid] is None):
+                # a priced collective takes its ports from a process of its own, as a group's collective
+                # does in the full run (`_run_group`), so that a tie with a transfer ready at the same
+                # instant is arbitrated the same way in the reduced and the full simulation
+                yield env.process(self._execute(tid, t))
+                continue
             ports = acquire[tid]
             held = []
             for p in ports:
