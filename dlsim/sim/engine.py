@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from dlsim.plan.taskgraph import COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
+from dlsim.plan.taskgraph import COMM, COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
 from dlsim.sim.flows import Network
 
 
@@ -335,7 +335,7 @@ class _Run:
                 start[tid] = self.group_start[t.group]
                 self._finish(tid)
                 continue
-            if t.category == "comm" and t.ports and not t.cross_stage and not t.parts and \
+            if t.category == COMM and t.ports and not t.cross_stage and not t.parts and \
                     not (flow_tasks and tid in flow_tasks) and (slow_segs is None or slow_segs[tid] is None):
                 # a priced collective takes its ports from a process of its own, as a group's collective
                 # does in the full run (`_run_group`), so that a tie with a transfer ready at the same

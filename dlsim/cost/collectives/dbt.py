@@ -143,6 +143,7 @@ def dbt_offsets(p: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(np.unique(up).tolist()), tuple(np.unique(down).tolist())
 
 
+@lru_cache(maxsize=256)
 def dbt_layout(p: int) -> tuple[tuple[tuple[int, int, int, int, int], ...], tuple[int, ...], tuple[int, ...]]:
     """Edges (tree, child, parent, up-offset 2h+σ, down-offset 2d(parent)+σ) and the sets V_up, V_down."""
     tree, child, parent, up, down = _offsets(p)
