@@ -13,6 +13,7 @@ which `walk` runs as numpy vectors, one level at a time; a shallow one is walked
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -65,7 +66,7 @@ def reused_structure(schedule: str, p: int, m: int, v: int) -> Structure | None:
     return structure(schedule, p, m, v)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def structure(schedule: str, p: int, m: int, v: int) -> Structure:
     """The dependency structure of `schedule` with p stages, m micro-batches, v chunks per stage: the
     stages' op orders run round-robin as far as each op's input is placed (the op-by-op walk's order)."""
@@ -139,3 +140,19 @@ def walk(st: Structure, f: Sequence[float], b: Sequence[float], c: Sequence[floa
         t, x = ends[prev], ends[dep] + transfers[trans]
         ends[j] = (t if t >= x else x) + durations[dur]
     return ends
+
+
+@lru_cache(maxsize=256)
+def op_steps(schedule: str, p: int, m: int, v: int) -> tuple[Structure, tuple[tuple, ...]]:
+    """`structure` with every step's op: per step (id, predecessor, input, transfer index, stage,
+    whether a forward, micro-batch, global chunk), in the order of `Structure.steps` (each stage's ops
+    in its op order, as `dlsim.plan.evaluate.pipeline.walk_ops` runs them), for walks whose ops are
+    timed by a caller (`dlsim.plan.evaluate.stream.StreamWalk._programs`)."""
+    st = structure(schedule, p, m, v)
+    ops = [stage_ops(schedule, p, m, v, r) for r in range(p)]
+    rows = []
+    for j, prev, dep, trans, _ in st.steps:
+        r = bisect_right(st.offsets, j) - 1
+        op = ops[r][j - st.offsets[r]]
+        rows.append((j, prev, dep, trans, r, op.kind == FORWARD, op.microbatch, op.chunk * p + r))
+    return st, tuple(rows)
