@@ -66,29 +66,33 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
     dep: Affine = (0.0, 0.0, 1.0)
     cons: list[Affine] = []
 
+    def record(x: Affine) -> None:
+        if x[1] or x[2]:  # a comparison of constants comes out the same way everywhere
+            cons.append(x)
+
     def larger(x: Affine, y: Affine) -> Affine:
         """max(x, y) as Python's max takes it (x on a tie), recording the side taken."""
         d = _sub(x, y)
         if _at(d, q, e) >= 0:
-            cons.append(d)
+            record(d)
             return x
-        cons.append(_sub(y, x))
+        record(_sub(y, x))
         return y
 
     def not_negative(x: Affine) -> bool:
         """Whether x(q, e) ≥ 0, recording the side taken."""
         if _at(x, q, e) >= 0:
-            cons.append(x)
+            record(x)
             return True
-        cons.append((-x[0], -x[1], -x[2]))
+        record((-x[0], -x[1], -x[2]))
         return False
 
     def positive(x: Affine) -> bool:
         """Whether x(q, e) > 0, recording the side taken (a tie belongs to both: the branches agree)."""
         if _at(x, q, e) > 0:
-            cons.append(x)
+            record(x)
             return True
-        cons.append((-x[0], -x[1], -x[2]))
+        record((-x[0], -x[1], -x[2]))
         return False
 
     for program, launches, gathers, order in programs:

@@ -13,7 +13,6 @@ from dlsim.plan.evaluate.wavefront import op_steps
 from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.spatial import SPATIAL
-from dlsim.plan.pipeline import FORWARD
 from dlsim.plan.templates import Step
 from dlsim.plan.zero import GATHER_PREFETCH
 
@@ -166,27 +165,34 @@ class StreamWalk:
         s = self.s
         p, v = s.pp, s.virtual_stages
         trace: list[tuple[list, list, list]] = []  # per stage and op: stream busy after, duration, pass key
-        memo: dict[tuple, tuple[float, float]] = {}
         pieces = Pieces()
         alike, reps = self._alike(parts)
         first_busy, first_ready = self.first_busy, self.first_ready
-        # per chunk: ZeRO-1/2's first-micro-batch gathers, every pass's gathers, the floor of relative times
-        special = [not x[5] and bool(x[4]) for x in parts]
-        gathering = [bool(x[5]) and x[4] is not None for x in parts]
-        floors = [-sum(x[4][:1 + GATHER_PREFETCH]) if g and x[4] else 0.0 for x, g in zip(parts, gathering)]
-        dep_keyed = [g and bool(x[4]) for x, g in zip(parts, gathering)]  # the previous pass's end matters
         walk_steps = self.walk_steps
+        # per chunk: ZeRO-1/2's first-micro-batch gathers, the floor of relative times (earlier is alike:
+        # done by the start), whether the previous pass's end matters (every pass gathers), and per kind
+        # (backward, forward) the memo of its passes, shared by the chunks whose passes are alike
+        memos: dict[tuple, dict] = {}
+        info = []
+        for k, x in enumerate(parts):
+            gathering = bool(x[5]) and x[4] is not None
+            keyed = gathering and bool(x[4])
+            info.append((not x[5] and bool(x[4]), -sum(x[4][:1 + GATHER_PREFETCH]) if keyed else 0.0, keyed,
+                         tuple(memos.setdefault((alike[k], forward, gathering), {}) for forward in (False, True)),
+                         (alike[k], False, gathering), (alike[k], True, gathering)))
 
         def run_pass(key: tuple, scale: float = 0.0) -> tuple[float, float]:
             """(end, stream busy until) of a pass from its start, keyed by what it depends on: its
             chunk's passes (`_alike`), kind, whether it gathers, when the stream is free and the previous
             pass ended (relative to its start)."""
-            got = memo.get(key)
+            a, forward, gathering_, q, dep = key
+            k = reps[a]
+            memo = info[k][3][forward]
+            sub = (q, dep) if info[k][2] else q
+            got = memo.get(sub)
             if got is None:
-                a, forward, gathering_, q, dep = key
                 got = pieces.get(key[:3], q, dep, scale)
                 if got is None:  # a new piece of the pass's closed form (`affine`)
-                    k = reps[a]
                     r = k % p
                     fwd, rec, bwd, launches, all_gathers, _ = parts[k]
                     gathers = all_gathers if gathering_ else None
@@ -198,7 +204,7 @@ class StreamWalk:
                                                    for x, ls, g in programs], self.sigma, q, dep)
                     pieces.add(key[:3], q, dep, end, busy, cons)
                     got = (end[0] + end[1] * q + end[2] * dep, busy[0] + busy[1] * q + busy[2] * dep)
-                memo[key] = got
+                memo[sub] = got
             return got
 
         state: list[list[float]] = [[], [], []]  # per stage: stream busy until, end of the last pass, inside
@@ -210,31 +216,37 @@ class StreamWalk:
             busy_at, prev_at, inside = [0.0] * p, [0.0] * p, [0.0] * p
             state[:] = [busy_at, prev_at, inside]
             trace[:] = [([], [], []) for _ in range(p)] if record else []
-            get = memo.get
             for j, prev, dep, trans, r, forward, mb, k in rows:
                 t = E[prev]
                 x = E[dep] + transfers[trans]
                 if x > t:
                     t = x
                 busy = busy_at[r]
+                special, floor, keyed, memo, bkey, fkey = info[k]
                 key = None
-                if special[k] and forward and mb == 0:
+                if special and forward and mb == 0:
                     # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
                     end, q, _, _ = walk_steps(parts[k][0], r, {}, None, 0.0, max(0.0, busy - t, first_busy[r] - t),
                                               0.0, [y - t for y in first_ready[k]])
                 else:
                     # passes are time-invariant: keyed by relative times (a stream idle before the start and
                     # the previous pass's end, from which the first gathers are issued, long before it are alike)
-                    floor = floors[k]  # earlier is alike: done by the start
                     rel = busy - t
-                    if dep_keyed[k]:
+                    if rel < floor:
+                        rel = floor
+                    if keyed:
                         dep_rel = prev_at[r] - t
-                        key = (alike[k], forward, True, rel if rel > floor else floor,
-                               dep_rel if dep_rel > floor else floor)
+                        if dep_rel < floor:
+                            dep_rel = floor
+                        got = memo[forward].get((rel, dep_rel))
                     else:
-                        key = (alike[k], forward, gathering[k], rel if rel > floor else floor, 0.0)
-                    got = get(key)
-                    end, q = got if got is not None else run_pass(key, t)
+                        dep_rel = 0.0
+                        got = memo[forward].get(rel)
+                    if got is None or record:
+                        key = (fkey if forward else bkey) + (rel, dep_rel)
+                        if got is None:
+                            got = run_pass(key, t)
+                    end, q = got
                 busy_at[r] = t + q
                 prev_at[r] = E[j] = t + end
                 inside[r] += end
@@ -266,20 +278,30 @@ class StreamWalk:
 
     def _alike(self, parts: list[tuple]) -> tuple[list[int], list[int]]:
         """Per global chunk an id shared by the chunks whose passes walk alike (the same priced steps,
-        launches and gathers: `walk_steps` reads nothing else), and per id its first chunk."""
-        p = self.s.pp
-        ids: dict[tuple, int] = {}
+        launches and gathers: `walk_steps` reads nothing else), and per id its first chunk. A chunk's
+        passes (`Timing._chunk`) and priced programs are kept by the evaluator, so their content is
+        named once per chunk, stage and layout and the name reused by every candidate."""
+        s, cache = self.s, self._programs_of
+        p = s.pp
+        names = cache.setdefault(("alike names",), {})
+        ids: dict[int, int] = {}
         alike, reps = [], []
-        for k, (fwd, rec, bwd, launches, gathers, every_pass) in enumerate(parts):
+        for k, part in enumerate(parts):
             r = k % p
-            sig = (tuple(self._program(fwd, r)), tuple(self._program(rec, r)) if rec else (),
-                   tuple(self._program(bwd, r)), tuple((pos, tuple(d)) for pos, d in sorted(launches.items())),
-                   tuple(gathers) if gathers is not None else None, every_pass)
-            got = ids.get(sig)
+            key = ("alike", id(part), r, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
+            got = cache.get(key)
             if got is None:
-                got = ids[sig] = len(reps)
+                fwd, rec, bwd, launches, gathers, every_pass = part
+                sig = (tuple(self._program(fwd, r)), tuple(self._program(rec, r)) if rec else (),
+                       tuple(self._program(bwd, r)), tuple((pos, tuple(d)) for pos, d in sorted(launches.items())),
+                       tuple(gathers) if gathers is not None else None, every_pass)
+                got = cache[key] = (part, names.setdefault(sig, len(names)))  # the part kept alive: its id is named
+            name = got[1]
+            a = ids.get(name)
+            if a is None:
+                a = ids[name] = len(reps)
                 reps.append(k)
-            alike.append(got)
+            alike.append(a)
         return alike, reps
 
     def _drift_unseen(self, ext, trace: list, run_pass) -> bool:
