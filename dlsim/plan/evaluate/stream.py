@@ -166,6 +166,7 @@ class StreamWalk:
         p, v = s.pp, s.virtual_stages
         trace: list[tuple[list, list, list]] = []  # per stage and op: stream busy after, duration, pass key
         pieces = Pieces()
+        walked: set[tuple] = set()  # passes walked step by step once
         alike, reps = self._alike(parts)
         first_busy, first_ready = self.first_busy, self.first_ready
         walk_steps = self.walk_steps
@@ -191,8 +192,9 @@ class StreamWalk:
             sub = (q, dep) if info[k][2] else q
             got = memo.get(sub)
             if got is None:
-                got = pieces.get(key[:3], q, dep, scale)
-                if got is None:  # a new piece of the pass's closed form (`affine`)
+                line = key[:3]
+                got = pieces.get(line, q, dep, scale)
+                if got is None:
                     r = k % p
                     fwd, rec, bwd, launches, all_gathers, _ = parts[k]
                     gathers = all_gathers if gathering_ else None
@@ -200,10 +202,18 @@ class StreamWalk:
                         programs = [(fwd, {}, gathers)]
                     else:
                         programs = ([(rec, {}, None)] if rec else []) + [(bwd, launches, gathers)]
-                    end, busy, cons = walk_affine([(self._program(x, r), ls, g, self._unit_order(x) if g is not None else ())
-                                                   for x, ls, g in programs], self.sigma, q, dep)
-                    pieces.add(key[:3], q, dep, end, busy, cons)
-                    got = (end[0] + end[1] * q + end[2] * dep, busy[0] + busy[1] * q + busy[2] * dep)
+                    if line not in walked:  # the pass's first start walked as it is (most passes of a
+                        walked.add(line)    # short pipeline start once or twice)
+                        now = 0.0
+                        for steps, ls, gs in programs:
+                            now, q, _, _ = walk_steps(steps, r, ls, gs, now, q, dep if gs is not None else 0.0)
+                        got = (now, q)
+                    else:  # a new piece of the pass's closed form (`affine`)
+                        end, busy, cons = walk_affine([(self._program(x, r), ls, g,
+                                                        self._unit_order(x) if g is not None else ())
+                                                       for x, ls, g in programs], self.sigma, q, dep)
+                        pieces.add(line, q, dep, end, busy, cons)
+                        got = (end[0] + end[1] * q + end[2] * dep, busy[0] + busy[1] * q + busy[2] * dep)
                 memo[sub] = got
             return got
 
