@@ -186,11 +186,14 @@ class Pieces:
         """The pass `key` at (q, e) from a piece whose region holds the point, or within `SNAP` ×
         `scale` (the pass's start time: the rounding of the times q and e are differences of) of it."""
         slack = -SNAP * scale
-        for bounds, end, busy in self._pieces.get(key, ()):
+        pieces = self._pieces.get(key, ())
+        for i, (bounds, end, busy) in enumerate(pieces):
             for g in bounds:
                 if g[0] + g[1] * q + g[2] * e < slack:
                     break
             else:
+                if i:  # the piece last found first: a walk meets its passes' pieces in runs
+                    pieces[0], pieces[i] = pieces[i], pieces[0]
                 return end[0] + end[1] * q + end[2] * e, busy[0] + busy[1] * q + busy[2] * e
         return None
 
