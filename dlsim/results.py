@@ -47,8 +47,8 @@ class Estimate:
 
     @cached_property
     def table_share(self) -> float:
-        """The share of the seconds that come from measured tables (`FROM_TABLES`); kept once asked
-        (the layer tables' estimates are asked for it by every step list built from them)."""
+        """The share of the seconds that come from measured tables (`FROM_TABLES`); computed once per
+        estimate (a layer's estimates are read by every schedule built on its table)."""
         if self.seconds <= 0:
             return 1.0 if self.source in FROM_TABLES else 0.0
         return sum(t for src, t in self.by_source().items() if src in FROM_TABLES) / self.seconds
