@@ -13,7 +13,10 @@ from dlsim.api.models import as_cluster, as_model
 from dlsim.api.simulate import _default_pricer
 from dlsim.plan.evaluate import Evaluator
 from dlsim.plan.evaluate.affine import Pieces, edges, walk_affine
+from dlsim.plan.evaluate.pipeline import walk_ops
 from dlsim.plan.evaluate.timing import Timing
+from dlsim.plan.pipeline import FORWARD
+from dlsim.plan.zero import GATHER_PREFETCH
 from dlsim.spec.strategy import make_strategy
 
 SMALL = {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "positions": 1024}
@@ -99,3 +102,55 @@ def test_a_piece_covers_a_stream_falling_behind():
         assert got is not None
         want = direct(q, 0.0)
         assert _rel(got[0], want[0]) < 1e-12 and _rel(got[1], want[1]) < 1e-12
+
+
+def _reference_programs(tm: Timing, parts: list, c: list) -> tuple:
+    """The ZeRO-2/3 schedule walk as it was first written: every op found by `walk_ops`' round robin and
+    every pass walked step by step (`walk_steps`), memoised by nothing."""
+    s, p = tm.s, tm.s.pp
+    state = [(0.0, 0.0)] * p
+    inside = [0.0] * p
+
+    def run_op(r, op, k, t):
+        busy, prev_end = state[r]
+        fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
+        if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
+            end, q, _, _ = tm.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, tm.first_busy[r] - t), 0.0,
+                                         [x - t for x in tm.first_ready[k]])
+        else:
+            gathers = all_gathers if every_pass else None
+            floor = -sum(gathers[:1 + GATHER_PREFETCH]) if gathers else 0.0
+            q, dep = max(floor, busy - t), (max(floor, prev_end - t) if gathers else 0.0)
+            if op.kind == FORWARD:
+                end, q, _, _ = tm.walk_steps(fwd, r, {}, gathers, 0.0, q, dep)
+            else:
+                now = 0.0
+                if rec:
+                    now, q, _, _ = tm.walk_steps(rec, r, {}, None, now, q, 0.0)
+                end, q, _, _ = tm.walk_steps(bwd, r, launches, gathers, now, q, dep)
+        state[r] = (t + q, t + end)
+        inside[r] += end
+        return t + end
+
+    last, _ = walk_ops(s.schedule, p, s.num_microbatches, s.virtual_stages, (), (), c, run_op, False)
+    return last, [x[0] for x in state], inside
+
+
+@pytest.mark.parametrize("fields", [
+    {"dp": 2, "tp": 2, "pp": 2, "global_batch": 64, "num_microbatches": 32, "zero": 2},
+    {"dp": 2, "tp": 2, "pp": 2, "global_batch": 64, "num_microbatches": 32, "zero": 3, "recompute": "full"},
+    {"dp": 2, "pp": 4, "global_batch": 32, "num_microbatches": 16, "zero": 3},
+    {"dp": 2, "pp": 2, "global_batch": 32, "num_microbatches": 16, "zero": 2, "schedule": "interleaved",
+     "virtual_stages": 2},
+])
+def test_schedule_walk_equals_the_step_by_step_walk(fields):
+    """`StreamWalk._programs` (dependency order, alike chunks' memos, affine pieces) against every op
+    and every pass walked as written first, to 1e-9 relative."""
+    tm = _timing(**fields)
+    tm.run()  # sets what the walk reads (the first micro-batch's gathers)
+    parts = [tm._chunk(k)[12] for k in range(tm.s.pp * tm.s.virtual_stages)]
+    c = tm._p2p_times()
+    got, want = tm._programs(parts, c), _reference_programs(tm, parts, c)
+    scale = max(max(row) for row in want[0])
+    for a, b in ((sum(got[0], []), sum(want[0], [])), (got[1], want[1]), (got[2], want[2])):
+        assert len(a) == len(b) and all(abs(x - y) <= 1e-9 * scale for x, y in zip(a, b)), (a, b)
