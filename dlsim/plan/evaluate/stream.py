@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.evaluate.periodic import TOLERANCE, Walked, periodic_walk
-from dlsim.plan.evaluate.affine import Pieces, walk_affine
+from dlsim.plan.evaluate.affine import (COLLECTIVE as _COLLECTIVE, COMPUTE as _COMPUTE, OVERLAP as _OVERLAP,
+                                        OVERLAP_QUEUED as _OVERLAP_QUEUED, Pieces, walk_affine)
 from dlsim.plan.evaluate.wavefront import op_steps
 from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.spatial import SPATIAL
 from dlsim.plan.templates import Step
 from dlsim.plan.zero import GATHER_PREFETCH
-
-
-_COMPUTE, _COLLECTIVE, _OVERLAP, _OVERLAP_QUEUED = 0, 1, 2, 3  # step kinds of a priced program (`StreamWalk._program`)
 
 
 class StreamWalk:
