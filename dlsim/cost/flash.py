@@ -10,7 +10,8 @@ flash-attention benchmarks, `dlsim.cost.attention`):
     work = W / 2 with a causal mask, W without
 
 With a measured kernel (`DeviceEfficiency.attention`, fractions e(L) of the 16-bit matrix peak P by
-sequence length L, with the causal work counted as W / 2 as those benchmarks count it):
+sequence length L, with the causal work counted as W / 2 as those benchmarks count it; short
+benchmarks, so e(L) is taken times the device's sustained fraction, `dlsim.cost.roofline.sustained`):
 
     t = work / (P · e(L)) + t_launch
 
@@ -31,7 +32,7 @@ the kernel's occupancy (the measurements run 16 heads of 128 at 16k tokens).
 from __future__ import annotations
 
 from dlsim.cost.layercost import FlashKernel, PassCost
-from dlsim.cost.roofline import peak, roofline_time
+from dlsim.cost.roofline import peak, roofline_time, sustained
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.units import DTYPE_BYTES
@@ -51,7 +52,13 @@ def flash_work(flops: float, fk: FlashKernel) -> float:
 
 
 def kernel_efficiency(fk: FlashKernel, device: Device, causal: bool) -> float | None:
-    """e(L) of `fk`'s kernel and pass on `device`, with or without the causal mask (None: not measured)."""
+    """e(L) of `fk`'s kernel and pass on `device`, with or without the causal mask, sustained (the
+    measurements are short benchmarks: `dlsim.cost.roofline.sustained`); None: not measured."""
+    e = _measured_efficiency(fk, device, causal)
+    return None if e is None else sustained(device) * e
+
+
+def _measured_efficiency(fk: FlashKernel, device: Device, causal: bool) -> float | None:
     m = device.efficiency.attention.get(fk.kernel)
     if m is None:
         return None

@@ -96,6 +96,9 @@ class DeviceRecord(Record):
     fp8_efficiency_ratio: Positive = 1.0
     sm_count: Count | None = Field(None, description="streaming multiprocessors, which tensor-parallel overlap's "
                                    "communication kernels take from the GEMMs beside them (unknown when left out)")
+    sustained_matrix_fraction: Fraction = Field(
+        1.0, description="sustained / burst matrix throughput of the same GEMM under continuous load at the power "
+        "limit; scales the matrix efficiency curves and flash-attention measurements (short benchmarks)")
 
 
 class LinkRecord(FabricFields):
@@ -203,6 +206,7 @@ def _device(rec: DeviceRecord, path: Path) -> Device:
         efficiency=_efficiency(rec.efficiency, path, rec.peak_tflops.get("bf16", rec.peak_tflops.get("fp16"))),
         overlap_slowdown=float(rec.overlap_slowdown), memory_reserved=rec.memory_reserved_gib * units.GIB,
         fp8_efficiency_ratio=float(rec.fp8_efficiency_ratio), sm_count=rec.sm_count or 0,
+        sustained_matrix_fraction=float(rec.sustained_matrix_fraction),
     )
 
 
