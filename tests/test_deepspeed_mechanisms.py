@@ -80,3 +80,21 @@ def test_tied_embedding_allreduced_in_the_buffers_dtype(grad_accumulation, eleme
                    load_kernel_times(cluster)[0] if cluster.tables else None)
     got = ev.evaluate(s)
     assert got.iteration_time_s == pytest.approx(sim.result.iteration_time_s, rel=1e-6)
+
+
+def test_gradient_memory_is_the_fp32_buffer_not_the_bf16_wire():
+    """BF16_Optimizer keeps a full flat fp32 gradient buffer (torch.zeros_like(bf16 flat, float32))
+    and casts it to bf16 only for the all-reduce: 4 bytes per parameter of gradient memory on both
+    clocks, while the buckets on the wire stay bf16."""
+    from dlsim.io.kernel_tables import load_kernel_times
+    from dlsim.plan.evaluate import Evaluator
+    model, cluster = as_model("gpt2", {"layers": 2}), as_cluster("dgx-a100")
+    kw = dict(dp=2, microbatch_size=1, num_microbatches=2, dtype="bf16", grad_reduce_dtype="bf16", stack="eager")
+    fp32 = simulate(model, cluster, grad_accumulation="cast_add_fp32", **kw)
+    bf16 = simulate(model, cluster, grad_accumulation="main_grad", **kw)
+    assert fp32.devices[0].memory["gradients"] == pytest.approx(model.params * 4, rel=1e-9)
+    assert bf16.devices[0].memory["gradients"] == pytest.approx(model.params * 2, rel=1e-9)
+    ev = Evaluator(model, cluster, "bf16", lambda layout, algo: _default_pricer(cluster, layout, algo, True),
+                   load_kernel_times(cluster)[0] if cluster.tables else None)
+    got = ev.evaluate(make_strategy(grad_accumulation="cast_add_fp32", **kw))
+    assert got.peak_memory_bytes == pytest.approx(fp32.peak_memory_bytes, rel=1e-9)

@@ -179,7 +179,9 @@ class Strategy:
     gradient buffer the data-parallel reduction runs on (fp32 in Megatron-LM's
     ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
     accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
-    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype.
+    bytes follow it, ZeRO-3's parameter gathers stay in the training dtype; gradient memory and the
+    tied embedding's all-reduce follow the buffer itself, fp32 for an fp32 accumulation even when the
+    wire carries `grad_reduce_dtype` (DeepSpeed's BF16_Optimizer: `buffer_element_bytes`).
     `zero_grad_reduce` is the collective ZeRO-1 reduces the gradients with: ``reduce_scatter`` (each
     rank receives its shard's sum, ZeRO §5.1) or ``allreduce`` (the whole buffer summed on every rank,
     each then steps on its shard: DeepSpeed 0.6.5's BF16_Optimizer under the pipeline engine); only
