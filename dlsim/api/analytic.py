@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from dlsim.api.gcpause import paused_gc
 from dlsim.api.optimize import APPROXIMATE_TOLERANCE, EVALUATOR_TOLERANCE
 from dlsim.api.simulate import Prepared, prepare
 from dlsim.errors import SpecError
@@ -38,6 +39,7 @@ def estimate_strategy(model: Model | str | Path, cluster: Cluster | str | Path,
     return estimate_prepared(p)
 
 
+@paused_gc
 def estimate_prepared(p: Prepared) -> dict[str, Any]:
     """The analytic record of a prepared run (`dlsim.api.simulate.prepare`) whose strategy the
     evaluator models (`supports`; `estimate_strategy` checks it)."""

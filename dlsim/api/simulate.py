@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Unpack
 
 from dlsim.api.fields import StrategyFields
+from dlsim.api.gcpause import paused_gc
 from dlsim.api.limits import check_nodes_limit, check_strategy_limits
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.api.resolve import as_strategy, assumed_fields, resolve_strategy  # noqa: F401 (as_strategy: public here)
@@ -155,6 +156,7 @@ class Builders:
         return got
 
 
+@paused_gc
 def simulate_prepared(p: Prepared, *, symmetry: bool = True, expand_collectives: bool = False, trace: bool = False,
                       keep: Any = None) -> Simulation:
     """The event simulation of a prepared run (`prepare`; `run_simulation` checks the options)."""

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from heapq import heappop
 
 import simpy
+from simpy.events import URGENT
 
 from dlsim.plan.taskgraph import COMM, COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
 from dlsim.sim.flows import Network
@@ -119,6 +121,58 @@ class _Slowed:
         self.slow = self.stretched = slow
         self.ends: list[float] = []
         self.event: simpy.Event | None = None
+
+
+class _Priced:
+    """A priced collective run as `_Run._execute` runs it in a process of its own, event for event (the
+    process's start event at URGENT priority, its port requests, its timeout, its releases and the
+    end event that resumes the waiting stream, scheduled at the same points), as callbacks instead
+    of a generator: the stream waits on `done`."""
+
+    __slots__ = ("run", "tid", "t", "i", "held", "devices", "done", "now")
+
+    def __init__(self, run: "_Run", tid: int, t):
+        self.run, self.tid, self.t, self.i, self.held = run, tid, t, 0, []
+        env = run.env
+        self.done = simpy.Event(env)
+        start = simpy.Event(env)
+        start._ok, start._value = True, None
+        start.callbacks.append(self._acquire)
+        env.schedule(start, URGENT)
+
+    def _acquire(self, _event: simpy.Event) -> None:
+        run, ports = self.run, self.run.acquire[self.tid]
+        if self.i < len(ports):
+            res = run.resources[ports[self.i]]
+            req = res.request()
+            self.held.append((res, req))
+            self.i += 1
+            req.callbacks.append(self._acquire)  # a request is never processed when made
+            return
+        t = self.t
+        self.now = run.start[self.tid] = run.env.now
+        run._memory(t.device, t.mem_start)
+        self.devices = run.comm_devices[self.tid] if run.comm_devices is not None and t.duration > 0 else None
+        if self.devices:
+            run._comm(self.devices, 1)
+        if t.duration > 0:
+            run.env.timeout(t.duration).callbacks.append(self._end)
+        else:
+            self._end(None)
+
+    def _end(self, _event: simpy.Event | None) -> None:
+        run, t = self.run, self.t
+        if self.devices:
+            run._comm(self.devices, -1)
+        if self.held:
+            run._release(self.held)
+        if t.ports:
+            run._record_ports(t, self.now)
+        run._memory(t.device, t.mem_end)
+        run._finish(self.tid)
+        done = self.done
+        done._ok, done._value = True, None
+        run.env.schedule(done)
 
 
 class _Run:
@@ -340,7 +394,7 @@ class _Run:
                 # a priced collective takes its ports from a process of its own, as a group's collective
                 # does in the full run (`_run_group`), so that a tie with a transfer ready at the same
                 # instant is arbitrated the same way in the reduced and the full simulation
-                yield env.process(self._execute(tid, t))
+                yield _Priced(self, tid, t).done
                 continue
             ports = acquire[tid]
             held = []
@@ -527,6 +581,23 @@ class _Run:
         yield from self._execute(tid, t)
 
 
+def _run_to_end(env: simpy.Environment) -> int:
+    """Process every scheduled event in (time, priority, insertion) order, as `env.step()` repeated
+    until the schedule is empty does (its body inlined: the loop is the engine's innermost); returns
+    the number of events processed."""
+    queue = env._queue
+    steps = 0
+    while queue:
+        env._now, _, _, event = heappop(queue)
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            raise event._value  # a failed event nobody handled, as `env.step()` raises it
+        steps += 1
+    return steps
+
+
 def execute(graph: TaskGraph) -> Timeline:
     """Run `graph` to completion. Raises RuntimeError if some task can never start (a cycle)."""
     run = _Run(graph)
@@ -537,13 +608,7 @@ def execute(graph: TaskGraph) -> Timeline:
     for t in graph.tasks:
         if t.stream < 0:
             env.process(run.standalone(t.tid))
-    steps = 0
-    try:
-        while True:
-            env.step()
-            steps += 1
-    except simpy.core.EmptySchedule:
-        pass
+    steps = _run_to_end(env)
     missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
     if missing:
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")
