@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
+from functools import cached_property
 from typing import Any, Mapping
 
 SCHEMA_VERSION = 1
@@ -44,9 +45,10 @@ class Estimate:
         """Seconds per source."""
         return dict(self.split) if self.split else {self.source: self.seconds}
 
-    @property
+    @cached_property
     def table_share(self) -> float:
-        """The share of the seconds that come from measured tables (`FROM_TABLES`)."""
+        """The share of the seconds that come from measured tables (`FROM_TABLES`); computed once per
+        estimate (a layer's estimates are read by every schedule built on its table)."""
         if self.seconds <= 0:
             return 1.0 if self.source in FROM_TABLES else 0.0
         return sum(t for src, t in self.by_source().items() if src in FROM_TABLES) / self.seconds

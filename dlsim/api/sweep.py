@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dlsim.api.gcpause import paused_gc
 from dlsim.errors import DlsimError, InfeasibleError, SpecError, excerpt
 from dlsim.io.files import check_output
 from dlsim.io.results_log import ResultsLog, Resumed, read_log
@@ -142,6 +143,7 @@ def _price(point: SweepPoint, engine: str, model_only: bool, memo: bool) -> tupl
     return simulate_prepared(p).result.to_dict(), how
 
 
+@paused_gc
 def evaluate_point(point: SweepPoint, model_only: bool = False, memo: bool = True,
                    engine: str = "simulation") -> dict[str, Any]:
     """The record of one point (never raises): its figures priced by `engine` (``simulation``, or

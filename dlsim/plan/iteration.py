@@ -557,4 +557,10 @@ class _Builder:
 
 def build_iteration(x: IterationInputs) -> TaskGraph:
     """The task graph of one iteration (see the module docstring)."""
-    return _Builder(x).build()
+    builder = _Builder(x)
+    try:
+        return builder.build()
+    finally:
+        # the emitter points back at the builder: unlinked, both are freed as soon as the graph is
+        # returned, by reference counting, instead of waiting for the cyclic collector
+        builder.sync = None

@@ -82,11 +82,10 @@ class LayerTable:
     prefix: dict[str, list[float]] = field(default_factory=dict)
     chunk_sigs: dict[tuple[int, int], tuple] = field(default_factory=dict)
     key: int = 0
-    base: "LayerTable | None" = None
+    base: "LayerTable | None" = None  # None: this table has no accumulation (it is its own base)
 
     def __post_init__(self) -> None:
         self.key = self.key or id(self)
-        self.base = self.base or self
 
     def signature(self, a: int, b: int, instance: dict[str, str | None]) -> tuple:
         """What a chunk's timing depends on: per entry everything but its name and index (chunks of

@@ -145,7 +145,7 @@ class Timing(StreamWalk):
         has_buckets = dp_sync or bool(s.zero)
         # forward and recomputation steps do not depend on the gradient accumulation: keyed by the
         # chunk of the table without it, shared by every micro-batch count
-        fsig = self.t.base.signature(a, b, ev.instance)  # type: ignore[union-attr]
+        fsig = (self.t.base or self.t).signature(a, b, ev.instance)
         fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets,
                 zero3 or first_gathers, s.grad_reduce_dtype, s.zero_grad_reduce)
         forward = ev._cache.get(fkey)
