@@ -23,6 +23,7 @@ from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
+from dlsim.spec.strategy import flash_kernel
 from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan
 from dlsim.plan.spatial import HaloExchange
@@ -157,7 +158,7 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
             cost = shard_cost(layer, full, role, t, b)
             timing = price_in_step(layer, b, dtype, device, tables, cost, flow)[0]
             core, core_bytes = ZERO, 0.0
-            if layer.type == "attention" and "flash_attention" not in fused:
+            if layer.type == "attention" and flash_kernel(fused) is None:
                 core_pass, core_bytes = attention_core(layer, cost, b, dtype, t if role.compute_sharded else 1)
                 core = price_pass(core_pass, layer.type, "forward", device, dtype, tables)
             windows = (_projection_window(cost.backward_data, device, dtype, tables),

@@ -60,7 +60,7 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "cast_add_fp32"
 * none: not charged.
 """
 
-FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_dropout_add")
+FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "bias_dropout_add")
 """Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
 `dlsim.cost.layers`); none is assumed:
 
@@ -68,10 +68,23 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_d
   FusedScaleMaskSoftmax), forward and backward;
 * strided_attention: QKᵀ and PV read Q, K, V as strided views of the projection's output
   (Megatron-LM's baddbmm/bmm on transposed views): only the context is made contiguous;
-* flash_attention: the whole attention core in one tiled kernel (Dao et al. 2022, 2023): the
-  L×L scores never reach memory; the backward recomputes QKᵀ;
+* flash_attention: the whole attention core in one tiled kernel (Dao et al. 2022, 2023:
+  FlashAttention-2): the L×L scores never reach memory, a causal mask skips the tiles above the
+  diagonal, the backward recomputes QKᵀ;
+* cudnn_attention: the same algorithm as cuDNN's fused attention (Transformer Engine's
+  FusedAttention backend), priced from its own measured throughput where the profile has one;
 * bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM).
 """
+
+FLASH_KERNELS = ("cudnn_attention", "flash_attention")
+"""The fused kernels that run an attention core as one flash kernel (no score kept), in the order
+a stack naming both would use them (Transformer Engine prefers cuDNN's where both are enabled)."""
+
+
+def flash_kernel(fused) -> str | None:
+    """The flash kernel among `fused` kernel names (`FLASH_KERNELS`), or None."""
+    return next((k for k in FLASH_KERNELS if k in fused), None)
+
 
 OFFLOADS = ("none", "activations", "optimizer", "both")
 """What goes to host memory over the device's host link (strategy key `offload`, `dlsim.plan.offload`)."""
