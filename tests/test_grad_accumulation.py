@@ -22,17 +22,20 @@ def test_bytes_per_parameter_per_micro_batch(mode, m, expected):
     assert grad_accumulation_bytes(mode, "fp16", m) == pytest.approx(expected)
 
 
-def test_every_micro_batch_pays_one_memory_bound_kernel_per_layer_with_parameters():
+@pytest.mark.parametrize("mode, dtype, per_param", [("main_grad", "fp16", 6.0), ("cast_add_fp32", "bf16", 18.0)])
+def test_every_micro_batch_pays_one_memory_bound_kernel_per_layer_with_parameters(mode, dtype, per_param):
     """dp = tp = pp = 1: nothing overlaps the backward pass, so the iteration grows by exactly
-    m x sum over layers of the roofline time of params x 6 bytes (main_grad, fp16)."""
+    m x sum over layers of the roofline time of params x its bytes per parameter (main_grad in fp16:
+    6; DeepSpeed's cast then add into the fp32 buffer in bf16: 18)."""
     model, cluster = as_model("gpt2", GPT), as_cluster("dgx-a100")
     m = 3
-    base = simulate(model, cluster, num_microbatches=m, grad_accumulation="none", **RUN)
-    main_grad = simulate(model, cluster, num_microbatches=m, grad_accumulation="main_grad", **RUN)
-    entries = build_layer_table(model, cluster.device, "fp16", batch=2, tp=1)
-    kernels = sum(roofline_time(0.0, e.params * 6.0, cluster.device, "fp32", matrix=False,
+    run = {**RUN, "dtype": dtype}
+    base = simulate(model, cluster, num_microbatches=m, grad_accumulation="none", **run)
+    charged = simulate(model, cluster, num_microbatches=m, grad_accumulation=mode, **run)
+    entries = build_layer_table(model, cluster.device, dtype, batch=2, tp=1)
+    kernels = sum(roofline_time(0.0, e.params * per_param, cluster.device, "fp32", matrix=False,
                                 kernel="grad_accumulation").seconds for e in entries if e.params)
-    assert main_grad.iteration_time_s - base.iteration_time_s == pytest.approx(m * kernels, rel=1e-9)
+    assert charged.iteration_time_s - base.iteration_time_s == pytest.approx(m * kernels, rel=1e-9)
     assert kernels > 0
 
 

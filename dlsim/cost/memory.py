@@ -94,6 +94,10 @@ def grad_accumulation_bytes(mode: str, dtype: str, num_microbatches: int) -> flo
       but the first, whose gradient is kept as it is: 3b (m - 1) / m averaged over m micro-batches;
     * main_grad: 3b for every micro-batch (Megatron-LM's hook adds into a zeroed buffer);
     * main_grad_fp32: read 4 + read b + write 4 for every micro-batch;
+    * cast_add_fp32: two kernels for every micro-batch (DeepSpeed's BF16_Optimizer.update_hp_grads,
+      microsoft/DeepSpeed@8164ea9 deepspeed/runtime/bf16_optimizer.py:
+      ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``): the cast reads b and writes a
+      temporary fp32 tensor (4), the add reads it and the buffer and writes the buffer (3 x 4): b + 16;
     * fused, fused_fp32, none: 0 (inside the weight-gradient GEMM's epilogue, which stays compute-bound;
       or not charged).
     """
@@ -104,6 +108,8 @@ def grad_accumulation_bytes(mode: str, dtype: str, num_microbatches: int) -> flo
         return 3.0 * b
     if mode == "main_grad_fp32":
         return 8.0 + b
+    if mode == "cast_add_fp32":
+        return 16.0 + b
     return 0.0
 
 

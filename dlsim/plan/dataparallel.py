@@ -66,7 +66,7 @@ def _bucket(layers: list[int], nbytes: float, group: str, param_scale: float) ->
     return Bucket(tuple(layers), nbytes, group, -1.0 if param_scale == 1.0 else nbytes * param_scale)
 
 
-FP32_BUFFERS = ("main_grad_fp32", "fused_fp32")
+FP32_BUFFERS = ("main_grad_fp32", "cast_add_fp32", "fused_fp32")
 """Gradient accumulations into an fp32 buffer (`dlsim.spec.strategy.GRAD_ACCUMULATIONS`)."""
 
 
@@ -78,6 +78,18 @@ def reduce_element_bytes(s: Any, dtype: str) -> int:
     if s.grad_reduce_dtype:
         return DTYPE_BYTES[s.grad_reduce_dtype]
     return 4 if s.grad_accumulation in FP32_BUFFERS else DTYPE_BYTES[dtype]
+
+
+def buffer_element_bytes(s: Any, dtype: str) -> int:
+    """Bytes of one element of the gradient buffer itself: fp32 for an fp32 accumulation
+    (`FP32_BUFFERS`) even where the data-parallel reduction casts it to `s.grad_reduce_dtype` on the
+    wire (DeepSpeed's engine.py allreduce_bucket), else what `reduce_element_bytes` says. A collective
+    that runs on the buffer directly moves these bytes: the tied embedding's all-reduce between the
+    first and last stage (DeepSpeed pipe/engine.py _exec_reduce_tied_grads all-reduces
+    ``weight._hp_grad``, the fp32 gradient, at microsoft/DeepSpeed@8164ea9; Megatron-LM
+    _allreduce_word_embedding_grads all-reduces ``main_grad``, NVIDIA/Megatron-LM@e269e20
+    megatron/training.py)."""
+    return 4 if s.grad_accumulation in FP32_BUFFERS else reduce_element_bytes(s, dtype)
 
 
 def overlap_bounds(compute: float, comm: float) -> tuple[float, float]:

@@ -21,7 +21,7 @@ from typing import Callable
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, op_label
 from dlsim.plan.compression import error_feedback_bytes
-from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
+from dlsim.plan.dataparallel import Bucket, buffer_element_bytes
 from dlsim.plan.fusion import fuse_steps
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
@@ -166,7 +166,7 @@ class _Builder:
             synced = sum(e.params for k in chunks for e in self.chunk_entries[k] if self.dp_synced(e))
             params += self._tied_copy(chunks)
             shard = len(lay.shard_group(0, 0, stage)) if s.hybrid_shard else s.dp_cp
-            grad = reduce_element_bytes(s, x.dtype)
+            grad = buffer_element_bytes(s, x.dtype)
             states = model_state_bytes(synced, x.dtype, s.optimizer, s.zero, shard, grad)
             expert = expert_params_of([e for k in chunks for e in self.chunk_entries[k]])
             states = expert_states(states, expert, x.dtype, s.optimizer, s.zero, shard, s.ep, grad)

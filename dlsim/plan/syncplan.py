@@ -10,7 +10,8 @@
   a sparse allreduce's sum is instead added into the gradient on the communication stream as it
   arrives (SparCML reduces inside the library), which frees the bucket's buffers there.
 * Word embeddings tied across the first and last stage: their gradients are all-reduced between the
-  two stages (Megatron-LM `_allreduce_word_embedding_grads`).
+  two stages (Megatron-LM `_allreduce_word_embedding_grads`), in the gradient buffer's dtype
+  (`dlsim.plan.dataparallel.buffer_element_bytes`: fp32 under DeepSpeed's BF16_Optimizer).
 * The optimizer step (on 1/dp of the parameters under ZeRO), then ZeRO-1/2's all-gather of the
   updated parameters.
 """
@@ -21,7 +22,7 @@ from typing import Any, Protocol, Sequence
 
 from dlsim.plan.comm import op_label, parse_sparse_op
 from dlsim.plan.compression import plan_sync
-from dlsim.plan.dataparallel import Bucket, reduce_element_bytes
+from dlsim.plan.dataparallel import Bucket, buffer_element_bytes, reduce_element_bytes
 from dlsim.plan.expertparallel import EDP, expert_params_of, updated_params
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.offload import OFFLOAD_SLICES
@@ -81,7 +82,7 @@ class SyncEmitter:
             for i in range(a, e):
                 chunk_of[x.entries[i].name] = k
         self.tied: list[tuple[int, int, float]] = []
-        gb = DTYPE_BYTES[x.dtype]
+        gb = buffer_element_bytes(builder.s, x.dtype)  # all-reduced in the gradient buffer's own dtype
         for entry in x.entries:
             tied = x.model.layers[entry.index].attrs.get("tied_to") if entry.type == "linear" else None
             if tied and chunk_of[tied] % builder.p != chunk_of[entry.name] % builder.p:

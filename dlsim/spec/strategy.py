@@ -37,7 +37,7 @@ ZERO_GRAD_REDUCES = ("reduce_scatter", "allreduce")
 tensors (apex / Transformer Engine FusedAdam, torch ``fused=True``), PyTorch's multi-tensor
 ``_foreach`` ops (one pass over the state per op), or one kernel per op and tensor; the traffic of
 each is counted in `dlsim.cost.memory.optimizer_step_traffic`."""
-GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused", "fused_fp32", "none")
+GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "cast_add_fp32", "fused", "fused_fp32", "none")
 """How each micro-batch's weight gradient reaches the gradient buffer (strategy key
 `grad_accumulation`; bytes per parameter in `dlsim.cost.memory.grad_accumulation_bytes`):
 
@@ -48,6 +48,10 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused", "fused
   `main_grad` (megatron/model/distributed.py, `param.main_grad.add_(param.grad.data)`);
 * main_grad_fp32: the same buffer in fp32 (`--accumulate-allreduce-grads-in-fp32` without
   gradient-accumulation fusion);
+* cast_add_fp32: DeepSpeed's BF16_Optimizer (`update_hp_grads` after every micro-batch's backward,
+  microsoft/DeepSpeed@8164ea9 deepspeed/runtime/bf16_optimizer.py): per parameter tensor
+  ``hp_grad.add_(lp.grad.to(fp32))``, a cast into a temporary fp32 tensor, then the add into the
+  fp32 buffer;
 * fused: Transformer Engine's gradient-accumulation fusion into a buffer in the training dtype
   (or `grad_reduce_dtype`): the weight-gradient GEMM accumulates in its epilogue, no kernel of its
   own (NeMo's distributed Adam with a bf16 gradient buffer);
@@ -188,7 +192,9 @@ class Strategy:
     gradient buffer the data-parallel reduction runs on (fp32 in Megatron-LM's
     ``--accumulate-allreduce-grads-in-fp32``, FSDP2's ``reduce_dtype``; empty: fp32 for an fp32
     accumulation, else the training dtype, `dlsim.plan.dataparallel.reduce_element_bytes`): bucket
-    bytes and gradient memory follow it, ZeRO-3's parameter gathers stay in the training dtype.
+    bytes follow it, ZeRO-3's parameter gathers stay in the training dtype; gradient memory and the
+    tied embedding's all-reduce follow the buffer itself, fp32 for an fp32 accumulation even when the
+    wire carries `grad_reduce_dtype` (DeepSpeed's BF16_Optimizer: `buffer_element_bytes`).
     `zero_grad_reduce` is the collective ZeRO-1 reduces the gradients with: ``reduce_scatter`` (each
     rank receives its shard's sum, ZeRO §5.1) or ``allreduce`` (the whole buffer summed on every rank,
     each then steps on its shard: DeepSpeed 0.6.5's BF16_Optimizer under the pipeline engine); only

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from dlsim.plan.comm import Layout
-from dlsim.plan.dataparallel import reduce_element_bytes
+from dlsim.plan.dataparallel import buffer_element_bytes
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import (expert_params_of,
                                       expert_states)
@@ -62,7 +62,7 @@ class MemoryModel:
             return 0.0
         t = self.strategy_base(s)
         states = model_state_bytes(self._params(t, 0, len(t.entries)) / s.pp, self.dtype, s.optimizer, s.zero, replicas(s),
-                                   reduce_element_bytes(s, self.dtype))
+                                   buffer_element_bytes(s, self.dtype))
         return (states["weights"] + states["gradients"] + states["optimizer"]) * (1 - 1e-9)
 
     def _chunk_acts(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float]]:
@@ -135,7 +135,7 @@ class MemoryModel:
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
             params, workspace, expert, tied_params = stages[r]  # type: ignore[index]
             shard = len(lay.shard_group(0, 0, r)) if lay is not None else s.dp_cp
-            grad = reduce_element_bytes(s, self.dtype)
+            grad = buffer_element_bytes(s, self.dtype)
             states = self._states(params, s.optimizer, s.zero, shard, grad)
             if expert:
                 states = expert_states(states, expert, self.dtype, s.optimizer, s.zero, shard, s.ep, grad)

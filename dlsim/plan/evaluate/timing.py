@@ -9,7 +9,7 @@ from __future__ import annotations
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import Layout
 from dlsim.plan.compression import plan_sync
-from dlsim.plan.dataparallel import reduce_element_bytes
+from dlsim.plan.dataparallel import buffer_element_bytes, reduce_element_bytes
 from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
                                       updated_params)
 from dlsim.plan.scenario import LayerTable
@@ -420,9 +420,10 @@ class Timing(StreamWalk):
         if pair is None:
             return None
         first, last, params = pair
-        key = ("tied sync", s.collective, s.dp, s.tp, s.pp, s.domain, first, last, params)
+        eb = buffer_element_bytes(s, self.ev.dtype)  # the gradient buffer's own dtype (syncplan)
+        key = ("tied sync", s.collective, s.dp, s.tp, s.pp, s.domain, first, last, params, eb)
         secs = self.ev._cache.get(key)
         if secs is None:
             ranks = [self.lay.rank(0, 0, first), self.lay.rank(0, 0, last)]
-            secs = self.ev._cache[key] = self.pricer.collective("allreduce", params * self.ev.gb, ranks).seconds
+            secs = self.ev._cache[key] = self.pricer.collective("allreduce", params * eb, ranks).seconds
         return first, last, secs  # type: ignore[return-value]
