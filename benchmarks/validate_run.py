@@ -43,12 +43,13 @@ RUNS = [
      "tdp_w": 700, "published_gpu_hours": 30.84e6,
      "published": "Llama 3.1 model card (meta-llama/Llama-3.1-405B): 30.84M H100-80GB GPU-hours, TDP 700 W",
      "published_config": True},
-    {"id": "BLOOM 176B", "model": "gpt3-175b", "cluster": "dgx-a100", "nodes": 48, "tokens": 366e9,
-     "overrides": {"layers": 70, "hidden": 14336, "heads": 112, "vocab": 250880, "seq_len": 2048},
-     # BigScience, arXiv:2211.05100 §3.4-3.5: 384 A100 80GB (48 nodes), TP 4, PP 12, DP 8, global batch 2048
-     # sequences of 2048, micro-batch 2, ZeRO-1 (Megatron-DeepSpeed), 366B tokens; full recomputation
+    {"id": "BLOOM 176B", "model": "bloom-176b", "cluster": "benchmarks/stack_runs/jean-zay-a100", "nodes": 48,
+     "tokens": 366e9,
+     # BigScience, arXiv:2211.05100 §3.4-3.5: 384 A100 80GB (48 nodes of Jean Zay), TP 4, PP 12, DP 8, global
+     # batch 2048 sequences of 2048, micro-batch 2, ZeRO-1 on Megatron-DeepSpeed (the deepspeed stack), 366B
+     # tokens; full recomputation
      "strategy": dict(dp=8, tp=4, pp=12, microbatch_size=2, global_batch=2048, zero=1, recompute="full",
-                      dtype="bf16", stack="megatron-lm-2021"),
+                      dtype="bf16", stack="deepspeed"),
      "pue": 1.2, "tdp_w": 400, "published_gpu_hours": 1_082_990,
      "published": "Luccioni et al., JMLR 24(253) 2023, Table 1: 1,082,990 GPU-hours; 433,196 kWh = GPU-hours x 400 W "
                   "TDP (dynamic consumption); Jean Zay PUE 1.2",
