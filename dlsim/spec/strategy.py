@@ -56,7 +56,7 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused", "fused
 * none: not charged.
 """
 
-FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_dropout_add")
+FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_dropout_add", "rmsnorm", "glu", "rope")
 """Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
 `dlsim.cost.layers`); none is assumed:
 
@@ -66,7 +66,14 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_d
   (Megatron-LM's baddbmm/bmm on transposed views): only the context is made contiguous;
 * flash_attention: the whole attention core in one tiled kernel (Dao et al. 2022, 2023): the
   L×L scores never reach memory; the backward recomputes QKᵀ;
-* bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM).
+* bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM);
+* rmsnorm: RMSNorm in one kernel each way (Transformer Engine's and apex's fused RMSNorm, torchtitan's
+  Triton fused_rmsnorm); without it the eager chain of casts, pow, mean, rsqrt and products
+  (`dlsim.cost.eager.rmsnorm_chain`);
+* glu: a gated linear unit's activation and product in one kernel each way (Megatron-Core's
+  bias_swiglu); without it the activation and the product as two kernels (`dlsim.cost.eager.glu_chain`);
+* rope: rotary embeddings in one kernel each way (Transformer Engine's fused_apply_rotary_pos_emb);
+  without it the fp32 casts and complex product of the Llama reference code (`dlsim.cost.eager.rope_chain`).
 """
 
 OFFLOADS = ("none", "activations", "optimizer", "both")
