@@ -6,6 +6,8 @@ strategy study's in reports/), then the index reports/seeds-reproduced.md. Regen
 takes minutes: those tests are marked slow and run as their own step of .ci/run; the default suite
 checks the committed index itself (every seed number within 15% of dlsim's or with its reason).
 Figures (PNG) are not compared byte for byte: their pixels depend on the matplotlib build.
+The per-stack validation of published runs (reports/validation-stacks.json) is held to what
+benchmarks/validate_stacks.py now predicts, run by run.
 """
 
 from __future__ import annotations
@@ -90,3 +92,23 @@ def test_index_lists_every_seed_number_within_tolerance_or_with_its_reason() -> 
                                                                        and len(agreement) > 30), row
     for name in seeds_reproduce.NAMES:
         assert f"seeds_reproduce.py {name}`" in text
+
+
+@pytest.mark.slow
+def test_committed_stack_validation_equals_its_command() -> None:
+    """reports/validation-stacks.json holds what `python benchmarks/validate_stacks.py --report` now
+    predicts for every run of benchmarks/stack_runs/ (and no run that is gone)."""
+    import json
+
+    import validate_stacks
+
+    committed = json.loads((ROOT / "reports" / "validation-stacks.json").read_text())
+    old = {(r["stack"], r["run"]): r["predicted_s"] for r in committed["runs"]}
+    new = {}
+    for spec in validate_stacks.load_sets():
+        for run in spec["runs"]:
+            new[(spec["stack"], run["id"])] = validate_stacks.run_one(spec, run)["predicted_s"]
+    stale = "regenerate it with python benchmarks/validate_stacks.py --report and commit the result"
+    assert new.keys() == old.keys(), f"reports/validation-stacks.json lists other runs: {stale}"
+    for key, seconds in new.items():
+        assert seconds == pytest.approx(old[key], rel=1e-9), f"{key}: {seconds} s now, {old[key]} s committed: {stale}"
