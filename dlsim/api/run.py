@@ -35,6 +35,7 @@ from dlsim.api.simulate import run_simulation
 from dlsim.cost.checkpoint import StageStates, checkpoint_plan, snapshot_time
 from dlsim.cost.power import cluster_power, device_energy, iteration_energy
 from dlsim.cost.reliability import daly_interval, expected_run, mtbf, optimal_interval, young_interval
+from dlsim.cost.roofline import sustained
 from dlsim.errors import SpecError
 from dlsim.io.profile_run import load_run_profile
 from dlsim.plan.offload import offloads_optimizer
@@ -188,11 +189,11 @@ def checkpoint_of(result: SimResult, cluster: Cluster):
 
 def attainable_flops(cluster: Cluster, dtype: str) -> float:
     """The device's matrix peak in `dtype` times its best measured GEMM efficiency (else its
-    `compute_efficiency`)."""
+    `compute_efficiency`), sustained (`dlsim.cost.roofline.sustained`)."""
     dev = cluster.device
     peak = dev.peak_flops.get(dtype) or max(dev.peak_flops.values())
     curve = dev.efficiency.matrix.get(dtype)
-    return peak * (max(curve.values) if curve is not None else dev.compute_efficiency)
+    return peak * sustained(dev) * (max(curve.values) if curve is not None else dev.compute_efficiency)
 
 
 def iteration_energy_of(result: SimResult, cluster: Cluster, power: PowerModel, nodes: int):

@@ -9,9 +9,24 @@ import math
 from dataclasses import replace
 
 from dlsim.cost.eager import rmsnorm_chain, rope_chain
-from dlsim.cost.layercost import MASK_BYTES, NO_PASS, Gemm, LayerCost, PassCost, elementwise, without_gemms
+from dlsim.cost.layercost import MASK_BYTES, NO_PASS, FlashKernel, Gemm, LayerCost, PassCost, elementwise, without_gemms
 from dlsim.cost.workdepth import clog2
 from dlsim.spec.model import Layer
+from dlsim.spec.strategy import flash_kernel
+
+
+def flash_passes(kernel: str | None, causal: bool, steps: int, keys: int, cp: int, q_width: float,
+                 k_width: float, v_width: float) -> tuple[FlashKernel | None, FlashKernel | None]:
+    """The (forward, backward) `FlashKernel`s of a flash attention core (None without `kernel`):
+    per call `steps` queries of width `q_width` (elements per query, all heads of this device) against
+    `keys` keys of widths `k_width`, `v_width`. Forward reads Q, K, V and writes the output; backward
+    reads Q, K, V, the output and its gradient and writes ∇Q, ∇K, ∇V (Dao 2023, Algorithms 1 and 2)."""
+    if kernel is None:
+        return None, None
+    q, kv = steps * q_width, keys * (k_width + v_width)
+    length = keys // cp
+    return (FlashKernel(kernel, "forward", causal, length, 2 * q + kv, cp),
+            FlashKernel(kernel, "backward", causal, length, 3 * q + kv + q + kv, cp))
 
 
 def attention_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
@@ -29,7 +44,9 @@ def attention_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozens
     context (each L×D per sample), the softmax output (2 bytes per score in 16-bit), and with
     attention dropout its 1-byte mask and its output (the probabilities PV reads). With
     `flash_attention` (Dao et al. 2022) no score is kept: Q, K, V, the output and one fp32
-    log-sum-exp per row and head; its backward recomputes QKᵀ (one more batched GEMM).
+    log-sum-exp per row and head; its backward recomputes QKᵀ (one more batched GEMM), and each
+    pass's core is priced as one flash kernel (`FlashKernel`, `dlsim.cost.flash`); `cudnn_attention`
+    is the same algorithm as cuDNN runs it.
     """
     a, (steps, d) = layer.attrs, layer.in_shapes[0]
     heads = a["heads"]
@@ -40,7 +57,8 @@ def attention_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozens
     scores = bh * steps * keys
     w_bytes = layer.params * b
     qkv = d + 2 * kv
-    flash = "flash_attention" in fused
+    kernel = flash_kernel(fused)
+    flash = kernel is not None
     core_fwd = (Gemm(steps, keys, dh, bh), Gemm(steps, dh, keys, bh))
     core_bwd = (Gemm(steps, keys, dh, bh),) * (5 if flash else 4)
     fwd_g = (Gemm(rows, qkv, d),) + core_fwd + (Gemm(rows, d, d),)
@@ -59,7 +77,9 @@ def attention_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozens
     if a.get("rotary"):  # rotary embeddings on Q and K (Su et al. 2021): x·cos + rotate(x)·sin, 3 FLOP/element
         rope = ("rope", "forward", rope_pass(rows * (d + kv), b, fused))
         fwd_parts, bwd_parts = (rope,) + fwd_parts, bwd_parts + (rope,)
-    fwd, bwd_x = replace(fwd, parts=fwd_parts), replace(bwd_x, parts=bwd_parts)
+    ff, fb = flash_passes(kernel, bool(a.get("causal")), steps, keys, a.get("context_parallel", 1), n * d,
+                          n * kv, n * kv)
+    fwd, bwd_x = replace(fwd, parts=fwd_parts, flash=ff), replace(bwd_x, parts=bwd_parts, flash=fb)
     bwd_w = gemm_pass(bw_g, bias, 2 * act, w_bytes)
     if flash:
         kept_scores = bh * steps * 4  # fp32 log-sum-exp per row and head
@@ -85,7 +105,8 @@ def mla_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) 
     rope, dqk, dv = a["qk_rope_dim"], a["qk_nope_dim"] + a["qk_rope_dim"], a["v_head_dim"]
     rows, bh = n * steps, n * h
     scores = bh * steps * steps
-    flash = "flash_attention" in fused
+    kernel = flash_kernel(fused)
+    flash = kernel is not None
     proj = ([(cq, d), (h * dqk, cq)] if cq else [(h * dqk, d)]) + [(ckv + rope, d), (h * (a["qk_nope_dim"] + dv), ckv)]
     fwd_g = tuple(Gemm(rows, o, i) for o, i in proj) + (Gemm(steps, steps, dqk, bh), Gemm(steps, dv, steps, bh),
                                                           Gemm(rows, d, h * dv))
@@ -112,6 +133,8 @@ def mla_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) 
                         parts=tuple(parts))
     fwd = gemm_pass(fwd_g, fwd_parts, rows * d * b + w_bytes + act + 2 * score_traffic, act + 2 * score_traffic)
     bwd_x = gemm_pass(bx_g, bwd_parts, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
+    ff, fb = flash_passes(kernel, bool(a["causal"]), steps, steps, 1, n * h * dqk, n * h * dqk, n * h * dv)
+    fwd, bwd_x = replace(fwd, flash=ff), replace(bwd_x, flash=fb)
     bwd_w = gemm_pass(bw_g, (), 2 * act, w_bytes)
     kept_scores = bh * steps * 4 if flash else scores * b
     reads_x = tuple(Gemm(rows, i, o) for o, i in (proj[0], proj[-2]))  # ∇x of the Q and KV down-projections
@@ -136,16 +159,17 @@ def attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, caus
     dropout; over the N·L·D activations four layout copies (Q, Kᵀ and V made contiguous for the
     batched GEMMs, the context moved back), each a read and a write. The backward runs the
     gradient of each. `scale_mask_softmax` makes scaling, mask and softmax one kernel each way;
-    `strided_attention` leaves only the context's copy; `flash_attention` keeps only the
-    context's copy (the core is one kernel, priced by its GEMMs). The FLOPs of scaling, softmax
+    `strided_attention` leaves only the context's copy; a flash kernel (`flash_attention`,
+    `cudnn_attention`) keeps only the context's copy (the core is one kernel, `FlashKernel`). The FLOPs of scaling, softmax
     and dropout are already in the pass's element-wise remainder, so the parts replace it when
     priced."""
     unary = elementwise(scores, b, 1)
     copy = elementwise(rows_by_width, b, 0)
-    copies = 1 if fused & {"strided_attention", "flash_attention"} else 4
+    flash = flash_kernel(fused) is not None
+    copies = 1 if flash or "strided_attention" in fused else 4
     fwd: list[tuple[str, str, PassCost]] = []
     bwd: list[tuple[str, str, PassCost]] = []
-    if "flash_attention" not in fused:
+    if not flash:
         if "scale_mask_softmax" in fused:
             fwd.append(("softmax", "forward", elementwise(scores, b, 6 + causal)))
             bwd.append(("softmax", "backward_data", elementwise(scores, b, 5, reads=2)))

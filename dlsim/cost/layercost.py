@@ -35,6 +35,25 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class FlashKernel:
+    """An attention core run as one tiled kernel that keeps the scores on chip (Dao et al. 2022):
+    FlashAttention-2 (`kernel` "flash_attention") or cuDNN's fused attention ("cudnn_attention"). Its
+    products stay in the pass's `gemms` (the batched ones, counted as full products), but it is priced
+    as one kernel per `pass_name` ("forward" or "backward") by `dlsim.cost.flash`: no L×L score
+    reaches memory, and a `causal` mask skips the tiles above the diagonal. `length` is the key length
+    one call sees (the rank's share of the sequence under context parallelism, whose ring of `cp`
+    steps runs one call per step); `io_elements` the Q, K, V, output (and gradients) it reads and
+    writes, elements of this device."""
+
+    kernel: str
+    pass_name: str
+    causal: bool
+    length: int
+    io_elements: float
+    cp: int = 1
+
+
+@dataclass(frozen=True)
 class PassCost:
     """Cost of one pass of one layer for a whole (micro-)batch.
 
@@ -43,6 +62,8 @@ class PassCost:
     kernel launches the pass needs. `parts` lists the memory-bound kernels a "gemm" pass runs
     between its GEMMs, as (op type priced like, pass of that op, its cost): measured tables price
     each from that op's curve (an unfused attention's scaling, softmax, dropout and layout copies).
+    `flash` marks an attention core run as one flash kernel: its batched GEMMs are priced as that
+    kernel (`dlsim.cost.flash`), not one by one.
     """
 
     flops: float = 0.0
@@ -54,6 +75,7 @@ class PassCost:
     kind: str = "memory"
     kernels: int = 1
     parts: tuple[tuple[str, str, "PassCost"], ...] = ()
+    flash: FlashKernel | None = None
 
     @property
     def bytes(self) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
+from dlsim.cost.flash import core_flops, flash_seconds
 from dlsim.cost.gradflow import GradientFlow, backward_data_run
 from dlsim.cost.layers import Gemm, LayerCost, PassCost, layer_cost
 from dlsim.cost.roofline import roofline_time
@@ -50,7 +51,11 @@ class KernelTimes(Protocol):
 
 def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dtype: str,
                tables: KernelTimes | None = None, geometry: dict | None = None) -> Estimate:
-    """Seconds for one pass of one layer, with its provenance."""
+    """Seconds for one pass of one layer, with its provenance. A flash attention core (`cost.flash`)
+    is one kernel priced by `dlsim.cost.flash`; the rest of the pass (projections, memory-bound
+    kernels) as any pass."""
+    if cost.flash is not None:
+        return _flash_pass(cost, op_type, pass_name, device, dtype, tables)
     if cost.kernels == 0 and cost.flops == 0 and cost.bytes == 0:
         return Estimate(0.0, Source.MEASURED if tables is not None else Source.MODEL, "no kernel")
     if tables is not None:
@@ -82,6 +87,23 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
         return _roofline_gemm_pass(cost, device, dtype)
     return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=cost.kind == "generic", kernels=cost.kernels,
                          kernel=f"{op_type}.{pass_name}")
+
+
+def _flash_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dtype: str,
+                tables: KernelTimes | None) -> Estimate:
+    """A pass holding a flash core: the core by `flash_seconds`, its single GEMMs (projections) and
+    memory-bound parts as `price_pass` prices them (the core's element-wise work is inside the kernel)."""
+    core = flash_seconds(cost, device, dtype)
+    gemms = tuple(g for g in cost.gemms if g.count == 1)
+    if gemms:
+        rest = replace(cost, gemms=gemms, flops=cost.flops - core_flops(cost), work=cost.work - core_flops(cost) / 2,
+                       kernels=len(gemms) + sum(p.kernels for _, _, p in cost.parts), flash=None)
+        return price_pass(rest, op_type, pass_name, device, dtype, tables) + core
+    for op, name, part in cost.parts:
+        core = core + ((tables.memory_bound(op, name, part, dtype) if tables is not None else None) or
+                       roofline_time(part.flops, part.bytes, device, dtype, matrix=False, kernels=part.kernels,
+                                     kernel=f"{op}.{name}"))
+    return core
 
 
 def gemm_seconds(g: Gemm, device: Device, dtype: str, tables: KernelTimes | None = None) -> float:

@@ -16,6 +16,19 @@ with the kernel's size:
   shape of Paleo's "platform percent of peak" and Habitat's wave scaling) and a flat memory
   efficiency e_m; element-wise work without a vector curve runs at e_max, its size dependence
   being the memory side's and the launch overhead's.
+
+Matrix work is then scaled by the device's sustained fraction s (`Device.sustained_matrix_fraction`):
+the efficiency curves come from short benchmarks (tens of iterations, the best or the mean of a
+burst), while a training step keeps the tensor cores busy for seconds at the board's power limit,
+where the clock settles lower (Horace He, "Strangely, Matrix Multiplications on GPUs Run Faster
+When Given 'Predictable' Data", 2024: H100 matmuls are power-limited). With s the sustained over the
+burst throughput of the same GEMM on that device:
+
+    e_c,sustained(w) = s · e_c(w)
+
+applied once to every matrix-unit kernel (GEMMs, FP8 GEMMs through the BF16 curve, flash-attention
+kernels: `dlsim.cost.flash`), never to memory-bound or vector work (stated assumption: every GEMM of
+the step runs at the clock a continuous GEMM load sustains).
 """
 
 from __future__ import annotations
@@ -24,11 +37,21 @@ from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 
 
+def sustained(device: Device, matrix: bool = True) -> float:
+    """s: the share of its burst matrix throughput `device` keeps under continuous load (1 off the matrix units)."""
+    return device.sustained_matrix_fraction if matrix else 1.0
+
+
 def compute_efficiency(flops: float, device: Device, dtype: str | None = None, matrix: bool = True) -> float:
-    """e_c(w): fraction of peak a kernel of `flops` FLOPs attains."""
+    """e_c(w): fraction of peak a kernel of `flops` FLOPs attains, sustained (module docstring)."""
+    return sustained(device, matrix) * _burst_efficiency(flops, device, dtype, matrix)
+
+
+def _burst_efficiency(flops: float, device: Device, dtype: str | None, matrix: bool) -> float:
+    """e_c(w) as the short benchmarks measured it."""
     curve = device.efficiency.matrix.get(dtype or "") if matrix else device.efficiency.vector
     if matrix and curve is None and dtype == "fp8":  # the bf16 curve scaled by the device's fp8/bf16 ratio
-        return device.fp8_efficiency_ratio * compute_efficiency(flops, device, "bf16", matrix)
+        return device.fp8_efficiency_ratio * _burst_efficiency(flops, device, "bf16", matrix)
     if matrix and curve is None and device.efficiency.matrix and dtype in ("fp16", "bf16"):
         curve = device.efficiency.matrix.get("bf16" if dtype == "fp16" else "fp16")
     if curve is not None:

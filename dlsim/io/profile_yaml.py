@@ -22,7 +22,7 @@ from dlsim.io.paths import resolve_profile
 from dlsim.io.profile_run import PowerRecord, ReliabilityRecord, RestartRecord, StorageRecord
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster, Device, LinkTier
-from dlsim.spec.efficiency import DeviceEfficiency, EfficiencyCurve
+from dlsim.spec.efficiency import AttentionEfficiency, DeviceEfficiency, EfficiencyCurve
 from dlsim.spec.typed import Count, Fraction, NonNegative, Positive, Record, Seq, Text, validate
 
 DType = Literal[tuple(units.DTYPE_BYTES)]  # type: ignore[valid-type]
@@ -58,8 +58,22 @@ class KernelEfficiency(Record):
     source: Source
 
 
+class AttentionKernelRecord(Record):
+    """A flash-attention kernel's measured throughput (TFLOP/s, 16-bit) by sequence length, causal
+    runs counting half the full products (`dlsim.cost.flash`)."""
+
+    seq: Points = Field(description="sequence lengths (keys per query), increasing")
+    forward_tflops: Points
+    forward_causal_tflops: Points
+    backward_tflops: Points
+    backward_causal_tflops: Points | None = None
+    source: Source = Field(description="where the numbers were measured")
+
+
 class Efficiency(Record):
     matrix: dict[DType, WorkCurve] | None = None
+    attention: dict[Literal["flash_attention", "cudnn_attention"], AttentionKernelRecord] | None = Field(
+        None, description="flash-attention kernels measured on their own (dlsim.cost.flash)")
     vector: WorkCurve | None = None
     memory: BytesCurve | None = None
     kernels: dict[str, KernelEfficiency] | None = None
@@ -82,6 +96,9 @@ class DeviceRecord(Record):
     fp8_efficiency_ratio: Positive = 1.0
     sm_count: Count | None = Field(None, description="streaming multiprocessors, which tensor-parallel overlap's "
                                    "communication kernels take from the GEMMs beside them (unknown when left out)")
+    sustained_matrix_fraction: Fraction = Field(
+        1.0, description="sustained / burst matrix throughput of the same GEMM under continuous load at the power "
+        "limit; scales the matrix efficiency curves and flash-attention measurements (short benchmarks)")
 
 
 class LinkRecord(FabricFields):
@@ -136,15 +153,41 @@ def _curve(rec: WorkCurve | BytesCurve, path: Path, field: str) -> EfficiencyCur
     return EfficiencyCurve(tuple(v * scale for v in sizes), tuple(float(v) for v in rec.value), rec.source)
 
 
-def _efficiency(rec: Efficiency | None, path: Path) -> DeviceEfficiency:
+def _attention(name: str, rec: AttentionKernelRecord, peak_tflops: float | None, path: Path) -> AttentionEfficiency:
+    """One measured flash-attention kernel as fractions of the 16-bit matrix peak."""
+    field = f"device.efficiency.attention.{name}"
+    if peak_tflops is None:
+        raise SpecError("a flash-attention measurement needs the device's bf16 or fp16 peak_tflops", path=path,
+                        field=field)
+    seq = tuple(float(v) for v in rec.seq)
+    if any(b <= a for a, b in zip(seq, seq[1:])):
+        raise SpecError("sequence lengths must increase", path=path, field=f"{field}.seq")
+
+    def curve(key: str) -> EfficiencyCurve | None:
+        values = getattr(rec, key)
+        if values is None:
+            return None
+        if len(values) != len(seq):
+            raise SpecError(f"{key} has {len(values)} entries, seq has {len(seq)}", path=path, field=f"{field}.{key}")
+        if max(values) > peak_tflops:
+            raise SpecError(f"{key} exceeds the 16-bit peak {peak_tflops:g} TFLOP/s", path=path, field=f"{field}.{key}")
+        return EfficiencyCurve(seq, tuple(v / peak_tflops for v in values), rec.source)
+
+    return AttentionEfficiency(curve("forward_tflops"), curve("forward_causal_tflops"),  # type: ignore[arg-type]
+                               curve("backward_tflops"), curve("backward_causal_tflops"), rec.source)  # type: ignore[arg-type]
+
+
+def _efficiency(rec: Efficiency | None, path: Path, peak_tflops: float | None = None) -> DeviceEfficiency:
     if rec is None:
         return DeviceEfficiency()
     field = "device.efficiency"
     matrix = {dtype: _curve(c, path, f"{field}.matrix.{dtype}") for dtype, c in (rec.matrix or {}).items()}
     kernels = {f"{op}.{name}": (float(value), passes.source) for op, passes in (rec.kernels or {}).items()
                for name, value in passes if name != "source" and value is not None}
+    attention = {name: _attention(name, a, peak_tflops, path) for name, a in (rec.attention or {}).items()}
     return DeviceEfficiency(MappingProxyType(matrix), rec.vector and _curve(rec.vector, path, f"{field}.vector"),
-                            rec.memory and _curve(rec.memory, path, f"{field}.memory"), MappingProxyType(kernels))
+                            rec.memory and _curve(rec.memory, path, f"{field}.memory"), MappingProxyType(kernels),
+                            MappingProxyType(attention))
 
 
 def _device(rec: DeviceRecord, path: Path) -> Device:
@@ -159,9 +202,11 @@ def _device(rec: DeviceRecord, path: Path) -> Device:
         memory_bandwidth=rec.memory_bandwidth_gbytes_per_s * units.GBYTE_PER_S,
         launch_overhead=rec.launch_overhead_us * units.US, compute_efficiency=float(rec.compute_efficiency),
         half_efficiency_flops=rec.half_efficiency_gflop * units.GFLOPS,
-        memory_efficiency=float(rec.memory_efficiency), efficiency=_efficiency(rec.efficiency, path),
+        memory_efficiency=float(rec.memory_efficiency),
+        efficiency=_efficiency(rec.efficiency, path, rec.peak_tflops.get("bf16", rec.peak_tflops.get("fp16"))),
         overlap_slowdown=float(rec.overlap_slowdown), memory_reserved=rec.memory_reserved_gib * units.GIB,
         fp8_efficiency_ratio=float(rec.fp8_efficiency_ratio), sm_count=rec.sm_count or 0,
+        sustained_matrix_fraction=float(rec.sustained_matrix_fraction),
     )
 
 

@@ -23,6 +23,7 @@ from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
+from dlsim.spec.strategy import flash_kernel
 from dlsim.plan.blocks import recompute_layers
 from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan
@@ -166,12 +167,12 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
             cost = shard_cost(layer, full, role, t, b)
             timing = price_in_step(layer, b, dtype, device, tables, cost, flow)[0]
             core, core_bytes = ZERO, 0.0
-            if layer.type == "attention" and "flash_attention" not in fused:
+            if layer.type == "attention" and flash_kernel(fused) is None:
                 core_pass, core_bytes = attention_core(layer, cost, b, dtype, t if role.compute_sharded else 1)
                 core = price_pass(core_pass, layer.type, "forward", device, dtype, tables)
             windows = (_projection_window(cost.backward_data, device, dtype, tables),
                        _projection_window(cost.backward_weight, device, dtype, tables))
-            op = op_checkpoint(layer, cost, mm, "flash_attention" in fused, timing.forward,
+            op = op_checkpoint(layer, cost, mm, flash_kernel(fused) is not None, timing.forward,
                                layer.out_elements * b * b_el / (t if role.out_sharded else 1), dtype, device,
                                tables) if in_block else (ZERO, 0.0)
             priced[key] = (cost, timing, core, core_bytes, windows, timing.backward_data + timing.backward_weight, op)

@@ -228,7 +228,8 @@ def _shard_gemm(g: Gemm, tp: int, rows: int) -> Gemm:
 def _shard_pass(p: PassCost, tp: int, rows: int) -> PassCost:
     return replace(p, flops=p.flops / tp, work=p.work / tp, bytes_read=p.bytes_read / tp,
                    bytes_written=p.bytes_written / tp, gemms=tuple(_shard_gemm(g, tp, rows) for g in p.gemms),
-                   parts=tuple((op, name, _shard_pass(part, tp, rows)) for op, name, part in p.parts))
+                   parts=tuple((op, name, _shard_pass(part, tp, rows)) for op, name, part in p.parts),
+                   flash=p.flash and replace(p.flash, io_elements=p.flash.io_elements / tp))
 
 
 def shard_cost(layer: Layer, cost: LayerCost, role: TPLayer, tp: int, batch: int) -> LayerCost:
@@ -276,4 +277,4 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
     freed = scores * (b + (b + MASK_BYTES if layer.attrs["dropout"] else 0))
     return PassCost(flops, flops / 2, cost.forward.depth, cost.forward.bytes_read * share,
                     cost.forward.bytes_written * share, core, "gemm", kernels=len(core) + 1,
-                    parts=tuple(p for p in cost.forward.parts if p[0] != "rope")), freed
+                    parts=tuple(p for p in cost.forward.parts if p[0] != "rope"), flash=cost.forward.flash), freed

@@ -32,7 +32,11 @@ class Device:
     `fp8_efficiency_ratio` scales the bf16 GEMM efficiency for FP8 GEMMs where no FP8 curve is
     given (a published FP8 best-shape fraction over the BF16 one of the same device; 1: unknown).
     `sm_count` is the number of streaming multiprocessors (0: unknown), which communication kernels
-    running beside a GEMM take from it (`dlsim.plan.tpoverlap`).
+    running beside a GEMM take from it (`dlsim.plan.tpoverlap`). `sustained_matrix_fraction` is the
+    share of its short-benchmark (burst) matrix throughput the device keeps under the continuous
+    tensor-core load of training at its power limit (a sustained measurement over a burst one of the
+    same GEMM; 1: not known to differ): it scales every matrix efficiency, the measured curves and
+    flash-attention kernels included (`dlsim.cost.roofline.sustained`).
     """
 
     name: str
@@ -49,6 +53,7 @@ class Device:
     memory_reserved: float = 0.0
     fp8_efficiency_ratio: float = 1.0
     sm_count: int = 0
+    sustained_matrix_fraction: float = 1.0
 
 
 @dataclass(frozen=True)

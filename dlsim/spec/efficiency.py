@@ -39,15 +39,35 @@ class EfficiencyCurve:
 
 
 @dataclass(frozen=True)
+class AttentionEfficiency:
+    """Measured throughput of one flash-attention kernel (`dlsim.cost.flash`) as fractions of the
+    16-bit matrix peak, by sequence length (keys per query in one call): `forward` and `backward`
+    without a mask, `forward_causal` and `backward_causal` with a causal mask, their FLOPs counted as
+    half the full products (the convention of the benchmarks that measure them). `backward_causal`
+    may be None (not measured): `dlsim.cost.flash` then scales `backward` by the forward's causal
+    over non-causal ratio at the same length."""
+
+    forward: EfficiencyCurve
+    forward_causal: EfficiencyCurve
+    backward: EfficiencyCurve
+    backward_causal: EfficiencyCurve | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class DeviceEfficiency:
     """Efficiency curves of one device: `matrix` per data type (by FLOPs of one GEMM), `vector`
     (by FLOPs of one element-wise kernel) and `memory` (by bytes one kernel moves); any may be
     missing, and then the device's single-number parameters apply. `kernels` maps a memory-bound
     kernel, ``"<op>.<pass>"`` (e.g. ``"layernorm.backward_data"``), to the fraction of the memory
     bandwidth it attains for the bytes dlsim counts for it, and its source: kernels slower than
-    streaming (reductions, two-phase backward passes) measured on their own."""
+    streaming (reductions, two-phase backward passes) measured on their own. `attention` holds the
+    measured flash-attention kernels."""
 
     matrix: Mapping[str, EfficiencyCurve] = field(default_factory=lambda: MappingProxyType({}))
     vector: EfficiencyCurve | None = None
     memory: EfficiencyCurve | None = None
     kernels: Mapping[str, tuple[float, str]] = field(default_factory=lambda: MappingProxyType({}))
+    attention: Mapping[str, AttentionEfficiency] = field(default_factory=lambda: MappingProxyType({}))
+    """Flash-attention kernels measured on their own, by kernel name (`flash_attention`,
+    `cudnn_attention`)."""

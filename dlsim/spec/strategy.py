@@ -61,7 +61,8 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "fused", "fused
 * none: not charged.
 """
 
-FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_dropout_add", "rmsnorm", "glu", "rope")
+FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "bias_dropout_add", "rmsnorm",
+           "glu", "rope")
 """Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
 `dlsim.cost.layers`); none is assumed:
 
@@ -69,8 +70,11 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_d
   FusedScaleMaskSoftmax), forward and backward;
 * strided_attention: QKᵀ and PV read Q, K, V as strided views of the projection's output
   (Megatron-LM's baddbmm/bmm on transposed views): only the context is made contiguous;
-* flash_attention: the whole attention core in one tiled kernel (Dao et al. 2022, 2023): the
-  L×L scores never reach memory; the backward recomputes QKᵀ;
+* flash_attention: the whole attention core in one tiled kernel (Dao et al. 2022, 2023:
+  FlashAttention-2): the L×L scores never reach memory, a causal mask skips the tiles above the
+  diagonal, the backward recomputes QKᵀ;
+* cudnn_attention: the same algorithm as cuDNN's fused attention (Transformer Engine's
+  FusedAttention backend), priced from its own measured throughput where the profile has one;
 * bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM);
 * rmsnorm: RMSNorm in one kernel each way (Transformer Engine's and apex's fused RMSNorm, torchtitan's
   Triton fused_rmsnorm); without it the eager chain of casts, pow, mean, rsqrt and products
@@ -80,6 +84,16 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "bias_d
 * rope: rotary embeddings in one kernel each way (Transformer Engine's fused_apply_rotary_pos_emb);
   without it the fp32 casts and complex product of the Llama reference code (`dlsim.cost.eager.rope_chain`).
 """
+
+FLASH_KERNELS = ("cudnn_attention", "flash_attention")
+"""The fused kernels that run an attention core as one flash kernel (no score kept), in the order
+a stack naming both would use them (Transformer Engine prefers cuDNN's where both are enabled)."""
+
+
+def flash_kernel(fused) -> str | None:
+    """The flash kernel among `fused` kernel names (`FLASH_KERNELS`), or None."""
+    return next((k for k in FLASH_KERNELS if k in fused), None)
+
 
 OFFLOADS = ("none", "activations", "optimizer", "both")
 """What goes to host memory over the device's host link (strategy key `offload`, `dlsim.plan.offload`)."""
