@@ -103,8 +103,8 @@ def op_checkpoint(layer: Layer, cost: LayerCost, mms: tuple[int, int] | None, fl
         kv_w = (qkv.n - q_w) // 2
         projections = [(first_mm, Gemm(qkv.m, q_w, qkv.k)), (first_mm + 1, Gemm(qkv.m, kv_w, qkv.k)),
                        (first_mm + 2, Gemm(qkv.m, kv_w, qkv.k)), (first_mm + 3, out_proj)]
-        seconds = sum(gemm_seconds(g, device, dtype, tables) for count, g in projections if not _saved(count))
-        kept = sum(g.m * g.n * b for count, g in projections[:3] if _saved(count))
+        seconds = sum(gemm_seconds(g, device, dtype, tables) for k, g in projections if not _saved(k))
+        kept = sum(g.m * g.n * b for k, g in projections[:3] if _saved(k))
         if flash:  # the SDPA kernel's output and its fp32 log-sum-exp per row and head are saved
             local_heads = q_w // max(qkv.k // heads, 1)
             kept += qkv.m * q_w * b + qkv.m * local_heads * 4
