@@ -261,6 +261,9 @@ def test_evaluator_tables_equal_the_simulators():
         got = ev.table(2, True, 2, accumulation=acc)
         assert got.entries == with_grad_accumulation(base, cluster.device, acc)
         assert got.costs == [e.forward.seconds + e.backward.seconds for e in base]
+        for a, b in zip(got.entries, base):  # every other field the base entry's
+            assert a == replace(b, backward=a.backward, backward_weight=a.backward_weight)
+        assert (got.entries != base) == (acc > 0)
     assert ev.table(2, True, 2, accumulation=acc).entries != ev.table(2, True, 2).entries
     assert ev.table(2, True, 2, accumulation=acc).key == ev.table(2, True, 2).key
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from dlsim.api.gcpause import paused_gc
 from dlsim.api.limits import check_batch_limit, check_nodes_limit
 from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.api.simulate import default_pricers, kernel_tables, run_simulation
@@ -298,6 +299,7 @@ def _no_feasible(outcome, space: SearchSpace, cluster: Cluster, memory_limit: fl
         f"{need / limit:.0%} of the limit)")
 
 
+@paused_gc
 def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: int, global_batch: int,
              objective: str = "time", top: int = 5, max_memory_fraction: float = 1.0,
              fix: Sequence[str] | Mapping[str, Any] | None = None, nodes: int | None = None,

@@ -223,6 +223,15 @@ def grad_accumulation_times(entries: Sequence[LayerEntry], device: Device,
     return out
 
 
+def _with_backward(e: LayerEntry, backward: Estimate, backward_weight: Estimate) -> LayerEntry:
+    """`dataclasses.replace(e, backward=..., backward_weight=...)` without re-running the constructor
+    (a copy of the fields: LayerEntry has no derived state; a search builds this for every layer of
+    every accumulated table, where `replace` took most of the time)."""
+    out = object.__new__(LayerEntry)
+    out.__dict__.update(e.__dict__, backward=backward, backward_weight=backward_weight)
+    return out
+
+
 def with_grad_accumulation(entries: tuple[LayerEntry, ...], device: Device,
                            grad_accumulation: float) -> tuple[LayerEntry, ...]:
     """`entries` with each layer's gradient accumulation (`grad_accumulation_times`) added to its
@@ -237,7 +246,7 @@ def with_grad_accumulation(entries: tuple[LayerEntry, ...], device: Device,
             got = sums.get(key)
             if got is None:
                 got = sums[key] = (e.backward + add, e.backward_weight + add)
-            e = replace(e, backward=got[0], backward_weight=got[1])
+            e = _with_backward(e, got[0], got[1])
         out.append(e)
     return tuple(out)
 

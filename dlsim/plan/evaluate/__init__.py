@@ -29,7 +29,10 @@ evaluator adds is how these compose in time, by concern:
   walk every pass of every stage this way in the schedule's op order, the stream carrying over
   from pass to pass (`Timing._programs`). ZeRO-3's parameter gathers are queued as the simulator
   issues them (`walk_steps`: a unit's once the previous unit's first step has ended, the first
-  unit's once the previous pass's first step has).
+  unit's once the previous pass's first step has). A pass's end and stream are a piecewise-affine
+  function of when the stream is free and the previous pass ended (`affine`): the schedule walk
+  (ops in the dependency order of `wavefront`) evaluates its pieces, one walk per piece, shared by
+  the chunks whose priced passes are alike.
 * `memory` — peak memory per stage, as the simulator's memory tracker counts it.
 * `bounds` — lower bounds of the iteration time for the search's pruning.
 * `records` — `Evaluation`, `StageMemory`, `supports`.

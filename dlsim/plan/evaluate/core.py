@@ -44,6 +44,7 @@ class Evaluator(LowerBounds, MemoryModel):
         self.gb = DTYPE_BYTES[self.dtype]
         self._defaults: dict | None = None
         self._keep: list = []  # step lists whose ids key cached programs (`Timing._program`)
+        self._memories: dict[Strategy, tuple[StageMemory, ...]] = {}  # `memory`, kept for `evaluate`
 
     @classmethod
     def of(cls, builder: ScenarioBuilder) -> "Evaluator":
@@ -143,7 +144,7 @@ class Evaluator(LowerBounds, MemoryModel):
         """Iteration time and memory of `s` (see `dlsim.plan.evaluate`)."""
         t = self.strategy_table(s)
         ranges = self.ranges(s, t)
-        memory = memory or self._memory(s, t, ranges)
+        memory = memory or self._memories.get(s) or self._memory(s, t, ranges)
         return Timing(self, s, t, ranges, memory).run()
 
 

@@ -26,13 +26,25 @@ from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_M
 from dlsim.plan.evaluate.pipeline import activation_peak, cached_stage_ops
 
 
+KEPT_MEMORIES = 1 << 16
+"""Strategies whose memory `MemoryModel.memory` keeps for their evaluation (a search space's worth)."""
+
+
 class MemoryModel:
     """The evaluator's memory per stage (a part of `Evaluator`; its caches are the evaluator's)."""
 
     def memory(self, s: Strategy) -> tuple[StageMemory, ...]:
-        """Peak memory of each stage's devices (as the simulator's memory tracker counts it)."""
-        t = self.strategy_base(s)
-        return self._memory(s, t, self.ranges(s, t))
+        """Peak memory of each stage's devices (as the simulator's memory tracker counts it); kept for
+        `evaluate`, which sizes the same strategy after the search has (the table with gradient
+        accumulation holds the same layers, only their backward times differ)."""
+        got = self._memories.get(s)
+        if got is None:
+            t = self.strategy_base(s)
+            got = self._memory(s, t, self.ranges(s, t))
+            if len(self._memories) >= KEPT_MEMORIES:
+                self._memories.clear()
+            self._memories[s] = got
+        return got
 
     def _off_default(self, s: Strategy) -> bool:
         """Whether a field outside `VALIDATED_FIELDS` and `PRICED_FIELDS` is off its default."""

@@ -5,18 +5,11 @@ stage's op order (`activation_peak`).
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Callable, Sequence
 
 from dlsim.plan.evaluate.periodic import Walked, periodic_walk
-from dlsim.plan.evaluate.wavefront import reused_structure, walk as wavefront_walk
-from dlsim.plan.pipeline import FORWARD, stage_ops
-
-
-@lru_cache(maxsize=4096)
-def cached_stage_ops(schedule: str, p: int, m: int, v: int, r: int) -> tuple:
-    """`stage_ops`, kept: the search asks for the same schedules again and again."""
-    return tuple(stage_ops(schedule, p, m, v, r))
+from dlsim.plan.evaluate.wavefront import cached_stage_ops, reused_structure, walk as wavefront_walk
+from dlsim.plan.pipeline import FORWARD
 
 
 def activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.evaluate.periodic import TOLERANCE, Walked, periodic_walk
-from dlsim.plan.evaluate.pipeline import walk_ops
+from dlsim.plan.evaluate.affine import (COLLECTIVE as _COLLECTIVE, COMPUTE as _COMPUTE, OVERLAP as _OVERLAP,
+                                        OVERLAP_QUEUED as _OVERLAP_QUEUED, Pieces, walk_affine)
+from dlsim.plan.evaluate.wavefront import op_steps
 from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.spatial import SPATIAL
-from dlsim.plan.pipeline import FORWARD
 from dlsim.plan.templates import Step
 from dlsim.plan.zero import GATHER_PREFETCH
-
-
-_COMPUTE, _COLLECTIVE, _OVERLAP, _OVERLAP_QUEUED = 0, 1, 2, 3  # step kinds of a priced program (`StreamWalk._program`)
 
 
 class StreamWalk:
@@ -155,76 +153,164 @@ class StreamWalk:
         stage's communication stream, which carries over from pass to pass as the simulator's does (a
         backward pass's reductions delay the next pass's gathers, slow its kernels, and the last ones
         end the iteration). Returns (ends[r][local chunk] of the last backward passes, when each
-        stage's stream empties, each stage's seconds inside its passes)."""
-        s = self.s
-        p = s.pp
-        state: list[tuple[float, float]] = []  # per stage: stream busy until, end of the last pass
-        inside: list[float] = []
-        trace: list[tuple[list, list, list]] = []  # per stage and op: stream busy after, duration, pass key
-        memo: dict[tuple, tuple[float, float]] = {}
+        stage's stream empties, each stage's seconds inside its passes).
 
-        def run_pass(key: tuple, r: int) -> tuple[float, float]:
+        A pass's end and stream depend only on its priced steps, launches and gathers and on the
+        stream's and previous pass's times relative to its start: they are memoised by those, with
+        chunks whose priced passes are alike (the same blocks on different stages) sharing one entry
+        (`_alike`), and the ops are run in the schedule's dependency order (`wavefront.op_steps`),
+        the op-by-op walk's order, to the bit."""
+        s = self.s
+        p, v = s.pp, s.virtual_stages
+        trace: list[tuple[list, list, list]] = []  # per stage and op: stream busy after, duration, pass key
+        pieces = Pieces()
+        walked: set[tuple] = set()  # passes walked step by step once
+        alike, reps = self._alike(parts)
+        first_busy, first_ready = self.first_busy, self.first_ready
+        walk_steps = self.walk_steps
+        # per chunk: ZeRO-1/2's first-micro-batch gathers, the floor of relative times (earlier is alike:
+        # done by the start), whether the previous pass's end matters (every pass gathers), and per kind
+        # (backward, forward) the memo of its passes, shared by the chunks whose passes are alike
+        memos: dict[tuple, dict] = {}
+        info = []
+        for k, x in enumerate(parts):
+            gathering = bool(x[5]) and x[4] is not None
+            keyed = gathering and bool(x[4])
+            info.append((not x[5] and bool(x[4]), -sum(x[4][:1 + GATHER_PREFETCH]) if keyed else 0.0, keyed,
+                         tuple(memos.setdefault((alike[k], forward, gathering), {}) for forward in (False, True)),
+                         (alike[k], False, gathering), (alike[k], True, gathering)))
+
+        def run_pass(key: tuple, scale: float = 0.0) -> tuple[float, float]:
             """(end, stream busy until) of a pass from its start, keyed by what it depends on: its
-            chunk, kind, whether it gathers, when the stream is free and the previous pass ended
-            (relative to its start)."""
-            got = memo.get(key)
+            chunk's passes (`_alike`), kind, whether it gathers, when the stream is free and the previous
+            pass ended (relative to its start)."""
+            a, forward, gathering_, q, dep = key
+            k = reps[a]
+            memo = info[k][3][forward]
+            sub = (q, dep) if info[k][2] else q
+            got = memo.get(sub)
             if got is None:
-                k, kind, gathering, q, dep = key
-                fwd, rec, bwd, launches, all_gathers, _ = parts[k]
-                gathers = all_gathers if gathering else None
-                if kind == FORWARD:
-                    end, q, _, _ = self.walk_steps(fwd, r, {}, gathers, 0.0, q, dep)
-                else:
-                    now = 0.0
-                    if rec:
-                        now, q, _, _ = self.walk_steps(rec, r, {}, None, now, q, 0.0)
-                    end, q, _, _ = self.walk_steps(bwd, r, launches, gathers, now, q, dep)
-                got = memo[key] = (end, q)
+                line = key[:3]
+                got = pieces.get(line, q, dep, scale)
+                if got is None:
+                    r = k % p
+                    fwd, rec, bwd, launches, all_gathers, _ = parts[k]
+                    gathers = all_gathers if gathering_ else None
+                    if forward:
+                        programs = [(fwd, {}, gathers)]
+                    else:
+                        programs = ([(rec, {}, None)] if rec else []) + [(bwd, launches, gathers)]
+                    if line not in walked:  # the pass's first start walked as it is (most passes of a
+                        walked.add(line)    # short pipeline start once or twice)
+                        now = 0.0
+                        for steps, ls, gs in programs:
+                            now, q, _, _ = walk_steps(steps, r, ls, gs, now, q, dep if gs is not None else 0.0)
+                        got = (now, q)
+                    else:  # a new piece of the pass's closed form (`affine`)
+                        end, busy, cons = walk_affine([(self._program(x, r), ls, g,
+                                                        self._unit_order(x) if g is not None else ())
+                                                       for x, ls, g in programs], self.sigma, q, dep)
+                        pieces.add(line, q, dep, end, busy, cons)
+                        got = (end[0] + end[1] * q + end[2] * dep, busy[0] + busy[1] * q + busy[2] * dep)
+                memo[sub] = got
             return got
 
-        def run_op(r: int, op, k: int, t: float) -> float:
-            busy, prev_end = state[r]
-            fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
-            key = None
-            if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
-                # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
-                end, q, _, _ = self.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, self.first_busy[r] - t), 0.0,
-                                               [x - t for x in self.first_ready[k]])
-            else:
-                gathers = all_gathers if every_pass else None
-                # passes are time-invariant: keyed by relative times (a stream idle before the start and
-                # the previous pass's end, from which the first gathers are issued, long before it are alike)
-                floor = -sum(gathers[:1 + GATHER_PREFETCH]) if gathers else 0.0  # earlier is alike: done by the start
-                key = (k, op.kind, gathers is not None, max(floor, busy - t), max(floor, prev_end - t) if gathers else 0.0)
-                end, q = run_pass(key, r)
-            state[r] = (t + q, t + end)
-            inside[r] += end
-            if trace:
-                trace[r][0].append(t + q)
-                trace[r][1].append(end)
-                trace[r][2].append((key, floor, busy - t) if key is not None else None)
-            return t + end
+        state: list[list[float]] = [[], [], []]  # per stage: stream busy until, end of the last pass, inside
 
         def walk(m: int, record: bool) -> Walked:
-            state[:] = [(0.0, 0.0)] * p
-            inside[:] = [0.0] * p
+            st, rows = op_steps(s.schedule, p, m, v)
+            E = [0.0] * (st.n + 1)
+            transfers = list(c) + [0.0]
+            busy_at, prev_at, inside = [0.0] * p, [0.0] * p, [0.0] * p
+            state[:] = [busy_at, prev_at, inside]
             trace[:] = [([], [], []) for _ in range(p)] if record else []
-            last, ends = walk_ops(s.schedule, p, m, s.virtual_stages, (), (), c, run_op, record)
-            return Walked(last, ends, constant=(tuple(d for _, d, _ in trace),),
-                          drifting=(tuple(busy for busy, _, _ in trace),)) if record else Walked(last, ends)
+            for j, prev, dep, trans, r, forward, mb, k in rows:
+                t = E[prev]
+                x = E[dep] + transfers[trans]
+                if x > t:
+                    t = x
+                busy = busy_at[r]
+                special, floor, keyed, memo, bkey, fkey = info[k]
+                key = None
+                if special and forward and mb == 0:
+                    # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
+                    end, q, _, _ = walk_steps(parts[k][0], r, {}, None, 0.0, max(0.0, busy - t, first_busy[r] - t),
+                                              0.0, [y - t for y in first_ready[k]])
+                else:
+                    # passes are time-invariant: keyed by relative times (a stream idle before the start and
+                    # the previous pass's end, from which the first gathers are issued, long before it are alike)
+                    rel = busy - t
+                    if rel < floor:
+                        rel = floor
+                    if keyed:
+                        dep_rel = prev_at[r] - t
+                        if dep_rel < floor:
+                            dep_rel = floor
+                        got = memo[forward].get((rel, dep_rel))
+                    else:
+                        dep_rel = 0.0
+                        got = memo[forward].get(rel)
+                    if got is None or record:
+                        key = (fkey if forward else bkey) + (rel, dep_rel)
+                        if got is None:
+                            got = run_pass(key, t)
+                    end, q = got
+                busy_at[r] = t + q
+                prev_at[r] = E[j] = t + end
+                inside[r] += end
+                if record:
+                    tr = trace[r]
+                    tr[0].append(t + q)
+                    tr[1].append(end)
+                    tr[2].append((key, floor, busy - t) if key is not None else None)
+            last = [[E[i] for i in ids] for ids in st.last]
+            if not record:
+                return Walked(last, [])
+            o = st.offsets
+            return Walked(last, [E[o[r]:o[r + 1]] for r in range(p)], constant=(tuple(d for _, d, _ in trace),),
+                          drifting=(tuple(busy for busy, _, _ in trace),))
 
         # a long pipeline walked through its periodic regime (every pass's seconds repeating too): the
         # seconds inside passes and the stream's last reductions extended; a stream that falls further
         # behind every period (the reductions outlast the passes) only where no pass notices by the end
-        ext = periodic_walk(s.schedule, p, s.num_microbatches, s.virtual_stages, lambda m: walk(m, True))
+        ext = periodic_walk(s.schedule, p, s.num_microbatches, v, lambda m: walk(m, True))
         if ext is not None and not self._drift_unseen(ext, trace, run_pass):
             ext = None
         if ext is None:
             last = walk(s.num_microbatches, False).last
-            return last, [state[r][0] for r in range(p)], inside
+            return last, list(state[0]), list(state[2])
+        busy_at, _, inside = state
         more = [ext.periods * sum(trace[r][1][i] for i in ext.period_ops[r]) for r in range(p)]
-        return ext.last, [state[r][0] + ext.periods * ext.rates[0][r] for r in range(p)], \
+        return ext.last, [busy_at[r] + ext.periods * ext.rates[0][r] for r in range(p)], \
             [inside[r] + more[r] for r in range(p)]
+
+    def _alike(self, parts: list[tuple]) -> tuple[list[int], list[int]]:
+        """Per global chunk an id shared by the chunks whose passes walk alike (the same priced steps,
+        launches and gathers: `walk_steps` reads nothing else), and per id its first chunk. A chunk's
+        passes (`Timing._chunk`) and priced programs are kept by the evaluator, so their content is
+        named once per chunk, stage and layout and the name reused by every candidate."""
+        s, cache = self.s, self._programs_of
+        p = s.pp
+        names = cache.setdefault(("alike names",), {})
+        ids: dict[int, int] = {}
+        alike, reps = [], []
+        for k, part in enumerate(parts):
+            r = k % p
+            key = ("alike", id(part), r, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
+            got = cache.get(key)
+            if got is None:
+                fwd, rec, bwd, launches, gathers, every_pass = part
+                sig = (tuple(self._program(fwd, r)), tuple(self._program(rec, r)) if rec else (),
+                       tuple(self._program(bwd, r)), tuple((pos, tuple(d)) for pos, d in sorted(launches.items())),
+                       tuple(gathers) if gathers is not None else None, every_pass)
+                got = cache[key] = (part, names.setdefault(sig, len(names)))  # the part kept alive: its id is named
+            name = got[1]
+            a = ids.get(name)
+            if a is None:
+                a = ids[name] = len(reps)
+                reps.append(k)
+            alike.append(a)
+        return alike, reps
 
     def _drift_unseen(self, ext, trace: list, run_pass) -> bool:
         """Whether the extension's streams hold: a stream that keeps pace with its passes (moving on λ
@@ -246,8 +332,8 @@ class StreamWalk:
                     return False
                 key, floor, behind = rec
                 later = max(floor, behind + ext.periods * drift)
-                end, q = run_pass(key, r)
-                end2, q2 = run_pass(key[:3] + (later,) + key[4:], r)
+                end, q = run_pass(key)
+                end2, q2 = run_pass(key[:3] + (later,) + key[4:])
                 if abs(end2 - end) > tol or abs((q2 - later) - (q - key[3])) > tol:
                     return False
         return True

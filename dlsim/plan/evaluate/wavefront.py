@@ -21,6 +21,12 @@ import numpy as np
 
 from dlsim.plan.pipeline import FORWARD, stage_ops
 
+@lru_cache(maxsize=4096)
+def cached_stage_ops(schedule: str, p: int, m: int, v: int, r: int) -> tuple:
+    """`stage_ops`, kept: the search asks for the same schedules again and again."""
+    return tuple(stage_ops(schedule, p, m, v, r))
+
+
 REUSED_AFTER = 1
 """Requests for a schedule's walk before its structure is built (`reused_structure`): building one costs
 a few op-by-op walks, each walk of it a fraction of one; a one-off prediction walks op by op."""
@@ -45,6 +51,9 @@ class Structure:
     steps: tuple[tuple[int, int, int, int, int], ...]
     last: tuple[tuple[int, ...], ...]
     levels: tuple[tuple[np.ndarray, ...], ...]
+    ops: tuple[tuple, ...] = ()
+    """Per step of `steps`, in its order: (id, predecessor, input, transfer index, stage, whether a
+    forward, micro-batch, global chunk), for walks whose ops a caller times (`op_steps`)."""
 
     @property
     def vectorised(self) -> bool:
@@ -65,7 +74,7 @@ def reused_structure(schedule: str, p: int, m: int, v: int) -> Structure | None:
     return structure(schedule, p, m, v)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def structure(schedule: str, p: int, m: int, v: int) -> Structure:
     """The dependency structure of `schedule` with p stages, m micro-batches, v chunks per stage: the
     stages' op orders run round-robin as far as each op's input is placed (the op-by-op walk's order)."""
@@ -79,6 +88,7 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
     fid: dict[tuple[int, int], int] = {}
     bid: dict[tuple[int, int], int] = {}
     steps: list[tuple[int, int, int, int, int]] = []
+    op_rows: list[tuple] = []
     last = [[n] * v for _ in range(p)]
     pos = [0] * p
     while len(steps) < n:
@@ -89,7 +99,8 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
                 op = order[i]
                 k = op.chunk * p + r
                 j = base + i
-                if op.kind == FORWARD:
+                forward = op.kind == FORWARD
+                if forward:
                     dep, trans, dur = n, K - 1, k
                     if k > 0:
                         dep = fid.get((k - 1, op.microbatch), -1)
@@ -109,6 +120,7 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
                 prev = j - 1 if i else n
                 level[j] = max(level[prev], level[dep]) + 1
                 steps.append((j, prev, dep, trans, dur))
+                op_rows.append((j, prev, dep, trans, r, forward, op.microbatch, k))
                 i += 1
             pos[r] = i
         if len(steps) == before:  # pragma: no cover  (the schedules are deadlock-free)
@@ -120,7 +132,7 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
         rows = rows[np.argsort(rows[:, 0], kind="stable")]
         cuts = np.flatnonzero(np.diff(rows[:, 0])) + 1
         levels = tuple(tuple(np.ascontiguousarray(part[:, c]) for c in range(1, 6)) for part in np.split(rows, cuts))
-    return Structure(n, tuple(offsets), tuple(steps), tuple(tuple(x) for x in last), levels)
+    return Structure(n, tuple(offsets), tuple(steps), tuple(tuple(x) for x in last), levels, tuple(op_rows))
 
 
 def walk(st: Structure, f: Sequence[float], b: Sequence[float], c: Sequence[float]) -> list[float]:
@@ -139,3 +151,11 @@ def walk(st: Structure, f: Sequence[float], b: Sequence[float], c: Sequence[floa
         t, x = ends[prev], ends[dep] + transfers[trans]
         ends[j] = (t if t >= x else x) + durations[dur]
     return ends
+
+
+def op_steps(schedule: str, p: int, m: int, v: int) -> tuple[Structure, tuple[tuple, ...]]:
+    """`structure` with every step's op (`Structure.ops`: each stage's ops in its op order, as
+    `dlsim.plan.evaluate.pipeline.walk_ops` runs them), for walks whose ops are timed by a caller
+    (`dlsim.plan.evaluate.stream.StreamWalk._programs`)."""
+    st = structure(schedule, p, m, v)
+    return st, st.ops
