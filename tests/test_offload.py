@@ -107,8 +107,10 @@ def test_data_parallel_offloads_unit_by_unit():
 
 def test_fsdp_offloads_its_parameter_units():
     """Under ZeRO-3 the offload units are FSDP's parameter units (a wrapped module's activations):
-    with 1 MiB units (a dozen here) all but the last leave the device."""
-    kw = dict(DP, zero=3, bucket_size=2 ** 20)
+    with 1 MiB units (a dozen here) all but the last leave the device. The norms and the gated unit
+    are fused here: eager, their activations are kept by the consumer (the gated unit keeps the gate
+    and up projections' output), and a unit holding only the gate and up projections keeps nothing."""
+    kw = dict(DP, zero=3, bucket_size=2 ** 20, fused_kernels=("rmsnorm", "glu"))
     sim = run_simulation("llama3-8b", "dgx-h100", offload="activations", trace=True, **kw)
     plain = simulate("llama3-8b", "dgx-h100", **kw)
     assert len(_events(sim, "D2H activations unit")) >= 10 * DP["num_microbatches"]

@@ -115,7 +115,7 @@ def label(s: Strategy) -> str:
     if s.tp_comm_overlap:
         parts.append("tpo")
     if s.recompute != "none":
-        parts.append({"selective": "rc-sel", "full": "rc-full"}[s.recompute])
+        parts.append({"selective": "rc-sel", "full": "rc-full", "selective_layer": "rc-layer", "selective_op": "rc-op"}[s.recompute])
     if s.zero:
         parts.append(f"zero{s.zero}")
     if s.cp > 1:

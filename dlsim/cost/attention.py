@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from dlsim.cost.eager import rmsnorm_chain, rope_chain
 from dlsim.cost.layercost import MASK_BYTES, NO_PASS, FlashKernel, Gemm, LayerCost, PassCost, elementwise, without_gemms
 from dlsim.cost.workdepth import clog2
 from dlsim.spec.model import Layer
@@ -74,7 +75,7 @@ def attention_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozens
     bwd_x = gemm_pass(bx_g, 4 * scores, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
     fwd_parts, bwd_parts = attention_parts(scores, rows * d, b, bool(a["dropout"]), bool(a.get("causal")), fused)
     if a.get("rotary"):  # rotary embeddings on Q and K (Su et al. 2021): x·cos + rotate(x)·sin, 3 FLOP/element
-        rope = ("rope", "forward", elementwise(rows * (d + kv), b, 3))
+        rope = ("rope", "forward", rope_pass(rows * (d + kv), b, fused))
         fwd_parts, bwd_parts = (rope,) + fwd_parts, bwd_parts + (rope,)
     ff, fb = flash_passes(kernel, bool(a.get("causal")), steps, keys, a.get("context_parallel", 1), n * d,
                           n * kv, n * kv)
@@ -118,8 +119,12 @@ def mla_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) 
     act = rows * (d + cq + ckv + rope + h * (dqk + dqk + dv) + h * dv) * b  # x, latents, Q, K, V, context
     score_traffic = 0 if flash else scores * b
     fwd_parts, bwd_parts = attention_parts(scores, rows * h * dv, b, False, bool(a["causal"]), fused)
-    extra_f = [("rmsnorm", "forward", elementwise(norms, b, 4, reads=2)), ("rope", "forward", elementwise(rope_el, b, 3))]
-    extra_b = [("rope", "forward", elementwise(rope_el, b, 3)), ("rmsnorm", "backward_data", elementwise(norms, b, 8, reads=4))]
+    if "rmsnorm" in fused:
+        norm_f, norm_b = elementwise(norms, b, 4, reads=2), elementwise(norms, b, 8, reads=4)
+    else:  # the eager chain over the two latents' rows
+        norm_f, norm_b, _ = rmsnorm_chain(norms, 2 * rows, b, 4 * norms, 8 * norms)
+    extra_f = [("rmsnorm", "forward", norm_f), ("rope", "forward", rope_pass(rope_el, b, fused))]
+    extra_b = [("rope", "forward", rope_pass(rope_el, b, fused)), ("rmsnorm", "backward_data", norm_b)]
     fwd_parts, bwd_parts = tuple(extra_f) + fwd_parts, bwd_parts + tuple(extra_b)
     depth = clog2(d) + clog2(dqk) + 3 * clog2(steps) + clog2(h * dv)
     def gemm_pass(gemms: tuple[Gemm, ...], parts, reads: float, writes: float) -> PassCost:
@@ -135,6 +140,13 @@ def mla_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) 
     reads_x = tuple(Gemm(rows, i, o) for o, i in (proj[0], proj[-2]))  # ∇x of the Q and KV down-projections
     return LayerCost(fwd, bwd_x, bwd_w, saves_input=True, extra_saved_bytes=act - rows * d * b + kept_scores,
                      internal_backward=without_gemms(bwd_x, reads_x, act - rows * d * b))
+
+
+def rope_pass(elements: int, b: int, fused: frozenset[str]) -> PassCost:
+    """Rotary embeddings over `elements` of Q and K, one pass (forward and backward alike): one
+    element-wise kernel reading and writing each element once with the ``rope`` fusion, else the
+    eager chain of `dlsim.cost.eager.rope_chain`."""
+    return elementwise(elements, b, 3) if "rope" in fused else rope_chain(elements, b)
 
 
 def attention_parts(scores: int, rows_by_width: int, b: int, dropout: bool, causal: bool,

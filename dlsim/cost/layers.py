@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Callable
 
 from dlsim.cost.attention import attention_cost, mla_cost, sdpa_cost
+from dlsim.cost.eager import glu_chain, rmsnorm_chain
 from dlsim.cost.layercost import ACTIVATION_FLOPS, GLU_FLOPS, INDEX_BYTES, MASK_BYTES, NO_PASS, Gemm, LayerCost, PassCost, elementwise, without_gemms
 from dlsim.cost.moe import MOE_ROUTED_GEMMS, ROUTER_BYTES, moe_cost
 from dlsim.cost.workdepth import clog2, conv_direct_depth
@@ -109,23 +110,33 @@ def _norm(layer: Layer, n: int, b: int) -> LayerCost:
     return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=2 * 4 * (elems // reduced or 1))
 
 
-def _rmsnorm(layer: Layer, n: int, b: int) -> LayerCost:
+def _rmsnorm(layer: Layer, n: int, b: int, fused: bool = True) -> LayerCost:
     """RMS norm over the last dimension (Zhang & Sennrich 2019): mean of squares, rsqrt, normalise and
-    scale ≈ 4 FLOP/element forward, ≈ 8 backward; read and write counted as for layer norm (x read
-    twice forward; x and ∇y twice backward); depth ⌈log2 D⌉; keeps x and one fp32 scale per row."""
+    scale ≈ 4 FLOP/element forward, ≈ 8 backward. Fused (one kernel each way, the ``rmsnorm`` fusion):
+    read and write counted as for layer norm (x read twice forward; x and ∇y twice backward); depth
+    ⌈log2 D⌉; keeps x and one fp32 scale per row. Unfused: the eager chain of
+    `dlsim.cost.eager.rmsnorm_chain`."""
     elems, d = n * layer.in_elements, layer.in_shapes[0][-1]
+    rows = elems // d or 1
+    if not fused:
+        fwd, bwd, kept = rmsnorm_chain(elems, rows, b, 4 * elems, 8 * elems)
+        return LayerCost(fwd, bwd, NO_PASS, extra_saved_bytes=kept)
     depth = clog2(d)
     fwd = PassCost(4 * elems, 4 * elems, depth, 2 * elems * b, elems * b)
     bwd = PassCost(8 * elems, 8 * elems, depth, 4 * elems * b, elems * b)
-    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=4 * (elems // d or 1))
+    return LayerCost(fwd, bwd, NO_PASS, saves_input=True, extra_saved_bytes=4 * rows)
 
 
-def _glu(layer: Layer, n: int, b: int) -> LayerCost:
+def _glu(layer: Layer, n: int, b: int, fused: bool = True) -> LayerCost:
     """Gated linear unit over the two halves a, b of the last dimension (Shazeer 2020, "GLU variants
-    improve transformer"): reads 2F, writes F; the backward reads a, b and ∇y and writes ∇a, ∇b.
-    Keeps its input (both halves)."""
+    improve transformer"). Fused (one kernel each way, the ``glu`` fusion): reads 2F, writes F; the
+    backward reads a, b and ∇y and writes ∇a, ∇b; keeps its input (both halves). Unfused: the eager
+    chain of `dlsim.cost.eager.glu_chain` (activation, then product)."""
     out = n * layer.out_elements
     f, bw = GLU_FLOPS[layer.type]
+    if not fused:
+        fwd, bwd, kept = glu_chain(out, b, f * out, bw * out)
+        return LayerCost(fwd, bwd, NO_PASS, extra_saved_bytes=kept)
     fwd = PassCost(f * out, f * out, 1, 2 * out * b, out * b)
     bwd = PassCost(bw * out, bw * out, 1, 3 * out * b, 2 * out * b)
     return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
@@ -343,6 +354,10 @@ def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[s
         return moe_cost(layer, batch, DTYPE_BYTES[dtype], ep)
     if layer.type == "mla":
         return mla_cost(layer, batch, DTYPE_BYTES[dtype], fused)
+    if layer.type == "rmsnorm":
+        return _rmsnorm(layer, batch, DTYPE_BYTES[dtype], "rmsnorm" in fused)
+    if layer.type in ("swiglu", "geglu"):
+        return _glu(layer, batch, DTYPE_BYTES[dtype], "glu" in fused)
     return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])
 
 

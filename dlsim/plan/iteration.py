@@ -29,11 +29,12 @@ from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations, offloads_optimizer, unit_offload_plan
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.p2pplan import emit_transfers
-from dlsim.plan.recompute import full_recompute_memory, recompute_layers, selective_recompute_memory
+from dlsim.plan.oprecompute import alternate_layers
+from dlsim.plan.recompute import full_recompute_memory, op_recompute_memory, recompute_layers, selective_recompute_memory
 from dlsim.plan.spatial import SPATIAL, halo_time
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
-from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, selective_recompute_steps, units_of
+from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps, units_of
 from dlsim.plan.zero import gathers_in_forward, model_state_bytes
 from dlsim.results import Estimate
 from dlsim.spec.cluster import LinkTier
@@ -123,7 +124,7 @@ class _Builder:
                 self.bwd_units.append(self.bwd_split[k])
         # activation offload one unit at a time, for forward passes followed directly by their backward
         self.unit_off: list[tuple | None] = [None] * len(self.chunk_entries)
-        if offloads_activations(s.offload) and s.recompute != "full":
+        if offloads_activations(s.offload) and s.recompute in ("none", "selective"):
             instance = recompute_layers(self.x.model)
             for k, es in enumerate(self.chunk_entries):
                 by_bucket = self.buckets[k] and (s.zero == 3 and s.dp_cp > 1 or gathers_in_forward(s))
@@ -131,20 +132,26 @@ class _Builder:
                                                 units_of(es, self.buckets[k]) if by_bucket else None)
                 self.unit_off[k] = (kept, forward_steps(es, tp, COMPUTE, units),
                                     backward_steps(es, tp, self.ready[k], units, overlap=overlap))
-        if s.recompute == "full":
-            inside = recompute_layers(self.x.model)
+        if s.recompute in ("full", "selective_layer"):
+            inside = recompute_layers(self.x.model) if s.recompute == "full" else alternate_layers(self.x.model)
             self.recomp = [forward_steps([e for e in es if inside[e.name]], tp, RECOMPUTE) for es in self.chunk_entries]
         elif s.recompute == "selective":
             self.recomp = [selective_recompute_steps(es) for es in self.chunk_entries]
+        elif s.recompute == "selective_op":
+            inside = recompute_layers(self.x.model)
+            self.recomp = [op_recompute_steps(es, inside) for es in self.chunk_entries]
         else:
             self.recomp = [[] for _ in self.chunk_entries]
         # activation bytes per micro-batch and chunk: (kept from forward to backward, extra held while
         # the forward runs, extra materialised by the recomputation before the backward)
         self.act: list[tuple[float, float, float]] = []
         for k, es in enumerate(self.chunk_entries):
-            if s.recompute == "full":
-                incoming = self.boundary[k - 1] if k > 0 else 0.0
-                self.act.append(full_recompute_memory(self.x.model, es, s.recompute_layers, incoming, inside))
+            incoming = self.boundary[k - 1] if k > 0 else 0.0
+            if s.recompute in ("full", "selective_layer"):
+                every = s.recompute_layers if s.recompute == "full" else 1
+                self.act.append(full_recompute_memory(self.x.model, es, every, incoming, inside))
+            elif s.recompute == "selective_op":
+                self.act.append(op_recompute_memory(self.x.model, es, incoming, inside))
             elif s.recompute == "selective" and self.recomp[k]:
                 self.act.append(selective_recompute_memory(es))
             else:

@@ -24,8 +24,10 @@ from dlsim.spec.cluster import Device
 from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
 from dlsim.spec.strategy import flash_kernel
+from dlsim.plan.blocks import recompute_layers
 from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan
+from dlsim.plan.oprecompute import mm_positions, op_checkpoint
 from dlsim.plan.spatial import HaloExchange
 from dlsim.plan.tensorparallel import TPLayer, attention_core, classify, shard_cost
 from dlsim.units import DTYPE_BYTES
@@ -72,6 +74,10 @@ class LayerEntry:
     halo: "HaloExchange | None" = None
     """A spatially split convolution's or pooling's halo exchanges (`dlsim.plan.spatial.add_halos`)."""
     tp_overlap: tuple = ()
+    op_core: Estimate = ZERO
+    op_kept: float = 0.0
+    """Under torchtitan's selective_op checkpointing, the seconds of this layer's forward recomputed
+    before its block's backward and the bytes of its outputs the policy keeps (`dlsim.plan.oprecompute`)."""
 
     @property
     def backward_data(self) -> Estimate:
@@ -139,6 +145,8 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         sharded_out |= {name for name, r in got.items() if r.out_sharded}
         start = end
     fused_pairs = _dropout_add_pairs(model) if "bias_dropout_add" in fused else {}
+    blocks, mms = recompute_layers(model), mm_positions(model)
+    b_el = DTYPE_BYTES[dtype]
     fused_names = set(fused_pairs) | set(fused_pairs.values())
     flow = GradientFlow.of(model)
     classes = _price_classes(model)
@@ -150,7 +158,8 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
     for i, layer in enumerate(model.layers):
         b, t, role = batches[i], degrees[i], roles[layer.name]
         fusion = layer.name in fused_names
-        key = (classes[i], b, t, role.role, fusion)
+        in_block, mm = blocks[layer.name] is not None, mms.get(layer.name)
+        key = (classes[i], b, t, role.role, fusion, in_block, mm and (mm[0] % 2, mm[1]))
         if key not in priced:
             full = layer_cost(layer, b, dtype, fused, ep=ep)
             if fusion:  # a dropout and the residual add consuming it (Megatron-LM's bias_dropout_add)
@@ -163,19 +172,21 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
                 core = price_pass(core_pass, layer.type, "forward", device, dtype, tables)
             windows = (_projection_window(cost.backward_data, device, dtype, tables),
                        _projection_window(cost.backward_weight, device, dtype, tables))
-            priced[key] = (cost, timing, core, core_bytes, windows, timing.backward_data + timing.backward_weight)
-        cost, timing, core, core_bytes, windows, bwd = priced[key]
+            op = op_checkpoint(layer, cost, mm, flash_kernel(fused) is not None, timing.forward,
+                               layer.out_elements * b * b_el / (t if role.out_sharded else 1), dtype, device,
+                               tables) if in_block else (ZERO, 0.0)
+            priced[key] = (cost, timing, core, core_bytes, windows, timing.backward_data + timing.backward_weight, op)
+        cost, timing, core, core_bytes, windows, bwd, op = priced[key]
         costs[layer.name] = cost
         if ep > 1 and layer.type == "moe":
             if key not in plan_cache:
                 plan_cache[key] = expert_plan(layer, cost, b, dtype, ep, t if role.params_sharded else 1, device, tables,
                                               ep_overlap)
             plans[layer.name] = plan_cache[key]
-        entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes, windows, bwd))
+        entries_raw.append((layer, b, t, role, cost, timing, core, core_bytes, windows, bwd, op))
     saved = _saved_bytes(model, costs, batches, dtype)
-    b_el = DTYPE_BYTES[dtype]
     out = []
-    for i, (layer, b, t, role, cost, timing, core, core_bytes, windows, bwd) in enumerate(entries_raw):
+    for i, (layer, b, t, role, cost, timing, core, core_bytes, windows, bwd, op) in enumerate(entries_raw):
         own, extra = saved[layer.name]
         shard = t if role.out_sharded else 1
         fwd, wgrad = timing.forward, timing.backward_weight
@@ -189,7 +200,7 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
             params = plan.params
         out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
                               layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
-                              wgrad, windows, experts=plan))
+                              wgrad, windows, experts=plan, op_core=op[0], op_kept=op[1]))
     return tuple(out)
 
 

@@ -15,32 +15,22 @@ recomputation materialises in addition before the backward pass consumes it.
   repeated blocks (embedding, final norm, output layer, loss) keep theirs, as in Megatron-LM.
 * selective (Korthikanti et al. 2022 §4.2): the attention cores (softmax output, dropout mask and
   output) are dropped after each layer's forward and recomputed one layer at a time.
+* selective_layer (torchtitan): full recomputation of every second block, one block a group
+  (`dlsim.plan.oprecompute.alternate_layers` as the instance map of `full_recompute_memory`).
+* selective_op (torchtitan): each block keeps its input and the outputs its policy saves
+  (`LayerEntry.op_kept`); the recomputation materialises the rest of one block at a time
+  (`op_recompute_memory`).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
+from dlsim.plan.blocks import recompute_layers
 from dlsim.plan.layertable import LayerEntry
-from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
 
-_INSTANCE = re.compile(r"^(.*?\.\d+)\.")
-
-
-def recompute_layers(model: Model) -> dict[str, str | None]:
-    """The "layer" of full recomputation each model layer belongs to: the repeated-block instance
-    ("h.3" for "h.3.attn"; None outside blocks), or, in a model without repeated blocks, the
-    layer itself (once per model: `dlsim.spec.memo`)."""
-    return derived(model, "recompute_layers", lambda: _recompute_layers(model))
-
-
-def _recompute_layers(model: Model) -> dict[str, str | None]:
-    found = {layer.name: (m.group(1) if (m := _INSTANCE.match(layer.name)) else None) for layer in model.layers}
-    if not any(found.values()):
-        return {name: name for name in found}
-    return found
+__all__ = ["full_recompute_memory", "op_recompute_memory", "recompute_layers", "selective_recompute_memory"]
 
 
 def full_recompute_memory(model: Model, entries: Sequence[LayerEntry], every: int,
@@ -85,3 +75,20 @@ def selective_recompute_memory(entries: Sequence[LayerEntry]) -> tuple[float, fl
     full = sum(e.saved_bytes for e in entries)
     core = max((e.core_bytes for e in entries), default=0.0)
     return full - sum(e.core_bytes for e in entries), core, core
+
+
+def op_recompute_memory(model: Model, entries: Sequence[LayerEntry], incoming: float,
+                        instance: dict[str, str | None]) -> tuple[float, float, float]:
+    """(kept, forward_extra, recompute_extra) of a chunk under torchtitan's selective_op policy: the
+    checkpoints (each block's input) and the layers outside blocks as under full recomputation of one
+    block a group, plus each block layer's saved outputs (`LayerEntry.op_kept`); the largest block's
+    dropped bytes (saved − kept) are alive while its forward runs and once recomputed."""
+    kept, _, _ = full_recompute_memory(model, entries, 1, incoming, instance)
+    dropped: dict[str, float] = {}
+    for e in entries:
+        inst = instance[e.name]
+        if inst is not None:
+            kept += e.op_kept
+            dropped[inst] = dropped.get(inst, 0.0) + e.saved_bytes - e.op_kept
+    largest = max(max(dropped.values(), default=0.0), 0.0)
+    return kept, largest, largest

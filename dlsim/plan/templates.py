@@ -316,3 +316,14 @@ def selective_recompute_steps(entries: Sequence[LayerEntry]) -> list[Step]:
             acc.add(e.name, e.core.seconds, e.core.table_share)
     acc.flush()
     return acc.steps
+
+
+def op_recompute_steps(entries: Sequence[LayerEntry], instance: dict[str, str | None]) -> list[Step]:
+    """What torchtitan's selective_op policy recomputes of a chunk's blocks before their backward
+    (`LayerEntry.op_core`, `dlsim.plan.oprecompute`)."""
+    acc = _Acc(RECOMPUTE)
+    for e in entries:
+        if instance[e.name] is not None and e.op_core.seconds > 0:
+            acc.add(e.name, e.op_core.seconds, e.op_core.table_share)
+    acc.flush()
+    return acc.steps

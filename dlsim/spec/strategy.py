@@ -19,7 +19,12 @@ from dlsim.units import MIB
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 SYNCS = ("allreduce", "ps", "async", "ssp")
-RECOMPUTE = ("none", "full", "selective")
+RECOMPUTE = ("none", "full", "selective", "selective_layer", "selective_op")
+"""Activation recomputation (strategy key `recompute`, `dlsim.plan.recompute`): none; full (every
+transformer layer's input checkpointed, Megatron-LM's full granularity); selective (Megatron-LM's:
+the attention core, Korthikanti et al. 2022 §4.2); selective_layer and selective_op (torchtitan's:
+every second block checkpointed in full; every block with its per-operator save list,
+`dlsim.plan.oprecompute`)."""
 COMPRESSIONS = ("none", "fp16", "qsgd", "topk", "1bit")
 VALUE_BITS = (1, 2, 4, 8, 16, 32)
 """Bits per value of a top-k payload (`Compression.value_bits`): 32 plain, fewer quantised."""
@@ -60,7 +65,8 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "cast_add_fp32"
 * none: not charged.
 """
 
-FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "bias_dropout_add")
+FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "bias_dropout_add", "rmsnorm",
+           "glu", "rope")
 """Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
 `dlsim.cost.layers`); none is assumed:
 
@@ -73,7 +79,14 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_
   diagonal, the backward recomputes QKᵀ;
 * cudnn_attention: the same algorithm as cuDNN's fused attention (Transformer Engine's
   FusedAttention backend), priced from its own measured throughput where the profile has one;
-* bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM).
+* bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM);
+* rmsnorm: RMSNorm in one kernel each way (Transformer Engine's and apex's fused RMSNorm, torchtitan's
+  Triton fused_rmsnorm); without it the eager chain of casts, pow, mean, rsqrt and products
+  (`dlsim.cost.eager.rmsnorm_chain`);
+* glu: a gated linear unit's activation and product in one kernel each way (Megatron-Core's
+  bias_swiglu); without it the activation and the product as two kernels (`dlsim.cost.eager.glu_chain`);
+* rope: rotary embeddings in one kernel each way (Transformer Engine's fused_apply_rotary_pos_emb);
+  without it the fp32 casts and complex product of the Llama reference code (`dlsim.cost.eager.rope_chain`).
 """
 
 FLASH_KERNELS = ("cudnn_attention", "flash_attention")
@@ -162,8 +175,9 @@ class Strategy:
     async | ssp (`staleness` s for ssp; `ps_shards` servers; pull every `fetch_every`, push every
     `push_every` steps; `iterations` simulated per worker), `collective` algorithm or auto,
     gradient buckets of `bucket_size` bytes (the first `first_bucket_size`), `overlap` with
-    backpropagation. `recompute` none | full | selective (full: a checkpoint every
-    `recompute_layers` transformer layers, i.e. repeated block instances); `zero` stage 0-3.
+    backpropagation. `recompute` none | full | selective | selective_layer | selective_op (`RECOMPUTE`;
+    full: a checkpoint every `recompute_layers` transformer layers, i.e. repeated block instances);
+    `zero` stage 0-3.
     `sequence_parallel` splits the layers between tensor-parallel regions along the sequence
     (Korthikanti et al. 2022). `tp_async_backward` runs the input-gradient all-reduce (or
     reduce-scatter) of column-parallel layers beside their weight-gradient kernels and sequence
@@ -551,6 +565,9 @@ def validate_strategy(s: Strategy) -> Strategy:
                         f"{s.zero}{', hybrid_shard' if s.hybrid_shard else ''})", field="zero_grad_reduce")
     if s.offload != "none" and s.sync != "allreduce":
         raise SpecError(f"offload needs sync allreduce, got {s.sync}", field="offload")
+    if s.offload in ("activations", "both") and s.recompute in ("selective_layer", "selective_op"):
+        raise SpecError(f"activation offload with recompute {s.recompute} is not modelled (none, selective or full)",
+                        field="offload")
     if s.cp > 1 and s.sync != "allreduce":
         raise SpecError(f"context parallelism needs sync allreduce, got {s.sync}", field="cp")
     if s.cp > 1 and s.layer_groups:

@@ -11,6 +11,7 @@ from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import reduce_element_bytes
 from dlsim.plan.layertable import LayerEntry, grad_accumulation_times
+from dlsim.plan.oprecompute import alternate_layers
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.templates import backward_steps, forward_steps
 from dlsim.plan.zero import gathers_updated_params, gradient_collective, optimizer_share
@@ -48,6 +49,7 @@ class LowerBounds:
             return self._price(pricer, s, c.op, c.nbytes, ranks)
 
         fw, rc, bw = [0.0], [0.0], [0.0]
+        alternate = alternate_layers(self.model) if s.recompute == "selective_layer" else {}
         for e in t.entries:
             chunked = self._chunked_alone(s, e, price) if e.tp_overlap else None
             f = chunked[0] if chunked else e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
@@ -56,8 +58,12 @@ class LowerBounds:
             x = 0.0
             if s.recompute == "full" and self.instance[e.name]:
                 x = f
+            elif s.recompute == "selective_layer" and alternate[e.name]:
+                x = f
             elif s.recompute == "selective" and e.core.seconds > 0:
                 x = e.core.seconds
+            elif s.recompute == "selective_op" and self.instance[e.name]:
+                x = e.op_core.seconds
             beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if s.tp_async_backward and c.overlap}
             y = sum(price(c) for c in e.tp.before_bwd + e.tp.after_bwd if c not in beside.values())
             if chunked:

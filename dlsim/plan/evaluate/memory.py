@@ -15,7 +15,8 @@ from dlsim.plan.expertparallel import (expert_params_of,
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
 from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
 from dlsim.plan.pipeline import peak_inflight
-from dlsim.plan.recompute import full_recompute_memory, selective_recompute_memory
+from dlsim.plan.oprecompute import alternate_layers
+from dlsim.plan.recompute import full_recompute_memory, op_recompute_memory, selective_recompute_memory
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.zero import model_state_bytes
 from dlsim.spec.model import Model
@@ -88,13 +89,18 @@ class MemoryModel:
         return got  # type: ignore[return-value]
 
     def _chunk_acts_uncached(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float]]:
-        bounds = self.boundaries(t, ranges) if s.recompute == "full" else []
+        checkpoints = s.recompute in ("full", "selective_layer", "selective_op")
+        bounds = self.boundaries(t, ranges) if checkpoints else []
         out = []
         for k, (a, b) in enumerate(ranges):
             es = t.entries[a:b]
+            incoming = bounds[k - 1] if checkpoints and k > 0 else 0.0
             if s.recompute == "full":
-                out.append(full_recompute_memory(self.model, es, s.recompute_layers,
-                                                 bounds[k - 1] if k > 0 else 0.0, self.instance))
+                out.append(full_recompute_memory(self.model, es, s.recompute_layers, incoming, self.instance))
+            elif s.recompute == "selective_layer":
+                out.append(full_recompute_memory(self.model, es, 1, incoming, alternate_layers(self.model)))
+            elif s.recompute == "selective_op":
+                out.append(op_recompute_memory(self.model, es, incoming, self.instance))
             elif s.recompute == "selective" and any(e.core.seconds > 0 for e in es):
                 out.append(selective_recompute_memory(es))
             else:

@@ -13,7 +13,8 @@ from dlsim.plan.dataparallel import buffer_element_bytes, reduce_element_bytes
 from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
                                       updated_params)
 from dlsim.plan.scenario import LayerTable
-from dlsim.plan.templates import Step, backward_steps, forward_steps, selective_recompute_steps, units_of
+from dlsim.plan.oprecompute import alternate_layers
+from dlsim.plan.templates import Step, backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps, units_of
 from dlsim.plan.pipeline import FORWARD, scatter_gather
 from dlsim.plan.spatial import SPATIAL
 from dlsim.plan.evaluate.records import replicas
@@ -177,10 +178,13 @@ class Timing(StreamWalk):
         rec_time = ev._cache.get(rkey)
         if rec_time is None:
             es = self.chunk_entries[k]
-            if s.recompute == "full":
-                rec = forward_steps([e for e in es if ev.instance[e.name]], tp, "recompute")
+            if s.recompute in ("full", "selective_layer"):
+                inside = ev.instance if s.recompute == "full" else alternate_layers(ev.model)
+                rec = forward_steps([e for e in es if inside[e.name]], tp, "recompute")
             elif s.recompute == "selective":
                 rec = selective_recompute_steps(es)
+            elif s.recompute == "selective_op":
+                rec = op_recompute_steps(es, ev.instance)
             else:
                 rec = []
             rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
