@@ -30,10 +30,11 @@ from dlsim.units import GIB
 
 SOURCE = ("NVIDIA dgxc-benchmarking v24.11.1 (commit 35a9aec): llama3.1/README_{8b,70b,405b}.md (step times, "
           "NeMo 24.09) and llama3.1_{8b,70b,405b}.yaml (configuration)")
-NEMO_2409 = {"fused_kernels": ("flash_attention",), "grad_accumulation": "fused_fp32", "p2p_overlap": True, "zero": 1,
-             "optimizer": "adam", "recompute": "none"}
-"""NeMo 24.09's Llama 3.1 recipes (see the module docstring); tp > 1 adds sequence parallelism and the
-asynchronous tensor-parallel backward communication."""
+NEMO_2409 = {"fused_kernels": ("flash_attention", "rmsnorm", "glu", "rope"), "grad_accumulation": "fused_fp32",
+             "p2p_overlap": True, "zero": 1, "optimizer": "adam", "recompute": "none"}
+"""NeMo 24.09's Llama 3.1 recipes (see the module docstring): Transformer Engine's fused RMSNorm, SwiGLU and
+rotary kernels as stacks/megatron-core.yaml names them with their sources; tp > 1 adds sequence parallelism
+and the asynchronous tensor-parallel backward communication."""
 
 RUNS = [  # zoo model, GPUs, tp, pp, cp, vp, global batch, published BF16 s, published FP8 s
     ("llama3-8b", 8, 1, 1, 2, 1, 128, 12.91, 9.67),
