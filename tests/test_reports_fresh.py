@@ -6,8 +6,9 @@ strategy study's in reports/), then the index reports/seeds-reproduced.md. Regen
 takes minutes: those tests are marked slow and run as their own step of .ci/run; the default suite
 checks the committed index itself (every seed number within 15% of dlsim's or with its reason).
 Figures (PNG) are not compared byte for byte: their pixels depend on the matplotlib build.
-The per-stack validation of published runs (reports/validation-stacks.json) is held to what
-benchmarks/validate_stacks.py now predicts, run by run.
+The per-stack validation of published runs (reports/validation-stacks.json), the published GPU runs
+(reports/validation-published-gpu.json) and the whole-run report (reports/validation-run.md) are held to
+what their benchmarks now predict.
 """
 
 from __future__ import annotations
@@ -112,3 +113,34 @@ def test_committed_stack_validation_equals_its_command() -> None:
     assert new.keys() == old.keys(), f"reports/validation-stacks.json lists other runs: {stale}"
     for key, seconds in new.items():
         assert seconds == pytest.approx(old[key], rel=1e-9), f"{key}: {seconds} s now, {old[key]} s committed: {stale}"
+
+
+@pytest.mark.slow
+def test_committed_published_gpu_validation_equals_its_command() -> None:
+    """reports/validation-published-gpu.json holds what `python benchmarks/validate_published.py --report`
+    now predicts for its Selene, GPT-3 H100 and Llama 3.1 runs (the sensitivity variants are not rerun)."""
+    import json
+
+    import validate_published
+
+    committed = json.loads((ROOT / "reports" / "validation-published-gpu.json").read_text())
+    stale = "regenerate it with python benchmarks/validate_published.py --report --sensitivity and commit the result"
+    for key, runs, one in (("runs", validate_published.published_runs(), validate_published.run_one),
+                           ("h100_runs", validate_published.h100_runs(), validate_published.run_one),
+                           ("llama_runs", validate_published.llama_runs(), validate_published.run_llama)):
+        old = {r["run"]: r["predicted_s"] for r in committed[key]}
+        new = {run["run"]: one(run)["predicted_s"] for run in runs}
+        assert new.keys() == old.keys(), f"{key}: other runs than committed: {stale}"
+        for name, seconds in new.items():
+            assert seconds == pytest.approx(old[name], rel=1e-9), f"{name}: {seconds} s now, {old[name]} s: {stale}"
+
+
+@pytest.mark.slow
+def test_committed_whole_run_validation_equals_its_command() -> None:
+    """reports/validation-run.md is what `python benchmarks/validate_run.py` now writes."""
+    import validate_run
+
+    text = validate_run.report(validate_run.interruptions(), [validate_run.one(s) for s in validate_run.RUNS])
+    assert text == (ROOT / "reports" / "validation-run.md").read_text(), (
+        "reports/validation-run.md differs from what `python benchmarks/validate_run.py` now writes: regenerate it "
+        "and commit the result")
