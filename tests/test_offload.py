@@ -84,7 +84,7 @@ def test_data_parallel_offloads_unit_by_unit():
     but the last, per micro-batch), each copy lasting L + n / (B e) for its unit's bytes; the peak
     activations fall to what the double-buffered window holds."""
     from dlsim.plan.offload import offload_units, unit_offload_plan
-    from dlsim.plan.recompute import recompute_layers
+    from dlsim.plan.blocks import recompute_layers
     sim = run_simulation("llama3-8b", "dgx-h100", offload="activations", trace=True, **DP)
     plain = simulate("llama3-8b", "dgx-h100", **DP)
     cluster, model = as_cluster("dgx-h100"), as_model("llama3-8b", TINY)

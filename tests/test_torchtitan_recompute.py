@@ -14,7 +14,7 @@ from dlsim.cost.layers import layer_cost
 from dlsim.cost.pricing import gemm_seconds, price_pass
 from dlsim.errors import SpecError
 from dlsim.plan.oprecompute import alternate_layers, mm_positions
-from dlsim.plan.recompute import recompute_layers
+from dlsim.plan.blocks import recompute_layers
 
 SMALL = {"layers": 4, "seq_len": 256}
 KW = dict(stack="fsdp2", dp=1, microbatch_size=2, global_batch=2, overrides=SMALL)

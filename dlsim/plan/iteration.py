@@ -30,7 +30,8 @@ from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations,
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.p2pplan import emit_transfers
 from dlsim.plan.oprecompute import alternate_layers
-from dlsim.plan.recompute import full_recompute_memory, op_recompute_memory, recompute_layers, selective_recompute_memory
+from dlsim.plan.blocks import recompute_layers
+from dlsim.plan.recompute import full_recompute_memory, op_recompute_memory, selective_recompute_memory
 from dlsim.plan.spatial import SPATIAL, halo_time
 from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph

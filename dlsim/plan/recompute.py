@@ -30,8 +30,6 @@ from dlsim.plan.blocks import recompute_layers
 from dlsim.plan.layertable import LayerEntry
 from dlsim.spec.model import INPUT, Model
 
-__all__ = ["full_recompute_memory", "op_recompute_memory", "recompute_layers", "selective_recompute_memory"]
-
 
 def full_recompute_memory(model: Model, entries: Sequence[LayerEntry], every: int,
                           incoming: float, instance: dict[str, str | None] | None = None) -> tuple[float, float, float]:

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 from dlsim.errors import SpecError
 from dlsim.plan.evaluate import Evaluation, Evaluator
 from dlsim.plan.partition import single_tensor_cuts
-from dlsim.plan.recompute import recompute_layers
+from dlsim.plan.blocks import recompute_layers
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy, make_strategy, validate_strategy
 

@@ -131,7 +131,7 @@ class _Priced:
 
     __slots__ = ("run", "tid", "t", "i", "held", "devices", "done", "now")
 
-    def __init__(self, run: "_Run", tid: int, t):
+    def __init__(self, run: _Run, tid: int, t):
         self.run, self.tid, self.t, self.i, self.held = run, tid, t, 0, []
         env = run.env
         self.done = simpy.Event(env)
@@ -149,27 +149,15 @@ class _Priced:
             self.i += 1
             req.callbacks.append(self._acquire)  # a request is never processed when made
             return
-        t = self.t
-        self.now = run.start[self.tid] = run.env.now
-        run._memory(t.device, t.mem_start)
-        self.devices = run.comm_devices[self.tid] if run.comm_devices is not None and t.duration > 0 else None
-        if self.devices:
-            run._comm(self.devices, 1)
-        if t.duration > 0:
-            run.env.timeout(t.duration).callbacks.append(self._end)
+        self.now, self.devices = run._begin(self.tid, self.t)
+        if self.t.duration > 0:
+            run.env.timeout(self.t.duration).callbacks.append(self._end)
         else:
             self._end(None)
 
     def _end(self, _event: simpy.Event | None) -> None:
-        run, t = self.run, self.t
-        if self.devices:
-            run._comm(self.devices, -1)
-        if self.held:
-            run._release(self.held)
-        if t.ports:
-            run._record_ports(t, self.now)
-        run._memory(t.device, t.mem_end)
-        run._finish(self.tid)
+        run = self.run
+        run._complete(self.tid, self.t, self.held, self.devices, self.now)
         done = self.done
         done._ok, done._value = True, None
         run.env.schedule(done)
@@ -435,13 +423,24 @@ class _Run:
     def _execute(self, tid: int, t):
         """Run one ready task: take its ports, hold the device for its duration, account memory."""
         held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
+        now, devices = self._begin(tid, t)
+        if t.duration > 0:
+            yield self.env.timeout(t.duration)
+        self._complete(tid, t, held, devices, now)
+
+    def _begin(self, tid: int, t) -> tuple[float, tuple[int, ...] | None]:
+        """A task holding its ports starts: its start time, memory, and the devices whose compute its
+        communication slows (returned with the start time, for `_complete`)."""
         now = self.start[tid] = self.env.now
         self._memory(t.device, t.mem_start)
         devices = self.comm_devices[tid] if self.comm_devices is not None and t.duration > 0 else None
         if devices:
             self._comm(devices, 1)
-        if t.duration > 0:
-            yield self.env.timeout(t.duration)
+        return now, devices
+
+    def _complete(self, tid: int, t, held, devices: tuple[int, ...] | None, now: float) -> None:
+        """A task started by `_begin` ends: its communication stops, its ports are released and
+        recorded, its memory freed, and whoever waits on it resumes."""
         if devices:
             self._comm(devices, -1)
         if held:

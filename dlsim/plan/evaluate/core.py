@@ -8,7 +8,7 @@ from typing import Sequence
 from dlsim.cost.pricing import KernelTimes
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.expertparallel import (ep_group)
-from dlsim.plan.recompute import recompute_layers
+from dlsim.plan.blocks import recompute_layers
 from dlsim.plan.scenario import LayerTable, PricerFactory, ScenarioBuilder
 from dlsim.plan.spatial import halo_time
 from dlsim.spec.cluster import Cluster
