@@ -65,8 +65,8 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "cast_add_fp32"
 * none: not charged.
 """
 
-FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "bias_dropout_add", "rmsnorm",
-           "glu", "rope")
+FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "xformers_attention",
+           "bias_dropout_add", "rmsnorm", "glu", "rope")
 """Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
 `dlsim.cost.layers`); none is assumed:
 
@@ -79,6 +79,9 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_
   diagonal, the backward recomputes QKᵀ;
 * cudnn_attention: the same algorithm as cuDNN's fused attention (Transformer Engine's
   FusedAttention backend), priced from its own measured throughput where the profile has one;
+* xformers_attention: the same algorithm as xformers' memory_efficient_attention (Rabe & Staats
+  2021, "Self-attention Does Not Need O(n²) Memory"; the kernel LLaMA trained with), priced from its
+  own measured throughput where the profile has one;
 * bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM);
 * rmsnorm: RMSNorm in one kernel each way (Transformer Engine's and apex's fused RMSNorm, torchtitan's
   Triton fused_rmsnorm); without it the eager chain of casts, pow, mean, rsqrt and products
@@ -89,7 +92,7 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_
   without it the fp32 casts and complex product of the Llama reference code (`dlsim.cost.eager.rope_chain`).
 """
 
-FLASH_KERNELS = ("cudnn_attention", "flash_attention")
+FLASH_KERNELS = ("cudnn_attention", "flash_attention", "xformers_attention")
 """The fused kernels that run an attention core as one flash kernel (no score kept), in the order
 a stack naming both would use them (Transformer Engine prefers cuDNN's where both are enabled)."""
 
