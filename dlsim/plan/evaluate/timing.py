@@ -167,7 +167,9 @@ class Timing(StreamWalk):
             kept, copy_f, copy_b = unit_copies(es, buckets, s, ev.elementwise_time, ev.last_block) if zero3 \
                 else (frozenset(), None, None)
             fwd_u = forward_steps(es, tp, unit_of=units, unit_lead=copy_f) if units is not None else fwd
-            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd_u, r), kept, copy_b)
+            # with FSDP2's copy-out, the unit-split pass is longer than the plain one by its copies
+            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd_u if copy_f else fwd, r), kept,
+                                         copy_b)
         # buckets and units name layers by index: those of the chunk they were made for, at a0
         a0, buckets, units, fwd_u, (f_t, f_c, f_m), kept, copy_b = forward  # type: ignore[misc]
         if units is not None and a0 != a:
