@@ -35,6 +35,9 @@ them at the gathered batch: model (tensor parallelism's column/row alternation),
 convolution and fully connected layer split by input channels) or filter (by output channels)."""
 OPTIMIZERS = ("sgd", "momentum", "adam")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+FSDP_UNITS = ("bucket", "block")
+"""`fsdp_units`: ZeRO-3's parameter units cut by the gradient bucket size, or PyTorch FSDP2's units of
+one transformer block each as torchtitan wraps them (`dlsim.plan.fsdp`)."""
 ZERO_GRAD_REDUCES = ("reduce_scatter", "allreduce")
 """`zero_grad_reduce`: how ZeRO-1 reduces the gradients before each rank steps on its shard
 (`dlsim.plan.zero.gradient_collective`)."""
@@ -216,6 +219,11 @@ class Strategy:
     rank receives its shard's sum, ZeRO §5.1) or ``allreduce`` (the whole buffer summed on every rank,
     each then steps on its shard: DeepSpeed 0.6.5's BF16_Optimizer under the pipeline engine); only
     with zero 1 and no hybrid sharding (`dlsim.plan.zero.gradient_collective`).
+    `fsdp_units` cuts ZeRO-3's parameter units by bucket size (``bucket``) or, as torchtitan wraps
+    FSDP2, one per transformer block with a root unit for the rest, the root and the last block kept
+    gathered from forward to backward (``block``); `fsdp_copies` runs FSDP2's all-gather copy-out on
+    the compute stream and its reduce-scatter copy-in on the reduction stream (`dlsim.plan.fsdp`).
+    Both apply to zero 3 only and are inert at other stages.
     `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
     iteration's first forward pass, each bucket's gather waited for by its first layer
     (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
@@ -271,6 +279,8 @@ class Strategy:
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
     zero_grad_reduce: str = "reduce_scatter"
+    fsdp_units: str = "bucket"
+    fsdp_copies: bool = False
     param_gather_overlap: bool = False
     tp_comm_overlap: bool = False
     spatial: int = 1
@@ -329,7 +339,7 @@ class Strategy:
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
-            "zero_grad_reduce": self.zero_grad_reduce,
+            "zero_grad_reduce": self.zero_grad_reduce, "fsdp_units": self.fsdp_units, "fsdp_copies": self.fsdp_copies,
             "param_gather_overlap": self.param_gather_overlap, "tp_comm_overlap": self.tp_comm_overlap,
             "spatial": self.spatial, "spatial_w": self.spatial_w, "halo_overlap": self.halo_overlap,
             "stack": self.stack,
@@ -376,7 +386,7 @@ _RANGES: dict[str, Any] = {
     "schedule": Literal[SCHEDULES], "sync": Literal[SYNCS], "recompute": Literal[RECOMPUTE],
     "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
     "optimizer_impl": Literal[OPTIMIZER_IMPLS], "grad_reduce_dtype": Literal[GRAD_REDUCE_DTYPES],
-    "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES],
+    "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES], "fsdp_units": Literal[FSDP_UNITS],
     "stack": Annotated[str, Field(max_length=4096)],
     "dtype": Optional[Literal[DTYPES]], "fused_kernels": Seq[Literal[FUSIONS]],
     "stage_partition": Optional[Seq[Count]], "layer_groups": Seq[LayerGroupRecord],
