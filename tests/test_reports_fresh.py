@@ -126,8 +126,8 @@ def test_committed_published_gpu_validation_equals_its_command() -> None:
     committed = json.loads((ROOT / "reports" / "validation-published-gpu.json").read_text())
     stale = "regenerate it with python benchmarks/validate_published.py --report --sensitivity and commit the result"
     for key, runs, one in (("runs", validate_published.published_runs(), validate_published.run_one),
-                           ("h100_runs", validate_published.h100_runs(), validate_published.run_one),
-                           ("llama_runs", validate_published.llama_runs(), validate_published.run_llama)):
+                           ("h100_runs", validate_published.h100_runs(), validate_published.run_stack),
+                           ("llama_runs", validate_published.llama_runs(), validate_published.run_stack)):
         old = {r["run"]: r["predicted_s"] for r in committed[key]}
         new = {run["run"]: one(run)["predicted_s"] for run in runs}
         assert new.keys() == old.keys(), f"{key}: other runs than committed: {stale}"
