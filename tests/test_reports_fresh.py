@@ -144,3 +144,18 @@ def test_committed_whole_run_validation_equals_its_command() -> None:
     assert text == (ROOT / "reports" / "validation-run.md").read_text(), (
         "reports/validation-run.md differs from what `python benchmarks/validate_run.py` now writes: regenerate it "
         "and commit the result")
+
+
+def test_published_gpu_and_stack_reports_agree_run_by_run() -> None:
+    """The H100 runs of reports/validation-published-gpu.json (GPT-3 175B, Llama 3.1) are the megatron-core
+    set's: each run has the same prediction in both reports (one pricing per run: the stack and the run's
+    own configuration)."""
+    import json
+
+    stacks = json.loads((ROOT / "reports" / "validation-stacks.json").read_text())
+    published = json.loads((ROOT / "reports" / "validation-published-gpu.json").read_text())
+    by_id = {r["run"]: r["predicted_s"] for r in stacks["runs"] if r["stack"] == "megatron-core"}
+    rows = published["h100_runs"] + published["llama_runs"]
+    assert rows and {r["run"] for r in rows} == set(by_id)
+    for r in rows:
+        assert r["predicted_s"] == by_id[r["run"]], r["run"]
