@@ -249,7 +249,7 @@ def summary(rows: list[dict]) -> dict:
     return {"runs": len(rows), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
             "mean_abs_error": statistics.fmean(errors), "called_out_of_memory": sum(not r["fits"] for r in rows),
             "max_activation_layer_error": max((abs(r["activation_per_layer_error"]) for r in rows
-                                               if r["activation_per_layer_error"] is not None), default=None)}
+                                               if r.get("activation_per_layer_error") is not None), default=None)}
 
 
 def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, sens: list[dict],
