@@ -160,9 +160,12 @@ def _halo(acc: _Acc, e: LayerEntry, seconds: float, table_share: float, forward:
 def _chunked(acc: _Acc, e: LayerEntry, g: ChunkedGemm, tp: int) -> None:
     """A GEMM in chunks beside its collective's steps (`dlsim.plan.tpoverlap`): ring exchange, each
     chunk but the last beside one exchange; pipelined, each chunk's reduce-scatter beside the next
-    chunk and the last one's alone; bulk, the whole GEMM beside the whole collective."""
+    chunk and the last one's alone; bulk, the whole GEMM beside the whole collective. An aggregated
+    ring's pair exchange comes first, alone."""
     group = _group(e, tp, g.step)
     share = (e.forward if g.forward else e.backward).table_share
+    if g.first is not None:
+        acc.collective(g.first, group)
     if g.method == PIPELINE:
         acc.add(e.name, g.chunk, share)
     for _ in range(g.chunks - 1 if g.method != BULK else 1):

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Optional, get_type_hints
 from pydantic import BeforeValidator, Field, create_model
 
 from dlsim.errors import SpecError
-from dlsim.spec.typed import Count, Fraction, NonNegativeInt, Positive, Record, Seq, as_tuple, validate
+from dlsim.spec.typed import Count, Fraction, NonNegativeInt, Positive, Record, Seq, as_tuple, fail, validate
 from dlsim.units import MIB
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -231,7 +231,9 @@ class Strategy:
     all-gathers and reduce-scatters with the GEMMs beside them, as Transformer Engine's userbuffers
     run them (NeMo's ``ub_tp_comm_overlap``, Megatron-Core's ``--tp-comm-overlap``): ring exchange,
     pipelined chunks, bulk overlap in the backward (`dlsim.plan.tpoverlap`); it needs sequence
-    parallelism (tp >= 2). `spatial` is the spatial-parallel degree: the `spatial`
+    parallelism (tp >= 2). True runs Transformer Engine's default userbuffer configuration (no
+    ``ub_tp_comm_overlap_cfg``); a name (`TP_OVERLAP_CONFIGS`) runs a recipe's configuration: SM
+    counts, SM margins and two-chunk rings per GEMM. `spatial` is the spatial-parallel degree: the `spatial`
     ranks of a sample group split every image by height and width (a grid with `spatial_w` ranks
     along the width, 0: the squarest), convolutions exchanging halos with their neighbours, beside
     the interior's compute with `halo_overlap` (Dryden et al. IPDPS'19, `dlsim.plan.spatial`);
@@ -282,7 +284,7 @@ class Strategy:
     fsdp_units: str = "bucket"
     fsdp_copies: bool = False
     param_gather_overlap: bool = False
-    tp_comm_overlap: bool = False
+    tp_comm_overlap: bool | str = False
     spatial: int = 1
     spatial_w: int = 0
     halo_overlap: bool = True
@@ -375,7 +377,16 @@ class LayerGroupRecord(Record):
 
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+TP_OVERLAP_CONFIGS = ("llama3.1-70b", "llama3.1-405b", "gpt3-175b")
+"""`tp_comm_overlap`'s named userbuffer configurations: the ``ub_tp_comm_overlap_cfg`` of NVIDIA's
+dgxc-benchmarking recipes of those models (`dlsim.plan.tpoverlap.CONFIGS`)."""
 GRAD_REDUCE_DTYPES = ("", "fp32", "bf16", "fp16")
+
+
+def _tp_overlap(value: Any) -> Any:
+    if isinstance(value, bool) or value in TP_OVERLAP_CONFIGS:
+        return value
+    raise fail(f"must be true, false or a userbuffer configuration ({', '.join(TP_OVERLAP_CONFIGS)}), got {value!r}")
 """`grad_reduce_dtype`: empty for the default (fp32 for an fp32 accumulation, else the training dtype)."""
 _RANGES: dict[str, Any] = {
     **{name: Count for name in ("dp", "tp", "pp", "cp", "ep", "microbatch_size", "num_microbatches", "virtual_stages",
@@ -387,6 +398,7 @@ _RANGES: dict[str, Any] = {
     "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
     "optimizer_impl": Literal[OPTIMIZER_IMPLS], "grad_reduce_dtype": Literal[GRAD_REDUCE_DTYPES],
     "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES], "fsdp_units": Literal[FSDP_UNITS],
+    "tp_comm_overlap": Annotated[bool | Literal[TP_OVERLAP_CONFIGS], BeforeValidator(_tp_overlap)],
     "stack": Annotated[str, Field(max_length=4096)],
     "dtype": Optional[Literal[DTYPES]], "fused_kernels": Seq[Literal[FUSIONS]],
     "stage_partition": Optional[Seq[Count]], "layer_groups": Seq[LayerGroupRecord],
