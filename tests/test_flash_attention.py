@@ -123,3 +123,37 @@ def test_a_malformed_measurement_is_one_clear_error(tmp_path):
     (tmp_path / "profile.yaml").write_text(bad)
     with pytest.raises(SpecError, match="forward_causal_tflops has 2 entries, seq has 5"):
         load_profile(tmp_path)
+
+
+A100 = load_profile("dgx-a100").device
+A100_PEAK = 312e12
+"""[A100] 16-bit dense peak, the denominator of the A100 profile's flash-attention fractions."""
+
+
+def test_a_pair_timed_together_takes_the_measured_time_of_the_pair():
+    """[FA2] Figure 4 times forward and backward together on the A100 (rate R, the backward counted as
+    2.5 forwards): the forward and its backward of a causal core at 2k take 3.5 W / R, R = 155 TFLOP/s,
+    W half the forward's full products; without the mask 187 TFLOP/s and the full products."""
+    for causal, rate in ((True, 155e12), (False, 187e12)):
+        cost = layer_cost(attention(causal), 1, "bf16", frozenset({"flash_attention"}))
+        work = 2 * (2 * L * L * (D // HEADS) * HEADS) / (2 if causal else 1)
+        pair = sum(flash_seconds(p, A100, "bf16").seconds for p in (cost.forward, cost.backward_data))
+        assert pair == pytest.approx(3.5 * work / rate + 2 * A100.launch_overhead, rel=1e-12)
+        assert "timed together" in flash_seconds(cost.forward, A100, "bf16").note
+    assert A100.efficiency.attention["flash_attention"].forward.at(2048)[0] == pytest.approx(187e12 / A100_PEAK)
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("        forward_backward_causal_tflops: [99, 133, 155, 173, 182, 189]\n",
+     "give either forward_backward_tflops, forward_backward_causal_tflops or the per-pass curves"),
+    ("        forward_backward_causal_tflops: [99, 133, 155, 173, 182, 189]\n        forward_tflops: [1, 2, 3, 4, 5, 6]\n",
+     "give either"),
+])
+def test_a_pair_timed_together_needs_both_curves_and_nothing_else(tmp_path, edit, message):
+    text = (profile_dirs()[0] / "dgx-a100" / "profile.yaml").read_text()
+    line = "        forward_backward_causal_tflops: [99, 133, 155, 173, 182, 189]\n"
+    bad = text.replace(line, edit.replace(line, "") if edit == line else edit)
+    assert bad != text
+    (tmp_path / "profile.yaml").write_text(bad)
+    with pytest.raises(SpecError, match=message):
+        load_profile(tmp_path)

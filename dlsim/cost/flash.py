@@ -23,6 +23,10 @@ rank's own chunks, the other cp − 1 run without a mask:
 
 A causal backward without its own curve runs at e_bwd(L) · e_fwd,causal(L) / e_fwd(L) (the
 forward's share of skipped-block overhead at the same length; a modelling assumption, stated).
+Where forward and backward were only timed together (rate R, the backward counted as 2.5 forwards,
+as FlashAttention-2's benchmark counts it), both passes run at R: W / R + 2.5 W / R is the measured
+3.5 W / R of the pair, exact for a forward and its backward, while a recomputed forward alone is
+priced at the pair's rate (`AttentionEfficiency.timed_together`).
 Without a measured kernel (another device or dtype): the roofline of the work at the GEMM curve's
 efficiency and the bytes of Q, K, V, the output and their gradients only (`FlashKernel.io_elements`).
 Not modelled: attention dropout inside the kernel (its random numbers), the head count's effect on
@@ -86,7 +90,8 @@ def flash_seconds(cost: PassCost, device: Device, dtype: str) -> Estimate:
         first = kernel_efficiency(fk, device, True) if fk.causal else plain
         assert plain is not None and first is not None
         seconds = (work / cp) / (p * first) + (cp - 1) * (work / cp) / (p * plain) + cp * device.launch_overhead
-        return Estimate(seconds, Source.MODEL, f"{fk.kernel} {fk.pass_name} measured by sequence length")
+        together = " (forward and backward timed together)" if device.efficiency.attention[fk.kernel].timed_together else ""
+        return Estimate(seconds, Source.MODEL, f"{fk.kernel} {fk.pass_name} measured by sequence length{together}")
     nbytes = fk.io_elements * DTYPE_BYTES[dtype]
     e = roofline_time(work, nbytes, device, dtype, matrix=True, kernels=cp)
     return Estimate(e.seconds, e.source, f"{fk.kernel} {fk.pass_name}, {e.note}")

@@ -60,13 +60,19 @@ class KernelEfficiency(Record):
 
 class AttentionKernelRecord(Record):
     """A flash-attention kernel's measured throughput (TFLOP/s, 16-bit) by sequence length, causal
-    runs counting half the full products (`dlsim.cost.flash`)."""
+    runs counting half the full products (`dlsim.cost.flash`): each pass on its own (forward_tflops,
+    forward_causal_tflops, backward_tflops and optionally backward_causal_tflops), or forward and
+    backward timed together (forward_backward_tflops and forward_backward_causal_tflops, the
+    backward counted as 2.5 forwards)."""
 
     seq: Points = Field(description="sequence lengths (keys per query), increasing")
-    forward_tflops: Points
-    forward_causal_tflops: Points
-    backward_tflops: Points
+    forward_tflops: Points | None = None
+    forward_causal_tflops: Points | None = None
+    backward_tflops: Points | None = None
     backward_causal_tflops: Points | None = None
+    forward_backward_tflops: Points | None = Field(
+        None, description="forward and backward timed together, FLOPs 3.5x the forward's")
+    forward_backward_causal_tflops: Points | None = None
     source: Source = Field(description="where the numbers were measured")
 
 
@@ -173,6 +179,18 @@ def _attention(name: str, rec: AttentionKernelRecord, peak_tflops: float | None,
             raise SpecError(f"{key} exceeds the 16-bit peak {peak_tflops:g} TFLOP/s", path=path, field=f"{field}.{key}")
         return EfficiencyCurve(seq, tuple(v / peak_tflops for v in values), rec.source)
 
+    per_pass = ("forward_tflops", "forward_causal_tflops", "backward_tflops")
+    together = ("forward_backward_tflops", "forward_backward_causal_tflops")
+    given = [key for key in per_pass + ("backward_causal_tflops",) + together if getattr(rec, key) is not None]
+    if set(given) & set(together):
+        if set(given) != set(together):
+            raise SpecError(f"give either {', '.join(together)} or the per-pass curves, not both",
+                            path=path, field=field)
+        plain, causal = curve(together[0]), curve(together[1])
+        return AttentionEfficiency(plain, causal, plain, causal, rec.source, timed_together=True)  # type: ignore[arg-type]
+    missing = [key for key in per_pass if key not in given]
+    if missing:
+        raise SpecError(f"missing {', '.join(missing)} (or give {' and '.join(together)})", path=path, field=field)
     return AttentionEfficiency(curve("forward_tflops"), curve("forward_causal_tflops"),  # type: ignore[arg-type]
                                curve("backward_tflops"), curve("backward_causal_tflops"), rec.source)  # type: ignore[arg-type]
 

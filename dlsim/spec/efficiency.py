@@ -45,13 +45,16 @@ class AttentionEfficiency:
     without a mask, `forward_causal` and `backward_causal` with a causal mask, their FLOPs counted as
     half the full products (the convention of the benchmarks that measure them). `backward_causal`
     may be None (not measured): `dlsim.cost.flash` then scales `backward` by the forward's causal
-    over non-causal ratio at the same length."""
+    over non-causal ratio at the same length. `timed_together`: the source timed forward and backward
+    as one (its rate R counting the backward as 2.5 forwards), and both passes hold R: with forward
+    work W the two passes take W / R + 2.5 W / R = 3.5 W / R, the measured time of the pair."""
 
     forward: EfficiencyCurve
     forward_causal: EfficiencyCurve
     backward: EfficiencyCurve
     backward_causal: EfficiencyCurve | None = None
     source: str = ""
+    timed_together: bool = False
 
 
 @dataclass(frozen=True)
