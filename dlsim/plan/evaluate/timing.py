@@ -74,9 +74,14 @@ class Timing(StreamWalk):
     def _param_gathers(self, k: int, dp_ranks: list[int], stage: int) -> float:
         """ZeRO-1/2's all-gathers of chunk k's updated parameters: the dense ones over dp, the routed
         experts' over the expert-data-parallel group (`dlsim.plan.syncplan`)."""
-        es = self.chunk_entries[k]
-        expert = expert_params_of(es)
-        seconds = self.price("allgather", (sum(e.params for e in es) - expert) * self.ev.gb, dp_ranks)
+        a, b = self.ranges[k]
+        key = ("chunk params", self.t.key, a, b)  # a table's key is its base's: the same parameters
+        got = self.ev._cache.get(key)
+        if got is None:
+            es = self.chunk_entries[k]
+            got = self.ev._cache[key] = (sum(e.params for e in es), expert_params_of(es))
+        params, expert = got  # type: ignore[misc]
+        seconds = self.price("allgather", (params - expert) * self.ev.gb, dp_ranks)
         if expert and self.s.dp // self.s.ep > 1:
             seconds += self.price("allgather", expert * self.ev.gb, edp_group(self.lay, self.s.ep, 0, 0, stage))
         return seconds
