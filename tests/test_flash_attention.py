@@ -3,6 +3,8 @@ skipped, the measured kernel by sequence length; its closed form held to the sim
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dlsim.api.analytic import estimate_strategy
@@ -140,19 +142,23 @@ def test_a_pair_timed_together_takes_the_measured_time_of_the_pair():
         pair = sum(flash_seconds(p, A100, "bf16").seconds for p in (cost.forward, cost.backward_data))
         assert pair == pytest.approx(3.5 * work / rate + 2 * A100.launch_overhead, rel=1e-12)
         assert "timed together" in flash_seconds(cost.forward, A100, "bf16").note
-    assert A100.efficiency.attention["flash_attention"].forward.at(2048)[0] == pytest.approx(187e12 / A100_PEAK)
+    measured = A100.efficiency.attention["flash_attention"]
+    assert measured.at("forward", False, 2048, 128) == pytest.approx(187e12 / A100_PEAK)
+    assert measured.at("backward", True, 2048, 64) == pytest.approx(140e12 / A100_PEAK)
+    assert measured.at("forward", False, 2048, 96) == pytest.approx(
+        (162 + (187 - 162) * math.log(96 / 64) / math.log(2)) * 1e12 / A100_PEAK)
+
+
+LINE = "          forward_backward_causal_tflops: [99, 133, 155, 173, 182, 189]\n"
 
 
 @pytest.mark.parametrize("edit, message", [
-    ("        forward_backward_causal_tflops: [99, 133, 155, 173, 182, 189]\n",
-     "give either forward_backward_tflops, forward_backward_causal_tflops or the per-pass curves"),
-    ("        forward_backward_causal_tflops: [99, 133, 155, 173, 182, 189]\n        forward_tflops: [1, 2, 3, 4, 5, 6]\n",
-     "give either"),
+    ("", "give either forward_backward_tflops, forward_backward_causal_tflops or the per-pass curves"),
+    (LINE + "          forward_tflops: [1, 2, 3, 4, 5, 6]\n", "give either"),
 ])
 def test_a_pair_timed_together_needs_both_curves_and_nothing_else(tmp_path, edit, message):
     text = (profile_dirs()[0] / "dgx-a100" / "profile.yaml").read_text()
-    line = "        forward_backward_causal_tflops: [99, 133, 155, 173, 182, 189]\n"
-    bad = text.replace(line, edit.replace(line, "") if edit == line else edit)
+    bad = text.replace(LINE, edit)
     assert bad != text
     (tmp_path / "profile.yaml").write_text(bad)
     with pytest.raises(SpecError, match=message):

@@ -200,7 +200,7 @@ def test_counts_tried_smallest_first(monkeypatch):
     assert tried == [4 + steady.FIRST_MARGIN]
     tried.clear()
     # an 8-stage pipeline whose transient outlasts the first count: the second count
-    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 24}, nodes=8, microbatch_size=1,
+    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 32}, nodes=8, microbatch_size=1,
                               schedule="1f1b", pp=8, tp=2, dp=1, num_microbatches=96, grad_accumulation="none",
                               stack="eager"))
     assert tried == [8 + steady.FIRST_MARGIN, 8 + 2 + steady.MARGIN]

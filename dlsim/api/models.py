@@ -20,8 +20,14 @@ from dlsim.units import DTYPE_BYTES
 
 
 def as_model(model: Model | str | Path, overrides: Mapping[str, Any] | None = None) -> Model:
-    """A `Model` from a Model, a zoo name or a YAML path."""
-    return model if isinstance(model, Model) else load_model(model, overrides)
+    """A `Model` from a Model, a zoo name or a YAML path; `overrides` (zoo names and paths only) set
+    keys of the model's YAML before it is built."""
+    if isinstance(model, Model):
+        if overrides:
+            raise SpecError(f"overrides apply to a model given by name or YAML path, not to a built Model "
+                            f"({excerpt(model.name, 40)})", field="overrides")
+        return model
+    return load_model(model, overrides)
 
 
 def as_cluster(cluster: Cluster | str | Path) -> Cluster:

@@ -9,24 +9,26 @@ import math
 from dataclasses import replace
 
 from dlsim.cost.eager import rmsnorm_chain, rope_chain
-from dlsim.cost.layercost import MASK_BYTES, NO_PASS, FlashKernel, Gemm, LayerCost, PassCost, elementwise, without_gemms
+from dlsim.cost.layercost import (MASK_BYTES, NO_PASS, FlashKernel, Gemm, LayerCost, PassCost, UnfusedCore, elementwise,
+                                  without_gemms)
 from dlsim.cost.workdepth import clog2
 from dlsim.spec.model import Layer
 from dlsim.spec.strategy import flash_kernel
 
 
 def flash_passes(kernel: str | None, causal: bool, steps: int, keys: int, cp: int, q_width: float,
-                 k_width: float, v_width: float) -> tuple[FlashKernel | None, FlashKernel | None]:
+                 k_width: float, v_width: float, head_dim: int) -> tuple[FlashKernel | None, FlashKernel | None]:
     """The (forward, backward) `FlashKernel`s of a flash attention core (None without `kernel`):
     per call `steps` queries of width `q_width` (elements per query, all heads of this device) against
-    `keys` keys of widths `k_width`, `v_width`. Forward reads Q, K, V and writes the output; backward
-    reads Q, K, V, the output and its gradient and writes ∇Q, ∇K, ∇V (Dao 2023, Algorithms 1 and 2)."""
+    `keys` keys of widths `k_width`, `v_width`, heads `head_dim` wide. Forward reads Q, K, V and writes
+    the output; backward reads Q, K, V, the output and its gradient and writes ∇Q, ∇K, ∇V (Dao 2023,
+    Algorithms 1 and 2)."""
     if kernel is None:
         return None, None
     q, kv = steps * q_width, keys * (k_width + v_width)
     length = keys // cp
-    return (FlashKernel(kernel, "forward", causal, length, 2 * q + kv, cp),
-            FlashKernel(kernel, "backward", causal, length, 3 * q + kv + q + kv, cp))
+    return (FlashKernel(kernel, "forward", causal, length, 2 * q + kv, cp, head_dim),
+            FlashKernel(kernel, "backward", causal, length, 3 * q + kv + q + kv, cp, head_dim))
 
 
 def attention_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) -> LayerCost:
@@ -78,8 +80,10 @@ def attention_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozens
         rope = ("rope", "forward", rope_pass(rows * (d + kv), b, fused))
         fwd_parts, bwd_parts = (rope,) + fwd_parts, bwd_parts + (rope,)
     ff, fb = flash_passes(kernel, bool(a.get("causal")), steps, keys, a.get("context_parallel", 1), n * d,
-                          n * kv, n * kv)
-    fwd, bwd_x = replace(fwd, parts=fwd_parts, flash=ff), replace(bwd_x, parts=bwd_parts, flash=fb)
+                          n * kv, n * kv, dh)
+    core = None if flash else UnfusedCore(keys, dh)
+    fwd = replace(fwd, parts=fwd_parts, flash=ff, unfused=core)
+    bwd_x = replace(bwd_x, parts=bwd_parts, flash=fb, unfused=core)
     bwd_w = gemm_pass(bw_g, bias, 2 * act, w_bytes)
     if flash:
         kept_scores = bh * steps * 4  # fp32 log-sum-exp per row and head
@@ -133,7 +137,7 @@ def mla_cost(layer: Layer, n: int, b: int, fused: frozenset[str] = frozenset()) 
                         parts=tuple(parts))
     fwd = gemm_pass(fwd_g, fwd_parts, rows * d * b + w_bytes + act + 2 * score_traffic, act + 2 * score_traffic)
     bwd_x = gemm_pass(bx_g, bwd_parts, act + w_bytes + 3 * score_traffic, act + 2 * score_traffic)
-    ff, fb = flash_passes(kernel, bool(a["causal"]), steps, steps, 1, n * h * dqk, n * h * dqk, n * h * dv)
+    ff, fb = flash_passes(kernel, bool(a["causal"]), steps, steps, 1, n * h * dqk, n * h * dqk, n * h * dv, dqk)
     fwd, bwd_x = replace(fwd, flash=ff), replace(bwd_x, flash=fb)
     bwd_w = gemm_pass(bw_g, (), 2 * act, w_bytes)
     kept_scores = bh * steps * 4 if flash else scores * b

@@ -23,6 +23,8 @@ rank's own chunks, the other cp − 1 run without a mask:
 
 A causal backward without its own curve runs at e_bwd(L) · e_fwd,causal(L) / e_fwd(L) (the
 forward's share of skipped-block overhead at the same length; a modelling assumption, stated).
+Measured at several head dimensions, e is interpolated in log(head dimension) at the model's
+(`dlsim.spec.efficiency.AttentionMeasurements`).
 Where forward and backward were only timed together (rate R, the backward counted as 2.5 forwards,
 as FlashAttention-2's benchmark counts it), both passes run at R: W / R + 2.5 W / R is the measured
 3.5 W / R of the pair, exact for a forward and its backward, while a recomputed forward alone is
@@ -30,7 +32,7 @@ priced at the pair's rate (`AttentionEfficiency.timed_together`).
 Without a measured kernel (another device or dtype): the roofline of the work at the GEMM curve's
 efficiency and the bytes of Q, K, V, the output and their gradients only (`FlashKernel.io_elements`).
 Not modelled: attention dropout inside the kernel (its random numbers), the head count's effect on
-the kernel's occupancy (the measurements run 16 heads of 128 at 16k tokens).
+the kernel's occupancy (the measurements run 2048 channels of heads at 16k tokens).
 """
 
 from __future__ import annotations
@@ -66,15 +68,7 @@ def _measured_efficiency(fk: FlashKernel, device: Device, causal: bool) -> float
     m = device.efficiency.attention.get(fk.kernel)
     if m is None:
         return None
-    length = max(fk.length, 1)
-    if fk.pass_name == "forward":
-        return (m.forward_causal if causal else m.forward).at(length)[0]
-    plain = m.backward.at(length)[0]
-    if not causal:
-        return plain
-    if m.backward_causal is not None:
-        return m.backward_causal.at(length)[0]
-    return plain * m.forward_causal.at(length)[0] / m.forward.at(length)[0]
+    return m.at(fk.pass_name, causal, max(fk.length, 1), fk.head_dim)
 
 
 def flash_seconds(cost: PassCost, device: Device, dtype: str) -> Estimate:
@@ -90,7 +84,8 @@ def flash_seconds(cost: PassCost, device: Device, dtype: str) -> Estimate:
         first = kernel_efficiency(fk, device, True) if fk.causal else plain
         assert plain is not None and first is not None
         seconds = (work / cp) / (p * first) + (cp - 1) * (work / cp) / (p * plain) + cp * device.launch_overhead
-        together = " (forward and backward timed together)" if device.efficiency.attention[fk.kernel].timed_together else ""
+        together = " (forward and backward timed together)" if device.efficiency.attention[fk.kernel].timed_together \
+            else ""
         return Estimate(seconds, Source.MODEL, f"{fk.kernel} {fk.pass_name} measured by sequence length{together}")
     nbytes = fk.io_elements * DTYPE_BYTES[dtype]
     e = roofline_time(work, nbytes, device, dtype, matrix=True, kernels=cp)

@@ -51,6 +51,17 @@ class FlashKernel:
     length: int
     io_elements: float
     cp: int = 1
+    head_dim: int | None = None
+
+
+@dataclass(frozen=True)
+class UnfusedCore:
+    """The shape of an unfused attention core in its pass: the pass's batched GEMMs (count > 1) run
+    `length` keys of `head_dim`-wide heads; `dlsim.cost.unfused` prices them where the device holds a
+    measured standard-attention chain."""
+
+    length: int
+    head_dim: int
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,8 @@ class PassCost:
     between its GEMMs, as (op type priced like, pass of that op, its cost): measured tables price
     each from that op's curve (an unfused attention's scaling, softmax, dropout and layout copies).
     `flash` marks an attention core run as one flash kernel: its batched GEMMs are priced as that
-    kernel (`dlsim.cost.flash`), not one by one.
+    kernel (`dlsim.cost.flash`), not one by one; `unfused` an unfused core, whose batched GEMMs
+    `dlsim.cost.unfused` prices.
     """
 
     flops: float = 0.0
@@ -76,6 +88,7 @@ class PassCost:
     kernels: int = 1
     parts: tuple[tuple[str, str, "PassCost"], ...] = ()
     flash: FlashKernel | None = None
+    unfused: UnfusedCore | None = None
 
     @property
     def bytes(self) -> float:

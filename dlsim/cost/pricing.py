@@ -13,7 +13,8 @@ from typing import Protocol
 from dlsim.cost.flash import core_flops, flash_seconds
 from dlsim.cost.gradflow import GradientFlow, backward_data_run
 from dlsim.cost.layers import Gemm, LayerCost, PassCost, layer_cost
-from dlsim.cost.roofline import roofline_time
+from dlsim.cost.roofline import peak, roofline_time
+from dlsim.cost.unfused import core_gemm_efficiency
 from dlsim.results import Estimate, LayerTiming, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.model import Layer
@@ -84,7 +85,7 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
         if found is not None:
             return found
     if cost.gemms:
-        return _roofline_gemm_pass(cost, device, dtype)
+        return _roofline_gemm_pass(cost, device, dtype, pass_name)
     return roofline_time(cost.flops, cost.bytes, device, dtype, matrix=cost.kind == "generic", kernels=cost.kernels,
                          kernel=f"{op_type}.{pass_name}")
 
@@ -117,7 +118,7 @@ def gemm_bytes(g: Gemm, element_bytes: int) -> float:
     return float((g.m * g.k + g.k * g.n + g.m * g.n) * g.count * element_bytes)
 
 
-def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str) -> Estimate:
+def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str, pass_name: str = "forward") -> Estimate:
     """A GEMM-class pass as the kernels it runs, each timed on its own and added up: every GEMM by
     the roofline of its FLOPs and its operands' bytes (a convolution's by its share of the pass's
     bytes: its im2col operand is never materialised), then the memory-bound kernels between the
@@ -126,7 +127,13 @@ def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str) -> Estimate:
     estimate = Estimate(0.0, Source.MODEL, "roofline")
     element = DTYPE_BYTES[dtype]
     gemm_flops = cost.matmul_flops
+    core = cost.unfused and core_gemm_efficiency(device, dtype, "forward" if pass_name == "forward" else "backward",
+                                                 cost.unfused.length, cost.unfused.head_dim)
     for g in cost.gemms:
+        if core and g.count > 1:  # an unfused attention core's batched GEMM (`dlsim.cost.unfused`)
+            estimate = estimate + Estimate(g.flops / (peak(device, dtype, True) * core) + device.launch_overhead,
+                                           Source.MODEL, "attention core GEMM at the measured standard-attention rate")
+            continue
         if cost.kind == "conv":
             nbytes = cost.bytes * (g.flops / gemm_flops if gemm_flops else 0.0)
         else:

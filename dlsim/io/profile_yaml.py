@@ -22,7 +22,7 @@ from dlsim.io.paths import resolve_profile
 from dlsim.io.profile_run import PowerRecord, ReliabilityRecord, RestartRecord, StorageRecord
 from dlsim.io.yamlfile import read_yaml
 from dlsim.spec.cluster import Cluster, Device, LinkTier
-from dlsim.spec.efficiency import AttentionEfficiency, DeviceEfficiency, EfficiencyCurve
+from dlsim.spec.efficiency import AttentionEfficiency, AttentionMeasurements, DeviceEfficiency, EfficiencyCurve
 from dlsim.spec.typed import Count, Fraction, NonNegative, Positive, Record, Seq, Text, validate
 
 DType = Literal[tuple(units.DTYPE_BYTES)]  # type: ignore[valid-type]
@@ -66,6 +66,8 @@ class AttentionKernelRecord(Record):
     backward counted as 2.5 forwards)."""
 
     seq: Points = Field(description="sequence lengths (keys per query), increasing")
+    head_dim: int | None = Field(None, gt=0, description="the head dimension measured (needed when a kernel lists "
+                                                         "several measurements)")
     forward_tflops: Points | None = None
     forward_causal_tflops: Points | None = None
     backward_tflops: Points | None = None
@@ -78,8 +80,11 @@ class AttentionKernelRecord(Record):
 
 class Efficiency(Record):
     matrix: dict[DType, WorkCurve] | None = None
-    attention: dict[Literal["flash_attention", "cudnn_attention"], AttentionKernelRecord] | None = Field(
-        None, description="flash-attention kernels measured on their own (dlsim.cost.flash)")
+    attention: dict[Literal["flash_attention", "cudnn_attention", "standard_attention"],
+                    AttentionKernelRecord | list[AttentionKernelRecord]] | None = Field(
+        None, description="attention kernels measured on their own, one record or one per head dimension: the "
+                          "flash kernels (dlsim.cost.flash) and the unfused chain, standard_attention "
+                          "(dlsim.cost.unfused)")
     vector: WorkCurve | None = None
     memory: BytesCurve | None = None
     kernels: dict[str, KernelEfficiency] | None = None
@@ -160,10 +165,10 @@ def _curve(rec: WorkCurve | BytesCurve, path: Path, field: str) -> EfficiencyCur
 
 
 def _attention(name: str, rec: AttentionKernelRecord, peak_tflops: float | None, path: Path) -> AttentionEfficiency:
-    """One measured flash-attention kernel as fractions of the 16-bit matrix peak."""
+    """One attention kernel measured at one head dimension, as fractions of the 16-bit matrix peak."""
     field = f"device.efficiency.attention.{name}"
     if peak_tflops is None:
-        raise SpecError("a flash-attention measurement needs the device's bf16 or fp16 peak_tflops", path=path,
+        raise SpecError("an attention measurement needs the device's bf16 or fp16 peak_tflops", path=path,
                         field=field)
     seq = tuple(float(v) for v in rec.seq)
     if any(b <= a for a, b in zip(seq, seq[1:])):
@@ -187,12 +192,32 @@ def _attention(name: str, rec: AttentionKernelRecord, peak_tflops: float | None,
             raise SpecError(f"give either {', '.join(together)} or the per-pass curves, not both",
                             path=path, field=field)
         plain, causal = curve(together[0]), curve(together[1])
-        return AttentionEfficiency(plain, causal, plain, causal, rec.source, timed_together=True)  # type: ignore[arg-type]
+        return AttentionEfficiency(plain, causal, plain, causal, rec.source, timed_together=True,  # type: ignore[arg-type]
+                                   head_dim=rec.head_dim)
     missing = [key for key in per_pass if key not in given]
     if missing:
         raise SpecError(f"missing {', '.join(missing)} (or give {' and '.join(together)})", path=path, field=field)
     return AttentionEfficiency(curve("forward_tflops"), curve("forward_causal_tflops"),  # type: ignore[arg-type]
-                               curve("backward_tflops"), curve("backward_causal_tflops"), rec.source)  # type: ignore[arg-type]
+                               curve("backward_tflops"), curve("backward_causal_tflops"), rec.source,  # type: ignore[arg-type]
+                               head_dim=rec.head_dim)
+
+
+def _attention_kernel(name: str, recs: AttentionKernelRecord | list[AttentionKernelRecord], peak_tflops: float | None,
+                      path: Path) -> AttentionMeasurements:
+    """One attention kernel's measurements, by increasing head dimension."""
+    field = f"device.efficiency.attention.{name}"
+    recs = recs if isinstance(recs, list) else [recs]
+    if not recs:
+        raise SpecError("give at least one measurement", path=path, field=field)
+    if len(recs) > 1:
+        dims = [r.head_dim for r in recs]
+        if any(d is None for d in dims) or len(set(dims)) != len(dims):
+            raise SpecError("several measurements need distinct head_dim values", path=path, field=field)
+        recs = sorted(recs, key=lambda r: r.head_dim or 0)
+        if len({r.forward_backward_tflops is not None for r in recs}) > 1:
+            raise SpecError("measurements of one kernel are either all timed together or all per pass",
+                            path=path, field=field)
+    return AttentionMeasurements(tuple(_attention(name, r, peak_tflops, path) for r in recs))
 
 
 def _efficiency(rec: Efficiency | None, path: Path, peak_tflops: float | None = None) -> DeviceEfficiency:
@@ -202,7 +227,7 @@ def _efficiency(rec: Efficiency | None, path: Path, peak_tflops: float | None = 
     matrix = {dtype: _curve(c, path, f"{field}.matrix.{dtype}") for dtype, c in (rec.matrix or {}).items()}
     kernels = {f"{op}.{name}": (float(value), passes.source) for op, passes in (rec.kernels or {}).items()
                for name, value in passes if name != "source" and value is not None}
-    attention = {name: _attention(name, a, peak_tflops, path) for name, a in (rec.attention or {}).items()}
+    attention = {name: _attention_kernel(name, a, peak_tflops, path) for name, a in (rec.attention or {}).items()}
     return DeviceEfficiency(MappingProxyType(matrix), rec.vector and _curve(rec.vector, path, f"{field}.vector"),
                             rec.memory and _curve(rec.memory, path, f"{field}.memory"), MappingProxyType(kernels),
                             MappingProxyType(attention))

@@ -93,7 +93,7 @@ def core_passes(cost: LayerCost) -> tuple[PassCost, PassCost]:
         share = flops / p.flops if p.flops else 0.0
         parts = tuple(x for x in p.parts if x[0] != "rope")
         out.append(PassCost(flops, flops / 2, p.depth, p.bytes_read * share, p.bytes_written * share, core,
-                            "gemm", kernels=len(core) + len(parts), parts=parts, flash=p.flash))
+                            "gemm", kernels=len(core) + len(parts), parts=parts, flash=p.flash, unfused=p.unfused))
     return out[0], out[1]
 
 

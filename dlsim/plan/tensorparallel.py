@@ -277,4 +277,5 @@ def attention_core(layer: Layer, cost: LayerCost, batch: int, dtype: str, tp: in
     freed = scores * (b + (b + MASK_BYTES if layer.attrs["dropout"] else 0))
     return PassCost(flops, flops / 2, cost.forward.depth, cost.forward.bytes_read * share,
                     cost.forward.bytes_written * share, core, "gemm", kernels=len(core) + 1,
-                    parts=tuple(p for p in cost.forward.parts if p[0] != "rope"), flash=cost.forward.flash), freed
+                    parts=tuple(p for p in cost.forward.parts if p[0] != "rope"), flash=cost.forward.flash,
+                    unfused=cost.forward.unfused), freed
