@@ -22,9 +22,10 @@ recomputation 2sbh (the layer's input); and every run must fit in the 80 GB (no 
 called out of memory).
 
 Also GPT-3 175B on 128 to 2,048 DGX H100 GPUs (BF16) as NVIDIA's dgxc-benchmarking v24.11.1 published
-it, with the NeMo recipe's configuration (`h100_runs`), and Llama 3.1 8B/70B/405B on 8 to 2,304 DGX H100
-GPUs in BF16 and FP8 from the same release (benchmarks/validate_llama.py: context parallelism,
-interleaved pipelines, the distributed optimizer, FP8 GEMMs).
+it (`h100_runs`), and Llama 3.1 8B/70B/405B on 8 to 2,304 DGX H100 GPUs in BF16 and FP8 from the same
+release (benchmarks/validate_llama.py): the runs of benchmarks/stack_runs/megatron-core.yaml, each priced
+once, as benchmarks/validate_stacks.py prices it (``stack=megatron-core`` and the run's own configuration),
+so this report and reports/validation-stacks.md agree run by run.
 
 Calculon (Isaev et al. SC'23) on the same runs: `--calculon PATH` runs a Calculon checkout
 (benchmarks/calculon_runs.py); otherwise the results recorded in
@@ -56,7 +57,7 @@ from dlsim.spec.efficiency import EfficiencyCurve
 from dlsim.units import GIB
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validate_llama import llama_markdown, llama_runs, llama_summary, run_llama  # noqa: E402
+from validate_llama import llama_markdown, llama_runs, llama_summary, run_stack, stack_runs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "reports" / "validation-published-gpu"
@@ -98,24 +99,13 @@ def published_runs() -> list[dict]:
 
 H100_SOURCE = ("NVIDIA dgxc-benchmarking v24.11.1 (commit 35a9aec): nemo_megatron/README_175b.md (BF16 step time) "
                "and gpt3_175b_hydra.yaml (configuration)")
-NEMO_2024 = {"fused_kernels": ("flash_attention", "bias_dropout_add"), "tp_async_backward": True,
-             "grad_accumulation": "fused_fp32",
-             "p2p_overlap": True, "zero": 1, "sequence_parallel": True, "optimizer": "adam", "dtype": "bf16"}
-"""NeMo 24.11's GPT-3 recipe (gpt3_175b_hydra.yaml): flash attention, bias-dropout-add fusion, sequence
-parallelism, overlapped pipeline exchanges, the distributed optimizer (ZeRO-1); its Transformer Engine
-userbuffer overlap of tensor-parallel communication with the GEMMs (ub_tp_comm_overlap) is not modelled."""
-H100_STEPS = [(128, 8.91), (256, 8.95), (512, 9.09), (1024, 9.01), (2048, 9.02)]
-"""GPUs and published seconds per step: GPT-3 175B, TP 4, PP 8, VP 12, micro-batch 1, global batch 2 x GPUs."""
 
 
 def h100_runs() -> list[dict]:
-    """GPT-3 175B on DGX H100 (BF16), five sizes: 96 layers, hidden 12288, 96 heads, FFN 4h, sequence
-    2048, GPT-2 vocabulary padded to a multiple of 128 x TP (50688), dropout 0.1, no recomputation."""
-    return [{"run": f"GPT-3 175B {n} H100", "source": H100_SOURCE, "published_s": seconds, "cluster": "dgx-h100",
-             "base": "gpt3-175b", "model": {"vocab": 50688}, "formula": False, "nodes": n // 8,
-             "strategy": {"tp": 4, "pp": 8, "dp": n // 32, "microbatch_size": 1, "global_batch": 2 * n,
-                          "schedule": "interleaved", "virtual_stages": 12, "recompute": "none", **NEMO_2024}}
-            for n, seconds in H100_STEPS]
+    """GPT-3 175B on DGX H100 (BF16), five sizes, as benchmarks/stack_runs/megatron-core.yaml gives them (TP 4,
+    PP 8, VP 12, micro-batch 1, global batch 2 x GPUs, vocabulary padded to 50688, no recomputation) and
+    benchmarks/validate_stacks.py simulates them: ``stack=megatron-core`` and the run's own configuration."""
+    return stack_runs("gpt3")
 
 
 TABLE4_SOURCE = "Korthikanti et al. 2022 (arXiv 2205.05198) Table 4: one transformer layer of the 22B model"
@@ -259,7 +249,7 @@ def summary(rows: list[dict]) -> dict:
     return {"runs": len(rows), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
             "mean_abs_error": statistics.fmean(errors), "called_out_of_memory": sum(not r["fits"] for r in rows),
             "max_activation_layer_error": max((abs(r["activation_per_layer_error"]) for r in rows
-                                               if r["activation_per_layer_error"] is not None), default=None)}
+                                               if r.get("activation_per_layer_error") is not None), default=None)}
 
 
 def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, sens: list[dict],
@@ -325,11 +315,13 @@ def markdown(rows: list[dict], calc: list[dict], calc_note: str, stats: dict, se
     if h100:
         hs = summary(list(h100))
         lines += ["", "## GPT-3 175B on DGX H100 (BF16)", "",
-                  f"Published: {H100_SOURCE}. dlsim on `dgx-h100` with NeMo's recipe (flash attention, sequence "
-                  "parallelism, distributed optimizer, overlapped pipeline exchanges, TP 4, PP 8, VP 12, micro-batch 1, "
-                  "global batch 2 x GPUs); Transformer Engine's userbuffer overlap of tensor-parallel communication "
-                  "with the GEMMs is not modelled (it would make the prediction faster still), and `dgx-h100` "
-                  "has no measured NCCL table.", "",
+                  f"Published: {H100_SOURCE}. dlsim on `dgx-h100` with `--stack megatron-core` and the recipe's "
+                  "configuration (benchmarks/stack_runs/megatron-core.yaml: TP 4, PP 8, VP 12, micro-batch 1, global "
+                  "batch 2 x GPUs, flash attention as the recipe's NVTE_FUSED_ATTN=0 sets it); every other key from "
+                  "the stack (`dlsim stacks show megatron-core`): Transformer Engine's userbuffer overlap of the "
+                  "tensor-parallel collectives with the GEMMs, the distributed optimizer reducing bf16 gradients "
+                  "during the backward and gathering parameters beside the next forward, apex's fused Adam. The same "
+                  "rows as reports/validation-stacks.md.", "",
                   "| GPUs | dp | published (s) | dlsim (s) | error | compute / exposed comm / bubble (s) | peak memory (GiB) | fits |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in h100:
@@ -370,10 +362,9 @@ KNOWN_GAPS = [
     "- Megatron-LM's step converts the fp16 gradient buffer to fp32 (`main_grad.float()`, 6 bytes per "
     "parameter per iteration) and zeroes a 2-byte rather than a 4-byte buffer; the optimizer step prices "
     "fp32 gradients (about 0.5% of the 22B iteration).",
-    "- On DGX H100 (GPT-3 175B, NeMo 24.11) the predictions are far too fast: the H100 GEMM curve comes "
-    "from short torch.mm bursts (30 calls on random data, no sustained-power measurement), its stream "
-    "bandwidth is an estimate and it has no measured NCCL table; Transformer Engine's userbuffer overlap, "
-    "which is not modelled, would make the prediction faster still.",
+    "- On DGX H100 (GPT-3 175B and Llama 3.1 with NeMo) the runs are the per-stack set's (megatron-core); what "
+    "that stack does not model yet, and which measurement would settle the remaining error, is listed under "
+    "megatron-core in reports/validation-stacks.md.",
 ]
 
 
@@ -385,9 +376,9 @@ def main() -> None:
                         help="also rerun with inputs moved across their published spread (5 x 8 runs)")
     args = parser.parse_args()
     rows = [run_one(run) for run in published_runs()]
-    h100 = [run_one(run) for run in h100_runs()]
+    h100 = [run_stack(run) for run in h100_runs()]
     layers = table4_rows()
-    llama = [run_llama(run) for run in llama_runs()]
+    llama = [run_stack(run) for run in llama_runs()]
     try:
         calc, calc_note = calculon_results(args.calculon)
     except ImportError as exc:

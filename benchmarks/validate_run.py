@@ -57,13 +57,14 @@ RUNS = [
     {"id": "LLaMA 65B", "model": "llama1-65b", "cluster": "dgx-a100", "nodes": 256, "tokens": 1.4e12,
      # Touvron et al., arXiv:2302.13971: 2,048 A100-80GB (§2.4), 1.4T tokens and 4M tokens per batch (Table 2:
      # 2,048 sequences of 2,048), model and sequence parallelism after Korthikanti et al. with selective
-     # recomputation (§2.4). The layout is not published: it is dlsim's own choice, the winner of
+     # recomputation (§2.4), causal attention by xformers' memory-efficient kernel (§2.4, "available in the
+     # xformers library"). The layout is not published: it is dlsim's own choice, the winner of
      # `dlsim optimize llama1-65b --cluster dgx-a100 --gpus 2048 --global-batch 2048 --stack megatron-lm-2022
-     # --fix recompute=selective --fix sequence_parallel=true` (its norm, gated unit and rotary run as eager
-     # chains: the paper names no fused kernels for them)
+     # --fix recompute=selective --fix sequence_parallel=true --fix fused_kernels=xformers_attention` (its norm,
+     # gated unit and rotary run as eager chains: the paper names no fused kernels for them)
      "strategy": dict(dp=256, tp=2, pp=4, microbatch_size=1, global_batch=2048, schedule="interleaved",
                       virtual_stages=4, sequence_parallel=True, recompute="selective", zero=1,
-                      stack="megatron-lm-2022"),
+                      fused_kernels=["xformers_attention"], stack="megatron-lm-2022"),
      "pue": 1.1, "tdp_w": 400 * 1.1, "published_gpu_hours": 1_022_362,
      "published": "Touvron et al. 2023 (arXiv:2302.13971), Table 15: 1,022,362 GPU-hours, 449 MWh = GPU-hours x "
                   "400 W x PUE 1.1",

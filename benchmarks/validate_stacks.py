@@ -25,6 +25,7 @@ import yaml
 
 from dlsim.api.simulate import simulate
 from dlsim.io.stack_yaml import load_stack
+from dlsim.io.strategy_yaml import strategy_fields
 from dlsim.units import GIB
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,8 +55,9 @@ def run_one(spec: dict, run: dict) -> dict:
     """Simulate one published run on its set's stack."""
     gpus = run["gpus"]
     start = time.perf_counter()
+    fields = strategy_fields(run["strategy"], spec["file"])  # a strategy file's keys and units (bucket_size_mib)
     r = simulate(run.get("model", spec.get("model")), _cluster(run.get("cluster", spec["cluster"])), stack=spec["stack"],
-                 nodes=max(1, gpus // 8), overrides=run.get("set"), **run["strategy"])
+                 nodes=max(1, gpus // 8), overrides=run.get("set"), **fields)
     t = r.iteration_time_s
     return {"run": run["id"], "stack": spec["stack"], "published_s": run["published_s"],
             "published": run.get("published", ""), "predicted_s": t, "error": t / run["published_s"] - 1,

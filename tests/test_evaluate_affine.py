@@ -40,10 +40,10 @@ def _passes(tm: Timing):
     """(stage, forward?, programs as `walk_affine` takes them, the direct walk of (q, e))."""
     for k in range(tm.s.pp * tm.s.virtual_stages):
         r = k % tm.s.pp
-        fwd, rec, bwd, launches, gathers, every = tm._chunk(k)[12]
-        g = gathers if every else None
+        fwd, rec, bwd, launches, gathers, every, bwd_gathers = tm._chunk(k)[12]
+        g, gb = (gathers, bwd_gathers) if every else (None, None)
         for forward in (True, False):
-            plan = [(fwd, {}, g)] if forward else ([(rec, {}, None)] if rec else []) + [(bwd, launches, g)]
+            plan = [(fwd, {}, g)] if forward else ([(rec, {}, None)] if rec else []) + [(bwd, launches, gb)]
 
             def direct(q: float, e: float, plan=plan, r=r) -> tuple[float, float]:
                 now, busy = 0.0, q
@@ -113,7 +113,7 @@ def _reference_programs(tm: Timing, parts: list, c: list) -> tuple:
 
     def run_op(r, op, k, t):
         busy, prev_end = state[r]
-        fwd, rec, bwd, launches, all_gathers, every_pass = parts[k]
+        fwd, rec, bwd, launches, all_gathers, every_pass, bwd_gathers = parts[k]
         if not every_pass and all_gathers and op.kind == FORWARD and op.microbatch == 0:
             end, q, _, _ = tm.walk_steps(fwd, r, {}, None, 0.0, max(0.0, busy - t, tm.first_busy[r] - t), 0.0,
                                          [x - t for x in tm.first_ready[k]])
@@ -127,7 +127,7 @@ def _reference_programs(tm: Timing, parts: list, c: list) -> tuple:
                 now = 0.0
                 if rec:
                     now, q, _, _ = tm.walk_steps(rec, r, {}, None, now, q, 0.0)
-                end, q, _, _ = tm.walk_steps(bwd, r, launches, gathers, now, q, dep)
+                end, q, _, _ = tm.walk_steps(bwd, r, launches, bwd_gathers if every_pass else None, now, q, dep)
         state[r] = (t + q, t + end)
         inside[r] += end
         return t + end

@@ -126,8 +126,8 @@ def test_committed_published_gpu_validation_equals_its_command() -> None:
     committed = json.loads((ROOT / "reports" / "validation-published-gpu.json").read_text())
     stale = "regenerate it with python benchmarks/validate_published.py --report --sensitivity and commit the result"
     for key, runs, one in (("runs", validate_published.published_runs(), validate_published.run_one),
-                           ("h100_runs", validate_published.h100_runs(), validate_published.run_one),
-                           ("llama_runs", validate_published.llama_runs(), validate_published.run_llama)):
+                           ("h100_runs", validate_published.h100_runs(), validate_published.run_stack),
+                           ("llama_runs", validate_published.llama_runs(), validate_published.run_stack)):
         old = {r["run"]: r["predicted_s"] for r in committed[key]}
         new = {run["run"]: one(run)["predicted_s"] for run in runs}
         assert new.keys() == old.keys(), f"{key}: other runs than committed: {stale}"
@@ -144,3 +144,18 @@ def test_committed_whole_run_validation_equals_its_command() -> None:
     assert text == (ROOT / "reports" / "validation-run.md").read_text(), (
         "reports/validation-run.md differs from what `python benchmarks/validate_run.py` now writes: regenerate it "
         "and commit the result")
+
+
+def test_published_gpu_and_stack_reports_agree_run_by_run() -> None:
+    """The H100 runs of reports/validation-published-gpu.json (GPT-3 175B, Llama 3.1) are the megatron-core
+    set's: each run has the same prediction in both reports (one pricing per run: the stack and the run's
+    own configuration)."""
+    import json
+
+    stacks = json.loads((ROOT / "reports" / "validation-stacks.json").read_text())
+    published = json.loads((ROOT / "reports" / "validation-published-gpu.json").read_text())
+    by_id = {r["run"]: r["predicted_s"] for r in stacks["runs"] if r["stack"] == "megatron-core"}
+    rows = published["h100_runs"] + published["llama_runs"]
+    assert rows and {r["run"] for r in rows} == set(by_id)
+    for r in rows:
+        assert r["predicted_s"] == by_id[r["run"]], r["run"]

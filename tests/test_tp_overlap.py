@@ -18,7 +18,7 @@ from dlsim.cost.layers import Gemm
 from dlsim.cost.pricing import gemm_seconds
 from dlsim.errors import SpecError
 from dlsim.io.strategy_yaml import load_strategy, strategy_document
-from dlsim.plan.tpoverlap import BULK, PIPELINE, RING, USERBUFFERS
+from dlsim.plan.tpoverlap import BULK, CONFIGS, PIPELINE, RING
 from dlsim.spec.strategy import make_strategy
 
 H, SEQ, TP = 1024, 1024, 4
@@ -27,41 +27,51 @@ RUN = dict(tp=TP, dp=1, pp=1, microbatch_size=1, num_microbatches=1, sequence_pa
            dtype="bf16", fused_kernels=("flash_attention",))
 
 
-def _closed(g, c: float, sms: int) -> float:
-    """The module docstring's closed forms in their max form: ring max(n·g, (n−1)·c + g), pipelined
-    max(N·g + c, g + N·c), bulk G + o·σ/(1 + σ) + max(0, m − G(1 + σ)) with σ = num_sm/(S − num_sm)."""
-    n, x = g.chunks, g.chunk
-    if g.method == RING:
-        return max(n * x, (n - 1) * c + x)
-    if g.method == PIPELINE:
-        return max(n * x + c, x + n * c)
-    sigma = USERBUFFERS[g.buffer].num_sm / (sms - USERBUFFERS[g.buffer].num_sm)
+def _closed(g, c: float, first: float, sms: int, config: bool | str) -> float:
+    """The module docstring's closed forms, a step beside a chunk x as the bulk form prices it:
+    x + o·σ/(1 + σ) + max(0, c − x(1 + σ)), o = min(c, x(1 + σ)) (max(x, c) at σ = 0), σ = 0 where the
+    GEMM runs on the SMs the communication leaves (a ring's copy engines, a pipeline's SM margin), else
+    num_sm/(S − num_sm); ring (n − 1)·beside + x after its pair exchange where aggregated, pipelined
+    x + (N − 1)·beside + c, bulk beside."""
+    u = CONFIGS[config][g.buffer]
+    sigma = 0.0 if g.method == RING or (g.method == PIPELINE and u.set_sm_margin) else u.num_sm / (sms - u.num_sm)
+    x = g.chunk
     o = min(c, x * (1 + sigma))
-    return x + o * sigma / (1 + sigma) + max(0.0, c - x * (1 + sigma))
+    beside = x + o * sigma / (1 + sigma) + max(0.0, c - x * (1 + sigma))
+    if g.method == RING:
+        return (first if u.aggregate else 0.0) + (g.chunks - 1) * beside + x
+    if g.method == PIPELINE:
+        return x + (g.chunks - 1) * beside + c
+    return beside
 
 
-def _chunked(**fields):
+def _chunked(config: bool | str = True, **fields):
     """The layers' chunked GEMMs, the price of a collective over the tp group, the device."""
-    p = prepare("gpt3-175b", "dgx-h100", overrides=SMALL, **dict(RUN, tp_comm_overlap=True, **fields))
+    p = prepare("gpt3-175b", "dgx-h100", overrides=SMALL, **dict(RUN, tp_comm_overlap=config, **fields))
     s, b = p.strategy, p.builder
     pricer, ranks = b.pricer(s), b.layout(s).tp_group(0, 0)
 
     def price(c) -> float:
+        if c is None:
+            return 0.0
         if c.op == "sendrecv":
             return max(pricer.p2p(c.nbytes, a, z).seconds for a, z in zip(ranks, ranks[1:] + ranks[:1]))
         return pricer.collective(c.op, c.nbytes, ranks).seconds
     return [(e, g) for e in b.strategy_base(s).entries for g in e.tp_overlap], price, b.device
 
 
-def test_simulation_equals_the_closed_forms():
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_simulation_equals_the_closed_forms(config):
     """One micro-batch on one pipeline stage: the iteration with overlap is the blocking one with each
-    collective and its GEMM replaced by the closed form of its method (all three methods present)."""
-    chunked, price, device = _chunked()
+    collective and its GEMM replaced by the closed form of its method (all three methods present), in
+    Transformer Engine's default configuration and in each recipe's (the 405B's rings aggregated)."""
+    chunked, price, device = _chunked(config)
     assert {g.method for _, g in chunked} == {RING, PIPELINE, BULK}
+    assert any(g.first is not None for _, g in chunked) == (config == "llama3.1-405b" or config == "gpt3-175b")
     blocking = simulate("gpt3-175b", "dgx-h100", overrides=SMALL, **RUN).iteration_time_s
-    overlapped = simulate("gpt3-175b", "dgx-h100", overrides=SMALL, **RUN, tp_comm_overlap=True).iteration_time_s
-    expected = blocking + sum(_closed(g, price(g.step), device.sm_count) - g.whole - price(g.replaces)
-                              for _, g in chunked)
+    overlapped = simulate("gpt3-175b", "dgx-h100", overrides=SMALL, **RUN, tp_comm_overlap=config).iteration_time_s
+    expected = blocking + sum(_closed(g, price(g.step), price(g.first), device.sm_count, config) - g.whole
+                              - price(g.replaces) for _, g in chunked)
     assert overlapped == pytest.approx(expected, rel=1e-9)
     assert overlapped != pytest.approx(blocking, rel=1e-3)
 
@@ -70,24 +80,35 @@ def test_chunks_are_gemms_of_their_own_shapes():
     """A ring-exchange chunk is the GEMM of 1/tp of the rows, a pipelined chunk the GEMM of 1/4 of the
     output features on the SMs the reduce-scatter kernels leave, each priced as a GEMM (not a fraction
     of the whole GEMM's time)."""
-    chunked, _, device = _chunked()
+    chunked, _, device = _chunked("llama3.1-70b")
     by = {g.buffer: g for _, g in chunked}
     rows = SEQ  # one sample
     fc1 = Gemm(rows // TP, 4 * H // TP, H)  # column-parallel: output features split over tp
     assert by["fc1_fprop"].chunk == gemm_seconds(fc1, device, "bf16")
     assert by["fc1_fprop"].chunks == TP
     fc2 = Gemm(rows, H // 4, 4 * H // TP)  # row-parallel: the reduction split over tp
-    margin = device.sm_count / (device.sm_count - USERBUFFERS["fc2_fprop"].num_sm)
+    margin = device.sm_count / (device.sm_count - CONFIGS["llama3.1-70b"]["fc2_fprop"].num_sm)
     assert by["fc2_fprop"].chunk == pytest.approx(gemm_seconds(fc2, device, "bf16") * margin, rel=1e-12)
     assert by["fc2_fprop"].chunks == 4
     assert by["fc1_fprop"].chunk * TP > by["fc1_fprop"].whole  # smaller GEMMs, lower efficiency
     assert by["fc1_fprop"].step.nbytes == pytest.approx(rows * H * 2 / TP)  # 1/tp of the gathered input
 
 
+def test_an_aggregated_ring_runs_two_blocks_at_a_time():
+    """The 405B recipe's rings (``aggregate`` 1): a pair exchange of one block, then tp/2 GEMMs of two
+    blocks' rows beside exchanges of two blocks (TE comm_gemm_overlap.h split_overlap_ag, _aggregate2)."""
+    chunked, _, device = _chunked("llama3.1-405b")
+    g = {g.buffer: g for _, g in chunked}["fc1_fprop"]
+    assert g.chunks == TP // 2
+    assert g.chunk == gemm_seconds(Gemm(2 * SEQ // TP, 4 * H // TP, H), device, "bf16")
+    assert g.first.nbytes == pytest.approx(SEQ * H * 2 / TP)
+    assert g.step.nbytes == pytest.approx(2 * SEQ * H * 2 / TP)
+
+
 def test_userbuffers_are_the_devices_workspace():
     """Ten userbuffers of the local sequence x micro-batch x hidden in bf16 (TE's initialize_ub)."""
     kw = dict(overrides=SMALL, **RUN)
-    buffers = len(USERBUFFERS) * SEQ * H * 2
+    buffers = len(CONFIGS[True]) * SEQ * H * 2
     plain = simulate("gpt3-175b", "dgx-h100", **kw).peak_memory_bytes
     r = simulate("gpt3-175b", "dgx-h100", tp_comm_overlap=True, **kw)
     assert r.peak_memory_bytes - plain == pytest.approx(buffers)
@@ -116,15 +137,17 @@ def test_refused_without_sequence_parallelism(cli, fields, needs):
 @pytest.mark.parametrize("fields, applied", [(dict(tp=4), True), (dict(tp=4, sequence_parallel=False), False),
                                              (dict(tp=1), False)])
 def test_a_stack_sets_it_only_where_it_applies(fields, applied):
-    """megatron-core runs it with tensor and sequence parallelism; without them its value is dropped."""
+    """megatron-core runs it (the Llama 3.1 70B recipe's configuration) with tensor and sequence
+    parallelism; without them its value is dropped."""
     s = prepare("gpt2", "dgx-h100", stack="megatron-core", dp=1, microbatch_size=1, **fields).strategy
-    assert s.tp_comm_overlap is applied
+    assert s.tp_comm_overlap == ("llama3.1-70b" if applied else False)
 
 
-def test_round_trips_through_a_strategy_file(tmp_path):
-    s = make_strategy(tp=4, dp=2, sequence_parallel=True, tp_comm_overlap=True, microbatch_size=2, stack="eager")
+@pytest.mark.parametrize("value", [True, "gpt3-175b"])
+def test_round_trips_through_a_strategy_file(tmp_path, value):
+    s = make_strategy(tp=4, dp=2, sequence_parallel=True, tp_comm_overlap=value, microbatch_size=2, stack="eager")
     doc = strategy_document(s)
-    assert doc["tp_comm_overlap"] is True
+    assert doc["tp_comm_overlap"] == value
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
     assert load_strategy(path) == s

@@ -54,6 +54,8 @@ class StrategyFields(TypedDict, total=False):
     optimizer_impl: str
     grad_reduce_dtype: str
     zero_grad_reduce: str
+    fsdp_units: str
+    fsdp_copies: bool
     param_gather_overlap: bool
     tp_comm_overlap: bool
     spatial: int

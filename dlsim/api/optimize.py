@@ -376,7 +376,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                         max_microbatch_size=max_microbatch_size, tp_across_nodes=tp_across_nodes, fixed=fixed,
                         cp=tuple(dict.fromkeys(cp)), hybrid_shard=(False, True) if hybrid_shard else (False,),
                         offload=tuple(dict.fromkeys(offload)), spatial=tuple(dict.fromkeys(spatial)),
-                        tp_comm_overlap=(False, True) if run_stack.values.get("tp_comm_overlap") else (False,),
+                        tp_comm_overlap=(False, run_stack.values["tp_comm_overlap"]) if run_stack.values.get("tp_comm_overlap") else (False,),
                         zero_grad_reduce=run_stack.values.get("zero_grad_reduce", "reduce_scatter"))
     limit = evaluator.capacity * max_memory_fraction
     prune = _prune("time" if by_run else objective, top, evaluator.capacity)

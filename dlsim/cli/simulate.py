@@ -138,7 +138,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
               help="Run the tensor-parallel input-gradient collectives beside the weight-gradient kernels (Megatron-LM).")
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
               help="Sequence parallelism's all-gathers and reduce-scatters chunked beside their GEMMs (Transformer "
-                   "Engine userbuffers: ring exchange, pipelined, bulk).")
+                   "Engine userbuffers: ring exchange, pipelined, bulk), in TE's default configuration; a strategy file "
+                   "names a recipe's (tp_comm_overlap: gpt3-175b | llama3.1-70b | llama3.1-405b).")
 @click.option("--p2p-overlap/--no-p2p-overlap", default=None,
               help="Pipeline sends travel while the stage computes (default) or block it (Megatron-LM's default).")
 @click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,

@@ -80,7 +80,7 @@ class AttentionKernelRecord(Record):
 
 class Efficiency(Record):
     matrix: dict[DType, WorkCurve] | None = None
-    attention: dict[Literal["flash_attention", "cudnn_attention", "standard_attention"],
+    attention: dict[Literal["flash_attention", "cudnn_attention", "xformers_attention", "standard_attention"],
                     AttentionKernelRecord | list[AttentionKernelRecord]] | None = Field(
         None, description="attention kernels measured on their own, one record or one per head dimension: the "
                           "flash kernels (dlsim.cost.flash) and the unfused chain, standard_attention "

@@ -19,8 +19,15 @@ def recompute_layers(model: Model) -> dict[str, str | None]:
     return derived(model, "recompute_layers", lambda: _recompute_layers(model))
 
 
+def block_instance(name: str) -> str | None:
+    """The repeated-block instance a layer named `name` belongs to ("h.3" for "h.3.attn"; None outside
+    blocks)."""
+    m = _INSTANCE.match(name)
+    return m.group(1) if m else None
+
+
 def _recompute_layers(model: Model) -> dict[str, str | None]:
-    found = {layer.name: (m.group(1) if (m := _INSTANCE.match(layer.name)) else None) for layer in model.layers}
+    found = {layer.name: block_instance(layer.name) for layer in model.layers}
     if not any(found.values()):
         return {name: name for name in found}
     return found

@@ -1,6 +1,7 @@
 """A chunk's gradient buckets, as the simulator's iteration and the analytic evaluator both cut them:
 DDP's size rule (`dlsim.plan.dataparallel.make_buckets`) over the gradients in the dtype the reduction
-moves (`grad_reduce_dtype`), the routed experts' gradients apart (`dlsim.plan.expertparallel`)."""
+moves (`grad_reduce_dtype`), the routed experts' gradients apart (`dlsim.plan.expertparallel`); under
+ZeRO-3 with `fsdp_units` block, FSDP2's units of one transformer block each (`dlsim.plan.fsdp`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from dlsim.plan.dataparallel import Bucket, make_buckets, reduce_element_bytes
 from dlsim.plan.expertparallel import expert_buckets
+from dlsim.plan.fsdp import block_buckets, fsdp_block_units
 from dlsim.units import DTYPE_BYTES
 
 
@@ -16,6 +18,9 @@ def gradient_buckets(entries: Sequence[Any], s: Any, dtype: str, synced: Callabl
     knows its gradient bytes (`nbytes`) and its parameters' bytes in `dtype` (`gather_nbytes`)."""
     grad = reduce_element_bytes(s, dtype)
     scale = DTYPE_BYTES[dtype] / grad
-    buckets = make_buckets([(e.index, e.params * grad) for e in entries if synced(e)], s.bucket_size,
-                           s.first_bucket_size, param_scale=scale)
+    if fsdp_block_units(s):
+        buckets = block_buckets([(e.index, e.name, e.params * grad) for e in entries if synced(e)], scale)
+    else:
+        buckets = make_buckets([(e.index, e.params * grad) for e in entries if synced(e)], s.bucket_size,
+                               s.first_bucket_size, param_scale=scale)
     return expert_buckets(entries, buckets, s, grad, scale)

@@ -22,6 +22,7 @@ from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, op_label
 from dlsim.plan.compression import error_feedback_bytes
 from dlsim.plan.dataparallel import Bucket, buffer_element_bytes
+from dlsim.plan.fsdp import last_block, unit_copies
 from dlsim.plan.fusion import fuse_steps
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
@@ -105,6 +106,8 @@ class _Builder:
         self.fwd_units: list[list[Step]] = []
         self.bwd_units: list[list[Step]] = []
         self.ready: list[dict[int, tuple[int, ...]]] = []
+        self.kept: list[frozenset[int]] = [frozenset()] * len(self.chunk_entries)  # FSDP2 units kept gathered
+        self.last_block = last_block([layer.name for layer in self.x.model.layers])
         for k, es in enumerate(self.chunk_entries):
             buckets = gradient_buckets(es, s, self.x.dtype, self.dp_synced) if s.dp_cp > 1 or s.zero else []
             ready: dict[int, tuple[int, ...]] = {}
@@ -115,8 +118,10 @@ class _Builder:
             self.bwd_split.append(backward_steps(es, tp, ready, overlap=overlap))
             if s.zero == 3 and s.dp_cp > 1 and buckets:
                 units = units_of(es, buckets)
-                self.fwd_units.append(forward_steps(es, tp, COMPUTE, units))
-                self.bwd_units.append(backward_steps(es, tp, ready, units, overlap=overlap))
+                kept, copy_f, copy_b = unit_copies(es, buckets, s, self.x.elementwise_time, self.last_block)
+                self.kept[k] = kept
+                self.fwd_units.append(forward_steps(es, tp, COMPUTE, units, copy_f))
+                self.bwd_units.append(backward_steps(es, tp, ready, units, overlap=overlap, unit_lead=copy_b))
             elif gathers_in_forward(s) and buckets:  # the first forward waits for each bucket's gather
                 self.fwd_units.append(forward_steps(es, tp, COMPUTE, units_of(es, buckets)))
                 self.bwd_units.append(self.bwd_split[k])

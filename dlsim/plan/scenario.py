@@ -238,13 +238,13 @@ class ScenarioBuilder:
 
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
                    ep_overlap: bool = False, cp: int = 1, microbatches: int = 1, dp: int = 1,
-                   layer_groups: tuple = (), tp_comm_overlap: bool = False, spatial: tuple = ()) -> LayerTable:
+                   layer_groups: tuple = (), tp_comm_overlap: bool | str = False, spatial: tuple = ()) -> LayerTable:
         """The layer table without gradient accumulation (tensor, context and spatial parallelism,
         fusions, experts, layer groups' switches; FP8 casts, which depend on the micro-batch count; with
         `tp_comm_overlap` the sequence-parallel collectives chunked beside their GEMMs). `spatial` =
         (grid, halo_overlap) of a spatial split (empty: none)."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ()) \
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap", tp_comm_overlap) if tp_comm_overlap else ()) \
             + ((spatial,) if spatial else ())
         t = self._base_tables.get(key)
         if t is None:
@@ -280,7 +280,7 @@ class ScenarioBuilder:
         return t
 
     def _build_base(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...], ep: int, ep_overlap: bool, cp: int,
-                    microbatches: int, dp: int, layer_groups: tuple, tp_comm_overlap: bool,
+                    microbatches: int, dp: int, layer_groups: tuple, tp_comm_overlap: bool | str,
                     spatial: tuple) -> LayerTable:
         """`base_table` built (`build_layer_table` and the transformations of the module docstring)."""
         local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
@@ -302,17 +302,17 @@ class ScenarioBuilder:
             entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
         if tp_comm_overlap:
             entries = add_tp_overlap(entries, local, self.device, self.dtype, self.tables, fusions, self.fp8,
-                                     output_head(local))
+                                     output_head(local), tp_comm_overlap)
         return LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
 
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
               ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
-              dp: int = 1, layer_groups: tuple = (), tp_comm_overlap: bool = False,
+              dp: int = 1, layer_groups: tuple = (), tp_comm_overlap: bool | str = False,
               spatial: tuple = ()) -> LayerTable:
         """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
         micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0,
-               (dp, layer_groups) if layer_groups else ()) + (("tp overlap",) if tp_comm_overlap else ()) \
+               (dp, layer_groups) if layer_groups else ()) + (("tp overlap", tp_comm_overlap) if tp_comm_overlap else ()) \
             + ((spatial,) if spatial else ())
         t = self._layer_tables.get(key)
         if t is None:
@@ -397,7 +397,7 @@ class ScenarioBuilder:
         base = self.strategy_base(s)
         notes = self.notes + tuple(expert_notes(base.entries))
         if s.tp_comm_overlap:
-            notes += tuple(n for n in (tp_overlap_note(base.entries, self.device),) if n)
+            notes += tuple(n for n in (tp_overlap_note(base.entries, self.device, s.tp_comm_overlap),) if n)
         self.check_fits(s, base.entries)
         ranges = tuple(self.ranges(s, base))
         table = self.strategy_table(s)

@@ -18,15 +18,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Protocol, Sequence
 
 from dlsim.plan.comm import op_label, parse_sparse_op
 from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import Bucket, buffer_element_bytes, reduce_element_bytes
 from dlsim.plan.expertparallel import EDP, expert_params_of, updated_params
+from dlsim.plan.fsdp import copy_in_bytes, fsdp_copies
 from dlsim.plan.layertable import LayerEntry
 from dlsim.plan.offload import OFFLOAD_SLICES
-from dlsim.plan.taskgraph import BUFFERS, COMPUTE, STAGING, TRANSIENT_PARAMS
+from dlsim.plan.taskgraph import BUFFERS, COMM, COMPUTE, STAGING, TRANSIENT_PARAMS
 from dlsim.plan.zero import (GATHER_PREFETCH, gathers_in_forward, gathers_updated_params, gradient_collective, reduces_every_microbatch,
                              sharded_sync)
 from dlsim.plan.taskgraph import TaskGraph
@@ -113,6 +115,9 @@ class DeviceSync:
         self.shard_kind = "shard" if self.s.hybrid_shard else "dp"
         self.shard = len(b.group_ranks("shard", *pos)) if self.s.hybrid_shard else self.s.dp_cp
         self.replicas = len(b.group_ranks("replica", *pos)) if self.s.hybrid_shard else 1
+        # (chunk, unit) -> [bytes, micro-batches holding it] of FSDP2's units kept gathered from forward to
+        # backward: one copy, however many micro-batches are in flight between the two
+        self.kept_held: dict[tuple[int, int], list] = {}
 
     def _chunk_bytes(self, k: int, experts: bool = False) -> float:
         """Bytes of chunk k's parameters reduced over dp (or with `experts` its routed experts', reduced
@@ -141,11 +146,16 @@ class DeviceSync:
         buckets = phase == "B" and (reduces_every_microbatch(self.s.zero) or (producing and self.s.overlap))
         if not (gather or buckets):
             return None
-        order = ()
+        order: tuple[int, ...] = ()
+        split: frozenset[int] = frozenset()
         if gather:
             steps = self.b.fwd_units[k] if phase == "F" else self.b.bwd_units[k]
-            order = tuple(dict.fromkeys(st.unit for st in steps if st.unit >= 0))
-        return OpHooks(self, k, i, phase, buckets, gather, order)
+            runs = [st.unit for n, st in enumerate(steps) if st.unit >= 0 and (n == 0 or steps[n - 1].unit != st.unit)]
+            order = tuple(dict.fromkeys(runs))
+            if len(runs) > len(order):
+                split = frozenset(u for u, n in Counter(runs).items() if n > 1)
+        return OpHooks(self, k, i, phase, buckets, gather, order, self.b.kept[k] if self.s.zero == 3 else frozenset(),
+                       split)
 
     def _bucket(self, k: int, j: int, i: int, ready: int) -> None:
         b, s = self.b, self.s
@@ -160,6 +170,10 @@ class DeviceSync:
                 steps = [(op, nbytes, EDP) for op, nbytes, _ in steps]
         deps = [ready]
         buffer = 0.0
+        if fsdp_copies(s) and bucket.group != EDP:  # FSDP2's copy-in into the reduce dtype, on the reduce stream
+            est = b.x.elementwise_time(0.0, copy_in_bytes(bucket.nbytes, b.x.dtype, reduce_element_bytes(s, b.x.dtype)))
+            deps = [b.g.add(f"copy-in bucket{j} chunk{k} mb{i}", self.device, self.ms, est.seconds, COMM, deps,
+                            source=est.source, label=("G", k, i, j))]
         if plan.compress[1] > 0:
             est = b.x.elementwise_time(*plan.compress)
             # the compressed payload and what the collectives gather into it live until decompression
@@ -280,10 +294,13 @@ class OpHooks:
     """
 
     def __init__(self, sync: DeviceSync, k: int, i: int, phase: str, buckets: bool, gather: bool,
-                 order: tuple[int, ...] = ()):
+                 order: tuple[int, ...] = (), kept: frozenset[int] = frozenset(), split: frozenset[int] = frozenset()):
         self.sync, self.k, self.i, self.phase = sync, k, i, phase
         self.buckets, self.gather = buckets, gather
         self.order = order  # the pass's parameter units in step order
+        self.kept = kept  # units kept gathered from the forward pass to the backward (FSDP2, `dlsim.plan.fsdp`)
+        self.split = split  # units whose steps come back later in the pass (FSDP2's root): held until its end
+        self.released: set[int] = set()  # kept units this backward pass has released
         self.unit = -1
         self.last = -1
         self.issued: dict[int, int] = {}  # unit -> its gather task
@@ -293,13 +310,16 @@ class OpHooks:
         if not self.gather or step.unit < 0 or step.unit == self.unit:
             return []
         sync = self.sync
-        if self.unit >= 0:
+        if self.unit >= 0 and self.unit not in self.split:
             self._release(self.unit)
         j = self.order.index(step.unit)
         ahead = len(self.order) if sync.s.zero != 3 else j + 1 + GATHER_PREFETCH
         for q in range(j, min(len(self.order), ahead)):
             unit = self.order[q]
             if unit in self.issued:
+                continue
+            if self.phase == "B" and unit in self.kept:  # still gathered since its forward pass
+                self.issued[unit] = -1
                 continue
             if sync.s.zero != 3:  # the updated parameters: every gather dispatched when the step ended
                 deps = []
@@ -309,7 +329,7 @@ class OpHooks:
                 deps = [self.last] if self.last >= 0 else []
             self.issued[unit] = self._gather(unit, deps)
         self.unit = step.unit
-        return [self.issued[step.unit]]
+        return [self.issued[step.unit]] if self.issued[step.unit] >= 0 else []
 
     def _gather(self, unit: int, deps: list[int]) -> int:
         sync, b = self.sync, self.sync.b
@@ -318,8 +338,15 @@ class OpHooks:
                            sync.shard_kind, sync.pos, ("ag", self.phase, self.k, self.i, unit), sync.ms, deps,
                            ("AG", self.k, self.i, unit))
         if sync.s.zero == 3:  # ZeRO-1/2 keep their whole parameters; ZeRO-3 holds a gathered unit until it ends
-            self.held[unit] = nbytes * (sync.shard - 1) / sync.shard
-            b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, self.held[unit]),)
+            held = nbytes * (sync.shard - 1) / sync.shard
+            if unit in self.kept:  # until the end of its backward pass, one copy for the micro-batches in flight
+                entry = sync.kept_held.setdefault((self.k, unit), [held, 0])
+                entry[1] += 1
+                if entry[1] > 1:
+                    return tid
+            else:
+                self.held[unit] = held
+            b.g.tasks[tid].mem_start += ((TRANSIENT_PARAMS, held),)
         return tid
 
     def after(self, step, tid: int) -> None:
@@ -330,10 +357,18 @@ class OpHooks:
 
     def _release(self, unit: int) -> None:
         held = self.held.pop(unit, 0.0)
+        entry = None
+        if self.phase == "B" and unit in self.kept and unit not in self.released:
+            self.released.add(unit)
+            entry = self.sync.kept_held.get((self.k, unit))
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                held += self.sync.kept_held.pop((self.k, unit))[0]
         if held and self.last >= 0:
             self.sync.b.g.tasks[self.last].mem_end += ((TRANSIENT_PARAMS, -held),)
 
     def close(self, last: int) -> None:
         self.last = last
-        for unit in list(self.held):
+        for unit in list(self.held) + ([u for u in self.kept if u in self.issued] if self.phase == "B" else []):
             self._release(unit)

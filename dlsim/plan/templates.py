@@ -75,13 +75,15 @@ def units_of(entries: Sequence[LayerEntry], buckets) -> dict[int, int]:
 
 
 class _Acc:
-    def __init__(self, category: str):
+    def __init__(self, category: str, lead: dict[int, float] | None = None):
         self.category = category
         self.steps: list[Step] = []
         self.names: list[str] = []
         self.duration = 0.0
         self.measured = 0.0
         self.unit = -1
+        self.lead = lead or {}  # per parameter unit: seconds run at its first step in the pass
+        self.entered: set[int] = set()
 
     def add(self, name: str, seconds: float, table_share: float) -> None:
         """`seconds` of kernels of layer `name`, `table_share` of them priced from measured tables."""
@@ -111,6 +113,10 @@ class _Acc:
         if unit != self.unit:
             self.flush()
             self.unit = unit
+            if unit not in self.entered:
+                self.entered.add(unit)
+                if self.lead.get(unit):  # FSDP2's all-gather copy-out (`dlsim.plan.fsdp`)
+                    self.add(f"copy-out unit{unit}", self.lead[unit], 0.0)
 
 
 def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
@@ -154,9 +160,12 @@ def _halo(acc: _Acc, e: LayerEntry, seconds: float, table_share: float, forward:
 def _chunked(acc: _Acc, e: LayerEntry, g: ChunkedGemm, tp: int) -> None:
     """A GEMM in chunks beside its collective's steps (`dlsim.plan.tpoverlap`): ring exchange, each
     chunk but the last beside one exchange; pipelined, each chunk's reduce-scatter beside the next
-    chunk and the last one's alone; bulk, the whole GEMM beside the whole collective."""
+    chunk and the last one's alone; bulk, the whole GEMM beside the whole collective. An aggregated
+    ring's pair exchange comes first, alone."""
     group = _group(e, tp, g.step)
     share = (e.forward if g.forward else e.backward).table_share
+    if g.first is not None:
+        acc.collective(g.first, group)
     if g.method == PIPELINE:
         acc.add(e.name, g.chunk, share)
     for _ in range(g.chunks - 1 if g.method != BULK else 1):
@@ -215,10 +224,12 @@ def _experts_run(acc: _Acc, e: LayerEntry, total, head: float, shared: float, be
 
 
 def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE,
-                  unit_of: dict[int, int] | None = None) -> list[Step]:
+                  unit_of: dict[int, int] | None = None, unit_lead: dict[int, float] | None = None) -> list[Step]:
     """Forward pass of a chunk (`category` recompute for a full recomputation); with `unit_of`
-    (layer index → parameter unit) the pass is split where the unit changes."""
-    acc = _Acc(category)
+    (layer index → parameter unit) the pass is split where the unit changes, and `unit_lead` (unit →
+    seconds, FSDP2's all-gather copy-out, `dlsim.plan.fsdp.unit_copies`) runs at each unit's first
+    step."""
+    acc = _Acc(category, unit_lead)
     for e in entries:
         if unit_of is not None:
             acc.enter(unit_of[e.index])
@@ -260,13 +271,15 @@ def _chunked_forward(acc: _Acc, e: LayerEntry, tp: int) -> None:
 
 
 def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, tuple[int, ...]] | None = None,
-                   unit_of: dict[int, int] | None = None, overlap: bool = False) -> list[Step]:
+                   unit_of: dict[int, int] | None = None, overlap: bool = False,
+                   unit_lead: dict[int, float] | None = None) -> list[Step]:
     """Backward pass of a chunk, layers in reverse. `ready_at` maps a layer index to the buckets its
     backward completes; the pass is split there (and where the parameter unit changes). With
     `overlap` (asynchronous tensor-parallel backward communication) a collective flagged "dgrad"
     runs beside the ∇x GEMM of the layer's input projection and one flagged "wgrad" beside its ∇w
-    GEMM (`LayerEntry.windows`); the rest of the layer's backward runs before them."""
-    acc = _Acc(COMPUTE)
+    GEMM (`LayerEntry.windows`); the rest of the layer's backward runs before them. `unit_lead` as
+    in `forward_steps`."""
+    acc = _Acc(COMPUTE, unit_lead)
     for e in reversed(entries):
         if unit_of is not None:
             acc.enter(unit_of[e.index])

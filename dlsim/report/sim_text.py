@@ -22,7 +22,8 @@ def _strategy_line(s: dict[str, Any]) -> str:
     parts.append(f"sync {s['sync']}" + (f" s={s['staleness']}" if s["sync"] == "ssp" else ""))
     if s["zero"]:
         parts.append(f"ZeRO-{s['zero']}" + (" hybrid-sharded" if s.get("hybrid_shard") else "")
-                     + (" (gradients all-reduced)" if s.get("zero_grad_reduce") == "allreduce" else ""))
+                     + (" (gradients all-reduced)" if s.get("zero_grad_reduce") == "allreduce" else "")
+                     + _fsdp(s))
     if s.get("offload", "none") != "none":
         parts.append(f"offload {s['offload']}")
     if s["recompute"] != "none":
@@ -188,3 +189,15 @@ def async_summary(rec: dict[str, Any]) -> str:
     for note in rec.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def _fsdp(s: dict) -> str:
+    """FSDP2's units and copies of a ZeRO-3 strategy record (`dlsim.plan.fsdp`), as the summary names them."""
+    if s["zero"] != 3:
+        return ""
+    said = []
+    if s.get("fsdp_units") == "block":
+        said.append("FSDP2 units of one transformer block, root and last block kept gathered for the backward")
+    if s.get("fsdp_copies"):
+        said.append("all-gather copy-out and reduce-scatter copy-in kernels")
+    return f" ({'; '.join(said)})" if said else ""

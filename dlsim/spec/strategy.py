@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Optional, get_type_hints
 from pydantic import BeforeValidator, Field, create_model
 
 from dlsim.errors import SpecError
-from dlsim.spec.typed import Count, Fraction, NonNegativeInt, Positive, Record, Seq, as_tuple, validate
+from dlsim.spec.typed import Count, Fraction, NonNegativeInt, Positive, Record, Seq, as_tuple, fail, validate
 from dlsim.units import MIB
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -35,6 +35,9 @@ them at the gathered batch: model (tensor parallelism's column/row alternation),
 convolution and fully connected layer split by input channels) or filter (by output channels)."""
 OPTIMIZERS = ("sgd", "momentum", "adam")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+FSDP_UNITS = ("bucket", "block")
+"""`fsdp_units`: ZeRO-3's parameter units cut by the gradient bucket size, or PyTorch FSDP2's units of
+one transformer block each as torchtitan wraps them (`dlsim.plan.fsdp`)."""
 ZERO_GRAD_REDUCES = ("reduce_scatter", "allreduce")
 """`zero_grad_reduce`: how ZeRO-1 reduces the gradients before each rank steps on its shard
 (`dlsim.plan.zero.gradient_collective`)."""
@@ -65,8 +68,8 @@ GRAD_ACCUMULATIONS = ("autograd", "main_grad", "main_grad_fp32", "cast_add_fp32"
 * none: not charged.
 """
 
-FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "bias_dropout_add", "rmsnorm",
-           "glu", "rope")
+FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_attention", "xformers_attention",
+           "bias_dropout_add", "rmsnorm", "glu", "rope")
 """Fused kernels a software stack may have (strategy key `fused_kernels`; priced by
 `dlsim.cost.layers`); none is assumed:
 
@@ -79,6 +82,9 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_
   diagonal, the backward recomputes QKᵀ;
 * cudnn_attention: the same algorithm as cuDNN's fused attention (Transformer Engine's
   FusedAttention backend), priced from its own measured throughput where the profile has one;
+* xformers_attention: the same algorithm as xformers' memory_efficient_attention (Rabe & Staats
+  2021, "Self-attention Does Not Need O(n²) Memory"; the kernel LLaMA trained with), priced from its
+  own measured throughput where the profile has one;
 * bias_dropout_add: a dropout and the residual add that consumes it in one kernel (Megatron-LM);
 * rmsnorm: RMSNorm in one kernel each way (Transformer Engine's and apex's fused RMSNorm, torchtitan's
   Triton fused_rmsnorm); without it the eager chain of casts, pow, mean, rsqrt and products
@@ -89,7 +95,7 @@ FUSIONS = ("scale_mask_softmax", "strided_attention", "flash_attention", "cudnn_
   without it the fp32 casts and complex product of the Llama reference code (`dlsim.cost.eager.rope_chain`).
 """
 
-FLASH_KERNELS = ("cudnn_attention", "flash_attention")
+FLASH_KERNELS = ("cudnn_attention", "flash_attention", "xformers_attention")
 """The fused kernels that run an attention core as one flash kernel (no score kept), in the order
 a stack naming both would use them (Transformer Engine prefers cuDNN's where both are enabled)."""
 
@@ -213,6 +219,11 @@ class Strategy:
     rank receives its shard's sum, ZeRO §5.1) or ``allreduce`` (the whole buffer summed on every rank,
     each then steps on its shard: DeepSpeed 0.6.5's BF16_Optimizer under the pipeline engine); only
     with zero 1 and no hybrid sharding (`dlsim.plan.zero.gradient_collective`).
+    `fsdp_units` cuts ZeRO-3's parameter units by bucket size (``bucket``) or, as torchtitan wraps
+    FSDP2, one per transformer block with a root unit for the rest, the root and the last block kept
+    gathered from forward to backward (``block``); `fsdp_copies` runs FSDP2's all-gather copy-out on
+    the compute stream and its reduce-scatter copy-in on the reduction stream (`dlsim.plan.fsdp`).
+    Both apply to zero 3 only and are inert at other stages.
     `param_gather_overlap` runs ZeRO-1/2's all-gather of the updated parameters beside the next
     iteration's first forward pass, each bucket's gather waited for by its first layer
     (Megatron-Core's ``--overlap-param-gather``, apex DistributedFusedAdam's ``overlap_param_sync``;
@@ -220,7 +231,9 @@ class Strategy:
     all-gathers and reduce-scatters with the GEMMs beside them, as Transformer Engine's userbuffers
     run them (NeMo's ``ub_tp_comm_overlap``, Megatron-Core's ``--tp-comm-overlap``): ring exchange,
     pipelined chunks, bulk overlap in the backward (`dlsim.plan.tpoverlap`); it needs sequence
-    parallelism (tp >= 2). `spatial` is the spatial-parallel degree: the `spatial`
+    parallelism (tp >= 2). True runs Transformer Engine's default userbuffer configuration (no
+    ``ub_tp_comm_overlap_cfg``); a name (`TP_OVERLAP_CONFIGS`) runs a recipe's configuration: SM
+    counts, SM margins and two-chunk rings per GEMM. `spatial` is the spatial-parallel degree: the `spatial`
     ranks of a sample group split every image by height and width (a grid with `spatial_w` ranks
     along the width, 0: the squarest), convolutions exchanging halos with their neighbours, beside
     the interior's compute with `halo_overlap` (Dryden et al. IPDPS'19, `dlsim.plan.spatial`);
@@ -268,8 +281,10 @@ class Strategy:
     optimizer_impl: str = "fused"
     grad_reduce_dtype: str = ""
     zero_grad_reduce: str = "reduce_scatter"
+    fsdp_units: str = "bucket"
+    fsdp_copies: bool = False
     param_gather_overlap: bool = False
-    tp_comm_overlap: bool = False
+    tp_comm_overlap: bool | str = False
     spatial: int = 1
     spatial_w: int = 0
     halo_overlap: bool = True
@@ -326,7 +341,7 @@ class Strategy:
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
-            "zero_grad_reduce": self.zero_grad_reduce,
+            "zero_grad_reduce": self.zero_grad_reduce, "fsdp_units": self.fsdp_units, "fsdp_copies": self.fsdp_copies,
             "param_gather_overlap": self.param_gather_overlap, "tp_comm_overlap": self.tp_comm_overlap,
             "spatial": self.spatial, "spatial_w": self.spatial_w, "halo_overlap": self.halo_overlap,
             "stack": self.stack,
@@ -362,7 +377,16 @@ class LayerGroupRecord(Record):
 
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+TP_OVERLAP_CONFIGS = ("llama3.1-70b", "llama3.1-405b", "gpt3-175b")
+"""`tp_comm_overlap`'s named userbuffer configurations: the ``ub_tp_comm_overlap_cfg`` of NVIDIA's
+dgxc-benchmarking recipes of those models (`dlsim.plan.tpoverlap.CONFIGS`)."""
 GRAD_REDUCE_DTYPES = ("", "fp32", "bf16", "fp16")
+
+
+def _tp_overlap(value: Any) -> Any:
+    if isinstance(value, bool) or value in TP_OVERLAP_CONFIGS:
+        return value
+    raise fail(f"must be true, false or a userbuffer configuration ({', '.join(TP_OVERLAP_CONFIGS)}), got {value!r}")
 """`grad_reduce_dtype`: empty for the default (fp32 for an fp32 accumulation, else the training dtype)."""
 _RANGES: dict[str, Any] = {
     **{name: Count for name in ("dp", "tp", "pp", "cp", "ep", "microbatch_size", "num_microbatches", "virtual_stages",
@@ -373,7 +397,8 @@ _RANGES: dict[str, Any] = {
     "schedule": Literal[SCHEDULES], "sync": Literal[SYNCS], "recompute": Literal[RECOMPUTE],
     "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
     "optimizer_impl": Literal[OPTIMIZER_IMPLS], "grad_reduce_dtype": Literal[GRAD_REDUCE_DTYPES],
-    "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES],
+    "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES], "fsdp_units": Literal[FSDP_UNITS],
+    "tp_comm_overlap": Annotated[bool | Literal[TP_OVERLAP_CONFIGS], BeforeValidator(_tp_overlap)],
     "stack": Annotated[str, Field(max_length=4096)],
     "dtype": Optional[Literal[DTYPES]], "fused_kernels": Seq[Literal[FUSIONS]],
     "stage_partition": Optional[Seq[Count]], "layer_groups": Seq[LayerGroupRecord],

@@ -97,7 +97,7 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
 
     for program, launches, gathers, order in programs:
         unit = None
-        ready: dict[int, Affine] = {}
+        ready: dict[int, Affine | None] = {}
         for pos, (kind, d, c, queued, st_unit) in enumerate(program):
             if gathers is not None and st_unit >= 0 and st_unit != unit:
                 j = order.index(st_unit)
@@ -105,10 +105,14 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                     u = order[k]
                     if u in ready:
                         continue
+                    if gathers[u] is None:  # kept gathered since its forward pass: waits for nothing
+                        ready[u] = None
+                        continue
                     busy = _add(larger(busy, dep if k <= GATHER_PREFETCH else now), gathers[u])
                     ready[u] = busy
                 unit = st_unit
-                now = larger(now, ready[st_unit])
+                if ready[st_unit] is not None:
+                    now = larger(now, ready[st_unit])
             if kind == COMPUTE:
                 window = _sub(busy, now)
                 if sigma > 0 and positive(window):

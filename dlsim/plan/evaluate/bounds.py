@@ -9,6 +9,7 @@ from dlsim.cost.memory import grad_accumulation_bytes
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.compression import plan_sync
+from dlsim.plan.fsdp import fsdp_block_units
 from dlsim.plan.dataparallel import reduce_element_bytes
 from dlsim.plan.layertable import LayerEntry, grad_accumulation_times
 from dlsim.plan.oprecompute import alternate_layers
@@ -156,11 +157,11 @@ class LowerBounds:
             if acc is not None:
                 y += acc[b] - acc[a]
             if zero3:
-                g = self._gathers(s, t, a, b, dp_groups[k % p])
+                g, g_b = self._gathers(s, t, a, b, dp_groups[k % p])
                 f = max(f, g)
                 if bwd_chain:
                     y += self._unit_chain(s, t, a, b, dp_groups[k % p])
-                y = max(y, g)
+                y = max(y, g_b)
             work[k % p] += f + x + y
             passes.append(f + x + y)
         walked = p > 1 and p * m * v <= WALK_PLAIN_OPS
@@ -179,8 +180,8 @@ class LowerBounds:
             for r in range(p):
                 dp_r = dp_groups[r]
                 chunks = range(r, len(ranges), p)
-                stream = sum(2 * sum(g) + sum(red) for g, red in
-                             (self._unit_prices(s, t, *ranges[k], dp_r) for k in chunks))
+                stream = sum(sum(g) + sum(self._backward_gathers(s, t, *ranges[k], g)) + sum(red) for g, red in
+                             ((*self._unit_prices(s, t, *ranges[k], dp_r),) for k in chunks))
                 bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
         if replicas(s) > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
@@ -239,13 +240,21 @@ class LowerBounds:
                      for op, m in plan_sync(s.compression, n, element, replicas(s), base).collectives) for n in nbytes])
         return got  # type: ignore[return-value]
 
-    def _gathers(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int]) -> float:
-        """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b."""
-        return sum(self._unit_prices(s, t, a, b, dp_ranks)[0])
+    def _gathers(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int]) -> tuple[float, float]:
+        """Seconds of ZeRO-3's all-gathers of the parameter units of entries a..b in a forward pass and
+        in a backward pass (without FSDP2's units kept gathered from the forward, `dlsim.plan.fsdp`)."""
+        gathers = self._unit_prices(s, t, a, b, dp_ranks)[0]
+        return sum(gathers), sum(self._backward_gathers(s, t, a, b, gathers))
+
+    def _backward_gathers(self, s: Strategy, t: LayerTable, a: int, b: int, gathers: list[float]) -> list[float]:
+        """The unit gathers of entries a..b a backward pass runs: all but FSDP2's kept units."""
+        kept = self._kept(s, t, a, b) if fsdp_block_units(s) else frozenset()
+        return [g for j, g in enumerate(gathers) if j not in kept] if kept else gathers
 
     def _unit_chain(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int]) -> float:
         """Σ gathers − the largest + Σ reductions − the largest over the ZeRO-3 parameter units of
-        entries a..b: what a backward pass's chain of units adds at least to its steps alone (see
-        `lower_bound`)."""
+        entries a..b a backward pass gathers and reduces: what its chain of units adds at least to its
+        steps alone (see `lower_bound`)."""
         gathers, reductions = self._unit_prices(s, t, a, b, dp_ranks)
+        gathers = self._backward_gathers(s, t, a, b, gathers)
         return sum(gathers) - max(gathers, default=0.0) + sum(reductions) - max(reductions, default=0.0)

@@ -9,6 +9,8 @@ from dlsim.cost.pricing import KernelTimes
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.expertparallel import (ep_group)
 from dlsim.plan.blocks import recompute_layers
+from dlsim.plan.fsdp import last_block
+from dlsim.plan.steptime import elementwise_timer
 from dlsim.plan.scenario import LayerTable, PricerFactory, ScenarioBuilder
 from dlsim.plan.spatial import halo_time
 from dlsim.spec.cluster import Cluster
@@ -41,10 +43,17 @@ class Evaluator(LowerBounds, MemoryModel):
         self._groups: dict[tuple, tuple[str, int]] = {}
         self._cache: dict[tuple, object] = {}
         self.instance = recompute_layers(self.model)
+        self.elementwise_time = elementwise_timer(self.device, self.dtype)
+        self.last_block = last_block([layer.name for layer in self.model.layers])
         self.gb = DTYPE_BYTES[self.dtype]
         self._defaults: dict | None = None
         self._keep: list = []  # step lists whose ids key cached programs (`Timing._program`)
         self._memories: dict[Strategy, tuple[StageMemory, ...]] = {}  # `memory`, kept for `evaluate`
+
+    def holds_last_block(self, entries) -> bool:
+        """Whether `entries` (a chunk) hold a layer of the model's last block (FSDP2 keeps its unit
+        gathered, `dlsim.plan.fsdp.kept_units`)."""
+        return self.last_block is not None and any(self.instance.get(e.name) == self.last_block for e in entries)
 
     @classmethod
     def of(cls, builder: ScenarioBuilder) -> "Evaluator":

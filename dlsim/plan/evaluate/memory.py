@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from dlsim.plan.comm import Layout
+from dlsim.plan.fsdp import fsdp_block_units, kept_units, last_block
 from dlsim.plan.dataparallel import buffer_element_bytes
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import (expert_params_of,
@@ -165,10 +166,18 @@ class MemoryModel:
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
             transient = 0.0
-            if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each
-                units = sorted((n for k in chunks for n in self._bucket_bytes(s, t, *ranges[k], gathered=True)),
-                               reverse=True)
-                transient = sum(units[:2]) * (replicas(s) - 1) / replicas(s)
+            if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each; FSDP2's units kept
+                # gathered from forward to backward (`dlsim.plan.fsdp.kept_units`) besides them
+                units, held = [], 0.0
+                for k in chunks:
+                    kept = self._kept(s, t, *ranges[k]) if fsdp_block_units(s) else frozenset()
+                    for j, n in enumerate(self._bucket_bytes(s, t, *ranges[k], gathered=True)):
+                        if j in kept:
+                            held += n
+                        else:
+                            units.append(n)
+                units.sort(reverse=True)
+                transient = (sum(units[:2]) + held) * (replicas(s) - 1) / replicas(s)
             out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
         return tuple(out)
 
@@ -184,11 +193,21 @@ class MemoryModel:
         """Bytes of the gradient buckets of entries a..b, or with `gathered` of their parameters (the
         ZeRO-3 units' gathers; cached)."""
         key = ("bucket bytes", t.key, a, b, replicas(s) > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size,
-               s.grad_reduce_dtype, s.zero_grad_reduce, gathered)
+               s.grad_reduce_dtype, s.zero_grad_reduce, gathered, fsdp_block_units(s))
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = [bu.gather_nbytes if gathered else bu.nbytes
                                       for bu in self._buckets(s, t.entries[a:b])]
+        return got  # type: ignore[return-value]
+
+    def _kept(self, s: Strategy, t: LayerTable, a: int, b: int) -> frozenset[int]:
+        """FSDP2's units of entries a..b kept gathered from forward to backward (cached)."""
+        key = ("kept units", t.key, a, b, s.zero, s.fsdp_units)
+        got = self._cache.get(key)
+        if got is None:
+            es = t.entries[a:b]
+            got = self._cache[key] = kept_units(self._buckets(s, es), {e.index: e.name for e in es},
+                                                last_block([layer.name for layer in self.model.layers]))
         return got  # type: ignore[return-value]
 
     def _buckets(self, s: Strategy, es: Sequence[LayerEntry]):

@@ -72,7 +72,8 @@ class StreamWalk:
         unit, which the unit's first step waits for. Gathers are prefetched `GATHER_PREFETCH` units
         ahead (`dlsim.plan.syncplan.OpHooks`): the pass's first units are enqueued once `first_dep`, the
         end of the previous pass on this device (at or before the pass's start), has passed, each later
-        unit's behind what the stream holds when the unit `GATHER_PREFETCH` before it starts; with
+        unit's behind what the stream holds when the unit `GATHER_PREFETCH` before it starts (a unit
+        whose gather is None is kept gathered since its forward pass, FSDP2's, and waits for none); with
         `ready_at`, each unit's gather ends then instead (dispatched before the pass, `gathers_in_forward`).
         Compute runs slowed by σ while the stream is busy; a tensor-parallel
         collective on the data-parallel link tier waits for the queue that holds its ports. Returns
@@ -95,7 +96,11 @@ class StreamWalk:
                     u = order[q]
                     if u in ready:
                         continue
-                    busy = max(busy, first_dep if q <= GATHER_PREFETCH else now) + gathers[u]
+                    g = gathers[u]
+                    if g is None:  # kept gathered since its forward pass (`dlsim.plan.fsdp`)
+                        ready[u] = now
+                        continue
+                    busy = max(busy, first_dep if q <= GATHER_PREFETCH else now) + g
                     ready[u] = busy
                 unit = st_unit
                 now = max(now, ready[st_unit])
@@ -194,12 +199,11 @@ class StreamWalk:
                 got = pieces.get(line, q, dep, scale)
                 if got is None:
                     r = k % p
-                    fwd, rec, bwd, launches, all_gathers, _ = parts[k]
-                    gathers = all_gathers if gathering_ else None
+                    fwd, rec, bwd, launches, all_gathers, _, bwd_gathers = parts[k]
                     if forward:
-                        programs = [(fwd, {}, gathers)]
+                        programs = [(fwd, {}, all_gathers if gathering_ else None)]
                     else:
-                        programs = ([(rec, {}, None)] if rec else []) + [(bwd, launches, gathers)]
+                        programs = ([(rec, {}, None)] if rec else []) + [(bwd, launches, bwd_gathers if gathering_ else None)]
                     if line not in walked:  # the pass's first start walked as it is (most passes of a
                         walked.add(line)    # short pipeline start once or twice)
                         now = 0.0
@@ -299,10 +303,11 @@ class StreamWalk:
             key = ("alike", id(part), r, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
             got = cache.get(key)
             if got is None:
-                fwd, rec, bwd, launches, gathers, every_pass = part
+                fwd, rec, bwd, launches, gathers, every_pass, bwd_gathers = part
                 sig = (tuple(self._program(fwd, r)), tuple(self._program(rec, r)) if rec else (),
                        tuple(self._program(bwd, r)), tuple((pos, tuple(d)) for pos, d in sorted(launches.items())),
-                       tuple(gathers) if gathers is not None else None, every_pass)
+                       tuple(gathers) if gathers is not None else None, every_pass,
+                       tuple(bwd_gathers) if bwd_gathers is not None else None)
                 got = cache[key] = (part, names.setdefault(sig, len(names)))  # the part kept alive: its id is named
             name = got[1]
             a = ids.get(name)

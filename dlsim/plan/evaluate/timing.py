@@ -12,6 +12,7 @@ from dlsim.plan.compression import plan_sync
 from dlsim.plan.dataparallel import buffer_element_bytes, reduce_element_bytes
 from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
                                       updated_params)
+from dlsim.plan.fsdp import copy_in_bytes, fsdp_copies, unit_copies
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.oprecompute import alternate_layers
 from dlsim.plan.templates import Step, backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps, units_of
@@ -106,13 +107,18 @@ class Timing(StreamWalk):
         dp_ranks = self.dpg(stage)
         edp_ranks = edp_group(self.lay, self.s.ep, 0, 0, stage)
         base = gradient_collective(self.s)
+        copies = fsdp_copies(self.s) and replicas(self.s) > 1
         out: dict[int, list[float]] = {}
         for pos, st in enumerate(steps):
             for j in st.buckets:
                 plan = plan_sync(self.s.compression, buckets[j].nbytes,
                                  reduce_element_bytes(self.s, self.ev.dtype), replicas(self.s), base)
                 group = edp_ranks if buckets[j].group == EDP else dp_ranks
-                out.setdefault(pos, []).append(sum(self.price(op, n, group) for op, n in plan.collectives))
+                seconds = sum(self.price(op, n, group) for op, n in plan.collectives)
+                if copies and buckets[j].group != EDP:  # FSDP2's copy-in before the reduce-scatter, on its stream
+                    seconds += self.ev.elementwise_time(0.0, copy_in_bytes(
+                        buckets[j].nbytes, self.ev.dtype, reduce_element_bytes(self.s, self.ev.dtype))).seconds
+                out.setdefault(pos, []).append(seconds)
         return out
 
     def _chunk(self, k: int) -> tuple:
@@ -144,22 +150,29 @@ class Timing(StreamWalk):
         # forward and recomputation steps do not depend on the gradient accumulation: keyed by the
         # chunk of the table without it, shared by every micro-batch count
         fsig = (self.t.base or self.t).signature(a, b, ev.instance)
+        # FSDP2's units (`dlsim.plan.fsdp`): which are kept gathered depends on whether the chunk holds
+        # the model's last block; the copy-out runs at each gathered unit's first step
+        fsdp = (s.fsdp_units, s.fsdp_copies, ev.holds_last_block(self.chunk_entries[k])) if zero3 else ()
         fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets,
-                zero3 or first_gathers, s.grad_reduce_dtype, s.zero_grad_reduce)
+                zero3 or first_gathers, s.grad_reduce_dtype, s.zero_grad_reduce, fsdp)
         forward = ev._cache.get(fkey)
         if forward is None:
             es = self.chunk_entries[k]
             buckets = self._buckets_of(es)
             fwd = forward_steps(es, tp)
             units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
-            fwd_u = forward_steps(es, tp, unit_of=units) if units is not None else fwd
-            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd, r))
+            kept, copy_f, copy_b = unit_copies(es, buckets, s, ev.elementwise_time, ev.last_block) if zero3 \
+                else (frozenset(), None, None)
+            fwd_u = forward_steps(es, tp, unit_of=units, unit_lead=copy_f) if units is not None else fwd
+            # with FSDP2's copy-out, the unit-split pass is longer than the plain one by its copies
+            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd_u if copy_f else fwd, r), kept,
+                                         copy_b)
         # buckets and units name layers by index: those of the chunk they were made for, at a0
-        a0, buckets, units, fwd_u, (f_t, f_c, f_m) = forward  # type: ignore[misc]
+        a0, buckets, units, fwd_u, (f_t, f_c, f_m), kept, copy_b = forward  # type: ignore[misc]
         if units is not None and a0 != a:
             units = {i - a0 + a: u for i, u in units.items()}
         pkey = ("backward", sig, tp, tpg, s.collective, overlap, s.bucket_size, s.first_bucket_size, has_buckets,
-                zero3, s.grad_reduce_dtype, s.zero_grad_reduce)
+                zero3, s.grad_reduce_dtype, s.zero_grad_reduce, fsdp)
         passes = ev._cache.get(pkey)
         if passes is None:
             es = self.chunk_entries[k]
@@ -167,7 +180,7 @@ class Timing(StreamWalk):
             for j, bu in enumerate(buckets):
                 at = bu.ready_after - a0 + a
                 ready[at] = ready.get(at, ()) + (j,)
-            bwd = backward_steps(es, tp, ready, units, overlap=overlap) if zero3 and units is not None else \
+            bwd = backward_steps(es, tp, ready, units, overlap=overlap, unit_lead=copy_b) if zero3 and units is not None else \
                 backward_steps(es, tp, ready, overlap=overlap)
             passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
         bwd, (b_t, b_c, b_m) = passes  # type: ignore[misc]
@@ -187,21 +200,23 @@ class Timing(StreamWalk):
             rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
         rec, (r_t, r_c, r_m) = rec_time  # type: ignore[misc]
         if dp_sync and buckets:
-            lkey = ("launches", pkey, replicas(s), dpg, s.zero, s.zero_grad_reduce, s.collective, s.compression)
+            lkey = ("launches", pkey, replicas(s), dpg, s.zero, s.zero_grad_reduce, s.collective, s.compression, fsdp)
             launches = ev._cache.get(lkey)
             if launches is None:
                 launches = ev._cache[lkey] = self._bucket_launches(bwd, buckets, r)
         else:
             launches = {}
         chunk_sync = sum(sum(x) for x in launches.values())  # type: ignore[union-attr]
-        gathers = None
+        gathers = gathers_b = None
         if first_gathers and buckets:  # ZeRO-1/2's updated parameters, waited for in micro-batch 0
-            gathers = [self.price("allgather", bu.gather_nbytes, self.dpg(r)) for bu in buckets]
+            gathers = gathers_b = [self.price("allgather", bu.gather_nbytes, self.dpg(r)) for bu in buckets]
         if zero3:
             dp_ranks = self.dpg(r)
             gathers = [self.price("allgather", bu.gather_nbytes, dp_ranks) for bu in buckets]
+            # the backward gathers all but the units kept gathered since the forward (None: no gather)
+            gathers_b = [None if u in kept else g for u, g in enumerate(gathers)] if kept else gathers
             wf, qf, sf = self._walk(fwd_u, r, {}, gathers)
-            wb, qb, sb = self._walk(bwd, r, launches, gathers)
+            wb, qb, sb = self._walk(bwd, r, launches, gathers_b)
             left = max(0.0, qb - wb)
             extra = overlap_cost(wf + r_t, left, self.sigma)[0] + max(0.0, left - (wf + r_t) * (1 + self.sigma))
             f_m += wf - f_t
@@ -217,7 +232,7 @@ class Timing(StreamWalk):
             b_t += extra
             b_m += extra
         out = (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync, (bwd, launches, b_t), comm_bound,
-               (fwd_u, rec, bwd, launches, gathers, zero3))
+               (fwd_u, rec, bwd, launches, gathers, zero3, gathers_b))
         ev._cache[key] = out
         return out
 
@@ -237,7 +252,8 @@ class Timing(StreamWalk):
         comm = [0.0] * p
         chunk_sync = [0.0] * K  # data-parallel collectives of a chunk's buckets (one backward pass)
         walked: list[tuple] = [()] * K  # (backward steps, launches, backward seconds without recompute)
-        parts: list[tuple] = [()] * K  # (forward, recompute, backward steps, launches, gathers, every pass gathers)
+        # (forward, recompute, backward steps, launches, gathers, every pass gathers, the backward's gathers)
+        parts: list[tuple] = [()] * K
         for k in range(K):
             r = k % p
             f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, chunk_sync[k], walked[k], bound, parts[k] = self._chunk(k)
