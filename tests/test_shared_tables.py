@@ -66,3 +66,29 @@ def test_one_model_shares_its_tables_and_a_kept_builder_its_evaluator():
     one = prepare(model, cluster, dp=2, global_batch=16, builders=kept).builder
     assert prepare(model, cluster, tp=2, global_batch=16, builders=kept).builder is one
     assert prepare(model, cluster, tp=2, global_batch=16, dtype="fp8", builders=kept).builder is not one
+
+
+def test_kept_builders_of_one_profile_share_tables_and_prices():
+    """Clusters of one profile resized to other node counts (a sweep's gpus) share the measured
+    tables, so the layer tables, and the collective prices of equal `price_key`s; a price is the
+    fresh pricer's. On a shared network the price depends on where the ranks sit: not shared."""
+    from dataclasses import replace
+
+    from dlsim.api.simulate import default_pricers
+    from dlsim.plan.comm import Layout
+    from dlsim.spec.network import Fabric, TreeLevel
+
+    model, base = as_model("gpt3-175b", SMALL), as_cluster("dgx-a100")
+    kept = Builders()
+    one, four = (prepare(model, replace(base, nodes=n), dp=2, tp=2, global_batch=16, builders=kept) for n in (1, 4))
+    assert one.builder is not four.builder and one.builder.tables is four.builder.tables
+    assert one.builder.base_table(2, False, 1) is four.builder.base_table(2, False, 1)
+    s = one.strategy
+    a, b = one.builder.pricer(s), four.builder.pricer(s)
+    first = a.collective("allreduce", 3e6, [0, 2])
+    assert b.collective("allreduce", 3e6, [0, 2]) is first
+    fresh = default_pricers(four.builder.cluster)(Layout(2, 2, 1, base.devices_per_node), s.collective)
+    assert fresh.collective("allreduce", 3e6, [0, 2]) == first
+    shared_net = replace(base.inter, fabric=Fabric("fat-tree", levels=(TreeLevel(2, 4.0),)))
+    far = prepare(model, replace(base, nodes=4, inter=shared_net), dp=16, tp=2, global_batch=16, builders=kept)
+    assert far.builder.pricer(far.strategy).price_key("allreduce", list(range(0, 32, 2))) is None

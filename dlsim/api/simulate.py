@@ -131,12 +131,35 @@ class Builders:
     so a point priced on a kept builder gets the numbers a fresh one gives (tests/test_sweep.py holds a
     sweep's records to fresh builders'). Each builder holds its model and cluster, so neither object's
     id can be reused while its builder is kept, and a hit is checked by identity too. The measured
-    tables are read once per builder: files changed on disk meanwhile are not seen (a new `Builders`
-    is)."""
+    tables are read once per profile (`_profile`: the clusters of one profile resized to other node
+    counts share them, and through them their layer tables, `ScenarioBuilder._shared`): files changed
+    on disk meanwhile are not seen (a new `Builders` is)."""
 
     def __init__(self, limit: int = 32):
         self.limit = limit
         self._kept: dict[tuple, ScenarioBuilder] = {}
+        self._profiles: dict[tuple, tuple] = {}
+
+    def _profile(self, cluster: Cluster, measured: bool) -> tuple:
+        """(kernel tables, their notes, collective table) of `cluster`'s profile, read once: what
+        `kernel_tables` and `comm_table` read depends on the profile's table paths, source and name
+        alone, which a cluster resized by `dataclasses.replace` keeps (the same `tables` mapping,
+        checked by identity: the key holds its id)."""
+        key = (id(cluster.tables), cluster.source, cluster.name, measured)
+        got = self._profiles.get(key)
+        if got is None or got[0] is not cluster.tables:
+            tables, notes = kernel_tables(cluster, measured)
+            got = self._profiles[key] = (cluster.tables, tables, tuple(notes), comm_table(cluster, measured), {})
+        return got[1:]
+
+    def _network_prices(self, cluster: Cluster, networks: dict) -> dict:
+        """The collective prices shared by the pricers of `cluster`'s network (`MemoPricer`): its links,
+        reduction rate and devices per node (held by the entry, so their ids are not reused)."""
+        key = (id(cluster.intra), id(cluster.inter), cluster.reduce_bandwidth, cluster.devices_per_node)
+        got = networks.get(key)
+        if got is None or got[0] is not cluster.intra or got[1] is not cluster.inter:
+            got = networks[key] = (cluster.intra, cluster.inter, {})
+        return got[2]
 
     def get(self, model: Model, cluster: Cluster, dtype: str, measured: bool, notes: tuple[str, ...] = ()) \
             -> ScenarioBuilder:
@@ -146,10 +169,10 @@ class Builders:
         got = self._kept.get(key)
         if got is not None and got.model is model and got.cluster is cluster:
             return got
-        tables, table_notes = kernel_tables(cluster, measured)
-        factory = default_pricers(cluster, measured)
-        got = ScenarioBuilder(model, cluster, dtype, lambda layout, algorithm: MemoPricer(factory(layout, algorithm)),
-                              tables, notes=tuple(notes) + tuple(table_notes))
+        tables, table_notes, comm, networks = self._profile(cluster, measured)
+        prices = self._network_prices(cluster, networks)
+        got = ScenarioBuilder(model, cluster, dtype, lambda layout, algorithm: MemoPricer(
+            ClusterPricer(cluster, layout, algorithm, comm), prices), tables, notes=tuple(notes) + table_notes)
         if len(self._kept) >= self.limit:
             self._kept.pop(next(iter(self._kept)))
         self._kept[key] = got

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -278,6 +278,12 @@ def chunk_size(n: int, workers: int) -> int:
 
 def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool, engine: str,
               done: Callable[[list[dict[str, Any]]], None]) -> None:
+    """The batches on `jobs` worker processes, each worker taking the batches of its own contiguous
+    share of the points first (the points of a model and cluster are adjacent in a spec's order, so a
+    worker's kept builders, tables and prices serve most of its batches instead of every worker
+    pricing every model's layers and collectives), then, once its share is done, the last batches of
+    the share with the most left (the balance of a shared queue, far from where that share's owner
+    works). Each record is the same whichever worker prices it (`Builders`)."""
     import multiprocessing
 
     import dlsim.api.simulate  # noqa: F401  (loaded before the workers fork: they start warm)
@@ -285,20 +291,40 @@ def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool, e
         import dlsim.api.analytic  # noqa: F401
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    it = iter(chunks)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        pending: set[Future] = set()
+    batches = list(chunks)
+    shares = [deque(batches[w * len(batches) // jobs:(w + 1) * len(batches) // jobs]) for w in range(jobs)]
+
+    def take(w: int) -> list[SweepPoint] | None:
+        if shares[w]:
+            return shares[w].popleft()
+        most = max(shares, key=len)
+        return most.pop() if most else None
+
+    workers = [ProcessPoolExecutor(max_workers=1, mp_context=ctx) for _ in range(jobs)]
+    try:
+        owner: dict[Future, int] = {}
+        queued = [0] * jobs
         while True:
-            while len(pending) < 4 * jobs:
-                chunk = next(it, None)
-                if chunk is None:
-                    break
-                pending.add(pool.submit(evaluate_chunk, chunk, model_only, engine))
-            if not pending:
+            for w in range(jobs):
+                while queued[w] < QUEUED_BATCHES:
+                    batch = take(w)
+                    if batch is None:
+                        break
+                    owner[workers[w].submit(evaluate_chunk, batch, model_only, engine)] = w
+                    queued[w] += 1
+            if not owner:
                 return
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(owner, return_when=FIRST_COMPLETED)
             for f in finished:
+                queued[owner.pop(f)] -= 1
                 done(f.result())
+    finally:
+        for ex in workers:
+            ex.shutdown()
+
+
+QUEUED_BATCHES = 4
+"""Batches submitted ahead per worker (`_run_pool`): one running, the next ones ready."""
 
 
 def _run_inline(chunks: Iterable[list[SweepPoint]], model_only: bool, engine: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
 
 from dlsim.errors import SpecError
@@ -10,8 +11,10 @@ from dlsim.errors import SpecError
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
+@cache
 def data_root() -> Path:
-    """Where the built-in zoo and profiles are: ``dlsim/_data`` in an installed wheel, else the checkout."""
+    """Where the built-in zoo and profiles are: ``dlsim/_data`` in an installed wheel, else the checkout
+    (looked up once: an installation does not move under a running process)."""
     packaged = _PACKAGE / "_data"
     return packaged if (packaged / "models").is_dir() else _PACKAGE.parent
 

@@ -117,6 +117,19 @@ class ClusterPricer:
         """The algorithm a call of `op` over `ranks` runs: the strategy's, or auto where it does not apply."""
         return self._call(op, ranks)[1]
 
+    def price_key(self, op: str, ranks: Sequence[int]) -> tuple | None:
+        """What `collective(op, nbytes, ranks)` depends on besides `nbytes` and the cluster's links,
+        reduction rate and measured table: the algorithm asked for, the op, the tier, the rank count,
+        the ranks per node and, with a measured table, the nodes they span; None on a shared network
+        (the price depends on where the ranks sit). Equal keys on clusters of one profile resized to
+        other node counts give equal prices (`MemoPricer`'s shared memo)."""
+        if self.contention is not None:
+            return None
+        tier = self.tier(ranks)
+        per_node = self.layout.ranks_per_node(ranks) if tier == INTER else None
+        nodes = len({self.layout.node(r) for r in ranks}) if self.measured is not None else None
+        return (self.algorithm, op, tier, len(ranks), per_node, nodes)
+
     def collective(self, op: str, nbytes: float, ranks: Sequence[int]) -> Estimate:
         name, algo, link, per_node = self._call(op, ranks)
         sparse = parse_sparse_op(op) or {}
@@ -189,12 +202,17 @@ class MemoPricer:
     """A `CommPricer` with its prices remembered: collective and point-to-point prices are pure
     functions of their arguments, and a sweep or a script asks for the same ones again and again
     (every bucket of every strategy with the same layout). Same prices, same events, same result;
-    everything else is the wrapped pricer's."""
+    everything else is the wrapped pricer's. With `shared`, a memo of the pricers of one cluster
+    profile's network (the same links, reduction rate and measured table, any node count: a sweep's
+    cluster sizes), collective prices are kept there too under the wrapped pricer's `price_key`,
+    where it has one."""
 
-    def __init__(self, inner: CommPricer):
+    def __init__(self, inner: CommPricer, shared: dict[tuple, Estimate] | None = None):
         self._inner = inner
         self._coll: dict[tuple, Estimate] = {}
         self._p2p: dict[tuple, Estimate] = {}
+        self._shared = shared
+        self._key = getattr(inner, "price_key", None) if shared is not None else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -203,7 +221,15 @@ class MemoPricer:
         key = (op, float(nbytes), tuple(ranks))
         hit = self._coll.get(key)
         if hit is None:
-            hit = self._coll[key] = self._inner.collective(op, nbytes, ranks)
+            shared = self._key(op, ranks) if self._key is not None else None
+            if shared is None:
+                hit = self._inner.collective(op, nbytes, ranks)
+            else:
+                shared += (float(nbytes),)
+                hit = self._shared.get(shared)  # type: ignore[union-attr]
+                if hit is None:
+                    hit = self._shared[shared] = self._inner.collective(op, nbytes, ranks)  # type: ignore[index]
+            self._coll[key] = hit
         return hit
 
     def p2p(self, nbytes: float, src: int, dst: int) -> Estimate:

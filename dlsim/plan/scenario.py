@@ -58,8 +58,9 @@ def flops_per_sample(model: Model, dtype: str) -> float:
                    lambda: sum(layer_cost(layer, 1, dtype).flops for layer in model.layers))
 
 
-SHARED_TABLES = 32
-"""Layer tables kept per model across builders (`ScenarioBuilder._shared`), the latest ones."""
+SHARED_TABLES = 128
+"""Layer tables kept per model across builders (`ScenarioBuilder._shared`), the latest used ones (a
+sweep's points on one model ask for its tables again at each cluster size)."""
 
 PricerFactory = Callable[[Layout, str], CommPricer]
 """`factory(layout, collective algorithm)`: the communication pricer of one rank layout."""
@@ -254,7 +255,7 @@ class ScenarioBuilder:
     def _shared(self, key: tuple, make: Callable[[], LayerTable]) -> LayerTable:
         """The layer table `key` of this model built by `make`, shared by every builder of the process
         with the same device, measured tables and dtype and no layer overrides: kept per model object
-        (`dlsim.spec.memo`, dropped with it), the latest `SHARED_TABLES`. A script predicting strategy
+        (`dlsim.spec.memo`, dropped with it), the latest used `SHARED_TABLES`. A script predicting strategy
         after strategy on one loaded model prices its layers once per table.
 
         Why a kept table is never stale: a table is a pure function of the model, the device, the
@@ -270,6 +271,7 @@ class ScenarioBuilder:
         full = (id(self.device), id(self.tables), self.record_dtype) + key
         got = store.get(full)
         if got is not None and got[0] is self.device and got[1] is self.tables:
+            store[full] = store.pop(full)  # the latest used kept longest
             return got[2]
         t = make()
         if len(store) >= SHARED_TABLES:

@@ -92,6 +92,20 @@ class Evaluator(LowerBounds, MemoryModel):
         """The scenario's communication pricer (`ScenarioBuilder.pricer`)."""
         return self.builder.pricer(s)
 
+    def stage_groups(self, s: Strategy, stage: int) -> tuple[list[int], list[int], tuple]:
+        """Replica 0's tensor-parallel group and tensor rank 0's data-parallel group on `stage`, and
+        (tier, ranks per node) of each: kept per layout, which every candidate of it shares (the
+        lists are read, never changed)."""
+        key = ("stage groups", s.dp, s.tp, s.pp, s.domain, s.collective, stage)
+        got = self._cache.get(key)
+        if got is None:
+            lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain)
+            pricer = self.pricer(s)
+            tp, dp = lay.tp_group(0, stage), lay.dp_group(0, stage)
+            got = self._cache[key] = (tp, dp, (pricer.tier(tp), lay.ranks_per_node(tp), pricer.tier(dp),
+                                               lay.ranks_per_node(dp)))
+        return got  # type: ignore[return-value]
+
     def _price(self, pricer: CommPricer, s: Strategy, op: str, nbytes: float, ranks: list[int],
                messages: tuple = ()) -> float:
         if len(ranks) < 2:

@@ -36,8 +36,6 @@ class Timing(StreamWalk):
         self.lay = Layout(s.dp, s.tp, s.pp, ev.cluster.devices_per_node, s.domain)
         self.sigma = ev.sigma
         self.chunk_entries = [t.entries[a:b] for a, b in ranges]
-        self._tpg: dict[int, list[int]] = {}
-        self._dpg: dict[int, list[int]] = {}
         self._same_tier: dict[int, bool] = {}
         self._programs_of = ev._cache  # priced programs are shared by the evaluations of one layout
 
@@ -45,18 +43,12 @@ class Timing(StreamWalk):
         return self.ev._price(self.pricer, self.s, op, nbytes, ranks, messages)
 
     def tpg(self, stage: int) -> list[int]:
-        """The tensor-parallel group of replica 0's `stage` (cached)."""
-        got = self._tpg.get(stage)
-        if got is None:
-            got = self._tpg[stage] = self.lay.tp_group(0, stage)
-        return got
+        """The tensor-parallel group of replica 0's `stage` (`Evaluator.stage_groups`)."""
+        return self.ev.stage_groups(self.s, stage)[0]
 
     def dpg(self, stage: int) -> list[int]:
-        """The data-parallel group of tensor rank 0's `stage` (cached)."""
-        got = self._dpg.get(stage)
-        if got is None:
-            got = self._dpg[stage] = self.lay.dp_group(0, stage)
-        return got
+        """The data-parallel group of tensor rank 0's `stage` (`Evaluator.stage_groups`)."""
+        return self.ev.stage_groups(self.s, stage)[1]
 
     def steps_time(self, steps: list[Step], stage: int) -> tuple[float, float, float]:
         """(seconds, compute seconds, communication seconds) of a step list run alone."""
@@ -83,9 +75,14 @@ class Timing(StreamWalk):
     def _param_gathers(self, k: int, dp_ranks: list[int], stage: int) -> float:
         """ZeRO-1/2's all-gathers of chunk k's updated parameters: the dense ones over dp, the routed
         experts' over the expert-data-parallel group (`dlsim.plan.syncplan`)."""
-        es = self.chunk_entries[k]
-        expert = expert_params_of(es)
-        seconds = self.price("allgather", (sum(e.params for e in es) - expert) * self.ev.gb, dp_ranks)
+        a, b = self.ranges[k]
+        key = ("chunk params", self.t.key, a, b)  # a table's key is its base's: the same parameters
+        got = self.ev._cache.get(key)
+        if got is None:
+            es = self.chunk_entries[k]
+            got = self.ev._cache[key] = (sum(e.params for e in es), expert_params_of(es))
+        params, expert = got  # type: ignore[misc]
+        seconds = self.price("allgather", (params - expert) * self.ev.gb, dp_ranks)
         if expert and self.s.dp // self.s.ep > 1:
             seconds += self.price("allgather", expert * self.ev.gb, edp_group(self.lay, self.s.ep, 0, 0, stage))
         return seconds
@@ -130,9 +127,9 @@ class Timing(StreamWalk):
         Cached per evaluator by everything it depends on."""
         s, ev = self.s, self.ev
         tp, r = s.tp, k % s.pp
-        tp_ranks, dp_ranks = self.tpg(r), self.dpg(r)
-        groups = (self.pricer.tier(tp_ranks), self.lay.ranks_per_node(tp_ranks), self.pricer.tier(dp_ranks),
-                  self.lay.ranks_per_node(dp_ranks)) if replicas(s) > 1 or s.tp > 1 else ()
+        tp_ranks, dp_ranks, groups = ev.stage_groups(s, r)
+        if not (replicas(s) > 1 or s.tp > 1):
+            groups = ()
         a, b = self.ranges[k]
         key = ("chunk", self.t.signature(a, b, ev.instance), tp, s.dp, s.spatial, groups, s.recompute, s.recompute_layers,
                s.tp_async_backward, s.zero, s.bucket_size, s.first_bucket_size, s.collective,

@@ -79,7 +79,7 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
     """The dependency structure of `schedule` with p stages, m micro-batches, v chunks per stage: the
     stages' op orders run round-robin as far as each op's input is placed (the op-by-op walk's order)."""
     K = p * v
-    ops = [stage_ops(schedule, p, m, v, r) for r in range(p)]
+    ops = [cached_stage_ops(schedule, p, m, v, r) for r in range(p)]
     offsets = [0]
     for o in ops:
         offsets.append(offsets[-1] + len(o))
