@@ -159,3 +159,22 @@ def test_published_gpu_and_stack_reports_agree_run_by_run() -> None:
     assert rows and {r["run"] for r in rows} == set(by_id)
     for r in rows:
         assert r["predicted_s"] == by_id[r["run"]], r["run"]
+
+
+def test_committed_attention_kernel_validation_equals_its_command() -> None:
+    """reports/validation-attention-a100.json holds what `python benchmarks/validate_attention_kernels.py
+    --report` now predicts, entry by entry (fast: a few hundred kernel prices)."""
+    import json
+
+    import validate_attention_kernels as vak
+
+    from dlsim.io.profile_yaml import load_profile
+
+    committed = json.loads((ROOT / "reports" / "validation-attention-a100.json").read_text())
+    key = ("kernel", "head_dim", "causal", "seq")
+    old = {tuple(r[k] for k in key): r["dlsim_tflops"] for r in committed["rows"]}
+    new = {tuple(r[k] for k in key): r["dlsim_tflops"] for r in vak.rows(load_profile("dgx-a100").device)}
+    stale = "regenerate it with python benchmarks/validate_attention_kernels.py --report and commit the result"
+    assert new.keys() == old.keys(), stale
+    for k, tflops in new.items():
+        assert tflops == pytest.approx(old[k], rel=1e-9), f"{k}: {tflops} now, {old[k]} committed: {stale}"
