@@ -132,3 +132,18 @@ def test_several_measurements_need_their_head_dimensions(tmp_path):
     (tmp_path / "profile.yaml").write_text(bad)
     with pytest.raises(SpecError, match="distinct head_dim"):
         load_profile(tmp_path)
+
+
+def test_every_simulation_says_where_its_attention_time_comes_from():
+    """The result's notes name the measured kernel, or say that an unmeasured one is the roofline's."""
+    def note(model, cluster, **kw):
+        r = simulate(model, cluster, nodes=1, dp=1, microbatch_size=1, num_microbatches=1, **kw)
+        return next(n for n in r.notes if n.startswith("attention:"))
+    assert "flash_attention measured on this device ([FA2]" in note("gpt2", "dgx-a100", stack="pytorch",
+                                                                      fused_kernels=["flash_attention"])
+    assert "standard-attention chain implies" in note("gpt2", "dgx-a100", stack="megatron-lm-2022")
+    unmeasured = note("gpt2", "dgx-a100", stack="megatron-lm-2022", fused_kernels=["cudnn_attention"])
+    assert "cudnn_attention has no measurement in dgx-a100's profile" in unmeasured
+    assert "flash_attention, xformers_attention" in unmeasured
+    assert "no measured standard-attention chain in dgx-h100's profile" in note("gpt2", "dgx-h100",
+                                                                              stack="megatron-lm-2022")

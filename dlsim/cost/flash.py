@@ -90,3 +90,24 @@ def flash_seconds(cost: PassCost, device: Device, dtype: str) -> Estimate:
     nbytes = fk.io_elements * DTYPE_BYTES[dtype]
     e = roofline_time(work, nbytes, device, dtype, matrix=True, kernels=cp)
     return Estimate(e.seconds, e.source, f"{fk.kernel} {fk.pass_name}, {e.note}")
+
+
+def attention_note(device: Device, device_label: str, kernel: str | None) -> str:
+    """Where an attention core's time comes from on `device`: the measured kernel `kernel` (a flash
+    kernel) or, unmeasured, the roofline of its work (then said, with what the profile does measure);
+    for an unfused core (`kernel` None) the measured standard-attention chain (`dlsim.cost.unfused`),
+    or the roofline of its batched GEMMs and memory-bound kernels."""
+    measured = device.efficiency.attention
+    if kernel is not None:
+        if kernel in measured:
+            return f"attention: {kernel} measured on this device ({measured[kernel].source})"
+        others = ", ".join(k for k in measured if k != "standard_attention") or "none"
+        return (f"attention: {kernel} has no measurement in {device_label}'s profile, so it is priced as the roofline "
+                f"of its work at the GEMM curve, likely faster than the kernel runs (measured flash kernels here: "
+                f"{others})")
+    if "standard_attention" in measured:
+        return ("attention: unfused; its batched GEMMs at the rate the profile's measured standard-attention chain "
+                f"implies (dlsim.cost.unfused; {measured['standard_attention'].source})")
+    return ("attention: unfused; its batched GEMMs and memory-bound kernels by the roofline (no measured "
+            f"standard-attention chain in {device_label}'s profile)")
+

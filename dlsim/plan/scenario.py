@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from dlsim.cost.flash import attention_note
 from dlsim.cost.layers import layer_cost
 from dlsim.cost.memory import grad_accumulation_bytes
 from dlsim.cost.pricing import KernelTimes
@@ -49,7 +50,7 @@ from dlsim.results import Estimate
 from dlsim.spec.cluster import Cluster, LinkTier
 from dlsim.spec.memo import derived
 from dlsim.spec.model import Model
-from dlsim.spec.strategy import Strategy
+from dlsim.spec.strategy import Strategy, flash_kernel
 
 def flops_per_sample(model: Model, dtype: str) -> float:
     """Training FLOPs of one sample through `model` (forward and backward, `layer_cost`), once per
@@ -396,6 +397,8 @@ class ScenarioBuilder:
         check_expert_parallel(self.model, s.ep)
         base = self.strategy_base(s)
         notes = self.notes + tuple(expert_notes(base.entries))
+        if any(layer.type in ("attention", "mla") for layer in self.model.layers):
+            notes += (attention_note(self.device, self.cluster.name, flash_kernel(s.fused_kernels)),)
         if s.tp_comm_overlap:
             notes += tuple(n for n in (tp_overlap_note(base.entries, self.device, s.tp_comm_overlap),) if n)
         self.check_fits(s, base.entries)

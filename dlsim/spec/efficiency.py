@@ -88,7 +88,8 @@ class AttentionMeasurements:
 
     @property
     def source(self) -> str:
-        return self.by_head_dim[0].source
+        """The measurements' sources, each once."""
+        return "; ".join(dict.fromkeys(m.source for m in self.by_head_dim if m.source))
 
     def measured_head_dim(self, head_dim: float) -> float:
         """`head_dim` held inside the measured range (itself for a single measurement)."""
