@@ -118,7 +118,7 @@ def gemm_bytes(g: Gemm, element_bytes: int) -> float:
     return float((g.m * g.k + g.k * g.n + g.m * g.n) * g.count * element_bytes)
 
 
-def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str, pass_name: str = "forward") -> Estimate:
+def _roofline_gemm_pass(cost: PassCost, device: Device, dtype: str, pass_name: str) -> Estimate:
     """A GEMM-class pass as the kernels it runs, each timed on its own and added up: every GEMM by
     the roofline of its FLOPs and its operands' bytes (a convolution's by its share of the pass's
     bytes: its im2col operand is never materialised), then the memory-bound kernels between the
