@@ -32,8 +32,7 @@ class StreamWalk:
         """`steps` priced once for `walk_steps` (which runs them many times): per step (kind, kernel
         seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,
         whether a collective queues behind the communication stream, parameter unit)."""
-        s = self.s
-        key = ("program", id(steps), stage, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
+        key = ("program", id(steps)) + self._stage_key(stage)
         got = self._programs_of.get(key)
         if got is not None:
             return got
@@ -61,6 +60,17 @@ class StreamWalk:
         self._programs_of[key] = out
         self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program
         return out
+
+    def _stage_key(self, stage: int) -> tuple:
+        """What a priced program of `stage` depends on besides its steps: the tiers and ranks per node
+        of the stage's tensor- and data-parallel groups (`Evaluator.stage_groups`; `Evaluator._price`
+        prices a collective by those), so that the stages of a deep pipeline share their programs;
+        the stage itself where a step may run over another group (expert-parallel, context-parallel,
+        spatial), whose ranks depend on the stage."""
+        s = self.s
+        if s.ep > 1 or s.cp > 1 or s.spatial > 1:
+            return ("stage", stage, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
+        return (self.ev.stage_groups(s, stage)[2], s.dp > 1, s.tp, s.collective)
 
     def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
                    gathers: list[float] | None, now: float, busy: float, first_dep: float,
@@ -168,21 +178,26 @@ class StreamWalk:
         s = self.s
         p, v = s.pp, s.virtual_stages
         trace: list[tuple[list, list, list]] = []  # per stage and op: stream busy after, duration, pass key
-        pieces = Pieces()
-        walked: set[tuple] = set()  # passes walked step by step once
-        alike, reps = self._alike(parts)
+        # what a pass's content name determines is kept by the evaluator, shared by every candidate
+        # whose chunks price alike (`_alike`): the pieces of the passes' closed forms, the passes
+        # walked step by step once, the memos of passes by relative times
+        shared = self._programs_of.get(("pass pieces",))
+        if shared is None:
+            shared = self._programs_of[("pass pieces",)] = (Pieces(), set(), {})
+        pieces, walked, memos = shared
+        alike, reps, names = self._alike(parts)
         first_busy, first_ready = self.first_busy, self.first_ready
         walk_steps = self.walk_steps
         # per chunk: ZeRO-1/2's first-micro-batch gathers, the floor of relative times (earlier is alike:
         # done by the start), whether the previous pass's end matters (every pass gathers), and per kind
         # (backward, forward) the memo of its passes, shared by the chunks whose passes are alike
-        memos: dict[tuple, dict] = {}
         info = []
         for k, x in enumerate(parts):
             gathering = bool(x[5]) and x[4] is not None
             keyed = gathering and bool(x[4])
+            name = names[alike[k]]
             info.append((not x[5] and bool(x[4]), -sum(x[4][:1 + GATHER_PREFETCH]) if keyed else 0.0, keyed,
-                         tuple(memos.setdefault((alike[k], forward, gathering), {}) for forward in (False, True)),
+                         tuple(memos.setdefault((name, forward, gathering), {}) for forward in (False, True)),
                          (alike[k], False, gathering), (alike[k], True, gathering)))
 
         def run_pass(key: tuple, scale: float = 0.0) -> tuple[float, float]:
@@ -195,7 +210,7 @@ class StreamWalk:
             sub = (q, dep) if info[k][2] else q
             got = memo.get(sub)
             if got is None:
-                line = key[:3]
+                line = (names[a], forward, gathering_)
                 got = pieces.get(line, q, dep, scale)
                 if got is None:
                     r = k % p
@@ -288,9 +303,10 @@ class StreamWalk:
         return ext.last, [busy_at[r] + ext.periods * ext.rates[0][r] for r in range(p)], \
             [inside[r] + more[r] for r in range(p)]
 
-    def _alike(self, parts: list[tuple]) -> tuple[list[int], list[int]]:
+    def _alike(self, parts: list[tuple]) -> tuple[list[int], list[int], list[int]]:
         """Per global chunk an id shared by the chunks whose passes walk alike (the same priced steps,
-        launches and gathers: `walk_steps` reads nothing else), and per id its first chunk. A chunk's
+        launches and gathers: `walk_steps` reads nothing else), per id its first chunk and the name of
+        its content, the same for every candidate of the evaluator (`_programs` keys by it). A chunk's
         passes (`Timing._chunk`) and priced programs are kept by the evaluator, so their content is
         named once per chunk, stage and layout and the name reused by every candidate."""
         s, cache = self.s, self._programs_of
@@ -300,7 +316,7 @@ class StreamWalk:
         alike, reps = [], []
         for k, part in enumerate(parts):
             r = k % p
-            key = ("alike", id(part), r, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
+            key = ("alike", id(part)) + self._stage_key(r)
             got = cache.get(key)
             if got is None:
                 fwd, rec, bwd, launches, gathers, every_pass, bwd_gathers = part
@@ -315,7 +331,7 @@ class StreamWalk:
                 a = ids[name] = len(reps)
                 reps.append(k)
             alike.append(a)
-        return alike, reps
+        return alike, reps, list(ids)
 
     def _drift_unseen(self, ext, trace: list, run_pass) -> bool:
         """Whether the extension's streams hold: a stream that keeps pace with its passes (moving on λ

@@ -343,7 +343,10 @@ class Timing(StreamWalk):
             # of them under ZeRO; the copy of a tied embedding is not in it
             params, _, expert, _ = stages[r]
             updated = updated_params(params - expert, expert, s.zero, replicas(s), s.ep)
-            opt = timer(updated).seconds
+            okey = ("optimizer", id(timer), updated)  # the builder keeps its timers: ids stay theirs
+            opt = ev._cache.get(okey)
+            if opt is None:
+                opt = ev._cache[okey] = timer(updated).seconds
             end = stage_end[r] + opt
             if dp_sync and gathers_updated_params(s.zero) and not gathers_in_forward(s):
                 dp_ranks = self.dpg(r)
@@ -391,34 +394,45 @@ class Timing(StreamWalk):
     def _buckets_of(self, es):
         return self.ev._buckets(self.s, es)
 
+    def _shares_ports(self, group: str, ranks) -> bool:
+        """Whether a pipeline transfer runs on the link tier of `ranks` (the `group` of stage 0),
+        kept per layout: every candidate of it asks."""
+        s = self.s
+        key = ("p2p shares", group, s.dp, s.tp, s.pp, s.domain, s.collective, s.ep)
+        got = self.ev._cache.get(key)
+        if got is None:
+            lay, tier = self.lay, self.pricer.tier(ranks())
+            got = self.ev._cache[key] = any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == tier
+                                            for r in range(s.pp - 1))
+        return got  # type: ignore[return-value]
+
     def _p2p_shares_ep_ports(self) -> bool:
         """Whether pipeline transfers use the link tier of the expert-parallel all-to-alls (the
         simulator serialises the two on the ports; not modelled here)."""
-        lay = self.lay
-        ep_tier = self.pricer.tier(self.ev.ep_ranks(self.s, 0))
-        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == ep_tier for r in range(self.s.pp - 1))
+        return self._shares_ports("ep", lambda: self.ev.ep_ranks(self.s, 0))
 
     def _p2p_shares_dp_ports(self) -> bool:
         """Whether pipeline transfers use the link tier of the data-parallel group, where parameter
         gathers run beside compute (the simulator serialises the two on the ports; not modelled here)."""
-        lay = self.lay
-        dp_tier = self.pricer.tier(lay.dp_group(0, 0))
-        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == dp_tier for r in range(self.s.pp - 1))
+        return self._shares_ports("dp", lambda: self.lay.dp_group(0, 0))
 
     def _p2p_shares_tp_ports(self) -> bool:
         """Whether pipeline transfers use the link tier of the tensor-parallel collectives."""
-        lay = self.lay
-        tp_tier = self.pricer.tier(lay.tp_group(0, 0))
-        return any(self.pricer.tier([lay.rank(0, 0, r), lay.rank(0, 0, r + 1)]) == tp_tier for r in range(self.s.pp - 1))
+        return self._shares_ports("tp", lambda: self.lay.tp_group(0, 0))
 
     def _p2p_times(self) -> list[float]:
         """Seconds of the transfer across each chunk boundary k → k+1. Scatter-gather transfers
         (Megatron-LM's scatter_gather_tensors_in_pipeline, `dlsim.plan.iteration`): each tensor-parallel
         rank sends 1/tp of the replicated tensor, the receiver's group all-gathers it before use."""
         s = self.s
-        bounds = self.ev.boundaries(self.t, self.ranges)
         gather = scatter_gather(s)
-        out = []
+        # the boundaries' bytes are the table's (its key) cut at the ranges; the prices the layout's
+        key = ("p2p times", self.t.key, tuple(self.ranges), gather, s.dp, s.tp, s.pp, s.domain, s.collective)
+        got = self.ev._cache.get(key)
+        if got is not None:
+            return got  # type: ignore[return-value]
+        bounds = self.ev.boundaries(self.t, self.ranges)
+        out: list[float] = []
         for k, nbytes in enumerate(bounds):
             a = self.lay.rank(0, 0, k % s.pp)
             b = self.lay.rank(0, 0, (k + 1) % s.pp)
@@ -427,6 +441,7 @@ class Timing(StreamWalk):
                            + self.price("allgather", nbytes, self.tpg((k + 1) % s.pp)))
             else:
                 out.append(self.pricer.p2p(nbytes, a, b).seconds)
+        self.ev._cache[key] = out  # read, never changed
         return out
     def _tied_sync(self) -> tuple[int, int, float] | None:
         """(first stage, last stage, seconds) of the tied-embedding all-reduce, if there is one."""
