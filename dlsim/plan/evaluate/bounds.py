@@ -138,16 +138,8 @@ class LowerBounds:
         # asynchronous collective it may hide some of it, so it is left out there
         acc = None if s.tp_async_backward else \
             self._accumulation_prefix(t, grad_accumulation_bytes(s.grad_accumulation, self.dtype, m))
-        per_stage = []
-        for r in range(p):
-            ranks = lay.tp_group(0, r)
-            key = ("bound", id(t), s.tp, s.collective, s.tp_async_backward, s.recompute,
-                   pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
-            got = self._cache.get(key)
-            if got is None:
-                got = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
-            per_stage.append(got)
-        dp_groups = [lay.dp_group(0, r) for r in range(p)] if zero3 else []
+        per_stage = self._stage_prefixes(s, t, lay, pricer)
+        dp_groups = [self.stage_groups(s, r)[1] for r in range(p)] if zero3 else []
         bwd_chain = zero3 and s.ep == 1 and s.compression.kind == "none"
         work = [0.0] * p
         passes = []
@@ -157,10 +149,10 @@ class LowerBounds:
             if acc is not None:
                 y += acc[b] - acc[a]
             if zero3:
-                g, g_b = self._gathers(s, t, a, b, dp_groups[k % p])
+                g, g_b, chain, _ = self._zero3_chunk(s, t, a, b, dp_groups[k % p], bwd_chain)
                 f = max(f, g)
                 if bwd_chain:
-                    y += self._unit_chain(s, t, a, b, dp_groups[k % p])
+                    y += chain
                 y = max(y, g_b)
             work[k % p] += f + x + y
             passes.append(f + x + y)
@@ -180,14 +172,48 @@ class LowerBounds:
             for r in range(p):
                 dp_r = dp_groups[r]
                 chunks = range(r, len(ranges), p)
-                stream = sum(sum(g) + sum(self._backward_gathers(s, t, *ranges[k], g)) + sum(red) for g, red in
-                             ((*self._unit_prices(s, t, *ranges[k], dp_r),) for k in chunks))
+                stream = sum(self._zero3_chunk(s, t, *ranges[k], dp_r, bwd_chain)[3] for k in chunks)
                 bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
         if replicas(s) > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
             bound += sum(self._price(pricer, s, "allgather", self._params(t, *ranges[k]) * self.gb, dp0)
                          for k in chunks0)
         return bound * (1 - 1e-9)
+
+    def _stage_prefixes(self, s: Strategy, t: LayerTable, lay: Layout, pricer: CommPricer) -> list[tuple[list[float], ...]]:
+        """`_pass_prefix` of each stage's tensor-parallel group (stages whose groups sit alike share
+        one), kept per table and layout: every candidate of them asks."""
+        lkey = ("bound stages", id(t), s.tp, s.collective, s.tp_async_backward, s.recompute, s.dp, s.pp, s.domain)
+        got = self._cache.get(lkey)
+        if got is None:
+            got = []
+            for r in range(s.pp):
+                ranks = lay.tp_group(0, r)
+                key = ("bound", id(t), s.tp, s.collective, s.tp_async_backward, s.recompute,
+                       pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
+                prefix = self._cache.get(key)
+                if prefix is None:
+                    prefix = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
+                got.append(prefix)
+            self._cache[lkey] = got
+        return got  # type: ignore[return-value]
+
+    def _zero3_chunk(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int],
+                     chain: bool) -> tuple[float, float, float, float]:
+        """(`_gathers`, with `chain` `_unit_chain` else 0, and what one micro-batch's passes put on the
+        communication stream: forward and backward gathers and reductions) of entries a..b, kept by
+        what `_unit_prices` keys by and the units FSDP2 keeps gathered."""
+        key = ("zero3 chunk", self._bucket_chunk(s, t, a, b) if not fsdp_block_units(s) else (t.key, a, b, s.fsdp_units),
+               replicas(s), s.zero, s.compression, s.bucket_size, s.first_bucket_size, s.grad_reduce_dtype,
+               s.zero_grad_reduce, s.collective, self._tier(self.pricer(s), dp_ranks), len(dp_ranks), s.tp, s.domain,
+               chain)
+        got = self._cache.get(key)
+        if got is None:
+            g, g_b = self._gathers(s, t, a, b, dp_ranks)
+            gathers, reductions = self._unit_prices(s, t, a, b, dp_ranks)
+            stream = sum(gathers) + sum(self._backward_gathers(s, t, a, b, gathers)) + sum(reductions)
+            got = self._cache[key] = (g, g_b, self._unit_chain(s, t, a, b, dp_ranks) if chain else 0.0, stream)
+        return got  # type: ignore[return-value]
 
     def _tier(self, pricer: CommPricer, ranks: list[int]) -> object:
         """`pricer.tier(ranks)`, cached by the group's first rank, size and last rank (a layout's
@@ -227,8 +253,9 @@ class LowerBounds:
         its all-gather and of its reduction (one backward pass's, as `Timing._bucket_launches` prices
         them); cached."""
         pricer = self.pricer(s)
-        key = ("unit prices", t.key, a, b, replicas(s), s.zero, s.compression, s.bucket_size, s.first_bucket_size,
-               s.grad_reduce_dtype, s.zero_grad_reduce, s.collective, self._tier(pricer, dp_ranks), len(dp_ranks))
+        key = ("unit prices", self._bucket_chunk(s, t, a, b), replicas(s), s.zero, s.compression, s.bucket_size,
+               s.first_bucket_size, s.grad_reduce_dtype, s.zero_grad_reduce, s.collective, self._tier(pricer, dp_ranks),
+               len(dp_ranks), s.tp, s.domain)  # with the group's size, what places it on the nodes
         got = self._cache.get(key)
         if got is None:
             base = gradient_collective(s)

@@ -137,20 +137,43 @@ class MemoryModel:
         zero3 = s.zero == 3 and replicas(s) > 1
         offload = offloads_optimizer(s.offload)
         lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain) if s.hybrid_shard else None
+        grad = buffer_element_bytes(s, self.dtype)
+        block_units = fsdp_block_units(s)
+        # what a stage holds besides its activations depends on its parameters and, under ZeRO-3, its
+        # chunks' units: stages alike (a deep pipeline's middle ones) are counted once
+        held: dict[tuple, tuple[float, float, float, float]] = {}
         out = []
         for r in range(s.pp):
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
-            params, workspace, expert, tied_params = stages[r]  # type: ignore[index]
-            shard = len(lay.shard_group(0, 0, r)) if lay is not None else s.dp_cp
-            grad = buffer_element_bytes(s, self.dtype)
-            states = self._states(params, s.optimizer, s.zero, shard, grad)
-            if expert:
-                states = expert_states(states, expert, self.dtype, s.optimizer, s.zero, shard, s.ep, grad)
-            local = self._states(tied_params, s.optimizer, 0, 1, grad)
-            weights, gradients = states["weights"] + local["weights"], states["gradients"] + local["gradients"]
-            optimizer = states["optimizer"] + local["optimizer"]
-            if offload:  # in host memory, two of its streamed slices on the device
-                optimizer = 2 * optimizer / OFFLOAD_SLICES
+            params, workspace, expert, tied_params = stage = stages[r]  # type: ignore[index]
+            hkey = (stage, tuple(self._bucket_chunk(s, t, *ranges[k]) for k in chunks) if zero3 else (),
+                    r if lay is not None else 0)
+            got = held.get(hkey)
+            if got is None:
+                shard = len(lay.shard_group(0, 0, r)) if lay is not None else s.dp_cp
+                states = self._states(params, s.optimizer, s.zero, shard, grad)
+                if expert:
+                    states = expert_states(states, expert, self.dtype, s.optimizer, s.zero, shard, s.ep, grad)
+                local = self._states(tied_params, s.optimizer, 0, 1, grad)
+                weights, gradients = states["weights"] + local["weights"], states["gradients"] + local["gradients"]
+                optimizer = states["optimizer"] + local["optimizer"]
+                if offload:  # in host memory, two of its streamed slices on the device
+                    optimizer = 2 * optimizer / OFFLOAD_SLICES
+                transient = 0.0
+                if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each; FSDP2's units kept
+                    # gathered from forward to backward (`dlsim.plan.fsdp.kept_units`) besides them
+                    units, kept_bytes = [], 0.0
+                    for k in chunks:
+                        kept = self._kept(s, t, *ranges[k]) if block_units else frozenset()
+                        for j, n in enumerate(self._bucket_bytes(s, t, *ranges[k], gathered=True)):
+                            if j in kept:
+                                kept_bytes += n
+                            else:
+                                units.append(n)
+                    units.sort(reverse=True)
+                    transient = (sum(units[:2]) + kept_bytes) * (replicas(s) - 1) / replicas(s)
+                got = held[hkey] = (weights, gradients, optimizer, transient)
+            weights, gradients, optimizer, transient = got
             if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
                 k = chunks[0]
@@ -165,19 +188,6 @@ class MemoryModel:
             else:  # the schedule's in-flight count (`peak_inflight`) of the largest chunk
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
-            transient = 0.0
-            if zero3:  # the unit being used and the one prefetched, (dp-1)/dp of each; FSDP2's units kept
-                # gathered from forward to backward (`dlsim.plan.fsdp.kept_units`) besides them
-                units, held = [], 0.0
-                for k in chunks:
-                    kept = self._kept(s, t, *ranges[k]) if fsdp_block_units(s) else frozenset()
-                    for j, n in enumerate(self._bucket_bytes(s, t, *ranges[k], gathered=True)):
-                        if j in kept:
-                            held += n
-                        else:
-                            units.append(n)
-                units.sort(reverse=True)
-                transient = (sum(units[:2]) + held) * (replicas(s) - 1) / replicas(s)
             out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
         return tuple(out)
 
@@ -189,11 +199,27 @@ class MemoryModel:
             got = self._cache[key] = model_state_bytes(params, self.dtype, optimizer, zero, shard, grad)
         return got  # type: ignore[return-value]
 
+    def _bucket_chunk(self, s: Strategy, t: LayerTable, a: int, b: int) -> tuple:
+        """What the gradient buckets of entries a..b of table `t` depend on among the entries: their
+        content (`LayerTable.signature` of the base table, named once: the chunks of identical
+        layers, such as a deep pipeline's middle stages, share their buckets' bytes), or the entries
+        themselves where buckets follow layer names or tensor-parallel degrees (FSDP2's block units,
+        expert parallelism)."""
+        if s.ep > 1 or fsdp_block_units(s):
+            return (t.key, a, b)
+        key = ("content", t.key, a, b)
+        got = self._cache.get(key)
+        if got is None:
+            names = self._cache.setdefault(("content names",), {})
+            sig = (t.base or t).signature(a, b, self.instance)
+            got = self._cache[key] = (names.setdefault(sig, len(names)),)  # type: ignore[union-attr]
+        return got  # type: ignore[return-value]
+
     def _bucket_bytes(self, s: Strategy, t: LayerTable, a: int, b: int, gathered: bool = False) -> list[float]:
         """Bytes of the gradient buckets of entries a..b, or with `gathered` of their parameters (the
-        ZeRO-3 units' gathers; cached)."""
-        key = ("bucket bytes", t.key, a, b, replicas(s) > 1 or bool(s.zero), s.bucket_size, s.first_bucket_size,
-               s.grad_reduce_dtype, s.zero_grad_reduce, gathered, fsdp_block_units(s))
+        ZeRO-3 units' gathers; cached by the chunk's content, `_bucket_chunk`)."""
+        key = ("bucket bytes", self._bucket_chunk(s, t, a, b), replicas(s) > 1 or bool(s.zero), s.bucket_size,
+               s.first_bucket_size, s.grad_reduce_dtype, s.zero_grad_reduce, gathered, fsdp_block_units(s))
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = [bu.gather_nbytes if gathered else bu.nbytes

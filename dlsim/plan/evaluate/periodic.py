@@ -26,6 +26,7 @@ and the caller walks every op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from dlsim.plan.pipeline import FORWARD, interleaved_warmup
@@ -51,8 +52,10 @@ def _virtual(mb: int, chunk: int, p: int, v: int, forward: bool) -> int:
     return (mb // p) * p * v + (chunk if forward else v - 1 - chunk) * p + mb % p
 
 
+@lru_cache(maxsize=4096)
 def _lag(schedule: str, p: int, m: int, v: int) -> int:
-    """L: how many pairs at most a cross-stage input lies from the op that waits for it."""
+    """L: how many pairs at most a cross-stage input lies from the op that waits for it (kept: a
+    search asks for the same schedules again and again)."""
     w = [_warmup(schedule, p, m, v, r) for r in range(p)]
     mb = p * (m // p) // 2 if v > 1 else m // 2  # any micro-batch: the offsets repeat every P of them
     worst = 0

@@ -164,6 +164,22 @@ class StreamWalk:
         return got  # type: ignore[return-value]
 
     def _programs(self, parts: list[tuple], c: list[float]) -> tuple[list[list[float]], list[float], list[float]]:
+        """`_walk_programs`, kept by what it reads: the schedule, the passes' content names per chunk
+        (`_alike`), the transfers and ZeRO-1/2's first gathers (candidates that differ in nothing the
+        walk reads, such as a recomputation that re-runs nothing, share it)."""
+        s = self.s
+        alike, reps, names = self._alike(parts)
+        first = (tuple(self.first_busy), tuple((k, tuple(x)) for k, x in sorted(self.first_ready.items()))) \
+            if self.first_ready else ()
+        key = ("programs walked", s.schedule, s.pp, s.num_microbatches, s.virtual_stages,
+               tuple(names[a] for a in alike), tuple(c), first)
+        got = self._programs_of.get(key)
+        if got is None:
+            got = self._programs_of[key] = self._walk_programs(parts, c, alike, reps, names)
+        return got  # type: ignore[return-value]
+
+    def _walk_programs(self, parts: list[tuple], c: list[float], alike: list[int], reps: list[int],
+                       names: list[int]) -> tuple[list[list[float]], list[float], list[float]]:
         """ZeRO-2/3: every stage's op order (`pipeline_walk`), each pass walked (`walk_steps`) beside the
         stage's communication stream, which carries over from pass to pass as the simulator's does (a
         backward pass's reductions delay the next pass's gathers, slow its kernels, and the last ones
@@ -185,7 +201,6 @@ class StreamWalk:
         if shared is None:
             shared = self._programs_of[("pass pieces",)] = (Pieces(), set(), {})
         pieces, walked, memos = shared
-        alike, reps, names = self._alike(parts)
         first_busy, first_ready = self.first_busy, self.first_ready
         walk_steps = self.walk_steps
         # per chunk: ZeRO-1/2's first-micro-batch gathers, the floor of relative times (earlier is alike:
