@@ -62,8 +62,9 @@ def walk_ops(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Seque
     ops = [cached_stage_ops(schedule, p, m, v, r) for r in range(p)]
     pos = [0] * p
     free = [0.0] * p
-    fend: dict[tuple[int, int], float] = {}
-    bend: dict[tuple[int, int], float] = {}
+    # when the forward / backward of global chunk k and micro-batch mb ended: fend[k][mb] (None: not yet)
+    fend: list[list[float | None]] = [[None] * m for _ in range(K)]
+    bend: list[list[float | None]] = [[None] * m for _ in range(K)]
     last = [[0.0] * v for _ in range(p)]
     ends: list[list[float]] = [[] for _ in range(p)]
     remaining = sum(len(o) for o in ops)
@@ -75,24 +76,25 @@ def walk_ops(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Seque
             done = ends[r]
             while i < len(order):
                 op = order[i]
-                k = op.chunk * p + r
-                if op.kind == FORWARD:
+                kind, mb, chunk = op
+                k = chunk * p + r
+                if kind == FORWARD:
                     if k > 0:
-                        dep = fend.get((k - 1, op.microbatch))
+                        dep = fend[k - 1][mb]
                         if dep is None:
                             break
                         t = max(t, dep + c[k - 1])
                     t = t + f[k] if run_op is None else run_op(r, op, k, t)
-                    fend[(k, op.microbatch)] = t
+                    fend[k][mb] = t
                 else:
                     if k < K - 1:
-                        dep = bend.get((k + 1, op.microbatch))
+                        dep = bend[k + 1][mb]
                         if dep is None:
                             break
                         t = max(t, dep + c[k])
                     t = t + b[k] if run_op is None else run_op(r, op, k, t)
-                    bend[(k, op.microbatch)] = t
-                    last[r][op.chunk] = t
+                    bend[k][mb] = t
+                    last[r][chunk] = t
                 if record:
                     done.append(t)
                 i += 1

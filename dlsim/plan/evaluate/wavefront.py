@@ -85,8 +85,9 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
         offsets.append(offsets[-1] + len(o))
     n = offsets[-1]
     level = [-1] * (n + 1)  # the zero slot n: level -1
-    fid: dict[tuple[int, int], int] = {}
-    bid: dict[tuple[int, int], int] = {}
+    # the id of the forward / backward of global chunk k and micro-batch mb: fid[k][mb] (−1: not placed)
+    fid = [[-1] * m for _ in range(K)]
+    bid = [[-1] * m for _ in range(K)]
     steps: list[tuple[int, int, int, int, int]] = []
     op_rows: list[tuple] = []
     last = [[n] * v for _ in range(p)]
@@ -96,31 +97,32 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
         for r in range(p):
             order, i, base = ops[r], pos[r], offsets[r]
             while i < len(order):
-                op = order[i]
-                k = op.chunk * p + r
+                kind, mb, chunk = order[i]
+                k = chunk * p + r
                 j = base + i
-                forward = op.kind == FORWARD
+                forward = kind == FORWARD
                 if forward:
                     dep, trans, dur = n, K - 1, k
                     if k > 0:
-                        dep = fid.get((k - 1, op.microbatch), -1)
+                        dep = fid[k - 1][mb]
                         if dep < 0:
                             break
                         trans = k - 1
-                    fid[(k, op.microbatch)] = j
+                    fid[k][mb] = j
                 else:
                     dep, trans, dur = n, K - 1, K + k
                     if k < K - 1:
-                        dep = bid.get((k + 1, op.microbatch), -1)
+                        dep = bid[k + 1][mb]
                         if dep < 0:
                             break
                         trans = k
-                    bid[(k, op.microbatch)] = j
-                    last[r][op.chunk] = j
+                    bid[k][mb] = j
+                    last[r][chunk] = j
                 prev = j - 1 if i else n
-                level[j] = max(level[prev], level[dep]) + 1
+                a, b = level[prev], level[dep]
+                level[j] = (a if a > b else b) + 1
                 steps.append((j, prev, dep, trans, dur))
-                op_rows.append((j, prev, dep, trans, r, forward, op.microbatch, k))
+                op_rows.append((j, prev, dep, trans, r, forward, mb, k))
                 i += 1
             pos[r] = i
         if len(steps) == before:  # pragma: no cover  (the schedules are deadlock-free)
