@@ -16,6 +16,7 @@ communication (§4.1): (m + p − 1)(t_f + t_b) for GPipe and 1F1B, (m + (p − 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 FORWARD, BACKWARD = "F", "B"
@@ -31,18 +32,15 @@ class Op(NamedTuple):
 
 def gpipe(p: int, m: int, r: int) -> list[Op]:
     """All forwards, then all backwards in reverse micro-batch order."""
-    return [Op(FORWARD, i, 0) for i in range(m)] + [Op(BACKWARD, i, 0) for i in reversed(range(m))]
+    forwards, backwards = _passes(1, m, 1)
+    return forwards + backwards[::-1]
 
 
 def one_f_one_b(p: int, m: int, r: int) -> list[Op]:
     """PipeDream-Flush / Megatron non-interleaved 1F1B."""
     warmup = min(p - r - 1, m)
-    ops = [Op(FORWARD, i, 0) for i in range(warmup)]
-    for k in range(m - warmup):
-        ops.append(Op(FORWARD, warmup + k, 0))
-        ops.append(Op(BACKWARD, k, 0))
-    ops += [Op(BACKWARD, i, 0) for i in range(m - warmup, m)]
-    return ops
+    forwards, backwards = _passes(1, m, 1)
+    return _one_f_one_b(forwards, backwards, warmup)
 
 
 def interleaved_warmup(p: int, m: int, v: int, r: int) -> int:
@@ -64,14 +62,27 @@ def _virtual(k: int, p: int, v: int, forward: bool) -> tuple[int, int]:
 
 def interleaved(p: int, m: int, v: int, r: int) -> list[Op]:
     """Megatron's interleaved 1F1B (requires m divisible by p)."""
-    total = m * v
-    warmup = interleaved_warmup(p, m, v, r)
-    ops = [Op(FORWARD, *_virtual(k, p, v, True)) for k in range(warmup)]
-    for k in range(total - warmup):
-        ops.append(Op(FORWARD, *_virtual(warmup + k, p, v, True)))
-        ops.append(Op(BACKWARD, *_virtual(k, p, v, False)))
-    ops += [Op(BACKWARD, *_virtual(k, p, v, False)) for k in range(total - warmup, total)]
-    return ops
+    forwards, backwards = _passes(p, m, v)
+    return _one_f_one_b(forwards, backwards, interleaved_warmup(p, m, v, r))
+
+
+def _one_f_one_b(forwards: list[Op], backwards: list[Op], warmup: int) -> list[Op]:
+    """`warmup` forwards, then pairs (the next forward, the next backward), then the rest of the
+    backwards."""
+    total = len(forwards)
+    pairs: list = [None] * (2 * (total - warmup))
+    pairs[0::2] = forwards[warmup:]
+    pairs[1::2] = backwards[:total - warmup]
+    return forwards[:warmup] + pairs + backwards[total - warmup:]
+
+
+@lru_cache(maxsize=1024)
+def _passes(p: int, m: int, v: int) -> tuple[list[Op], list[Op]]:
+    """The ops of the virtual micro-batches k = 0 .. m·v − 1 in order (`_virtual`; v = 1: the
+    micro-batches), forwards and backwards: every stage's op order is a merge of the two (kept, read
+    only: the stages and the schedules of a search share them)."""
+    return ([Op(FORWARD, *_virtual(k, p, v, True)) for k in range(m * v)],
+            [Op(BACKWARD, *_virtual(k, p, v, False)) for k in range(m * v)])
 
 
 def stage_ops(schedule: str, p: int, m: int, v: int, r: int) -> list[Op]:
