@@ -108,16 +108,21 @@ class Timing(StreamWalk):
         edp_ranks = edp_group(self.lay, self.s.ep, 0, 0, stage)
         base = gradient_collective(self.s)
         copies = fsdp_copies(self.s) and replicas(self.s) > 1
+        element = reduce_element_bytes(self.s, self.ev.dtype)
         out: dict[int, list[float]] = {}
+        priced: dict[tuple, float] = {}  # buckets of one size and group (most of a chunk's) priced once
         for pos, st in enumerate(steps):
             for j in st.buckets:
-                plan = plan_sync(self.s.compression, buckets[j].nbytes,
-                                 reduce_element_bytes(self.s, self.ev.dtype), replicas(self.s), base)
-                group = edp_ranks if buckets[j].group == EDP else dp_ranks
-                seconds = sum(self.price(op, n, group) for op, n in plan.collectives)
-                if copies and buckets[j].group != EDP:  # FSDP2's copy-in before the reduce-scatter, on its stream
-                    seconds += self.ev.elementwise_time(0.0, copy_in_bytes(
-                        buckets[j].nbytes, self.ev.dtype, reduce_element_bytes(self.s, self.ev.dtype))).seconds
+                edp = buckets[j].group == EDP
+                seconds = priced.get((buckets[j].nbytes, edp))  # type: ignore[assignment]
+                if seconds is None:
+                    plan = plan_sync(self.s.compression, buckets[j].nbytes, element, replicas(self.s), base)
+                    group = edp_ranks if edp else dp_ranks
+                    seconds = sum(self.price(op, n, group) for op, n in plan.collectives)
+                    if copies and not edp:  # FSDP2's copy-in before the reduce-scatter, on its stream
+                        seconds += self.ev.elementwise_time(0.0, copy_in_bytes(buckets[j].nbytes, self.ev.dtype,
+                                                                               element)).seconds
+                    priced[(buckets[j].nbytes, edp)] = seconds
                 out.setdefault(pos, []).append(seconds)
         return out
 
@@ -159,14 +164,21 @@ class Timing(StreamWalk):
         if forward is None:
             es = self.chunk_entries[k]
             buckets = self._buckets_of(es)
-            fwd = forward_steps(es, tp)
+            # the plain pass depends on the chunk's layers alone: shared by the candidates that bucket,
+            # gather or shard differently
+            plain_key = ("plain forward", fsig, tp, tpg, s.collective)
+            plain = ev._cache.get(plain_key)
+            if plain is None:
+                fwd = forward_steps(es, tp)
+                plain = ev._cache[plain_key] = (fwd, self.steps_time(fwd, r))
+            fwd, fwd_time = plain  # type: ignore[misc]
             units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
             kept, copy_f, copy_b = unit_copies(es, buckets, s, ev.elementwise_time, ev.last_block) if zero3 \
                 else (frozenset(), None, None)
             fwd_u = forward_steps(es, tp, unit_of=units, unit_lead=copy_f) if units is not None else fwd
             # with FSDP2's copy-out, the unit-split pass is longer than the plain one by its copies
-            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd_u if copy_f else fwd, r), kept,
-                                         copy_b)
+            forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd_u, r) if copy_f else fwd_time,
+                                         kept, copy_b)
         # buckets and units name layers by index: those of the chunk they were made for, at a0
         a0, buckets, units, fwd_u, (f_t, f_c, f_m), kept, copy_b = forward  # type: ignore[misc]
         if units is not None and a0 != a:
