@@ -113,16 +113,28 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                 unit = st_unit
                 if ready[st_unit] is not None:
                     now = larger(now, ready[st_unit])
-            if kind == COMPUTE:
-                window = _sub(busy, now)
-                if sigma > 0 and positive(window):
-                    if not_negative(_add(window, -d * (1 + sigma))):  # the window holds the slowed kernel
-                        now = _add(now, d * (1 + sigma))
-                    else:  # slowed until the stream is free, then at full speed
-                        s = 1 + sigma
-                        now = (busy[0] + d - window[0] / s, busy[1] - window[1] / s, busy[2] - window[2] / s)
+            if kind == COMPUTE:  # `positive` and `not_negative` written out (the hot path), the same sums
+                if sigma > 0:
+                    w0, w1, w2 = busy[0] - now[0], busy[1] - now[1], busy[2] - now[2]
+                    if w0 + w1 * q + w2 * e > 0:
+                        if w1 or w2:
+                            cons.append((w0, w1, w2))
+                        x0 = w0 + -d * (1 + sigma)
+                        if x0 + w1 * q + w2 * e >= 0:  # the window holds the slowed kernel
+                            if w1 or w2:
+                                cons.append((x0, w1, w2))
+                            now = (now[0] + d * (1 + sigma), now[1], now[2])
+                        else:  # slowed until the stream is free, then at full speed
+                            if w1 or w2:
+                                cons.append((-x0, -w1, -w2))
+                            s = 1 + sigma
+                            now = (busy[0] + d - w0 / s, busy[1] - w1 / s, busy[2] - w2 / s)
+                    else:
+                        if w1 or w2:
+                            cons.append((-w0, -w1, -w2))
+                        now = (now[0] + d, now[1], now[2])
                 else:
-                    now = _add(now, d)
+                    now = (now[0] + d, now[1], now[2])
             elif kind == COLLECTIVE:
                 if queued and positive(_sub(busy, now)):
                     busy = _add(busy, c)
@@ -138,9 +150,10 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                     busy = _add(now, c)
                     now = _add(now, d + extra + exposed)
             else:
-                now = _add(now, d + c)
-            for dur in launches.get(pos, ()):
-                busy = _add(larger(busy, now), dur)
+                now = (now[0] + (d + c), now[1], now[2])
+            if pos in launches:
+                for dur in launches[pos]:
+                    busy = _add(larger(busy, now), dur)
     return now, busy, cons
 
 

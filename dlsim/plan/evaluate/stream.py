@@ -195,12 +195,14 @@ class StreamWalk:
         p, v = s.pp, s.virtual_stages
         trace: list[tuple[list, list, list]] = []  # per stage and op: stream busy after, duration, pass key
         # what a pass's content name determines is kept by the evaluator, shared by every candidate
-        # whose chunks price alike (`_alike`): the pieces of the passes' closed forms, the passes
-        # walked step by step once, the memos of passes by relative times
+        # whose chunks price alike (`_alike`): the pieces of the passes' closed forms and the passes
+        # walked step by step once (the memos of passes by relative times are this walk's: the times
+        # of another candidate's passes seldom repeat)
         shared = self._programs_of.get(("pass pieces",))
         if shared is None:
-            shared = self._programs_of[("pass pieces",)] = (Pieces(), set(), {})
-        pieces, walked, memos = shared
+            shared = self._programs_of[("pass pieces",)] = (Pieces(), set())
+        pieces, walked = shared
+        memos: dict[tuple, dict] = {}
         first_busy, first_ready = self.first_busy, self.first_ready
         walk_steps = self.walk_steps
         # per chunk: ZeRO-1/2's first-micro-batch gathers, the floor of relative times (earlier is alike:
