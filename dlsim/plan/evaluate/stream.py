@@ -217,15 +217,15 @@ class StreamWalk:
                          tuple(memos.setdefault((name, forward, gathering), {}) for forward in (False, True)),
                          (alike[k], False, gathering), (alike[k], True, gathering)))
 
-        def run_pass(key: tuple, scale: float = 0.0) -> tuple[float, float]:
+        def run_pass(key: tuple, scale: float = 0.0, missed: bool = False) -> tuple[float, float]:
             """(end, stream busy until) of a pass from its start, keyed by what it depends on: its
             chunk's passes (`_alike`), kind, whether it gathers, when the stream is free and the previous
-            pass ended (relative to its start)."""
+            pass ended (relative to its start); `missed`: the caller found no memo of it."""
             a, forward, gathering_, q, dep = key
             k = reps[a]
             memo = info[k][3][forward]
             sub = (q, dep) if info[k][2] else q
-            got = memo.get(sub)
+            got = None if missed else memo.get(sub)
             if got is None:
                 line = (names[a], forward, gathering_)
                 got = pieces.get(line, q, dep, scale)
@@ -289,7 +289,7 @@ class StreamWalk:
                     if got is None or record:
                         key = (fkey if forward else bkey) + (rel, dep_rel)
                         if got is None:
-                            got = run_pass(key, t)
+                            got = run_pass(key, t, True)
                     end, q = got
                 busy_at[r] = t + q
                 prev_at[r] = E[j] = t + end
