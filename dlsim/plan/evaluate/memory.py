@@ -5,6 +5,7 @@ model states (`dlsim.plan.zero`), activations of the micro-batches in flight
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Sequence
 
 from dlsim.plan.comm import Layout
@@ -20,7 +21,6 @@ from dlsim.plan.oprecompute import alternate_layers
 from dlsim.plan.recompute import full_recompute_memory, op_recompute_memory, selective_recompute_memory
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.zero import model_state_bytes
-from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory,
                                          replicas)
@@ -83,11 +83,37 @@ class MemoryModel:
         return got  # type: ignore[return-value]
 
     def tied(self, t: LayerTable, ranges, pp: int) -> dict[int, int]:
+        """Per stage, parameters of weights tied to a layer on another stage (Megatron's copy of the
+        word embedding on the last stage; cached)."""
         key = ("tied", t.key, tuple(ranges), pp)
         got = self._cache.get(key)
         if got is None:
-            got = self._cache[key] = _tied_params(self.model, t.entries, ranges, pp)
+            out: dict[int, int] = {}
+            for stage, tied_stage, params in self._ties_across(t, ranges, pp):
+                out[stage] = out.get(stage, 0) + params
+            got = self._cache[key] = out
         return got  # type: ignore[return-value]
+
+    def _ties_across(self, t: LayerTable, ranges, pp: int) -> list[tuple[int, int, int]]:
+        """(stage of the layer, stage of the weight it is tied to, that weight's parameters) of each
+        linear layer of table `t` tied to a weight on another stage, in layer order: the table's ties
+        (found once per table) placed by the chunks' first entries."""
+        key = ("ties", t.key)
+        ties = self._cache.get(key)
+        if ties is None:
+            position = {e.name: i for i, e in enumerate(t.entries)}
+            ties = self._cache[key] = [
+                (i, position[tied], t.entries[position[tied]].params) for i, e in enumerate(t.entries)
+                if e.type == "linear" and (tied := self.model.layers[e.index].attrs.get("tied_to"))]
+        if not ties:
+            return []
+        starts = [a for a, _ in ranges]
+        out = []
+        for i, j, params in ties:  # type: ignore[union-attr]
+            stage, tied_stage = (bisect_right(starts, i) - 1) % pp, (bisect_right(starts, j) - 1) % pp
+            if stage != tied_stage:
+                out.append((stage, tied_stage, params))
+        return out
 
     def _chunk_acts_uncached(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float]]:
         checkpoints = s.recompute in ("full", "selective_layer", "selective_op")
@@ -128,7 +154,8 @@ class MemoryModel:
         stages (Megatron's word embedding and output layer), or None (cached)."""
         key = ("tied pair", t.key, tuple(ranges), pp)
         if key not in self._cache:
-            self._cache[key] = _tied_pair(self.model, t.entries, ranges, pp)
+            ties = self._ties_across(t, ranges, pp)
+            self._cache[key] = (ties[0][1], ties[0][0], ties[0][2]) if ties else None
         return self._cache[key]  # type: ignore[return-value]
 
     def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
@@ -240,32 +267,3 @@ class MemoryModel:
         if not (replicas(s) > 1 or s.zero):
             return []
         return gradient_buckets(es, s, self.dtype, lambda e: e.params > 0)
-
-
-def _tied_pair(model: Model, entries: Sequence[LayerEntry], ranges, pp: int) -> tuple[int, int, int] | None:
-    stage_of = {}
-    for k, (a, b) in enumerate(ranges):
-        for i in range(a, b):
-            stage_of[entries[i].name] = k % pp
-    by_name = {e.name: e for e in entries}
-    for e in entries:
-        tied = model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
-        if tied and stage_of[tied] != stage_of[e.name]:
-            return stage_of[tied], stage_of[e.name], by_name[tied].params
-    return None
-
-
-def _tied_params(model: Model, entries: Sequence[LayerEntry], ranges, pp: int) -> dict[int, int]:
-    """Per stage, parameters of weights tied to a layer on another stage (Megatron's copy of the
-    word embedding on the last stage)."""
-    stage_of = {}
-    for k, (a, b) in enumerate(ranges):
-        for i in range(a, b):
-            stage_of[entries[i].name] = k % pp
-    out: dict[int, int] = {}
-    by_name = {e.name: e for e in entries}
-    for e in entries:
-        tied = model.layers[e.index].attrs.get("tied_to") if e.type == "linear" else None
-        if tied and stage_of[tied] != stage_of[e.name]:
-            out[stage_of[e.name]] = out.get(stage_of[e.name], 0) + by_name[tied].params
-    return out
