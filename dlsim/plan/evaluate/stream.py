@@ -42,12 +42,16 @@ class StreamWalk:
             same_tier = self._same_tier[stage] = self.s.dp > 1 and self.s.tp > 1 and \
                 self.pricer.tier(tp_ranks) == self.pricer.tier(self.dpg(stage))
         out = []
+        priced: dict[tuple, float] = {}  # a pass's repeated collectives (one per layer) priced once
         for st in steps:
             if st.kind == "compute":
                 out.append((_COMPUTE, st.duration, 0.0, False, st.unit))
                 continue
-            c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, tp_ranks, stage),
-                           st.collective.messages)
+            col = st.collective
+            ckey = (col.op, col.nbytes, st.group, col.messages)
+            c = priced.get(ckey)  # type: ignore[assignment]
+            if c is None:
+                c = priced[ckey] = self.price(col.op, col.nbytes, self._ranks(st, tp_ranks, stage), col.messages)
             if st.kind == "collective":
                 queued = same_tier if st.group not in (EP, SPATIAL) else \
                     self._ep_queued(stage) if st.group == EP else self._spatial_queued(stage)

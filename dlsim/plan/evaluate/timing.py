@@ -54,18 +54,21 @@ class Timing(StreamWalk):
         """(seconds, compute seconds, communication seconds) of a step list run alone."""
         total = comp = comm = 0.0
         ranks = self.tpg(stage)
+        priced: dict[tuple, float] = {}  # a pass's repeated collectives (one per layer) priced once
         for st in steps:
             if st.kind == "compute":
                 total += st.duration
                 comp += st.duration
-            elif st.kind == "collective":
-                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage),
-                               st.collective.messages)
+                continue
+            col = st.collective
+            ckey = (col.op, col.nbytes, st.group, col.messages)
+            c = priced.get(ckey)  # type: ignore[assignment]
+            if c is None:
+                c = priced[ckey] = self.price(col.op, col.nbytes, self._ranks(st, ranks, stage), col.messages)
+            if st.kind == "collective":
                 total += c
                 comm += c
             else:  # overlap: kernels beside an asynchronous collective
-                c = self.price(st.collective.op, st.collective.nbytes, self._ranks(st, ranks, stage),
-                               st.collective.messages)
                 extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 total += st.duration + extra + exposed
                 comp += st.duration
@@ -224,7 +227,9 @@ class Timing(StreamWalk):
             gathers = gathers_b = [self.price("allgather", bu.gather_nbytes, self.dpg(r)) for bu in buckets]
         if zero3:
             dp_ranks = self.dpg(r)
-            gathers = [self.price("allgather", bu.gather_nbytes, dp_ranks) for bu in buckets]
+            by_size: dict[float, float] = {}  # most units are one size: priced once
+            gathers = [by_size[n] if n in by_size else by_size.setdefault(n, self.price("allgather", n, dp_ranks))
+                       for n in (bu.gather_nbytes for bu in buckets)]
             # the backward gathers all but the units kept gathered since the forward (None: no gather)
             gathers_b = [None if u in kept else g for u, g in enumerate(gathers)] if kept else gathers
             wf, qf, sf = self._walk(fwd_u, r, {}, gathers)
