@@ -11,6 +11,7 @@ or the layer is sharded.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
@@ -312,22 +313,41 @@ def _saved_bytes(model: Model, costs: dict[str, LayerCost], batches: list[int], 
 
 def boundary_bytes(model: Model, entries: Sequence[LayerEntry], ranges: Sequence[tuple[int, int]]) -> list[float]:
     """Bytes that cross each chunk boundary i → i+1 per micro-batch: the outputs of layers in chunks
-    ≤ i used by layers in chunks > i (the model input is present everywhere)."""
-    chunk_of = {}
-    for c, (first, end) in enumerate(ranges):
-        for i in range(first, end):
-            chunk_of[model.layers[i].name] = c
-    last_chunk: dict[str, int] = {}
-    for layer in model.layers:
-        for src in layer.inputs:
-            if src != INPUT:
-                last_chunk[src] = max(last_chunk.get(src, -1), chunk_of[layer.name])
+    ≤ i used by layers in chunks > i (the model input is present everywhere). A layer's last chunk is
+    that of its last consumer in model order (chunks are consecutive runs of layers), which the
+    model knows once (`_last_consumers`)."""
+    position, last_use = _last_consumers(model)
+    starts = [first for first, _ in ranges]
+    ends = [end for _, end in ranges]
+
+    def chunk(i: int) -> int:
+        c = bisect_right(starts, i) - 1
+        if c < 0 or i >= ends[c]:
+            raise KeyError(model.layers[i].name)  # a layer outside the chunks, as a lookup of it would
+        return c
+
     out = [0.0] * max(len(ranges) - 1, 0)
     for e in entries:
-        c, last = chunk_of[e.name], last_chunk.get(e.name, -1)
+        i = position[e.name]
+        c, last = chunk(i), chunk(last_use[i]) if last_use[i] >= 0 else -1
         for boundary in range(c, last):
             out[boundary] += e.out_bytes
     return out
+
+
+def _last_consumers(model: Model) -> tuple[dict[str, int], list[int]]:
+    """Per layer name its position in the model, and per position the position of the last layer
+    that reads its output (−1: none), once per model (`dlsim.spec.memo`)."""
+    def make() -> tuple[dict[str, int], list[int]]:
+        position = {layer.name: i for i, layer in enumerate(model.layers)}
+        last = [-1] * len(model.layers)
+        for i, layer in enumerate(model.layers):
+            for src in layer.inputs:
+                j = position.get(src, -1) if src != INPUT else -1
+                if j >= 0:
+                    last[j] = max(last[j], i)
+        return position, last
+    return derived(model, "last consumers", make)
 
 
 def round_up(x: float, multiple: int) -> int:
