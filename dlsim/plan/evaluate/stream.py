@@ -47,11 +47,7 @@ class StreamWalk:
             if st.kind == "compute":
                 out.append((_COMPUTE, st.duration, 0.0, False, st.unit))
                 continue
-            col = st.collective
-            ckey = (col.op, col.nbytes, st.group, col.messages)
-            c = priced.get(ckey)  # type: ignore[assignment]
-            if c is None:
-                c = priced[ckey] = self.price(col.op, col.nbytes, self._ranks(st, tp_ranks, stage), col.messages)
+            c = self._step_price(st, tp_ranks, stage, priced)
             if st.kind == "collective":
                 queued = same_tier if st.group not in (EP, SPATIAL) else \
                     self._ep_queued(stage) if st.group == EP else self._spatial_queued(stage)
@@ -64,6 +60,16 @@ class StreamWalk:
         self._programs_of[key] = out
         self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program
         return out
+
+    def _step_price(self, st: Step, tp_ranks: list[int], stage: int, priced: dict[tuple, float]) -> float:
+        """Seconds of step `st`'s collective on `stage`, remembered in `priced` (one step list's:
+        a pass repeats its collectives layer after layer)."""
+        col = st.collective
+        key = (col.op, col.nbytes, st.group, col.messages)
+        c = priced.get(key)
+        if c is None:
+            c = priced[key] = self.price(col.op, col.nbytes, self._ranks(st, tp_ranks, stage), col.messages)
+        return c
 
     def _stage_key(self, stage: int) -> tuple:
         """What a priced program of `stage` depends on besides its steps: the tiers and ranks per node

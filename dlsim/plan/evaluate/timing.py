@@ -60,11 +60,7 @@ class Timing(StreamWalk):
                 total += st.duration
                 comp += st.duration
                 continue
-            col = st.collective
-            ckey = (col.op, col.nbytes, st.group, col.messages)
-            c = priced.get(ckey)  # type: ignore[assignment]
-            if c is None:
-                c = priced[ckey] = self.price(col.op, col.nbytes, self._ranks(st, ranks, stage), col.messages)
+            c = self._step_price(st, ranks, stage, priced)
             if st.kind == "collective":
                 total += c
                 comm += c
