@@ -249,12 +249,12 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
                      internal_backward=without_gemms(bwd_x, input_grad, state_bytes))
 
 
-def _cross_entropy(layer: Layer, n: int, b: int, loss: str = "single_pass") -> LayerCost:
+def _cross_entropy(layer: Layer, n: int, dtype: str, loss: str) -> LayerCost:
     """Softmax cross-entropy over V classes (S002 §2.1, ℓ_ce): log-softmax and pick ≈ 5 FLOP/element,
     depth 2⌈log2 V⌉; backward softmax − one-hot ≈ 4 FLOP/element; the kernels as the stack's `loss`
     implementation runs them (`dlsim.cost.loss`)."""
     elems, v = n * layer.in_elements, layer.in_shapes[0][-1]
-    fwd, bwd, kept = loss_chain(loss, elems, elems // v, b)
+    fwd, bwd, kept = loss_chain(loss, elems, elems // v, dtype)
     if kept is None:
         return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
     return LayerCost(fwd, bwd, NO_PASS, extra_saved_bytes=kept)
@@ -338,7 +338,7 @@ _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
     "softmax": _softmax, "dropout": _dropout, "add": _add, "concat": _concat,
     "flatten": _view, "reshape": _view, "embedding": _embedding,
     "lstm": _recurrent, "gru": _recurrent, "rnn": _recurrent,
-    "attention": attention_cost, "cross_entropy": _cross_entropy,
+    "attention": attention_cost,
     "relu6": _activation, "silu": _activation, "conv_transpose2d": _conv_transpose2d, "groupnorm": _groupnorm,
     "matmul": _matmul, "sdpa": sdpa_cost, "generic": _generic,
 }
@@ -363,7 +363,7 @@ def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[s
     if layer.type in ("swiglu", "geglu"):
         return _glu(layer, batch, DTYPE_BYTES[dtype], "glu" in fused)
     if layer.type == "cross_entropy":
-        return _cross_entropy(layer, batch, DTYPE_BYTES[dtype], loss)
+        return _cross_entropy(layer, batch, dtype, loss)
     return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])
 
 

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from dlsim.cost.layercost import PassCost
 from dlsim.cost.workdepth import clog2
+from dlsim.units import DTYPE_BYTES
 
 FP32 = 4
 ROW_BYTES = 8
@@ -72,10 +73,11 @@ def _chain(kernels: list[tuple[float, float]], row_kernels: int, elements: int, 
     return reads, writes, len(kernels) + row_kernels
 
 
-def loss_chain(kernel: str, elements: int, rows: int, b: int) -> tuple[PassCost, PassCost, float | None]:
+def loss_chain(kernel: str, elements: int, rows: int, dtype: str) -> tuple[PassCost, PassCost, float | None]:
     """(forward, backward, bytes kept for the backward) of the cross-entropy over `elements` logits in
-    `rows` rows of `b`-byte elements as `kernel` computes it (see the module doc); the kept bytes are
-    None for ``single_pass``, which keeps its input."""
+    `rows` rows of `dtype` as `kernel` computes it (see the module doc); the kept bytes are None for
+    ``single_pass``, which keeps its input."""
+    b = DTYPE_BYTES[dtype]
     vocab = max(elements // max(rows, 1), 1)
     depth = 2 * clog2(vocab)
     fwd_flops, bwd_flops = 5 * elements, 4 * elements
@@ -91,7 +93,7 @@ def loss_chain(kernel: str, elements: int, rows: int, b: int) -> tuple[PassCost,
     elif kernel == "megatron_fused":
         first = (b, FP32) if b != FP32 else (FP32, 0)  # .float() of fp32 logits is the tensor itself
         fwd = _chain([first, (FP32, FP32), (FP32, FP32)], 2, elements, rows)
-        bwd = _chain([(FP32, FP32 + 2)] + ([(2, b)] if b != 2 else []), 1, elements, rows)
+        bwd = _chain([(FP32, FP32 + 2)] + ([(2, b)] if dtype != "bf16" else []), 1, elements, rows)
         kept = FP32 * elements + MASK_TARGET * rows
     elif kernel == "torch":
         fwd = _chain(cast + [(3 * FP32, FP32)], 1, elements, rows)
