@@ -32,7 +32,14 @@ evaluator adds is how these compose in time, by concern:
   unit's once the previous pass's first step has). A pass's end and stream are a piecewise-affine
   function of when the stream is free and the previous pass ended (`affine`): the schedule walk
   (ops in the dependency order of `wavefront`) evaluates its pieces, one walk per piece, shared by
-  the chunks whose priced passes are alike.
+  the chunks whose priced passes are alike, in this strategy and every other the evaluator times
+  (a pass is named by its content); a whole schedule walk is kept by what it reads, so candidates
+  that differ in nothing it reads share it.
+
+What strategies share is priced once per evaluator, kept by exactly what it depends on: priced step
+lists by the stage's group tiers (a deep pipeline's stages share them), a chunk's plain forward pass
+by its layers, bucket bytes and ZeRO-3 unit prices by the chunk's content, transfers, port checks and
+optimizer steps by layout, the lower bounds' per-stage prefix sums by table and layout.
 * `memory` — peak memory per stage, as the simulator's memory tracker counts it.
 * `bounds` — lower bounds of the iteration time for the search's pruning.
 * `records` — `Evaluation`, `StageMemory`, `supports`.
