@@ -36,10 +36,13 @@ RUNS = [
      # budget: §3.4.1's smaller early batches ran on fewer GPUs (Table 4's 8,192-GPU row) with an interleaved
      # schedule whose micro-batches must divide by pp, not modelled here; ZeRO-1 and two virtual stages chosen here;
      # Megatron-Core's keys stand in for Meta's own PyTorch stack except Transformer Engine's userbuffers
-     # (tp_comm_overlap), which that stack does not have (§3.3.2 overlaps its collectives its own way)
+     # (tp_comm_overlap), which that stack does not have (§3.3.2 overlaps its collectives its own way), and
+     # Megatron's uniform pipeline split, which 126 layers on 16 x 2 chunks cannot have: §3.3.2 takes one
+     # transformer layer each off the first and the last stage to balance the embedding and the output (the
+     # balanced split)
      "strategy": dict(dp=128, tp=8, pp=16, microbatch_size=1, num_microbatches=16, schedule="interleaved",
                       virtual_stages=2, sequence_parallel=True, zero=1, dtype="bf16", stack="megatron-core",
-                      tp_comm_overlap=False),
+                      tp_comm_overlap=False, pipeline_split="balanced"),
      "tdp_w": 700, "published_gpu_hours": 30.84e6,
      "published": "Llama 3.1 model card (meta-llama/Llama-3.1-405B): 30.84M H100-80GB GPU-hours, TDP 700 W",
      "published_config": True},

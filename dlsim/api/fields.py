@@ -36,6 +36,7 @@ class StrategyFields(TypedDict, total=False):
     compression: Compression
     variability: Variability
     stage_partition: tuple[int, ...] | None
+    pipeline_split: str
     layer_groups: tuple[LayerGroup, ...]
     optimizer: str
     dtype: str | None

@@ -419,7 +419,7 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
                "tp_async_backward": fixed.get("tp_async_backward", False),
                "p2p_overlap": fixed.get("p2p_overlap", True), "gradient_overlap": True,
                "tensor_parallel": "across nodes allowed" if tp_across_nodes else "within a node",
-               "measured_tables": bool(measured and cluster.tables), "stage_partition": "balanced",
+               "measured_tables": bool(measured and cluster.tables), "stage_partition": fixed.get("pipeline_split", "balanced"),
                "ranks": "Megatron-LM order (tp, dp, pp)"}
     return OptimizeResult(model.name, cluster.name, gpus, global_batch, objective, dtype, tuple(ranked), pareto,
                           space.to_dict(), outcome.enumerated, len(outcome.evaluations),

@@ -16,6 +16,7 @@ from dlsim.cli.output import (OutputFile, add_assumed, emit_json, emit_text, for
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.report.sim_text import simulation_summary
 from dlsim.spec.strategy import OFFLOADS, OPTIMIZER_IMPLS
+from dlsim.spec.strategy_values import PIPELINE_SPLITS
 from dlsim.spec.strategy import COMPRESSIONS, FUSIONS, GRAD_ACCUMULATIONS, JITTERS, RECOMPUTE, SCHEDULES, SYNCS, Compression, Variability
 from dlsim.units import parse_size
 
@@ -60,11 +61,14 @@ def _strategy_fields(opts: dict[str, Any]) -> dict[str, Any]:
         fields["fused_kernels"] = tuple(k.strip() for k in opts["fused_kernels"].split(",") if k.strip())
     if opts.get("bucket_size") is not None:
         fields["bucket_size"] = parse_size(opts["bucket_size"])
-    if opts.get("stage_partition"):
+    if opts.get("stage_partition") in PIPELINE_SPLITS:
+        fields["pipeline_split"] = opts["stage_partition"]
+    elif opts.get("stage_partition"):
         try:
             fields["stage_partition"] = tuple(int(x) for x in opts["stage_partition"].split(","))
         except ValueError:
-            raise SpecError(f"--stage-partition needs comma-separated layer counts, got {opts['stage_partition']!r}")
+            raise SpecError(f"--stage-partition needs comma-separated layer counts, balanced or uniform, "
+                            f"got {opts['stage_partition']!r}")
     comp = {key: opts[f"compression_{key}"] for key in ("bits", "density", "value_bits") if opts.get(f"compression_{key}") is not None}
     if opts.get("compression") is not None or comp:
         fields["compression"] = Compression(kind=opts.get("compression") or "none", **comp)
@@ -120,7 +124,8 @@ def _nested_given(opts: dict[str, Any]) -> set[str]:
 @click.option("--global-batch", type=int, help="Samples per iteration (dp x microbatch_size x num_microbatches).")
 @click.option("--schedule", type=click.Choice(SCHEDULES), help="Pipeline schedule.")
 @click.option("--virtual-stages", type=int, help="Model chunks per device (interleaved schedule).")
-@click.option("--stage-partition", help="Layers per chunk, comma-separated (default: balanced).")
+@click.option("--stage-partition", help="Layers per chunk, comma-separated; or balanced (by the layers' costs) "
+              "or uniform (the same blocks in every chunk, Megatron-LM's split). Default: the stack's.")
 @click.option("--sync", type=click.Choice(SYNCS), help="Gradient synchronisation.")
 @click.option("--staleness", type=int, help="SSP staleness bound s (--sync ssp).")
 @click.option("--ps-shards", type=int, help="Parameter-server shards (--sync ps|async|ssp).")

@@ -13,7 +13,7 @@ from dlsim.cost.layercost import (MASK_BYTES, NO_PASS, FlashKernel, Gemm, LayerC
                                   without_gemms)
 from dlsim.cost.workdepth import clog2
 from dlsim.spec.model import Layer
-from dlsim.spec.strategy import flash_kernel
+from dlsim.spec.strategy_values import flash_kernel
 
 
 def flash_passes(kernel: str | None, causal: bool, steps: int, keys: int, cp: int, q_width: float,

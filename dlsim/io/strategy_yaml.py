@@ -31,6 +31,7 @@ Example:
     compression: {kind: topk, density: 0.01, error_feedback: true}   # + value_bits: 4 (SparCML's TopK_Q4)
     variability: {jitter: lognormal, jitter_cv: 0.05, straggler_fraction: 0.01, straggler_slowdown: 1.5, seed: 7}
     stage_partition: [13, 12, ...]                       # layers per chunk (pp x virtual_stages entries)
+    pipeline_split: uniform                              # without stage_partition: balanced (by cost) | uniform (blocks)
     layer_groups:                                        # Krizhevsky 2014's data/model split (pp = 1); channel / filter
       - {first: conv1, last: flatten, parallel: data}
       - {first: drop6, last: loss, parallel: model}

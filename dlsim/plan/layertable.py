@@ -24,7 +24,7 @@ from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
-from dlsim.spec.strategy import flash_kernel
+from dlsim.spec.strategy_values import flash_kernel
 from dlsim.plan.blocks import recompute_layers
 from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan

@@ -1,4 +1,4 @@
-"""Splitting a layer sequence into pipeline chunks: given counts, or balanced by cost.
+"""Splitting a layer sequence into pipeline chunks: given counts, balanced by cost, or uniform.
 
 Cuts are placed where exactly one tensor crosses (between transformer blocks, residual blocks),
 so a stage boundary sends one activation, as Megatron-LM and GPipe cut; when there are too few
@@ -6,7 +6,10 @@ such places, any layer boundary is allowed. The balanced partition minimises the
 (fwd + bwd time), the objective of the PipeDream planner's straight pipeline (Narayanan et al.,
 SOSP 2019 §3.1, reference/algorithms.md §4.4, with one replica per stage): bisection on the
 bottleneck value with a greedy feasibility test, which is exact for contiguous min-max partitions
-(the greedy packing decides whether a bottleneck C is achievable).
+(the greedy packing decides whether a bottleneck C is achievable). The uniform split
+(`uniform_counts`) is Megatron-LM's: the same number of repeated blocks in every chunk, the layers
+before the first block (embeddings) in the first chunk and those after the last (final norm, output,
+loss) in the last, whatever they cost.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from dlsim.errors import InfeasibleError, SpecError
+from dlsim.plan.blocks import block_instance
 from dlsim.spec.memo import derived
 from dlsim.spec.model import INPUT, Model
 
@@ -81,6 +85,38 @@ def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
                 starts.insert(j + 1, bounds[j + 1] - 1)
                 break
     return starts
+
+
+def uniform_counts(model: Model, chunks: int) -> list[int]:
+    """Layers per chunk of the uniform split: k = B / chunks of the model's B repeated blocks (layers
+    named ``<name>.<index>.*``, `dlsim.plan.blocks`) in every chunk, in model order, the layers before
+    the first block added to the first chunk and those after the last block to the last (as
+    Megatron-LM builds its stages: NVIDIA/Megatron-LM@55ba1f7 megatron/model/transformer.py
+    _get_num_layers, num_layers // pipeline size with the embedding on the first stage and the output
+    layer and loss on the last; Megatron-Core 0.9's get_num_layers_to_build the same per virtual
+    stage). A model without repeated blocks splits its layers so. Megatron-LM refuses a block count
+    that pp x virtual_stages does not divide, and so does this (once per model and chunk count)."""
+    return list(derived(model, ("uniform_counts", chunks), lambda: _uniform_counts(model, chunks)))
+
+
+def _uniform_counts(model: Model, chunks: int) -> tuple[int, ...]:
+    names = [layer.name for layer in model.layers]
+    owner = [block_instance(n) for n in names]
+    inside = [i for i, o in enumerate(owner) if o is not None]
+    if not inside:
+        owner, inside = list(names), list(range(len(names)))
+    order = list(dict.fromkeys(owner[i] for i in inside))
+    if len(order) % chunks:
+        raise InfeasibleError(f"the uniform pipeline split needs the {len(order)} blocks of {model.name} divisible "
+                              f"by pp x virtual_stages = {chunks} (Megatron-LM's rule); stage_partition gives the "
+                              f"layers per chunk, or pipeline_split balanced cuts by cost")
+    per = len(order) // chunks
+    index = {b: k // per for k, b in enumerate(order)}
+    chunk_of = [0 if i < inside[0] else chunks - 1 if i > inside[-1] else index.get(o, -1) for i, o in enumerate(owner)]
+    if any(b < a for a, b in zip(chunk_of, chunk_of[1:])):
+        raise SpecError(f"{model.name} has layers between or across its repeated blocks: the uniform split needs "
+                        "each block's layers contiguous", field="pipeline_split")
+    return tuple(chunk_of.count(c) for c in range(chunks))
 
 
 def partition(model: Model, layer_costs: Sequence[float], chunks: int,

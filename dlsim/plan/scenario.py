@@ -42,7 +42,7 @@ from dlsim.plan.iteration import IterationInputs
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, forced_splits, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
 from dlsim.plan.offload import host_link
-from dlsim.plan.partition import partition, single_tensor_cuts
+from dlsim.plan.partition import uniform_counts, partition, single_tensor_cuts
 from dlsim.plan.spatial import LayerSplit, add_halos, spatial_grid, split_spatial
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
 from dlsim.plan.tpoverlap import add_tp_overlap, tp_overlap_note
@@ -50,7 +50,8 @@ from dlsim.results import Estimate
 from dlsim.spec.cluster import Cluster, LinkTier
 from dlsim.spec.memo import derived
 from dlsim.spec.model import Model
-from dlsim.spec.strategy import Strategy, flash_kernel
+from dlsim.spec.strategy import Strategy
+from dlsim.spec.strategy_values import flash_kernel
 
 def flops_per_sample(model: Model, dtype: str) -> float:
     """Training FLOPs of one sample through `model` (forward and backward, `layer_cost`), once per
@@ -174,7 +175,10 @@ class Scenario:
 
     @property
     def partition_note(self) -> str:
-        return f"stage partition (layers per chunk): {[b - a for a, b in self.ranges]}"
+        s = self.strategy
+        how = "as given" if s.stage_partition is not None else \
+            "the same blocks per chunk" if s.pipeline_split == "uniform" else "balanced by cost"
+        return f"stage partition (layers per chunk, {how}): {[b - a for a, b in self.ranges]}"
 
     def iteration_inputs(self, explicit_dp: bool = False, explicit_tp: bool = False,
                          expand: bool = False) -> IterationInputs:
@@ -345,10 +349,13 @@ class ScenarioBuilder:
 
     # -- stages, layout, pricer ----------------------------------------------------------------
     def ranges(self, s: Strategy, t: LayerTable) -> list[tuple[int, int]]:
-        """The (first, end) layer ranges of the pipeline's chunks: `s.stage_partition` as given, or
-        balanced on the table's per-micro-batch costs (cached per chunk count)."""
+        """The (first, end) layer ranges of the pipeline's chunks: `s.stage_partition` as given, the
+        uniform split of the blocks (`s.pipeline_split`), or balanced on the table's per-micro-batch
+        costs (cached per chunk count)."""
         if s.stage_partition is not None:
             return partition(self.model, t.costs, s.chunks, s.stage_partition)
+        if s.pipeline_split == "uniform":
+            return partition(self.model, t.costs, s.chunks, uniform_counts(self.model, s.chunks))
         r = t.partitions.get(s.chunks)
         if r is None:
             if self._cuts is None:

@@ -2,6 +2,7 @@
 
 Candidates for N devices and a fixed global batch B: every dp × tp × pp = N (tp within a node by
 default and dividing the attention heads; pp × virtual_stages at most the model's cut points),
+pp dividing the repeated blocks where the stack splits them uniformly (`pipeline_split`),
 every micro-batch size dividing B / dp (up to `max_microbatch_size`) with the count that makes B,
 schedule 1F1B (pp > 1 also interleaved with v = 2, 3, 4 where the repeated blocks divide pp·v,
 GPipe only when asked), recomputation none / selective / full, sequence parallelism on and off
@@ -125,6 +126,7 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
     experts = [int(layer.attrs["experts"]) for layer in model.layers if layer.type == "moe"]
     units = len(single_tensor_cuts(model)) + 1
     blocks = _blocks(model)
+    uniform = fixed.get("pipeline_split") == "uniform" and "stage_partition" not in fixed
 
     def allowed(name: str, value: Any) -> bool:
         if name in fixed and fixed[name] != value:
@@ -160,6 +162,9 @@ def candidates(model: Model, space: SearchSpace, dropped: Counter) -> Iterator[S
                 continue
             if pp > units:
                 dropped[f"pp beyond the model's {units} cut points"] += 1
+                continue
+            if uniform and blocks % pp:
+                dropped["the stack's uniform pipeline split: pp does not divide the blocks"] += 1
                 continue
             if B % dp:
                 dropped["global batch not divisible by dp"] += 1

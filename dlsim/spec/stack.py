@@ -16,7 +16,7 @@ from typing import Any, Collection, Mapping
 
 STACK_KEYS = ("dtype", "fused_kernels", "loss_kernel", "optimizer", "optimizer_impl", "grad_accumulation", "grad_reduce_dtype", "zero_grad_reduce",
               "fsdp_units", "fsdp_copies", "tp_async_backward", "sequence_parallel",
-              "tp_comm_overlap", "p2p_overlap", "p2p_scatter_gather", "overlap", "bucket_size", "first_bucket_size", "zero",
+              "tp_comm_overlap", "p2p_overlap", "p2p_scatter_gather", "pipeline_split", "overlap", "bucket_size", "first_bucket_size", "zero",
               "param_gather_overlap", "recompute")
 """The strategy fields a stack may set (`dlsim.spec.strategy.Strategy`). The layout (dp, tp, pp, cp,
 ep), the batch and the schedule are the strategy's own; `zero`, `sequence_parallel` and

@@ -85,9 +85,9 @@ VALIDATED_FIELDS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "sc
 """The strategy fields of the space tests/test_optimize.py holds the evaluator to the simulation on
 (every other field at its default there, but `PRICED_FIELDS`)."""
 PRICED_FIELDS = ("stack", "dtype", "fused_kernels", "loss_kernel", "optimizer", "optimizer_impl", "grad_accumulation",
-                 "grad_reduce_dtype", "zero_grad_reduce")
+                 "grad_reduce_dtype", "zero_grad_reduce", "pipeline_split")
 """Fields that change only what the scenario prices (the layer table, the optimizer-step timer, the
-gradient buckets' bytes and collective), which both clocks read from one `dlsim.plan.scenario.ScenarioBuilder`, not
+gradient buckets' bytes and collective, the stage partition), which both clocks read from one `dlsim.plan.scenario.ScenarioBuilder`, not
 how its pieces compose in time: off their defaults they keep an estimate exact where it was
 (tests/test_optimize.py holds a space on a stack to the simulation too)."""
 WALK_OPS = 16384
