@@ -39,7 +39,7 @@ from dlsim.plan.pipeline import stage_ops
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.results_sim import DeviceRecord, SimResult
-from dlsim.sim.analysis import critical_path, device_times, task_seconds, window_times
+from dlsim.sim.analysis import comm_spans, critical_path, device_times, task_seconds, window_times
 from dlsim.sim.engine import Timeline, execute
 from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
 
@@ -261,8 +261,9 @@ def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int],
 
 def _records(graph: TaskGraph, tl: Timeline, tau: float, lam: float, delta: int, makespan: float,
              tol: float) -> list[DeviceRecord] | None:
-    full = device_times(graph, tl, True)
-    window = window_times(graph, tl, tau, tau + lam)
+    spans = comm_spans(graph, tl)
+    full = device_times(graph, tl, True, spans)
+    window = window_times(graph, tl, tau, tau + lam, spans)
     base = device_records(graph, tl, full)
     out = []
     for rec, w in zip(base, window):
