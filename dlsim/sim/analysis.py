@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
+from itertools import chain
 from operator import add
 
 import numpy as np
@@ -90,12 +91,21 @@ def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
     `window_times` take them (computed once for both)."""
     starts: list[list] = [[] for _ in graph.devices]
     ends: list[list] = [[] for _ in graph.devices]
-    for pid, busy in enumerate(tl.port_busy):
-        if busy:
-            dev = graph.ports[pid].device
-            rows = np.array(busy, dtype=float)
-            starts[dev].append(rows[:, 0])
-            ends[dev].append(rows[:, 1])
+    busy = tl.port_busy
+    count = np.array([len(b) for b in busy], dtype=np.int64)
+    if count.any():  # every port's (start, end, task) rows at once, then split by device
+        rows = np.fromiter(chain.from_iterable(chain.from_iterable(busy)), dtype=float,
+                           count=3 * int(count.sum())).reshape(-1, 3)
+        # (modulo: a port's device indexes the per-device lists as a Python index would)
+        devices = np.array([port.device for port in graph.ports], dtype=np.int64) % max(1, len(graph.devices))
+        owner = np.repeat(devices, count)
+        order = np.argsort(owner, kind="stable")
+        cuts = np.searchsorted(owner[order], np.arange(len(graph.devices) + 1))
+        rows = rows[order]
+        for dev in range(len(graph.devices)):
+            if cuts[dev + 1] > cuts[dev]:
+                starts[dev].append(rows[cuts[dev]:cuts[dev + 1], 0])
+                ends[dev].append(rows[cuts[dev]:cuts[dev + 1], 1])
     for sid, st in enumerate(graph.streams):
         order = graph.orders[sid]
         if st.kind == "comm" and order:
