@@ -185,7 +185,6 @@ class _Run:
         self.group_done: list[simpy.Event | None] = [None] * len(graph.groups)
         self.group_start = [0.0] * len(graph.groups)
         self.message_times: dict[int, list[tuple[int, float, float]]] = {}
-        self.comm_offsets: dict[int, list] = {}
         nd = len(graph.devices)
         self.kinds = {k: i for i, k in enumerate(MEMORY_KINDS)}
         self.mem = [[0.0] * len(MEMORY_KINDS) for _ in range(nd)]
@@ -452,38 +451,29 @@ class _Run:
 
     def _record_ports(self, t, start: float) -> None:
         """Port occupancy of a task: its whole run, or only the communication parts of a fused task."""
+        busy = self.port_busy
         if not t.parts:
+            span = (start, self.env.now, t.tid)
             for p in t.ports:
-                self.port_busy[p].append((start, self.env.now, t.tid))
+                busy[p].append(span)
             return
         ends = self.stretched.get(t.tid)
         if ends is not None:  # slowed: the communication parts where they actually ran
             for n, (category, seconds, _) in enumerate(t.parts):
                 if category == "comm" and seconds > 0:
                     at = ends[n - 1] if n else start
+                    span = (at, at + seconds, t.tid)
                     for p in t.ports:
-                        self.port_busy[p].append((at, at + seconds, t.tid))
+                        busy[p].append(span)
             return
-        offsets = self.comm_offsets.get(id(t.parts))
-        if offsets is None:
-            offsets = self.comm_offsets[id(t.parts)] = self._comm_offsets(t.parts)
-        busy = self.port_busy
-        for before, seconds in offsets:
-            # `at` accumulated part by part, as the parts run back to back
-            at = start
-            for s in before:
-                at += s
-            for p in t.ports:
-                busy[p].append((at, at + seconds, t.tid))
-
-    @staticmethod
-    def _comm_offsets(parts) -> list[tuple[tuple[float, ...], float]]:
-        """(durations of the parts before it, seconds) of each communication part of a fused task."""
-        out = []
-        for n, (category, seconds, _) in enumerate(parts):
+        # `at` accumulated part by part from the start, as the parts run back to back
+        at = start
+        for category, seconds, _ in t.parts:
             if category == "comm" and seconds > 0:
-                out.append((tuple(p[1] for p in parts[:n]), seconds))
-        return out
+                span = (at, at + seconds, t.tid)
+                for p in t.ports:
+                    busy[p].append(span)
+            at += seconds
 
     def _join(self, gid: int):
         done = self.group_done[gid]
