@@ -91,14 +91,21 @@ def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
     `window_times` take them (computed once for both)."""
     starts: list[list] = [[] for _ in graph.devices]
     ends: list[list] = [[] for _ in graph.devices]
-    busy = tl.port_busy
+    nd = max(1, len(graph.devices))
+    busy, owners = [], []
+    taken: dict[int, list[list]] = {}
+    for pid, spans in enumerate(tl.port_busy):
+        dev = graph.ports[pid].device % nd  # (modulo: as a Python index into the per-device lists)
+        # a device's out and in ports often hold the same spans (a collective holds both): once is enough
+        if spans and not any(spans == other for other in taken.get(dev, ())):
+            taken.setdefault(dev, []).append(spans)
+            busy.append(spans)
+            owners.append(dev)
     count = np.array([len(b) for b in busy], dtype=np.int64)
-    if count.any():  # every port's (start, end, task) rows at once, then split by device
+    if busy:  # every port's (start, end, task) rows at once, then split by device
         rows = np.fromiter(chain.from_iterable(chain.from_iterable(busy)), dtype=float,
                            count=3 * int(count.sum())).reshape(-1, 3)
-        # (modulo: a port's device indexes the per-device lists as a Python index would)
-        devices = np.array([port.device for port in graph.ports], dtype=np.int64) % max(1, len(graph.devices))
-        owner = np.repeat(devices, count)
+        owner = np.repeat(np.array(owners, dtype=np.int64), count)
         order = np.argsort(owner, kind="stable")
         cuts = np.searchsorted(owner[order], np.arange(len(graph.devices) + 1))
         rows = rows[order]
@@ -253,12 +260,33 @@ def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
 
 def measured_share(graph: TaskGraph) -> float:
     """Share of all task-seconds priced from measured (or interpolated) tables."""
-    total = measured = 0.0
-    for t in graph.tasks:
-        for _, seconds, from_table in t.segments():
-            total += seconds
-            measured += from_table
+    total, measured = segment_totals(graph)
     return measured / total if total > 0 else 0.0
+
+
+def segment_totals(graph: TaskGraph, weights: list[int] | None = None) -> tuple[float, float]:
+    """(Σ seconds·w, Σ measured seconds·w) over the segments (`Task.segments`) of every task, w its
+    weight (1 without `weights`), each sum added left to right in task and segment order (a pass's
+    parts, one tuple shared by its tasks, split once)."""
+    seconds_all: list[float] = []
+    measured_all: list[float] = []
+    split: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    for t in graph.tasks:
+        if t.parts:
+            pair = split.get(id(t.parts))
+            if pair is None:
+                pair = split[id(t.parts)] = (tuple(p[1] for p in t.parts), tuple(p[2] for p in t.parts))
+            seconds, measured = pair
+        else:
+            seconds, measured = (t.duration,), (t.duration * t.measured,)
+        w = 1 if weights is None else weights[t.tid]
+        if w == 1:
+            seconds_all.extend(seconds)
+            measured_all.extend(measured)
+        else:
+            seconds_all.extend([x * w for x in seconds])
+            measured_all.extend([x * w for x in measured])
+    return _total(seconds_all), _total(measured_all)
 
 
 def _clip(a: float, b: float, lo: float, hi: float) -> tuple[float, float]:

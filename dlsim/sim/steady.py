@@ -43,7 +43,7 @@ from dlsim.plan.pipeline import stage_ops
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.results_sim import DeviceRecord, SimResult
-from dlsim.sim.analysis import comm_spans, critical_path, device_times, task_seconds, window_times
+from dlsim.sim.analysis import comm_spans, critical_path, device_times, segment_totals, task_seconds, window_times
 from dlsim.sim.engine import Timeline, execute
 from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
 
@@ -165,28 +165,30 @@ def _op_of(label: tuple) -> tuple | None:
     return None
 
 
-def _microbatch(label: tuple) -> int | None:
-    return label[2] if len(label) >= 3 and label[0] in MB_LABELS else None
-
-
 class _Periodic:
     """Micro-batch tasks indexed by (stream, label without its micro-batch, ordinal) and micro-batch."""
 
     def __init__(self, graph: TaskGraph):
         self.keys: list[tuple | None] = [None] * len(graph.tasks)
         self.index: dict[tuple, dict[int, int]] = {}
+        # the micro-batch of every micro-batch task (its label's kind in MB_LABELS), else None
+        self.microbatch: list[int | None] = [None] * len(graph.tasks)
         seen: dict[tuple, int] = {}
+        keys, index, microbatch = self.keys, self.index, self.microbatch
         for t in graph.tasks:
-            mb = _microbatch(t.label)
-            if mb is None:
+            label = t.label
+            if len(label) < 3 or label[0] not in MB_LABELS:
                 continue
+            mb = microbatch[t.tid] = label[2]
             stream = t.stream if t.stream >= 0 else (-1, t.device)
-            full = (stream, t.label)
+            full = (stream, label)
             n = seen.get(full, 0)
             seen[full] = n + 1
-            key = (stream, t.label[:2] + t.label[3:], n)
-            self.keys[t.tid] = key
-            self.index.setdefault(key, {})[mb] = t.tid
+            key = keys[t.tid] = (stream, label[:2] + label[3:], n)
+            twins = index.get(key)
+            if twins is None:
+                twins = index[key] = {}
+            twins[mb] = t.tid
 
 
 def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
@@ -197,7 +199,7 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     P = period_microbatches(schedule, p)
     tasks, start, end = graph.tasks, tl.start, tl.end
     per = _Periodic(graph)
-    mb_of = [_microbatch(t.label) for t in tasks]
+    mb_of = per.microbatch
     # the period and the cut: forwards of the first stage's first device, mid-way through its steady part
     cs = next(sid for sid, st in enumerate(graph.streams) if st.kind == "compute")
     forwards = {}
@@ -231,15 +233,10 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     records = _records(graph, tl, tau, lam, delta, makespan, tol)
     if records is None:
         return None
-    total = measured = 0.0
-    period_tasks = 0
-    for t in tasks:
-        one = mb_of[t.tid] is not None and c <= mb_of[t.tid] < c + P  # micro-batches c.. c+P-1: one period's tasks
-        weight = 1 + (delta if one else 0)
-        period_tasks += one
-        for _, seconds, from_table in t.segments():
-            total += seconds * weight
-            measured += from_table * weight
+    # micro-batches c.. c+P-1: one period's tasks, counted 1 + delta times
+    weights = [1 + delta if mb is not None and c <= mb < c + P else 1 for mb in mb_of]
+    period_tasks = sum(1 for mb in mb_of if mb is not None and c <= mb < c + P)
+    total, measured = segment_totals(graph, weights)
     share = measured / total if total > 0 else 0.0
     note = (f"steady-state extension (dlsim.sim.steady): {len(tasks)} tasks of {max(forwards) + 1} micro-batches "
             f"simulated, the {schedule} period of {lam:.6g} s ({P} micro-batch{'es' if P > 1 else ''}) repeated "
