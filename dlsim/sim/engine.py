@@ -247,13 +247,16 @@ class _Run:
             delay += seconds * factor if run.slow and slowable else seconds
         return max(0.0, delay)
 
-    def _run_slowed(self, tid: int, device: int, duration: float):
-        """Run compute task `tid` under the overlap model (see the module docstring): unslowed, one
-        timeout of its duration, as without the model; re-timed at each change of rate."""
+    def _slowed(self, tid: int, device: int, duration: float) -> _Slowed:
+        """Start compute task `tid` under the overlap model (see the module docstring): unslowed, one
+        timeout of its duration, as without the model; re-timed at each change of rate. Its stream
+        waits on `event` (moved when re-timed), then calls `_slowed_end`."""
         run = _Slowed(self.slow_segs[tid], self.env.now, self.in_flight[device] > 0)
         run.event = timeout(self.env, self._remaining(run) if run.slow else duration)
         self.running[device] = run
-        yield run.event
+        return run
+
+    def _slowed_end(self, tid: int, device: int, run: _Slowed) -> None:
         self.running[device] = None
         if run.stretched:
             self._advance(run)
@@ -368,7 +371,9 @@ class _Run:
                 elif slow_segs is None:
                     yield timeout(env, t.duration)
                 elif slow_segs[tid] is not None:
-                    yield from self._run_slowed(tid, t.device, t.duration)
+                    run = self._slowed(tid, t.device, t.duration)
+                    yield run.event
+                    self._slowed_end(tid, t.device, run)
                 elif comm_devices[tid]:
                     self._comm(comm_devices[tid], 1)
                     yield timeout(env, t.duration)
