@@ -230,28 +230,32 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
 def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
     """Task ids from the first to the last task of the chain that decided the makespan: from the
     last task to finish, repeatedly step to whichever predecessor (a dependency, the previous task
-    on its stream, or a fellow member's of its collective) finished last."""
-    if not graph.tasks:
+    on its stream, or a fellow member's of its collective) finished last (of equal ends, the
+    smallest id)."""
+    tasks = graph.tasks
+    if not tasks:
         return []
-    prev_on_stream: dict[int, int] = {}
+    prev_on_stream = [-1] * len(tasks)
     for order in graph.orders:
         for a, b in zip(order, order[1:]):
             prev_on_stream[b] = a
     end = tl.end
-    cur = max(range(len(graph.tasks)), key=lambda t: (end[t], -t))
+    cur = end.index(max(end))  # the last to finish, the smallest id of equal ends
     path = [cur]
     while True:
-        t = graph.tasks[cur]
-        members = graph.groups[t.group].members if t.group >= 0 else [cur]
-        cands = []
+        t = tasks[cur]
+        members = graph.groups[t.group].members if t.group >= 0 else (cur,)
+        best, best_end = -1, 0.0
         for mtid in members:
-            cands.extend(graph.tasks[mtid].deps)
-            if mtid in prev_on_stream:
-                cands.append(prev_on_stream[mtid])
-        cands = [c for c in cands if c not in members]
-        if not cands:
+            for c in tasks[mtid].deps:
+                if (best < 0 or end[c] > best_end or (end[c] == best_end and c < best)) and c not in members:
+                    best, best_end = c, end[c]
+            c = prev_on_stream[mtid]
+            if c >= 0 and (best < 0 or end[c] > best_end or (end[c] == best_end and c < best)) \
+                    and c not in members:
+                best, best_end = c, end[c]
+        if best < 0:
             break
-        best = max(cands, key=lambda c: (end[c], -c))
         path.append(best)
         cur = best
     path.reverse()
