@@ -24,6 +24,7 @@ from dlsim.results import TimeBreakdown
 from dlsim.sim.engine import Timeline
 
 STRETCH = "stretch"  # a slowed kernel's lost time inside `window_times` (exposed communication)
+SMALL = 64  # a device's communication intervals up to which plain Python merges them (numpy's calls cost more)
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,25 @@ def _union_arrays(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return a[first], reach[last]
 
 
-def _covered(gaps: list[tuple[float, float]], us: np.ndarray, ue: np.ndarray) -> tuple[list[float], list[float]]:
-    """Per gap (sorted, disjoint): the length the sorted disjoint union (`us`, `ue`) covers and the
-    rest, each covered length summed over its union intervals in order from 0.0 (as a scan would)."""
+def _covered(gaps: list[tuple[float, float]], us, ue) -> tuple[list[float], list[float]]:
+    """Per gap (sorted, disjoint): the length the sorted disjoint union (`us`, `ue`: arrays, or lists
+    for a few) covers and the rest, each covered length summed over its union intervals in order
+    from 0.0 (one scan; with arrays, the step-th interval of every gap at once)."""
     if not gaps:
         return [], []
+    if isinstance(us, list):
+        covered, rest = [], []
+        i, n = 0, len(us)
+        for a, b in gaps:
+            while i < n and ue[i] <= a:
+                i += 1
+            c, j = 0.0, i
+            while j < n and us[j] < b:
+                c += min(b, ue[j]) - max(a, us[j])
+                j += 1
+            covered.append(c)
+            rest.append((b - a) - c)
+        return covered, rest
     ga, gb = (np.array(v, dtype=float) for v in zip(*gaps))
     i = np.searchsorted(ue, ga, side="right")  # the first union interval ending after the gap starts
     j = np.maximum(i, np.searchsorted(us, gb, side="left"))  # past the last one starting before it ends
@@ -87,8 +102,8 @@ def _covered(gaps: list[tuple[float, float]], us: np.ndarray, ue: np.ndarray) ->
 
 def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
     """Per device: the (starts, ends) of every interval its ports were busy and of every task of its
-    communication streams, as lists of arrays (one per port or stream); `device_times` and
-    `window_times` take them (computed once for both)."""
+    communication streams, as lists of arrays or lists of floats (one per port or stream);
+    `device_times` and `window_times` take them (computed once for both)."""
     starts: list[list] = [[] for _ in graph.devices]
     ends: list[list] = [[] for _ in graph.devices]
     nd = max(1, len(graph.devices))
@@ -102,7 +117,11 @@ def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
             busy.append(spans)
             owners.append(dev)
     count = np.array([len(b) for b in busy], dtype=np.int64)
-    if busy:  # every port's (start, end, task) rows at once, then split by device
+    if busy and int(count.sum()) <= SMALL * nd:  # few: plain lists
+        for spans, dev in zip(busy, owners):
+            starts[dev].append([span[0] for span in spans])
+            ends[dev].append([span[1] for span in spans])
+    elif busy:  # every port's (start, end, task) rows at once, then split by device
         rows = np.fromiter(chain.from_iterable(chain.from_iterable(busy)), dtype=float,
                            count=3 * int(count.sum())).reshape(-1, 3)
         owner = np.repeat(np.array(owners, dtype=np.int64), count)
@@ -116,8 +135,8 @@ def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
     for sid, st in enumerate(graph.streams):
         order = graph.orders[sid]
         if st.kind == "comm" and order:
-            starts[st.device].append(np.array([tl.start[t] for t in order], dtype=float))
-            ends[st.device].append(np.array([tl.end[t] for t in order], dtype=float))
+            starts[st.device].append([tl.start[t] for t in order])
+            ends[st.device].append([tl.end[t] for t in order])
     return list(zip(starts, ends))
 
 
@@ -129,14 +148,29 @@ def _clipped(starts: list, ends: list, lo: float, hi: float) -> tuple[list, list
     return [np.maximum(a[inside], lo)], [np.minimum(b[inside], hi)]
 
 
-def _device_union(starts: list, ends: list, extra: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
-    """The union of a device's communication intervals (`_comm_spans`) and `extra` ones."""
+def _device_union(starts: list, ends: list, extra: list[tuple[float, float]]) -> tuple:
+    """The union of a device's communication intervals (`comm_spans`) and `extra` ones: (starts,
+    ends) as arrays, or as lists where there are at most SMALL intervals (`_union`)."""
+    if sum(len(a) for a in starts) + len(extra) <= SMALL:
+        pairs = list(extra)
+        for a, b in zip(starts, ends):
+            pairs.extend(zip(_floats(a), _floats(b)))
+        union = _union(pairs)
+        return [a for a, _ in union], [b for _, b in union]
     if extra:
         xa, xb = zip(*extra)
-        starts, ends = starts + [np.array(xa, dtype=float)], ends + [np.array(xb, dtype=float)]
-    if not starts:
-        return np.zeros(0), np.zeros(0)
-    return _union_arrays(np.concatenate(starts), np.concatenate(ends))
+        starts, ends = starts + [xa], ends + [xb]
+    return _union_arrays(np.concatenate(starts).astype(float, copy=False),
+                         np.concatenate(ends).astype(float, copy=False))
+
+
+def _floats(values) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else values
+
+
+def _length(us, ue) -> float:
+    """Σ (end − start) of a union, added left to right."""
+    return sum((ue - us).tolist()) if isinstance(us, np.ndarray) else sum([b - a for a, b in zip(us, ue)])
 
 
 def _category_seconds(parts) -> dict[str, tuple[float, ...]]:
@@ -218,7 +252,7 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
             bubble = _total(rest)
         else:
             idle = _total(rest)
-        communication = sum((ue - us).tolist())
+        communication = _length(us, ue)
         parts = {category: _total(values) for category, values in seconds_of.items()}
         bd = TimeBreakdown(compute=parts[COMPUTE], recompute=parts[RECOMPUTE], exposed_comm=parts[COMM] + exposed,
                            bubble=bubble, idle=idle)
@@ -338,7 +372,7 @@ def window_times(graph: TaskGraph, tl: Timeline, lo: float, hi: float,
         us, ue = _device_union(*comm[dev], extra)
         covered, rest = _covered(gaps, us, ue)
         out.append({"compute": parts[COMPUTE], "recompute": parts[RECOMPUTE], "comm": parts[COMM],
-                    "exposed": _total(covered), "gap": _total(rest), "communication": sum((ue - us).tolist())})
+                    "exposed": _total(covered), "gap": _total(rest), "communication": _length(us, ue)})
     return out
 
 
