@@ -416,6 +416,6 @@ def summarize(outcomes: list[dict]) -> dict:
         counts[NAMES[key]] = sum(bool(o[key]) for o in outcomes)
     counts["exit_0"] = sum(o["code"] == 0 for o in outcomes)
     counts["exit_1"] = sum(o["code"] == 1 for o in outcomes)
-    counts["exit_2"] = sum(o["code"] == 2 for o in outcomes)
+    counts["exit_other"] = sum(o["code"] not in (0, 1) for o in outcomes)
     counts["by_kind"] = {k: sum(o["kind"] == k for o in outcomes) for k in sorted({o["kind"] for o in outcomes})}
     return counts

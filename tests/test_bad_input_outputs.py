@@ -68,10 +68,10 @@ def test_unknown_plot_format_is_refused_before_work(cli, tmp_path):
     assert code == 1 and "figure format" in err and not (tmp_path / "p.xyz").exists()
 
 
-def test_usage_errors_exit_2_bad_input_exits_1(cli):
-    assert cli("simulate", "lenet5", "-c", "dgx-h100", "--dpp", "2")[0] == 2
-    assert cli("estimate")[0] == 2
-    assert cli("estimate", "lenet5", "-c", "dgx-h100", "--batch", "many")[0] == 2
+def test_usage_errors_and_bad_input_exit_1(cli):
+    assert cli("simulate", "lenet5", "-c", "dgx-h100", "--dpp", "2")[0] == 1
+    assert cli("estimate")[0] == 1
+    assert cli("estimate", "lenet5", "-c", "dgx-h100", "--batch", "many")[0] == 1
     assert cli("estimate", "lenet5", "-c", "no-such-profile")[0] == 1
     assert cli("comm", "allreduce", "--size", "1mb", "--ranks", "8", "--latency", "5us", "--bandwidth", "10GB/s")[0] == 1
 

@@ -98,4 +98,4 @@ def test_json_with_a_file_still_writes_it(cli, tmp_path):
 
 def test_a_missing_model_is_still_a_usage_error(cli):
     code, _, err = cli("estimate", "--cluster", "dgx-h100")
-    assert code == 2 and "Missing argument 'MODEL'" in err
+    assert code == 1 and "Missing argument 'MODEL'" in err

@@ -178,7 +178,7 @@ def test_quick_detects_stale_tables(tmp_path):
 
 def test_quick_without_calibration_is_one_line(tmp_path, cli):
     code, out, err = cli("calibrate", "compute", "--quick", "--out", tmp_path)
-    assert code == 2 and "give --model and --batch" in err and len(err.strip().splitlines()) == 1
+    assert code == 1 and "give --model and --batch" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.torch

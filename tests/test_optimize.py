@@ -161,7 +161,7 @@ def test_cli_table_json_csv(tmp_path, capsys):
     # never overwrite without --force
     assert run(args + ["--csv", str(out_csv)]) == 1
     assert run(args + ["--csv", str(out_csv), "--force"]) == 0
-    assert run(args + ["--objective", "speed"]) == 2  # not an objective: usage error
+    assert run(args + ["--objective", "speed"]) == 1  # not an objective: a usage error, bad input
     assert run(args + ["--objective", "cost"]) == 1  # the whole run's cost needs a token budget (--tokens)
 
 

@@ -124,6 +124,27 @@ def test_stacks_lists_and_shows_every_key_with_its_source(capsys):
     assert all("55ba1f7" in s for s in rec["sources"].values())
 
 
+def test_stacks_diff_names_every_key_that_differs_and_nothing_else(capsys, tmp_path):
+    a, b = load_stack("megatron-lm-2021"), load_stack("megatron-lm-2022")
+    assert run(["stacks", "diff", "megatron-lm-2021", "megatron-lm-2022", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    differ = {d["key"]: d for d in rec["differ"]}
+    keys = set(a.values) | set(b.values)
+    assert set(differ) == {k for k in keys if a.values.get(k) != b.values.get(k)} == {"grad_accumulation", "tp_async_backward"}
+    assert differ["tp_async_backward"]["a"] is False and differ["tp_async_backward"]["b"] is True
+    assert "e269e20" in differ["grad_accumulation"]["a_source"] and "55ba1f7" in differ["grad_accumulation"]["b_source"]
+    assert set(rec["same"]) == {k for k in keys if k not in differ}
+    # a key one stack leaves unset is compared with what a strategy then runs (the Strategy default)
+    assert run(["stacks", "diff", "megatron-core", "fsdp2", "--json"]) == 0
+    rec_mc = json.loads(capsys.readouterr().out)
+    unset = next(d for d in rec_mc["differ"] if d["key"] == "fsdp_units")
+    assert unset["a"] == "bucket" and "not set by the stack" in unset["a_source"] and unset["b"] == "block"
+    assert run(["stacks", "diff", "megatron-core", "megatron-core"]) == 0
+    assert "0 key(s) differ" in capsys.readouterr().out
+    assert run(["stacks", "diff", "megatron-core", "tensorflow-1999"]) == 1
+    assert "unknown stack 'tensorflow-1999'" in capsys.readouterr().err
+
+
 def test_the_summary_names_the_stack_in_its_first_lines(capsys):
     assert run(["simulate", "gpt2", "-c", "dgx-h100", "--set", "layers=2"]) == 0
     head = capsys.readouterr().out.splitlines()[:4]

@@ -142,7 +142,7 @@ def test_cli_table_csv_plot_and_bad_spec(tmp_path, capsys):
     assert run(["sweep", str(unknown), "--out", str(tmp_path / "u.jsonl")]) == 1
     err = capsys.readouterr().err
     assert "no-such-model" in err and err.count("\n") == 1
-    assert run(["sweep", str(path), "--scheduler", "tcp://127.0.0.1:1", "--dask-local", "2"]) == 2
+    assert run(["sweep", str(path), "--scheduler", "tcp://127.0.0.1:1", "--dask-local", "2"]) == 1
 
 
 def test_results_never_go_into_an_input(tmp_path, capsys):

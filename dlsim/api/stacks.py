@@ -9,12 +9,14 @@ a record names the stack, where it came from, the keys it set and the keys the c
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable, Mapping
 
 from dlsim.io.stack_yaml import load_stack
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
-from dlsim.spec.stack import Stack, device_dtype, stack_fields
+from dlsim.spec.stack import STACK_KEYS, Stack, device_dtype, stack_fields
+from dlsim.spec.strategy import Strategy
 
 DEFAULT_STACK = "pytorch"
 """The stack of a model that names none: eager PyTorch 2 as its documentation recommends for
@@ -66,3 +68,38 @@ def stack_record(stack: Stack, why: str, given: Iterable[str]) -> dict[str, Any]
     names = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
     rec["overridden"] = sorted(names.get(k, k) for k in stack.values if k in given)
     return rec
+
+
+_RECORD_NAMES = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
+_UNSET = {"dtype": "the model's", "grad_reduce_dtype": "the training dtype"}
+
+
+def unset_value(key: str) -> Any:
+    """What a strategy runs for stack key `key` when its stack does not set it: the `Strategy`
+    default (the model's dtype for ``dtype``, the training dtype for ``grad_reduce_dtype``)."""
+    if key in _UNSET:
+        return _UNSET[key]
+    f = next(f for f in dataclasses.fields(Strategy) if f.name == key)
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    return list(value) if isinstance(value, tuple) else value
+
+
+def stack_diff(a: Stack, b: Stack) -> dict[str, Any]:
+    """Where stacks `a` and `b` differ, key by key (`STACK_KEYS` order): each side's value (or, for a
+    key one of them leaves unset, what a strategy then runs: `unset_value`) and the source it was read
+    from; and the keys on which they agree."""
+    differ, same = [], {}
+    for key in STACK_KEYS:
+        if key not in a.values and key not in b.values:
+            continue
+        va, vb = (list(v) if isinstance(v, tuple) else v
+                  for v in (s.values[key] if key in s.values else unset_value(key) for s in (a, b)))
+        if va == vb:
+            same[_RECORD_NAMES.get(key, key)] = va
+            continue
+        differ.append({"key": _RECORD_NAMES.get(key, key), "a": va, "b": vb,
+                       "a_source": a.sources.get(key, "not set by the stack: the strategy's default"),
+                       "b_source": b.sources.get(key, "not set by the stack: the strategy's default")})
+    side = ("name", "version", "framework")
+    return {"kind": "stack_diff", "a": {k: getattr(a, k) for k in side}, "b": {k: getattr(b, k) for k in side},
+            "differ": differ, "same": same}

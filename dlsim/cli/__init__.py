@@ -1,9 +1,9 @@
 """The `dlsim` command line: a thin click layer over `dlsim.api`.
 
 Exit codes, the same for every command: 0 done; 1 bad input or an infeasible strategy (one line on
-stderr, at most `MAX_ERROR_CHARS` characters, naming the file, the field and the reason); 2 a usage
-error (an unknown option, a missing argument, a value of the wrong type: click's convention); 130
-interrupted. An unexpected exception is a bug: one line saying so, exit 1, and the traceback with
+stderr, at most `MAX_ERROR_CHARS` characters, naming the file, the field and the reason), a usage error
+(an unknown option, a missing argument, a value of the wrong type) included: it is bad input too, and a
+script checks one code; 130 interrupted. An unexpected exception is a bug: one line saying so, exit 1, and the traceback with
 ``DLSIM_DEBUG=1``. Command groups live in their own modules and register themselves on `main`.
 """
 
@@ -71,7 +71,7 @@ def main() -> None:
     """Predict and optimise the runtime of parallel deep-learning training.
 
     Run `dlsim COMMAND --help` for a command's options. Exit codes: 0 done, 1 bad input or an
-    infeasible strategy (one line on stderr), 2 a usage error.
+    infeasible strategy (one line on stderr; a usage error too).
     """
 
 
@@ -82,7 +82,7 @@ def _register() -> None:
 
 
 MAX_ERROR_CHARS = 300
-USAGE_EXIT = 2
+USAGE_EXIT = 1  # click's convention is 2; bad input of every kind exits 1 here
 INTERRUPTED_EXIT = 130
 _RESUME: list[str] = []
 
@@ -112,7 +112,7 @@ def _fail(message: str) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI; return its exit code (0 done, 1 bad input or infeasible, 2 usage, 130 interrupted).
+    """Run the CLI; return its exit code (0 done, 1 bad input, usage errors included, or infeasible, 130 interrupted).
     Every file the command reads is an input no output of it may be (`dlsim.io.runfiles.run_scope`)."""
     from dlsim.io.runfiles import run_scope
     _RESUME.clear()

@@ -8,7 +8,7 @@ from dlsim.cli import main
 from dlsim.cli.options import json_option
 from dlsim.cli.output import emit_record
 from dlsim.io.stack_yaml import all_stacks, load_stack
-from dlsim.report.stack_text import stack_table, stacks_table
+from dlsim.report.stack_text import stack_diff_table, stack_table, stacks_table
 
 
 @main.group("stacks", invoke_without_command=True)
@@ -17,7 +17,8 @@ from dlsim.report.stack_text import stack_table, stacks_table
 def stacks_group(ctx: click.Context, json_out: str | None) -> None:
     """List the software stacks (framework and version) a run can name with --stack.
 
-    `dlsim stacks show NAME` prints every key of one stack with the framework code it was read from.
+    `dlsim stacks show NAME` prints every key of one stack with the framework code it was read from;
+    `dlsim stacks diff A B` the keys two stacks set differently.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -34,3 +35,15 @@ def show_cmd(name: str, json_out: str | None) -> None:
     rec = {**s.to_dict(), "description": s.description, "repositories": list(s.repositories),
            "sources": {k: s.sources[k] for k in s.values}, "notes": list(s.notes), "path": s.path}
     emit_record(rec, json_out, stack_table)
+
+
+@stacks_group.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--sources", is_flag=True, help="Print the framework code each value was read from.")
+@json_option
+def diff_cmd(a: str, b: str, sources: bool, json_out: str | None) -> None:
+    """The keys stacks A and B (names from `dlsim stacks` or stack YAML files) set differently; a key
+    one stack leaves unset shows what a strategy then runs. The JSON record has every source."""
+    from dlsim.api.stacks import stack_diff
+    emit_record(stack_diff(load_stack(a), load_stack(b)), json_out, lambda rec: stack_diff_table(rec, sources))
