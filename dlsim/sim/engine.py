@@ -139,6 +139,8 @@ class _Run:
                 wanted = ordered[t.ports] = tuple(sorted((p for p in t.ports if p in self.resources),
                                                          key=self.port_key))
             self.acquire.append(wanted)
+        self.group_acquire = [tuple(sorted((p for p in gr.ports if p in self.resources), key=self.port_key))
+                              for gr in graph.groups]
         self.group_left = [len(gr.members) for gr in graph.groups]
         self.group_done: list[Fired | None] = [None] * len(graph.groups)
         self.group_start = [0.0] * len(graph.groups)
@@ -313,15 +315,14 @@ class _Run:
             self.at_peak[device] = dict(zip(MEMORY_KINDS, row))
 
     def _acquire(self, ports: tuple[int, ...]):
-        """Request ports in one global order (all out ports before all in ports, then by id), so
-        that two transfers can never wait for each other."""
+        """Request contended ports in one global order (all out ports before all in ports, then by
+        id: `acquire`, `group_acquire`), so that two transfers can never wait for each other."""
         held = []
-        for p in sorted(ports, key=self.port_key):
-            res = self.resources.get(p)
-            if res is not None:
-                req = res.request()
-                held.append((res, req))
-                yield req
+        for p in ports:
+            res = self.resources[p]
+            req = res.request()
+            held.append((res, req))
+            yield req
         return held
 
     @staticmethod
@@ -470,7 +471,7 @@ class _Run:
             if devices:
                 self._comm(devices, -1)
         else:
-            held = (yield from self._acquire(gr.ports)) if gr.ports else ()
+            held = (yield from self._acquire(self.group_acquire[gid])) if gr.ports else ()
             now = self.group_start[gid] = self.env.now
             for t in members:
                 self._memory(t.device, t.mem_start)
