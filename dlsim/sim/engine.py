@@ -50,9 +50,9 @@ class Timeline:
 
     `memory_peak[d]` is the largest dynamic (activations, gathered parameters, workspace, buffers)
     total of device d, `memory_peak_time[d]` when it was first reached and `memory_at_peak[d]` its
-    split by kind; `events` counts the SimPy events processed. `stretched[tid]` holds the actual end
-    time of each segment (`Task.segments()`) of a task slowed by overlapping communication; a task
-    not in it ran its segments back to back at their nominal durations.
+    split by kind; `events` counts the SimPy events processed (`dlsim.sim.events`). `stretched[tid]`
+    holds the actual end time of each segment (`Task.segments()`) of a task slowed by overlapping
+    communication; a task not in it ran its segments back to back at their nominal durations.
     """
 
     start: list[float]
@@ -553,7 +553,7 @@ def execute(graph: TaskGraph) -> Timeline:
     for t in graph.tasks:
         if t.stream < 0:
             Driver(env, run.standalone(t.tid))
-    steps = run_to_end(env)
+    steps = run_to_end(env) + sum(getattr(port, "elided", 0) for port in run.resources.values())
     missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
     if missing:
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")

@@ -6,7 +6,8 @@ when it is triggered (`Environment.schedule`: time now + delay, a priority, the 
 environment's counter) and its callbacks run when the loop pops it. Here the same events are pushed
 on the same queue at the same moments with the same keys, so the order of everything, the ties
 included, is SimPy's and a timeline is the one `simpy.Process`, `Timeout` and `Event.succeed` give,
-bit for bit (tests/test_sim_ports.py runs graphs with SimPy's own `Resource` as well):
+bit for bit (tests/test_sim_ports.py runs graphs on SimPy's own primitives and compares the events
+popped, key for key):
 
 * `Fired`: an event with its callbacks, ok and value only (what the loop, a process and the engine
   read of a `Timeout`, a succeeded `Event` or a granted request); `timeout`, `succeed` and `urgent`
@@ -14,7 +15,8 @@ bit for bit (tests/test_sim_ports.py runs graphs with SimPy's own `Resource` as 
 * `Driver`: `simpy.Process` for a generator that yields such events (its start at URGENT priority,
   its callback on each event it waits for, its own event pushed when the generator returns), with
   one bound callback instead of one per wait;
-* `Port`: a `simpy.Resource(env, capacity=1)`'s request and release;
+* `Port`: a `simpy.Resource(env, capacity=1)`'s request and release (a release nobody waits for,
+  a no-op event, counted and its id drawn but not pushed);
 * `run_to_end`: `env.step()` until the queue is empty.
 Processes that wait for several events (`simpy.AllOf`) stay SimPy's own.
 """
@@ -90,13 +92,19 @@ class Port:
     """A link port one task holds at a time: `simpy.Resource(env, capacity=1)`'s request and release,
     event for event (a request is an event, pushed at once when the port is free and nobody waits; a
     release is an event pushed at once, whose processing grants the port to the oldest waiter),
-    without the generic put/get queue machinery."""
+    without the generic put/get queue machinery.
 
-    __slots__ = ("env", "busy", "queue", "released")
+    A release while nobody waits is not pushed: by the time SimPy would process it the port is either
+    still free with nobody waiting (a request meanwhile is granted at once) or taken by such a request,
+    and it does nothing. Its id is drawn all the same, so that every other event keeps SimPy's key, and
+    it is counted (`elided`) among the events processed."""
+
+    __slots__ = ("env", "busy", "queue", "released", "elided")
 
     def __init__(self, env: simpy.Environment):
         self.env, self.busy, self.queue = env, False, deque()
         self.released = self._released
+        self.elided = 0
 
     def request(self) -> Fired:
         ev = Fired()
@@ -118,9 +126,13 @@ class Port:
 
     def release(self, request: Fired) -> None:
         self.busy = False
+        env = self.env
+        if not self.queue:  # a no-op when processed (see the class docstring)
+            next(env._eid)
+            self.elided += 1
+            return
         ev = Fired()
         ev.callbacks.append(self.released)
-        env = self.env
         heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
 
     def _released(self, _event: Fired) -> None:
