@@ -354,6 +354,7 @@ def _bounds(folder: Path) -> list[tuple[list[str], str, list[str]]]:
         (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--storage-write-per-node", ["0", "-1"]),
         (["run", "gpt2", "-c", "dgx-h100", "--tokens", "1T"], "--batch-schedule", ["x", "0:1T", "1024:-1"]),
         (["stacks", "show"], "NAME", ["bogus", "", str(folder / "missing.yaml")]),
+        (["stacks", "diff", "pytorch"], "NAME", ["bogus", "", str(folder / "missing.yaml")]),
     ]
 
 

@@ -44,6 +44,7 @@ class StrategyFields(TypedDict, total=False):
     p2p_overlap: bool
     p2p_scatter_gather: bool
     fused_kernels: tuple[str, ...]
+    loss_kernel: str
     recompute_layers: int
     grad_accumulation: str
     ep: int

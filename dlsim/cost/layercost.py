@@ -75,7 +75,9 @@ class PassCost:
     each from that op's curve (an unfused attention's scaling, softmax, dropout and layout copies).
     `flash` marks an attention core run as one flash kernel: its batched GEMMs are priced as that
     kernel (`dlsim.cost.flash`), not one by one; `unfused` an unfused core, whose batched GEMMs
-    `dlsim.cost.unfused` prices.
+    `dlsim.cost.unfused` prices. `chain` names the loss implementation (`dlsim.cost.loss`) whose kernel
+    chain the pass is: priced by the roofline of its bytes, never by the operator's measured curve (a
+    measurement of another kernel, indexed by another byte count).
     """
 
     flops: float = 0.0
@@ -89,6 +91,7 @@ class PassCost:
     parts: tuple[tuple[str, str, "PassCost"], ...] = ()
     flash: FlashKernel | None = None
     unfused: UnfusedCore | None = None
+    chain: str = ""
 
     @property
     def bytes(self) -> float:

@@ -17,6 +17,7 @@ from typing import Callable
 
 from dlsim.cost.attention import attention_cost, mla_cost, sdpa_cost
 from dlsim.cost.eager import glu_chain, rmsnorm_chain
+from dlsim.cost.loss import loss_chain
 from dlsim.cost.layercost import ACTIVATION_FLOPS, GLU_FLOPS, INDEX_BYTES, MASK_BYTES, NO_PASS, Gemm, LayerCost, PassCost, elementwise, without_gemms
 from dlsim.cost.moe import MOE_ROUTED_GEMMS, ROUTER_BYTES, moe_cost
 from dlsim.cost.workdepth import clog2, conv_direct_depth
@@ -248,13 +249,15 @@ def _recurrent(layer: Layer, n: int, b: int) -> LayerCost:
                      internal_backward=without_gemms(bwd_x, input_grad, state_bytes))
 
 
-def _cross_entropy(layer: Layer, n: int, b: int) -> LayerCost:
+def _cross_entropy(layer: Layer, n: int, dtype: str, loss: str) -> LayerCost:
     """Softmax cross-entropy over V classes (S002 §2.1, ℓ_ce): log-softmax and pick ≈ 5 FLOP/element,
-    depth 2⌈log2 V⌉; backward softmax − one-hot ≈ 4 FLOP/element."""
+    depth 2⌈log2 V⌉; backward softmax − one-hot ≈ 4 FLOP/element; the kernels as the stack's `loss`
+    implementation runs them (`dlsim.cost.loss`)."""
     elems, v = n * layer.in_elements, layer.in_shapes[0][-1]
-    fwd = PassCost(5 * elems, 5 * elems, 2 * clog2(v), elems * b, (elems // v) * 4)
-    bwd = PassCost(4 * elems, 4 * elems, 2 * clog2(v), elems * b, elems * b)
-    return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
+    fwd, bwd, kept = loss_chain(loss, elems, elems // v, dtype)
+    if kept is None:
+        return LayerCost(fwd, bwd, NO_PASS, saves_input=True)
+    return LayerCost(fwd, bwd, NO_PASS, extra_saved_bytes=kept)
 
 
 def _conv_transpose2d(layer: Layer, n: int, b: int) -> LayerCost:
@@ -335,17 +338,18 @@ _RULES: dict[str, Callable[[Layer, int, int], LayerCost]] = {
     "softmax": _softmax, "dropout": _dropout, "add": _add, "concat": _concat,
     "flatten": _view, "reshape": _view, "embedding": _embedding,
     "lstm": _recurrent, "gru": _recurrent, "rnn": _recurrent,
-    "attention": attention_cost, "cross_entropy": _cross_entropy,
+    "attention": attention_cost,
     "relu6": _activation, "silu": _activation, "conv_transpose2d": _conv_transpose2d, "groupnorm": _groupnorm,
     "matmul": _matmul, "sdpa": sdpa_cost, "generic": _generic,
 }
 
 
 def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[str] = frozenset(),
-               ep: int = 1) -> LayerCost:
+               ep: int = 1, loss: str = "single_pass") -> LayerCost:
     """Cost of `layer` for `batch` samples with elements of `dtype`, with the fused kernels `fused`
     (`FUSIONS`; fusions across layers, such as bias_dropout_add, are `fuse_dropout_add`); a
-    mixture of experts as its busiest rank runs it under expert parallelism of degree `ep`."""
+    mixture of experts as its busiest rank runs it under expert parallelism of degree `ep`; a
+    cross-entropy as the stack's `loss` kernel computes it (`LOSS_KERNELS`)."""
     if batch < 1:
         raise ValueError(f"batch must be positive, got {batch}")
     if layer.type == "attention":
@@ -358,6 +362,8 @@ def layer_cost(layer: Layer, batch: int, dtype: str = "fp32", fused: frozenset[s
         return _rmsnorm(layer, batch, DTYPE_BYTES[dtype], "rmsnorm" in fused)
     if layer.type in ("swiglu", "geglu"):
         return _glu(layer, batch, DTYPE_BYTES[dtype], "glu" in fused)
+    if layer.type == "cross_entropy":
+        return _cross_entropy(layer, batch, dtype, loss)
     return _RULES[layer.type](layer, batch, DTYPE_BYTES[dtype])
 
 

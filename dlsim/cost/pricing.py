@@ -78,7 +78,7 @@ def price_pass(cost: PassCost, op_type: str, pass_name: str, device: Device, dty
                     rest = 0.0  # the parts are the element-wise work; bias adds run inside addmm's GEMM
                 if rest > 0:  # element-wise remainder (biases, gates; attention's without measured curves)
                     found = found + roofline_time(rest, 0.0, device, dtype, matrix=False, kernels=0)
-        if found is None and not cost.gemms:
+        if found is None and not cost.gemms and not cost.chain:
             found = tables.memory_bound(op_type, pass_name, cost, dtype)
         if found is None and op_type == "generic" and cost.kind == "memory":  # GENERIC_LIKE: see the module doc
             found = tables.memory_bound(*GENERIC_LIKE, cost, dtype)

@@ -107,11 +107,12 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
                       tables: KernelTimes | None = None, ep: int = 1, ep_overlap: bool = False,
                       overrides: Mapping[str, tuple[Estimate, Estimate, float]] | None = None,
                       sequence_parallel: bool = False, fused: frozenset[str] = frozenset(),
-                      forced: Sequence[str] | None = None) -> tuple[LayerEntry, ...]:
+                      forced: Sequence[str] | None = None, loss: str = "single_pass") -> tuple[LayerEntry, ...]:
     """The per-device cost of every layer of `model`.
 
     `sequence_parallel` splits the layers between tensor-parallel regions along the sequence;
-    `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`). The
+    `fused` names the fused kernels of the software stack (`dlsim.spec.strategy.FUSIONS`), `loss` its
+    cross-entropy kernels (`dlsim.cost.loss`). The
     gradient accumulation is added afterwards (`with_grad_accumulation`), once the stages are cut.
 
     `ep` spreads the experts of mixture-of-experts layers over that many ranks
@@ -161,7 +162,7 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         in_block, mm = blocks[layer.name] is not None, mms.get(layer.name)
         key = (classes[i], b, t, role.role, fusion, in_block, mm and (mm[0] % 2, mm[1]))
         if key not in priced:
-            full = layer_cost(layer, b, dtype, fused, ep=ep)
+            full = layer_cost(layer, b, dtype, fused, ep=ep, loss=loss)
             if fusion:  # a dropout and the residual add consuming it (Megatron-LM's bias_dropout_add)
                 full = _fused_dropout_add(model, layer, full, fused_pairs, b, dtype)
             cost = shard_cost(layer, full, role, t, b)

@@ -239,18 +239,20 @@ class ScenarioBuilder:
 
     def base_table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
                    ep_overlap: bool = False, cp: int = 1, microbatches: int = 1, dp: int = 1,
-                   layer_groups: tuple = (), tp_comm_overlap: bool | str = False, spatial: tuple = ()) -> LayerTable:
+                   layer_groups: tuple = (), tp_comm_overlap: bool | str = False, spatial: tuple = (),
+                   loss: str = "single_pass") -> LayerTable:
         """The layer table without gradient accumulation (tensor, context and spatial parallelism,
         fusions, experts, layer groups' switches; FP8 casts, which depend on the micro-batch count; with
         `tp_comm_overlap` the sequence-parallel collectives chunked beside their GEMMs). `spatial` =
-        (grid, halo_overlap) of a spatial split (empty: none)."""
+        (grid, halo_overlap) of a spatial split (empty: none); `loss` the stack's cross-entropy kernels
+        (`dlsim.cost.loss`)."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches if self.fp8 else 0,
                (dp, layer_groups) if layer_groups else ()) + (("tp overlap", tp_comm_overlap) if tp_comm_overlap else ()) \
-            + ((spatial,) if spatial else ())
+            + ((spatial,) if spatial else ()) + ((("loss", loss),) if loss != "single_pass" else ())
         t = self._base_tables.get(key)
         if t is None:
             t = self._base_tables[key] = self._shared(("base",) + key, lambda: self._build_base(
-                tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, tp_comm_overlap, spatial))
+                tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, tp_comm_overlap, spatial, loss))
         return t
 
     def _shared(self, key: tuple, make: Callable[[], LayerTable]) -> LayerTable:
@@ -282,7 +284,7 @@ class ScenarioBuilder:
 
     def _build_base(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...], ep: int, ep_overlap: bool, cp: int,
                     microbatches: int, dp: int, layer_groups: tuple, tp_comm_overlap: bool | str,
-                    spatial: tuple) -> LayerTable:
+                    spatial: tuple, loss: str = "single_pass") -> LayerTable:
         """`base_table` built (`build_layer_table` and the transformations of the module docstring)."""
         local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
         fusions = frozenset(fused)
@@ -293,7 +295,7 @@ class ScenarioBuilder:
             batch, degree = mbs, tp
         entries = build_layer_table(local, self.device, self.dtype, batch=batch, tp=degree, tables=self.tables,
                                     ep=ep, ep_overlap=ep_overlap, overrides=self.layer_overrides,
-                                    sequence_parallel=sp, fused=fusions,
+                                    sequence_parallel=sp, fused=fusions, loss=loss,
                                     forced=forced_splits(modes) if layer_groups else None)
         if layer_groups:
             entries = add_transitions(local, entries, modes, dp, mbs, self.dtype, tp)
@@ -309,16 +311,16 @@ class ScenarioBuilder:
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,
               ep_overlap: bool = False, accumulation: float = 0.0, cp: int = 1, microbatches: int = 1,
               dp: int = 1, layer_groups: tuple = (), tp_comm_overlap: bool | str = False,
-              spatial: tuple = ()) -> LayerTable:
+              spatial: tuple = (), loss: str = "single_pass") -> LayerTable:
         """`base_table` with `accumulation` bytes per parameter of gradient accumulation per
         micro-batch (`with_grad_accumulation`); it shares the base's partitions and key."""
         key = (tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches if self.fp8 else 0,
                (dp, layer_groups) if layer_groups else ()) + (("tp overlap", tp_comm_overlap) if tp_comm_overlap else ()) \
-            + ((spatial,) if spatial else ())
+            + ((spatial,) if spatial else ()) + ((("loss", loss),) if loss != "single_pass" else ())
         t = self._layer_tables.get(key)
         if t is None:
             base = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups,
-                                   tp_comm_overlap, spatial)
+                                   tp_comm_overlap, spatial, loss)
             if accumulation <= 0:
                 t = base
             else:
@@ -331,14 +333,15 @@ class ScenarioBuilder:
     def strategy_base(self, s: Strategy) -> LayerTable:
         """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
         return self.base_table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
-                               s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap, spatial_key(s))
+                               s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap, spatial_key(s),
+                               s.loss_kernel)
 
     def strategy_table(self, s: Strategy) -> LayerTable:
         """The layer table `s` runs on (`strategy_base` with the gradient accumulation)."""
         accumulation = grad_accumulation_bytes(s.grad_accumulation, self.dtype, s.num_microbatches)
         return self.table(s.tp, s.sequence_parallel, s.microbatch_size, s.fused_kernels, s.ep, s.ep_overlap,
                           accumulation, s.cp, s.num_microbatches, s.dp, s.layer_groups, s.tp_comm_overlap,
-                          spatial_key(s))
+                          spatial_key(s), s.loss_kernel)
 
     # -- stages, layout, pricer ----------------------------------------------------------------
     def ranges(self, s: Strategy, t: LayerTable) -> list[tuple[int, int]]:

@@ -469,6 +469,15 @@ def table_op(layer_type: str, attrs: Mapping[str, Any]) -> str:
     return layer_type
 
 
+LOSS_KERNELS = ("single_pass", "megatron", "megatron_fused", "torch")
+"""How a stack computes the softmax cross-entropy (strategy and stack key `loss_kernel`; the kernels and
+their bytes in `dlsim.cost.loss`): single_pass (one kernel reading the logits in the training dtype each
+way: a stack whose loss code is not named), megatron (Megatron-LM's vocab-parallel cross-entropy on an
+fp32 copy of the logits, one kernel per operation), megatron_fused (Megatron-Core's
+cross_entropy_loss_fusion under torch.compile), torch (``F.cross_entropy`` on fp32 logits: cast,
+log_softmax, nll_loss)."""
+
+
 @dataclass(frozen=True)
 class OpType:
     """An operator type: attribute defaults, shape rule, parameter count, number of inputs."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Collection, Mapping
 
-STACK_KEYS = ("dtype", "fused_kernels", "optimizer", "optimizer_impl", "grad_accumulation", "grad_reduce_dtype", "zero_grad_reduce",
+STACK_KEYS = ("dtype", "fused_kernels", "loss_kernel", "optimizer", "optimizer_impl", "grad_accumulation", "grad_reduce_dtype", "zero_grad_reduce",
               "fsdp_units", "fsdp_copies", "tp_async_backward", "sequence_parallel",
               "tp_comm_overlap", "p2p_overlap", "p2p_scatter_gather", "overlap", "bucket_size", "first_bucket_size", "zero",
               "param_gather_overlap", "recompute")

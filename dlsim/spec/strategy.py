@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Optional, get_type_hints
 from pydantic import BeforeValidator, Field, create_model
 
 from dlsim.errors import SpecError
+from dlsim.spec.ops import LOSS_KERNELS
 from dlsim.spec.typed import Count, Fraction, NonNegativeInt, Positive, Record, Seq, as_tuple, fail, validate
 from dlsim.units import MIB
 
@@ -108,10 +109,8 @@ def flash_kernel(fused) -> str | None:
 OFFLOADS = ("none", "activations", "optimizer", "both")
 """What goes to host memory over the device's host link (strategy key `offload`, `dlsim.plan.offload`)."""
 
-DEFAULT_BUCKET_BYTES = 25 * MIB
-"""PyTorch DDP `bucket_cap_mb = 25` (torch/csrc/distributed/c10d/reducer.hpp kDefaultBucketBytesCap)."""
-DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
-"""PyTorch DDP kDefaultFirstBucketBytes."""
+DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES = 25 * MIB, 1 * MIB
+"""PyTorch DDP's `bucket_cap_mb = 25` and its first bucket's kDefaultFirstBucketBytes (torch/csrc/distributed/c10d/reducer.hpp)."""
 
 
 @dataclass(frozen=True)
@@ -196,9 +195,9 @@ class Strategy:
     mixture-of-experts layer spread over ep data-parallel ranks, tokens dispatched to them and
     combined back by all-to-alls, expert gradients reduced over the dp·cp/ep ranks holding the same
     experts (`dlsim.plan.expertparallel`); `ep_overlap` runs the shared experts beside those
-    all-to-alls (Megatron-Core's --moe-shared-expert-overlap). `fused_kernels` names the fused kernels the software stack runs
-    (`dlsim.cost.layers.FUSIONS`); none is assumed. `grad_accumulation` says how each
-    micro-batch's weight gradient is added into the gradient buffer (`GRAD_ACCUMULATIONS`).
+    all-to-alls (Megatron-Core's --moe-shared-expert-overlap). `fused_kernels` names the stack's fused kernels
+    (`FUSIONS`; none assumed), `loss_kernel` its cross-entropy (`LOSS_KERNELS`, `dlsim.cost.loss`),
+    `grad_accumulation` how each micro-batch's weight gradient is added into the gradient buffer.
     `cp` is the context-parallel degree: each of `cp` ranks holds 1/cp of every sequence (two of
     its 2·cp chunks, Megatron-LM's causal load balancing) and runs ring attention over the cp
     group (`dlsim.plan.contextparallel`); gradients are reduced over dp x cp. `hybrid_shard`
@@ -271,6 +270,7 @@ class Strategy:
     p2p_overlap: bool = True
     p2p_scatter_gather: bool = False
     fused_kernels: tuple[str, ...] = ()
+    loss_kernel: str = "single_pass"
     recompute_layers: int = 1
     ep: int = 1
     ep_overlap: bool = False
@@ -337,7 +337,7 @@ class Strategy:
             "optimizer": self.optimizer, "dtype": self.dtype,
             "sequence_parallel": self.sequence_parallel, "tp_async_backward": self.tp_async_backward,
             "p2p_overlap": self.p2p_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
-            "fused_kernels": list(self.fused_kernels), "ep": self.ep, "ep_overlap": self.ep_overlap,
+            "fused_kernels": list(self.fused_kernels), "loss_kernel": self.loss_kernel, "ep": self.ep, "ep_overlap": self.ep_overlap,
             "recompute_layers": self.recompute_layers, "grad_accumulation": self.grad_accumulation,
             "cp": self.cp, "hybrid_shard": self.hybrid_shard, "offload": self.offload,
             "optimizer_impl": self.optimizer_impl, "grad_reduce_dtype": self.grad_reduce_dtype or None,
@@ -381,23 +381,23 @@ TP_OVERLAP_CONFIGS = ("llama3.1-70b", "llama3.1-405b", "gpt3-175b")
 """`tp_comm_overlap`'s named userbuffer configurations: the ``ub_tp_comm_overlap_cfg`` of NVIDIA's
 dgxc-benchmarking recipes of those models (`dlsim.plan.tpoverlap.CONFIGS`)."""
 GRAD_REDUCE_DTYPES = ("", "fp32", "bf16", "fp16")
+"""`grad_reduce_dtype`: empty for the default (fp32 for an fp32 accumulation, else the training dtype)."""
 
 
 def _tp_overlap(value: Any) -> Any:
     if isinstance(value, bool) or value in TP_OVERLAP_CONFIGS:
         return value
     raise fail(f"must be true, false or a userbuffer configuration ({', '.join(TP_OVERLAP_CONFIGS)}), got {value!r}")
-"""`grad_reduce_dtype`: empty for the default (fp32 for an fp32 accumulation, else the training dtype)."""
+
+
 _RANGES: dict[str, Any] = {
     **{name: Count for name in ("dp", "tp", "pp", "cp", "ep", "microbatch_size", "num_microbatches", "virtual_stages",
-                                "ps_shards", "fetch_every", "push_every", "iterations", "recompute_layers",
-                                "spatial")},
-    "spatial_w": NonNegativeInt,
-    "staleness": NonNegativeInt, "zero": Annotated[int, Field(ge=0, le=3)], "bucket_size": Positive, "first_bucket_size": Positive,
+                                "ps_shards", "fetch_every", "push_every", "iterations", "recompute_layers", "spatial")},
+    "spatial_w": NonNegativeInt, "staleness": NonNegativeInt, "zero": Annotated[int, Field(ge=0, le=3)], "bucket_size": Positive, "first_bucket_size": Positive,
     "schedule": Literal[SCHEDULES], "sync": Literal[SYNCS], "recompute": Literal[RECOMPUTE],
     "optimizer": Literal[OPTIMIZERS], "offload": Literal[OFFLOADS], "grad_accumulation": Literal[GRAD_ACCUMULATIONS],
     "optimizer_impl": Literal[OPTIMIZER_IMPLS], "grad_reduce_dtype": Literal[GRAD_REDUCE_DTYPES],
-    "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES], "fsdp_units": Literal[FSDP_UNITS],
+    "zero_grad_reduce": Literal[ZERO_GRAD_REDUCES], "fsdp_units": Literal[FSDP_UNITS], "loss_kernel": Literal[LOSS_KERNELS],
     "tp_comm_overlap": Annotated[bool | Literal[TP_OVERLAP_CONFIGS], BeforeValidator(_tp_overlap)],
     "stack": Annotated[str, Field(max_length=4096)],
     "dtype": Optional[Literal[DTYPES]], "fused_kernels": Seq[Literal[FUSIONS]],
@@ -596,6 +596,5 @@ def validate_strategy(s: Strategy) -> Strategy:
     if s.cp > 1 and s.sync != "allreduce":
         raise SpecError(f"context parallelism needs sync allreduce, got {s.sync}", field="cp")
     if s.cp > 1 and s.layer_groups:
-        raise SpecError("context parallelism splits the sequence of every layer; it cannot be combined with "
-                        "layer_groups", field="cp")
+        raise SpecError("context parallelism splits the sequence of every layer; it cannot be combined with layer_groups", field="cp")
     return s

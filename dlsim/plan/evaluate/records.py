@@ -84,7 +84,7 @@ VALIDATED_FIELDS = ("dp", "tp", "pp", "microbatch_size", "num_microbatches", "sc
                     "recompute", "sequence_parallel", "zero")
 """The strategy fields of the space tests/test_optimize.py holds the evaluator to the simulation on
 (every other field at its default there, but `PRICED_FIELDS`)."""
-PRICED_FIELDS = ("stack", "dtype", "fused_kernels", "optimizer", "optimizer_impl", "grad_accumulation",
+PRICED_FIELDS = ("stack", "dtype", "fused_kernels", "loss_kernel", "optimizer", "optimizer_impl", "grad_accumulation",
                  "grad_reduce_dtype", "zero_grad_reduce")
 """Fields that change only what the scenario prices (the layer table, the optimizer-step timer, the
 gradient buckets' bytes and collective), which both clocks read from one `dlsim.plan.scenario.ScenarioBuilder`, not
