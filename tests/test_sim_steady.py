@@ -53,9 +53,9 @@ CASES = [
     dict(pp=4, tp=2, dp=2, num_microbatches=48, zero=1),
     dict(pp=4, tp=2, dp=2, num_microbatches=48, overlap=False),
     # Megatron-LM 2022's stack (benchmarks/validate_published.py): asynchronous tensor-parallel backward
-    # communication beside the kernels, sequence parallelism, stated fused kernels (run in full:
-    # dlsim.sim.steady.reduced_microbatches; with the extension forced they extend exactly since priced
-    # collectives arbitrate port ties as the full simulation does)
+    # communication beside the kernels, sequence parallelism, stated fused kernels (reduced to about 2·pp
+    # micro-batches, pp dividing the periods left: dlsim.sim.steady.reduced_microbatches; they extend
+    # exactly since priced collectives arbitrate port ties as the full simulation does)
     dict(pp=4, tp=2, dp=1, num_microbatches=60, recompute="selective", sequence_parallel=True, **MEGATRON_2022),
     dict(pp=4, tp=4, dp=1, num_microbatches=64, recompute="full", sequence_parallel=True, **MEGATRON_2022),
     dict(pp=6, tp=2, dp=1, num_microbatches=90, recompute="selective", sequence_parallel=True, **MEGATRON_2022),
@@ -240,3 +240,23 @@ def test_no_cut_past_the_divergence(monkeypatch):
     tl = execute(graph)
     assert extend(graph, tl, info, 38, 4, divergence(graph, tl, 4, 10)) is not None
     assert extend(graph, tl, info, 38, 4, 0.0) is None
+
+
+def test_zigzag_critical_path_is_repeated_by_its_stride(monkeypatch):
+    """GPT-3's layers on 8 stages with Megatron-LM 2022's asynchronous tensor-parallel backward: the
+    critical path runs micro-batch i forward through every stage and back, then the first stage's
+    forward of i + 8, so it returns to a counterpart of itself only pp = 8 periods later. The reduced
+    run (24 of 40 micro-batches: 8 divides the 16 periods left) repeats that segment twice: the full
+    simulation's record."""
+    import dlsim.sim.steady as steady
+
+    strides = []
+    real = steady._segment
+    monkeypatch.setattr(steady, "_segment", lambda *a: (lambda r: (strides.append(r and r[2]), r)[1])(real(*a)))
+    kwargs = dict(overrides={"layers": 16}, nodes=16, tp=8, pp=8, dp=2, global_batch=80, microbatch_size=1,
+                  recompute="selective", stack="megatron-lm-2022", schedule="1f1b")
+    fast = simulate("gpt3-175b", "dgx-a100", **kwargs)
+    assert _extended(fast) and strides[-1] == 8
+    full = _full(monkeypatch, "gpt3-175b", "dgx-a100", **kwargs)
+    assert fast.events < full.events
+    _close(_record(fast), _record(full))

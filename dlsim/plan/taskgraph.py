@@ -36,6 +36,7 @@ WORKSPACE = "workspace"
 BUFFERS = "comm_buffers"
 STAGING = "offload_staging"  # offloaded optimizer state while it visits the device for its step
 MEMORY_KINDS = (ACTIVATIONS, TRANSIENT_PARAMS, WORKSPACE, BUFFERS, STAGING)
+_MEASURED, _INTERPOLATED = Source.MEASURED, Source.INTERPOLATED  # (an enum member looked up once)
 
 
 @dataclass(slots=True)
@@ -195,7 +196,7 @@ class TaskGraph:
                     parts, duration, sum(p[2] for p in parts) / duration if duration > 0 else 0.0)
             duration, measured = totals[1], totals[2]
         else:
-            measured = 1.0 if source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+            measured = 1.0 if source is _MEASURED or source is _INTERPOLATED else 0.0
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
                                mem_start, mem_end, label, cross_stage, parts, rigid, *flow, info, part_info))
         if stream >= 0:

@@ -13,12 +13,18 @@ compute, the rest of its run as communication it waited for.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
+from itertools import chain
+from operator import add
+
+import numpy as np
 
 from dlsim.plan.taskgraph import COMM, COMPUTE, RECOMPUTE, TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.sim.engine import Timeline
 
 STRETCH = "stretch"  # a slowed kernel's lost time inside `window_times` (exposed communication)
+SMALL = 64  # a device's communication intervals up to which plain Python merges them (numpy's calls cost more)
 
 
 @dataclass(frozen=True)
@@ -43,80 +49,211 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _overlap(gap: tuple[float, float], union: list[tuple[float, float]], start: int) -> tuple[float, int]:
-    """Length of `gap` covered by the sorted disjoint `union`, scanning from index `start`."""
-    a, b = gap
-    covered = 0.0
-    i = start
-    while i < len(union) and union[i][1] <= a:
-        i += 1
-    j = i
-    while j < len(union) and union[j][0] < b:
-        covered += min(b, union[j][1]) - max(a, union[j][0])
-        j += 1
-    return covered, i
+def _union_arrays(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_union` of the intervals [a[i], b[i]) given as arrays: the starts and ends of the disjoint
+    merged intervals, in order. No arithmetic: every bound is one of the given ones, so the union is
+    `_union`'s, bit for bit (an interval starts a new one where it starts after the largest end of all
+    before it in start order; ties in that order change nothing)."""
+    keep = b > a
+    if not keep.all():
+        a, b = a[keep], b[keep]
+    if not len(a):
+        return a, b
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(b)
+    first = np.flatnonzero(np.concatenate(([True], a[1:] > reach[:-1])))
+    last = np.concatenate((first[1:] - 1, [len(a) - 1]))
+    return a[first], reach[last]
 
 
-def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool) -> list[DeviceTime]:
-    """Breakdown of every simulated device (see the module docstring)."""
+def _covered(gaps: list[tuple[float, float]], us, ue) -> tuple[list[float], list[float]]:
+    """Per gap (sorted, disjoint): the length the sorted disjoint union (`us`, `ue`: arrays, or lists
+    for a few) covers and the rest, each covered length summed over its union intervals in order
+    from 0.0 (one scan; with arrays, the step-th interval of every gap at once)."""
+    if not gaps:
+        return [], []
+    if isinstance(us, list):
+        covered, rest = [], []
+        i, n = 0, len(us)
+        for a, b in gaps:
+            while i < n and ue[i] <= a:
+                i += 1
+            c, j = 0.0, i
+            while j < n and us[j] < b:
+                c += min(b, ue[j]) - max(a, us[j])
+                j += 1
+            covered.append(c)
+            rest.append((b - a) - c)
+        return covered, rest
+    ga, gb = (np.array(v, dtype=float) for v in zip(*gaps))
+    i = np.searchsorted(ue, ga, side="right")  # the first union interval ending after the gap starts
+    j = np.maximum(i, np.searchsorted(us, gb, side="left"))  # past the last one starting before it ends
+    covered = np.zeros(len(ga))
+    active = np.flatnonzero(j > i)
+    step = 0
+    while len(active):  # the step-th union interval of every gap that has one, added in order
+        k = i[active] + step
+        covered[active] += np.minimum(gb[active], ue[k]) - np.maximum(ga[active], us[k])
+        step += 1
+        active = active[j[active] > i[active] + step]
+    return covered.tolist(), ((gb - ga) - covered).tolist()
+
+
+def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
+    """Per device: the (starts, ends) of every interval its ports were busy and of every task of its
+    communication streams, as lists of arrays or lists of floats (one per port or stream);
+    `device_times` and `window_times` take them (computed once for both)."""
+    starts: list[list] = [[] for _ in graph.devices]
+    ends: list[list] = [[] for _ in graph.devices]
+    nd = max(1, len(graph.devices))
+    busy, owners = [], []
+    taken: dict[int, list[list]] = {}
+    for pid, spans in enumerate(tl.port_busy):
+        dev = graph.ports[pid].device % nd  # (modulo: as a Python index into the per-device lists)
+        # a device's out and in ports often hold the same spans (a collective holds both): once is enough
+        if spans and not any(spans == other for other in taken.get(dev, ())):
+            taken.setdefault(dev, []).append(spans)
+            busy.append(spans)
+            owners.append(dev)
+    count = np.array([len(b) for b in busy], dtype=np.int64)
+    if busy and int(count.sum()) <= SMALL * nd:  # few: plain lists
+        for spans, dev in zip(busy, owners):
+            starts[dev].append([span[0] for span in spans])
+            ends[dev].append([span[1] for span in spans])
+    elif busy:  # every port's (start, end, task) rows at once, then split by device
+        rows = np.fromiter(chain.from_iterable(chain.from_iterable(busy)), dtype=float,
+                           count=3 * int(count.sum())).reshape(-1, 3)
+        owner = np.repeat(np.array(owners, dtype=np.int64), count)
+        order = np.argsort(owner, kind="stable")
+        cuts = np.searchsorted(owner[order], np.arange(len(graph.devices) + 1))
+        rows = rows[order]
+        for dev in range(len(graph.devices)):
+            if cuts[dev + 1] > cuts[dev]:
+                starts[dev].append(rows[cuts[dev]:cuts[dev + 1], 0])
+                ends[dev].append(rows[cuts[dev]:cuts[dev + 1], 1])
+    for sid, st in enumerate(graph.streams):
+        order = graph.orders[sid]
+        if st.kind == "comm" and order:
+            starts[st.device].append([tl.start[t] for t in order])
+            ends[st.device].append([tl.end[t] for t in order])
+    return list(zip(starts, ends))
+
+
+def _clipped(starts: list, ends: list, lo: float, hi: float) -> tuple[list, list]:
+    if not starts:
+        return [], []
+    a, b = np.concatenate(starts), np.concatenate(ends)
+    inside = (b > lo) & (a < hi)
+    return [np.maximum(a[inside], lo)], [np.minimum(b[inside], hi)]
+
+
+def _device_union(starts: list, ends: list, extra: list[tuple[float, float]]) -> tuple:
+    """The union of a device's communication intervals (`comm_spans`) and `extra` ones: (starts,
+    ends) as arrays, or as lists where there are at most SMALL intervals (`_union`)."""
+    if sum(len(a) for a in starts) + len(extra) <= SMALL:
+        pairs = list(extra)
+        for a, b in zip(starts, ends):
+            pairs.extend(zip(_floats(a), _floats(b)))
+        union = _union(pairs)
+        return [a for a, _ in union], [b for _, b in union]
+    if extra:
+        xa, xb = zip(*extra)
+        starts, ends = starts + [xa], ends + [xb]
+    return _union_arrays(np.concatenate(starts).astype(float, copy=False),
+                         np.concatenate(ends).astype(float, copy=False))
+
+
+def _floats(values) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else values
+
+
+def _length(us, ue) -> float:
+    """Σ (end − start) of a union, added left to right."""
+    return sum((ue - us).tolist()) if isinstance(us, np.ndarray) else sum([b - a for a, b in zip(us, ue)])
+
+
+def _category_seconds(parts) -> dict[str, tuple[float, ...]]:
+    """The seconds of a fused task's parts by category, each in the parts' order."""
+    out: dict[str, list[float]] = {}
+    for category, seconds, _ in parts:
+        out.setdefault(category, []).append(seconds)
+    return {c: tuple(v) for c, v in out.items()}
+
+
+def _total(values: list[float]) -> float:
+    """0.0 + values[0] + values[1] + ..., added left to right (as `x += v` one by one would)."""
+    return reduce(add, values, 0.0)
+
+
+def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
+                 spans: list[tuple[list, list]] | None = None) -> list[DeviceTime]:
+    """Breakdown of every simulated device (see the module docstring).
+
+    Per category the seconds are added in the compute stream's order, as one running sum (`_total`);
+    a fused task's communication parts count in the device's communication union once: where it
+    holds a port of its device, the engine recorded them there (`Timeline.port_busy`), else here."""
     T = tl.makespan
     stretched = tl.stretched
-    comm: list[list[tuple[float, float]]] = [[] for _ in graph.devices]
-    for pid, busy in enumerate(tl.port_busy):
-        dev = graph.ports[pid].device
-        comm[dev].extend((a, b) for a, b, _ in busy)
+    comm = comm_spans(graph, tl) if spans is None else spans
+    port_device = [port.device for port in graph.ports]
     compute_stream: dict[int, int] = {}
     for sid, st in enumerate(graph.streams):
         if st.kind == "compute":
             compute_stream[st.device] = sid
-        elif st.kind == "comm":
-            comm[st.device].extend((tl.start[t], tl.end[t]) for t in graph.orders[sid])
+    tasks, start_of, end_of = graph.tasks, tl.start, tl.end
+    by_parts: dict[int, dict[str, tuple[float, ...]]] = {}
     out = []
     for dev in range(len(graph.devices)):
-        union = _union(comm[dev])
-        parts = {COMPUTE: 0.0, RECOMPUTE: 0.0, COMM: 0.0}
-        exposed = bubble = idle = 0.0
-        cursor, scan = 0.0, 0
+        seconds_of: dict[str, list[float]] = {COMPUTE: [], RECOMPUTE: [], COMM: []}
+        bubble = idle = 0.0
+        cursor = 0.0
         order = graph.orders[compute_stream[dev]] if dev in compute_stream else []
         gaps = []
+        extra: list[tuple[float, float]] = []
         for tid in order:
-            s, e = tl.start[tid], tl.end[tid]
+            s, e = start_of[tid], end_of[tid]
             if s > cursor:
                 gaps.append((cursor, s))
-            task = graph.tasks[tid]
+            task = tasks[tid]
             ends = stretched.get(tid) if stretched else None
             if ends is not None:  # slowed by communication beside it: the time lost is exposed communication
                 at = s
                 for n, (category, seconds, _) in enumerate(task.segments()):
-                    parts[category] += seconds
+                    seconds_of[category].append(seconds)
                     if category == COMM:
-                        union.append((at, ends[n]))
+                        extra.append((at, ends[n]))
                     at = ends[n]
-                parts[COMM] += (e - s) - task.duration
+                seconds_of[COMM].append((e - s) - task.duration)
             elif task.parts:
-                at = s
-                for category, seconds, _ in task.parts:
-                    parts[category] += seconds
-                    if category == COMM:
-                        union.append((at, at + seconds))
-                    at += seconds
+                split = by_parts.get(id(task.parts))
+                if split is None:
+                    split = by_parts[id(task.parts)] = _category_seconds(task.parts)
+                for category, values in split.items():
+                    seconds_of[category].extend(values)
+                if COMM in split and not any(port_device[p] == dev for p in task.ports):
+                    at = s
+                    for category, seconds, _ in task.parts:
+                        if category == COMM:
+                            extra.append((at, at + seconds))
+                        at += seconds
             else:
-                parts[task.category] += e - s
+                seconds_of[task.category].append(e - s)
                 if task.category == COMM:
-                    union.append((s, e))
-            cursor = max(cursor, e)
+                    extra.append((s, e))
+            if e > cursor:
+                cursor = e
         if T > cursor:
             gaps.append((cursor, T))
-        union = _union(union)
-        for gap in gaps:
-            covered, scan = _overlap(gap, union, scan)
-            exposed += covered
-            rest = (gap[1] - gap[0]) - covered
-            if pipelined:
-                bubble += rest
-            else:
-                idle += rest
-        communication = sum(b - a for a, b in union)
+        us, ue = _device_union(*comm[dev], extra)
+        covered, rest = _covered(gaps, us, ue)
+        exposed = _total(covered)
+        if pipelined:
+            bubble = _total(rest)
+        else:
+            idle = _total(rest)
+        communication = _length(us, ue)
+        parts = {category: _total(values) for category, values in seconds_of.items()}
         bd = TimeBreakdown(compute=parts[COMPUTE], recompute=parts[RECOMPUTE], exposed_comm=parts[COMM] + exposed,
                            bubble=bubble, idle=idle)
         util = (parts[COMPUTE] + parts[RECOMPUTE]) / T if T > 0 else 0.0
@@ -127,28 +264,32 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool) -> list[Device
 def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
     """Task ids from the first to the last task of the chain that decided the makespan: from the
     last task to finish, repeatedly step to whichever predecessor (a dependency, the previous task
-    on its stream, or a fellow member's of its collective) finished last."""
-    if not graph.tasks:
+    on its stream, or a fellow member's of its collective) finished last (of equal ends, the
+    smallest id)."""
+    tasks = graph.tasks
+    if not tasks:
         return []
-    prev_on_stream: dict[int, int] = {}
+    prev_on_stream = [-1] * len(tasks)
     for order in graph.orders:
         for a, b in zip(order, order[1:]):
             prev_on_stream[b] = a
     end = tl.end
-    cur = max(range(len(graph.tasks)), key=lambda t: (end[t], -t))
+    cur = end.index(max(end))  # the last to finish, the smallest id of equal ends
     path = [cur]
     while True:
-        t = graph.tasks[cur]
-        members = graph.groups[t.group].members if t.group >= 0 else [cur]
-        cands = []
+        t = tasks[cur]
+        members = graph.groups[t.group].members if t.group >= 0 else (cur,)
+        best, best_end = -1, 0.0
         for mtid in members:
-            cands.extend(graph.tasks[mtid].deps)
-            if mtid in prev_on_stream:
-                cands.append(prev_on_stream[mtid])
-        cands = [c for c in cands if c not in members]
-        if not cands:
+            for c in tasks[mtid].deps:
+                if (best < 0 or end[c] > best_end or (end[c] == best_end and c < best)) and c not in members:
+                    best, best_end = c, end[c]
+            c = prev_on_stream[mtid]
+            if c >= 0 and (best < 0 or end[c] > best_end or (end[c] == best_end and c < best)) \
+                    and c not in members:
+                best, best_end = c, end[c]
+        if best < 0:
             break
-        best = max(cands, key=lambda c: (end[c], -c))
         path.append(best)
         cur = best
     path.reverse()
@@ -157,38 +298,54 @@ def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
 
 def measured_share(graph: TaskGraph) -> float:
     """Share of all task-seconds priced from measured (or interpolated) tables."""
-    total = measured = 0.0
-    for t in graph.tasks:
-        for _, seconds, from_table in t.segments():
-            total += seconds
-            measured += from_table
+    total, measured = segment_totals(graph)
     return measured / total if total > 0 else 0.0
+
+
+def segment_totals(graph: TaskGraph, weights: list[int] | None = None) -> tuple[float, float]:
+    """(Σ seconds·w, Σ measured seconds·w) over the segments (`Task.segments`) of every task, w its
+    weight (1 without `weights`), each sum added left to right in task and segment order (a pass's
+    parts, one tuple shared by its tasks, split once)."""
+    seconds_all: list[float] = []
+    measured_all: list[float] = []
+    split: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    for t in graph.tasks:
+        if t.parts:
+            pair = split.get(id(t.parts))
+            if pair is None:
+                pair = split[id(t.parts)] = (tuple(p[1] for p in t.parts), tuple(p[2] for p in t.parts))
+            seconds, measured = pair
+        else:
+            seconds, measured = (t.duration,), (t.duration * t.measured,)
+        w = 1 if weights is None else weights[t.tid]
+        if w == 1:
+            seconds_all.extend(seconds)
+            measured_all.extend(measured)
+        else:
+            seconds_all.extend([x * w for x in seconds])
+            measured_all.extend([x * w for x in measured])
+    return _total(seconds_all), _total(measured_all)
 
 
 def _clip(a: float, b: float, lo: float, hi: float) -> tuple[float, float]:
     return max(a, lo), min(b, hi)
 
 
-def window_times(graph: TaskGraph, tl: Timeline, lo: float, hi: float) -> list[dict[str, float]]:
+def window_times(graph: TaskGraph, tl: Timeline, lo: float, hi: float,
+                 spans: list[tuple[list, list]] | None = None) -> list[dict[str, float]]:
     """What `device_times` counts, restricted to the time window [lo, hi) of every device: compute,
     recompute and blocking-communication time of its compute stream, its exposed communication and
     other idle time (`gap`), and the length of its communication union (`communication`). Used by the
     steady-state extension (`dlsim.sim.steady`) to price one period of a periodic pipeline."""
-    comm: list[list[tuple[float, float]]] = [[] for _ in graph.devices]
-    for pid, busy in enumerate(tl.port_busy):
-        dev = graph.ports[pid].device
-        comm[dev].extend(_clip(a, b, lo, hi) for a, b, _ in busy if b > lo and a < hi)
+    comm = [_clipped(a, b, lo, hi) for a, b in (comm_spans(graph, tl) if spans is None else spans)]
     compute_stream: dict[int, int] = {}
     for sid, st in enumerate(graph.streams):
         if st.kind == "compute":
             compute_stream[st.device] = sid
-        elif st.kind == "comm":
-            comm[st.device].extend(_clip(tl.start[t], tl.end[t], lo, hi) for t in graph.orders[sid]
-                                   if tl.end[t] > lo and tl.start[t] < hi)
     out = []
     for dev in range(len(graph.devices)):
         parts = {COMPUTE: 0.0, RECOMPUTE: 0.0, COMM: 0.0}
-        union = comm[dev]
+        extra: list[tuple[float, float]] = []
         gaps = []
         cursor = lo
         for tid in graph.orders[compute_stream[dev]] if dev in compute_stream else []:
@@ -208,19 +365,14 @@ def window_times(graph: TaskGraph, tl: Timeline, lo: float, hi: float) -> list[d
                         continue
                     parts[category] += b - a
                     if category == COMM:
-                        union.append((a, b))
+                        extra.append((a, b))
             cursor = max(cursor, min(e, hi))
         if hi > cursor:
             gaps.append((cursor, hi))
-        union = _union(union)
-        exposed = gap = 0.0
-        scan = 0
-        for g in gaps:
-            covered, scan = _overlap(g, union, scan)
-            exposed += covered
-            gap += (g[1] - g[0]) - covered
+        us, ue = _device_union(*comm[dev], extra)
+        covered, rest = _covered(gaps, us, ue)
         out.append({"compute": parts[COMPUTE], "recompute": parts[RECOMPUTE], "comm": parts[COMM],
-                    "exposed": exposed, "gap": gap, "communication": sum(b - a for a, b in union)})
+                    "exposed": _total(covered), "gap": _total(rest), "communication": _length(us, ue)})
     return out
 
 

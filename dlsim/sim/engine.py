@@ -2,8 +2,9 @@
 
 Streams are SimPy processes that run their tasks in issue order; a task waits for its
 dependencies, then for the link ports it needs (ports of capacity 1, requested in one global order
-so that no two transfers can deadlock; `_Port` behaves as a `simpy.Resource` of capacity 1, event
-for event; a port only one task stream or one transfer ever uses needs none), then runs for its
+so that no two transfers can deadlock; `dlsim.sim.events.Port` behaves as a `simpy.Resource` of
+capacity 1, event for event; a port only one task stream or one transfer ever uses needs none), then
+runs for its
 duration. Collective groups
 start when all members are ready and run either their priced duration or their point-to-point
 messages. Memory is tracked per device and kind as tasks start and end. Ties break in SimPy's
@@ -33,12 +34,11 @@ much as its bytes were slowed. A graph without links runs none of it.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from heapq import heappop
 
 import simpy
-from simpy.events import URGENT
+
+from dlsim.sim.events import Driver, Fired, Port, run_to_end, succeed, timeout, urgent
 
 from dlsim.plan.taskgraph import COMM, COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
 from dlsim.sim.flows import Network
@@ -50,9 +50,9 @@ class Timeline:
 
     `memory_peak[d]` is the largest dynamic (activations, gathered parameters, workspace, buffers)
     total of device d, `memory_peak_time[d]` when it was first reached and `memory_at_peak[d]` its
-    split by kind; `events` counts the SimPy events processed. `stretched[tid]` holds the actual end
-    time of each segment (`Task.segments()`) of a task slowed by overlapping communication; a task
-    not in it ran its segments back to back at their nominal durations.
+    split by kind; `events` counts the SimPy events processed (`dlsim.sim.events`). `stretched[tid]`
+    holds the actual end time of each segment (`Task.segments()`) of a task slowed by overlapping
+    communication; a task not in it ran its segments back to back at their nominal durations.
     """
 
     start: list[float]
@@ -67,48 +67,6 @@ class Timeline:
     stretched: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
 
-class _Port:
-    """A link port one task holds at a time: `simpy.Resource(env, capacity=1)`'s request and release,
-    event for event (the same events scheduled in the same order: a request is an event, succeeded at
-    once when the port is free and nobody waits; a release is an event succeeded at once, whose
-    processing grants the port to the oldest waiter), without the generic put/get queue machinery."""
-
-    __slots__ = ("env", "busy", "queue")
-
-    def __init__(self, env: simpy.Environment):
-        self.env, self.busy, self.queue = env, False, deque()
-
-    def request(self) -> simpy.Event:
-        ev = simpy.Event(self.env)
-        if self.busy:
-            self.queue.append(ev)
-        elif self.queue:  # freed, its release not processed yet: the oldest waiter takes it
-            self.queue.append(ev)
-            self._grant()
-        else:
-            self.busy = True
-            ev._ok, ev._value = True, None
-            self.env.schedule(ev)
-        return ev
-
-    def _grant(self) -> None:
-        self.busy = True
-        ev = self.queue.popleft()
-        ev._ok, ev._value = True, None
-        self.env.schedule(ev)
-
-    def release(self, request: simpy.Event) -> None:
-        self.busy = False
-        ev = simpy.Event(self.env)
-        ev._ok, ev._value = True, None
-        ev.callbacks.append(self._released)
-        self.env.schedule(ev)
-
-    def _released(self, _event: simpy.Event) -> None:
-        if not self.busy and self.queue:
-            self._grant()
-
-
 class _Slowed:
     """A compute task running under the overlap model: its segments (nominal seconds, slowable),
     the segment it is in and the nominal seconds of it done by time `at`, whether it is slowed now,
@@ -120,7 +78,7 @@ class _Slowed:
         self.segs, self.idx, self.done_in, self.at = segs, 0, 0.0, now
         self.slow = self.stretched = slow
         self.ends: list[float] = []
-        self.event: simpy.Event | None = None
+        self.event: Fired | None = None
 
 
 class _Priced:
@@ -133,14 +91,10 @@ class _Priced:
 
     def __init__(self, run: _Run, tid: int, t):
         self.run, self.tid, self.t, self.i, self.held = run, tid, t, 0, []
-        env = run.env
-        self.done = simpy.Event(env)
-        start = simpy.Event(env)
-        start._ok, start._value = True, None
-        start.callbacks.append(self._acquire)
-        env.schedule(start, URGENT)
+        self.done = Fired()
+        urgent(run.env, self._acquire)
 
-    def _acquire(self, _event: simpy.Event) -> None:
+    def _acquire(self, _event: Fired) -> None:
         run, ports = self.run, self.run.acquire[self.tid]
         if self.i < len(ports):
             res = run.resources[ports[self.i]]
@@ -151,20 +105,18 @@ class _Priced:
             return
         self.now, self.devices = run._begin(self.tid, self.t)
         if self.t.duration > 0:
-            run.env.timeout(self.t.duration).callbacks.append(self._end)
+            timeout(run.env, self.t.duration).callbacks.append(self._end)
         else:
             self._end(None)
 
-    def _end(self, _event: simpy.Event | None) -> None:
+    def _end(self, _event: Fired | None) -> None:
         run = self.run
         run._complete(self.tid, self.t, self.held, self.devices, self.now)
-        done = self.done
-        done._ok, done._value = True, None
-        run.env.schedule(done)
+        succeed(run.env, self.done)
 
 
 class _Run:
-    port_type = _Port  # tests/test_sim_ports.py runs the same graphs with simpy.Resource
+    port_type = Port  # tests/test_sim_ports.py runs the same graphs with simpy.Resource
     all_ports = False  # tests: a resource for every port, contended or not
 
     def __init__(self, graph: TaskGraph):
@@ -173,19 +125,26 @@ class _Run:
         n = len(graph.tasks)
         self.start = [0.0] * n
         self.end: list[float | None] = [None] * n
-        self.waiters: dict[int, simpy.Event] = {}
+        self.waiters: dict[int, Fired] = {}
         self.events = 0
         self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
         self.port_key = [(port.direction == "in", i) for i, port in enumerate(graph.ports)].__getitem__
         self.resources = self._contended_ports()
         # per task: the ports it must actually acquire (contended ones), in the global order
-        self.acquire = [tuple(sorted((p for p in t.ports if p in self.resources), key=self.port_key))
-                        if t.ports else () for t in graph.tasks]
+        self.acquire: list[tuple[int, ...]] = []
+        ordered: dict[tuple[int, ...], tuple[int, ...]] = {(): ()}  # by the task's ports (tasks share them)
+        for t in graph.tasks:
+            wanted = ordered.get(t.ports)
+            if wanted is None:
+                wanted = ordered[t.ports] = tuple(sorted((p for p in t.ports if p in self.resources),
+                                                         key=self.port_key))
+            self.acquire.append(wanted)
+        self.group_acquire = [tuple(sorted((p for p in gr.ports if p in self.resources), key=self.port_key))
+                              for gr in graph.groups]
         self.group_left = [len(gr.members) for gr in graph.groups]
-        self.group_done: list[simpy.Event | None] = [None] * len(graph.groups)
+        self.group_done: list[Fired | None] = [None] * len(graph.groups)
         self.group_start = [0.0] * len(graph.groups)
         self.message_times: dict[int, list[tuple[int, float, float]]] = {}
-        self.comm_offsets: dict[int, list] = {}
         nd = len(graph.devices)
         self.kinds = {k: i for i, k in enumerate(MEMORY_KINDS)}
         self.mem = [[0.0] * len(MEMORY_KINDS) for _ in range(nd)]
@@ -212,12 +171,16 @@ class _Run:
         self.slow_segs: list[tuple[tuple[float, bool], ...] | None] = [None] * len(g.tasks)
         slowable = (COMPUTE, RECOMPUTE)
         fused: dict[tuple[int, tuple[int, ...]], tuple | None] = {}  # parts are shared by a pass's tasks
+        slowed: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}  # by (device, ports)
         for t in g.tasks:
             kind = kinds[t.stream] if t.stream >= 0 else "link"
             if kind == "comm":
                 if t.category not in slowable:
-                    devs = {t.device} | {g.ports[p].device for p in t.ports}
-                    self.comm_devices[t.tid] = tuple(sorted(d for d in devs if d >= 0))
+                    devices = slowed.get((t.device, t.ports))
+                    if devices is None:
+                        devs = {t.device} | {g.ports[p].device for p in t.ports}
+                        devices = slowed[(t.device, t.ports)] = tuple(sorted(d for d in devs if d >= 0))
+                    self.comm_devices[t.tid] = devices
             elif kind == "compute" and t.group < 0 and t.duration > 0:
                 if not t.parts:
                     if t.category in slowable and not t.rigid:
@@ -251,7 +214,7 @@ class _Run:
                     run.slow = after > 0
                     run.stretched = True
                     # the stream process waits on a new timeout: move its wake-up there
-                    old, run.event = run.event, self.env.timeout(self._remaining(run))
+                    old, run.event = run.event, timeout(self.env, self._remaining(run))
                     run.event.callbacks, old.callbacks = old.callbacks, []
 
     def _advance(self, run: _Slowed) -> None:
@@ -286,13 +249,16 @@ class _Run:
             delay += seconds * factor if run.slow and slowable else seconds
         return max(0.0, delay)
 
-    def _run_slowed(self, tid: int, device: int, duration: float):
-        """Run compute task `tid` under the overlap model (see the module docstring): unslowed, one
-        timeout of its duration, as without the model; re-timed at each change of rate."""
+    def _slowed(self, tid: int, device: int, duration: float) -> _Slowed:
+        """Start compute task `tid` under the overlap model (see the module docstring): unslowed, one
+        timeout of its duration, as without the model; re-timed at each change of rate. Its stream
+        waits on `event` (moved when re-timed), then calls `_slowed_end`."""
         run = _Slowed(self.slow_segs[tid], self.env.now, self.in_flight[device] > 0)
-        run.event = self.env.timeout(self._remaining(run) if run.slow else duration)
+        run.event = timeout(self.env, self._remaining(run) if run.slow else duration)
         self.running[device] = run
-        yield run.event
+        return run
+
+    def _slowed_end(self, tid: int, device: int, run: _Slowed) -> None:
         self.running[device] = None
         if run.stretched:
             self._advance(run)
@@ -302,11 +268,16 @@ class _Run:
             run.ends[-1] = now
             self.stretched[tid] = tuple(run.ends)
 
-    def _contended_ports(self) -> dict[int, _Port]:
+    def _contended_ports(self) -> dict[int, Port]:
         """Ports that two or more independent users can want at once (others need no resource)."""
         users: dict[int, set] = {}
+        seen: set[tuple[int, tuple[int, ...]]] = set()  # (stream, ports) already counted
         for t in self.g.tasks:
             if t.ports and t.group < 0:
+                if t.stream >= 0:
+                    if (t.stream, t.ports) in seen:
+                        continue
+                    seen.add((t.stream, t.ports))
                 key = ("s", t.stream) if t.stream >= 0 else ("t", t.tid)
                 for p in t.ports:
                     users.setdefault(p, set()).add(key)
@@ -319,17 +290,17 @@ class _Run:
         return {p: self.port_type(self.env) for p in sorted(users) if len(users[p]) > 1 or self.all_ports}
 
     # -- helpers -----------------------------------------------------------------------------
-    def _wait(self, tid: int) -> simpy.Event:
+    def _wait(self, tid: int) -> Fired:
         ev = self.waiters.get(tid)
         if ev is None:
-            ev = self.waiters[tid] = self.env.event()
+            ev = self.waiters[tid] = Fired()
         return ev
 
     def _finish(self, tid: int) -> None:
         self.end[tid] = self.env.now
         ev = self.waiters.pop(tid, None)
         if ev is not None:
-            ev.succeed()
+            succeed(self.env, ev)
 
     def _memory(self, device: int, deltas: tuple[tuple[str, float], ...]) -> None:
         if not deltas or device < 0:
@@ -344,15 +315,14 @@ class _Run:
             self.at_peak[device] = dict(zip(MEMORY_KINDS, row))
 
     def _acquire(self, ports: tuple[int, ...]):
-        """Request ports in one global order (all out ports before all in ports, then by id), so
-        that two transfers can never wait for each other."""
+        """Request contended ports in one global order (all out ports before all in ports, then by
+        id: `acquire`, `group_acquire`), so that two transfers can never wait for each other."""
         held = []
-        for p in sorted(ports, key=self.port_key):
-            res = self.resources.get(p)
-            if res is not None:
-                req = res.request()
-                held.append((res, req))
-                yield req
+        for p in ports:
+            res = self.resources[p]
+            req = res.request()
+            held.append((res, req))
+            yield req
         return held
 
     @staticmethod
@@ -398,17 +368,19 @@ class _Run:
                 if flow_tasks and tid in flow_tasks:  # a transfer on a shared network
                     yield from self.net.transfer(t.links, t.rate, t.wire)
                     if t.duration > t.wire:
-                        yield env.timeout(t.duration - t.wire)
+                        yield timeout(env, t.duration - t.wire)
                 elif slow_segs is None:
-                    yield env.timeout(t.duration)
+                    yield timeout(env, t.duration)
                 elif slow_segs[tid] is not None:
-                    yield from self._run_slowed(tid, t.device, t.duration)
+                    run = self._slowed(tid, t.device, t.duration)
+                    yield run.event
+                    self._slowed_end(tid, t.device, run)
                 elif comm_devices[tid]:
                     self._comm(comm_devices[tid], 1)
-                    yield env.timeout(t.duration)
+                    yield timeout(env, t.duration)
                     self._comm(comm_devices[tid], -1)
                 else:
-                    yield env.timeout(t.duration)
+                    yield timeout(env, t.duration)
             for res, req in held:
                 res.release(req)
             if t.ports:
@@ -418,14 +390,14 @@ class _Run:
             end[tid] = env.now
             ev = waiters.pop(tid, None)
             if ev is not None:
-                ev.succeed()
+                succeed(env, ev)
 
     def _execute(self, tid: int, t):
         """Run one ready task: take its ports, hold the device for its duration, account memory."""
         held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
         now, devices = self._begin(tid, t)
         if t.duration > 0:
-            yield self.env.timeout(t.duration)
+            yield timeout(self.env, t.duration)
         self._complete(tid, t, held, devices, now)
 
     def _begin(self, tid: int, t) -> tuple[float, tuple[int, ...] | None]:
@@ -452,49 +424,40 @@ class _Run:
 
     def _record_ports(self, t, start: float) -> None:
         """Port occupancy of a task: its whole run, or only the communication parts of a fused task."""
+        busy = self.port_busy
         if not t.parts:
+            span = (start, self.env.now, t.tid)
             for p in t.ports:
-                self.port_busy[p].append((start, self.env.now, t.tid))
+                busy[p].append(span)
             return
         ends = self.stretched.get(t.tid)
         if ends is not None:  # slowed: the communication parts where they actually ran
             for n, (category, seconds, _) in enumerate(t.parts):
                 if category == "comm" and seconds > 0:
                     at = ends[n - 1] if n else start
+                    span = (at, at + seconds, t.tid)
                     for p in t.ports:
-                        self.port_busy[p].append((at, at + seconds, t.tid))
+                        busy[p].append(span)
             return
-        offsets = self.comm_offsets.get(id(t.parts))
-        if offsets is None:
-            offsets = self.comm_offsets[id(t.parts)] = self._comm_offsets(t.parts)
-        busy = self.port_busy
-        for before, seconds in offsets:
-            # `at` accumulated part by part, as the parts run back to back
-            at = start
-            for s in before:
-                at += s
-            for p in t.ports:
-                busy[p].append((at, at + seconds, t.tid))
-
-    @staticmethod
-    def _comm_offsets(parts) -> list[tuple[tuple[float, ...], float]]:
-        """(durations of the parts before it, seconds) of each communication part of a fused task."""
-        out = []
-        for n, (category, seconds, _) in enumerate(parts):
+        # `at` accumulated part by part from the start, as the parts run back to back
+        at = start
+        for category, seconds, _ in t.parts:
             if category == "comm" and seconds > 0:
-                out.append((tuple(p[1] for p in parts[:n]), seconds))
-        return out
+                span = (at, at + seconds, t.tid)
+                for p in t.ports:
+                    busy[p].append(span)
+            at += seconds
 
     def _join(self, gid: int):
         done = self.group_done[gid]
         if done is None:
-            done = self.group_done[gid] = self.env.event()
+            done = self.group_done[gid] = Fired()
         self.group_left[gid] -= 1
         if self.group_left[gid] == 0:
-            self.env.process(self._run_group(gid, done))
+            Driver(self.env, self._run_group(gid, done))
         yield done
 
-    def _run_group(self, gid: int, done: simpy.Event):
+    def _run_group(self, gid: int, done: Fired):
         gr = self.g.groups[gid]
         members = [self.g.tasks[m] for m in gr.members]
         devices = self.group_devices[gid] if self.comm_devices is not None else None
@@ -508,14 +471,14 @@ class _Run:
             if devices:
                 self._comm(devices, -1)
         else:
-            held = (yield from self._acquire(gr.ports)) if gr.ports else ()
+            held = (yield from self._acquire(self.group_acquire[gid])) if gr.ports else ()
             now = self.group_start[gid] = self.env.now
             for t in members:
                 self._memory(t.device, t.mem_start)
             if gr.duration > 0:
                 if devices:
                     self._comm(devices, 1)
-                yield self.env.timeout(gr.duration)
+                yield timeout(self.env, gr.duration)
                 if devices:
                     self._comm(devices, -1)
             if held:
@@ -524,7 +487,7 @@ class _Run:
                 self.port_busy[p].append((now, self.env.now, gr.members[0]))
         for t in members:
             self._memory(t.device, t.mem_end)
-        done.succeed()
+        succeed(self.env, done)
 
     def _messages(self, gid: int, messages):
         finished = [self.env.event() for _ in messages]
@@ -580,34 +543,17 @@ class _Run:
         yield from self._execute(tid, t)
 
 
-def _run_to_end(env: simpy.Environment) -> int:
-    """Process every scheduled event in (time, priority, insertion) order, as `env.step()` repeated
-    until the schedule is empty does (its body inlined: the loop is the engine's innermost); returns
-    the number of events processed."""
-    queue = env._queue
-    steps = 0
-    while queue:
-        env._now, _, _, event = heappop(queue)
-        callbacks, event.callbacks = event.callbacks, None
-        for callback in callbacks:
-            callback(event)
-        if not event._ok and not hasattr(event, "_defused"):
-            raise event._value  # a failed event nobody handled, as `env.step()` raises it
-        steps += 1
-    return steps
-
-
 def execute(graph: TaskGraph) -> Timeline:
     """Run `graph` to completion. Raises RuntimeError if some task can never start (a cycle)."""
     run = _Run(graph)
     env = run.env
     for order in graph.orders:
         if order:
-            env.process(run.stream(order))
+            Driver(env, run.stream(order))
     for t in graph.tasks:
         if t.stream < 0:
-            env.process(run.standalone(t.tid))
-    steps = _run_to_end(env)
+            Driver(env, run.standalone(t.tid))
+    steps = run_to_end(env) + sum(getattr(port, "elided", 0) for port in run.resources.values())
     missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
     if missing:
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")

@@ -21,8 +21,12 @@ before `divergence`: up to then the m'-run is the m-run event for event, so the 
 m-run's own and any m' finds the same cut and period), and extends the record: makespan
 +Δ·λ; per-device breakdowns and communication +Δ·(their value inside one period); memory peaks
 as simulated (1F1B holds at most pp − stage micro-batches, the interleaved schedule its warm-up + 1
-chunk-micro-batches, whatever m is); the critical path with its periodic segment repeated Δ times
-(its last tasks renamed and shifted); tasks and the measured share +Δ·(one period's tasks).
+chunk-micro-batches, whatever m is); the critical path with its periodic segment repeated (its last
+tasks renamed and shifted): a segment from a task to its counterpart k periods later, repeated Δ/k
+times (k = 1 where the path repeats every period; with asynchronous tensor-parallel communication a
+1F1B path zigzags through every stage and back, k = pp, and the reduced count is chosen so that pp
+divides Δ; the periodicity is then checked over the whole segment); tasks and the measured share
++Δ·(one period's tasks).
 `events` counts the events actually processed. Where the check fails, or for another schedule, a
 trace, expanded or explicit collectives, it answers None and the caller runs the full simulation.
 tests/test_sim_steady.py holds the extension equal to the full simulation within float rounding.
@@ -39,7 +43,7 @@ from dlsim.plan.pipeline import stage_ops
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.results_sim import DeviceRecord, SimResult
-from dlsim.sim.analysis import critical_path, device_times, task_seconds, window_times
+from dlsim.sim.analysis import comm_spans, critical_path, device_times, segment_totals, task_seconds, window_times
 from dlsim.sim.engine import Timeline, execute
 from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
 
@@ -69,7 +73,9 @@ def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
 
     1F1B: the first, pp + FIRST_MARGIN, leaves room for cuts at micro-batches pp to pp + 3 (a 1F1B
     pipeline's first stage leaves its warm-up at micro-batch pp − 1); where no cut passes there, the
-    larger count pp + pp // 4 + MARGIN follows, and for ZeRO-3 ZERO3_DEPTHS·pp. Interleaved (periods
+    larger count pp + pp // 4 + MARGIN follows, and for ZeRO-3 ZERO3_DEPTHS·pp; with asynchronous
+    tensor-parallel communication 2·pp + FIRST_MARGIN and 2·pp + pp // 4 + MARGIN, each raised until pp
+    divides the micro-batches left (the interleaved schedule then runs in full). Interleaved (periods
     of pp micro-batches): the first stage's warm-up (2(pp − 1) + (v − 1)·pp virtual micro-batches) and
     INTERLEAVED_PERIODS more periods, then twice as many. A count is tried where it leaves at least a
     third of the micro-batches unsimulated (a failed check costs its reduced run)."""
@@ -77,11 +83,16 @@ def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
     if s.schedule not in ("1f1b", "interleaved") or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
         return ()
     if (s.tp_async_backward or s.tp_comm_overlap) and s.tp > 1:
-        # where it passes, the extension of these pipelines is exact (tests/test_sim_steady.py), but on the
-        # large ones it rarely passes: GPT-3 175B (tp 8, pp 8, dp 16, megatron-lm-2022) is periodic, yet its
-        # critical path zigzags across the stages with a stride of pp micro-batches, which a window of three
-        # periods cannot confirm, so every count fails and each try costs its reduced run (+40% CPU there)
-        return ()
+        if s.schedule == "interleaved":
+            # not exact: GPT-3 175B (tp 8, pp 8, v 3, dp 16, megatron-lm-2022, 384 micro-batches) passes the
+            # check on 96, yet the full run is not periodic in 2 of its 36 middle periods (its communication
+            # union there differs by up to 6e-4 s per device: mean communication 3e-5 off, the rest exact)
+            return ()
+        # the critical path zigzags across the stages with a stride of pp micro-batches (`_segment`): the
+        # reduced run holds it in its steady part from about 2·pp micro-batches, and pp divides m − m1
+        m = s.num_microbatches
+        counts = {c + (m - c) % s.pp for c in (2 * s.pp + FIRST_MARGIN, 2 * s.pp + s.pp // 4 + MARGIN)}
+        return tuple(m1 for m1 in sorted(counts) if 3 * m1 <= 2 * m)
     if s.schedule == "interleaved":
         if s.num_microbatches % s.pp:
             return ()
@@ -154,28 +165,30 @@ def _op_of(label: tuple) -> tuple | None:
     return None
 
 
-def _microbatch(label: tuple) -> int | None:
-    return label[2] if len(label) >= 3 and label[0] in MB_LABELS else None
-
-
 class _Periodic:
     """Micro-batch tasks indexed by (stream, label without its micro-batch, ordinal) and micro-batch."""
 
     def __init__(self, graph: TaskGraph):
         self.keys: list[tuple | None] = [None] * len(graph.tasks)
         self.index: dict[tuple, dict[int, int]] = {}
+        # the micro-batch of every micro-batch task (its label's kind in MB_LABELS), else None
+        self.microbatch: list[int | None] = [None] * len(graph.tasks)
         seen: dict[tuple, int] = {}
+        keys, index, microbatch = self.keys, self.index, self.microbatch
         for t in graph.tasks:
-            mb = _microbatch(t.label)
-            if mb is None:
+            label = t.label
+            if len(label) < 3 or label[0] not in MB_LABELS:
                 continue
+            mb = microbatch[t.tid] = label[2]
             stream = t.stream if t.stream >= 0 else (-1, t.device)
-            full = (stream, t.label)
+            full = (stream, label)
             n = seen.get(full, 0)
             seen[full] = n + 1
-            key = (stream, t.label[:2] + t.label[3:], n)
-            self.keys[t.tid] = key
-            self.index.setdefault(key, {})[mb] = t.tid
+            key = keys[t.tid] = (stream, label[:2] + label[3:], n)
+            twins = index.get(key)
+            if twins is None:
+                twins = index[key] = {}
+            twins[mb] = t.tid
 
 
 def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
@@ -186,7 +199,7 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     P = period_microbatches(schedule, p)
     tasks, start, end = graph.tasks, tl.start, tl.end
     per = _Periodic(graph)
-    mb_of = [_microbatch(t.label) for t in tasks]
+    mb_of = per.microbatch
     # the period and the cut: forwards of the first stage's first device, mid-way through its steady part
     cs = next(sid for sid, st in enumerate(graph.streams) if st.kind == "compute")
     forwards = {}
@@ -196,15 +209,23 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     by_start = sorted(range(len(tasks)), key=start.__getitem__)
     starts = [start[t] for t in by_start]
     longest = max((end[t] - start[t] for t in by_start), default=0.0)
+    sorted_starts = (by_start, starts, longest)
+    path: list[int] | None = None
     for c in range(p, max(forwards) - P - 2):
-        found = _period(tl, per, mb_of, forwards, c, (by_start, starts, longest), limit, P)
+        found = _period(tl, per, mb_of, forwards, c, sorted_starts, limit, P)
         if found is None:
             continue
         tau, lam, tol = found
         lo, hi = tau - lam, tau + 2 * lam
         makespan = tl.makespan + delta * lam
+        if path is None:
+            path = critical_path(graph, tl)
+
+        def periodic_to(until: float) -> bool:
+            return _periodic_between(tl, per, mb_of, sorted_starts, lo, until, lam, tol, limit, P)
+
         # a later cut where the critical path's periodic segment does not lie inside this window
-        critical = _critical(graph, tl, per, mb_of, lo, hi, lam, delta, makespan, P)
+        critical = _critical(graph, tl, path, per, mb_of, lo, hi, lam, delta, makespan, P, periodic_to)
         if critical is not None:
             break
     else:
@@ -212,15 +233,10 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     records = _records(graph, tl, tau, lam, delta, makespan, tol)
     if records is None:
         return None
-    total = measured = 0.0
-    period_tasks = 0
-    for t in tasks:
-        one = mb_of[t.tid] is not None and c <= mb_of[t.tid] < c + P  # micro-batches c.. c+P-1: one period's tasks
-        weight = 1 + (delta if one else 0)
-        period_tasks += one
-        for _, seconds, from_table in t.segments():
-            total += seconds * weight
-            measured += from_table * weight
+    # micro-batches c.. c+P-1: one period's tasks, counted 1 + delta times
+    weights = [1 + delta if mb is not None and c <= mb < c + P else 1 for mb in mb_of]
+    period_tasks = sum(1 for mb in mb_of if mb is not None and c <= mb < c + P)
+    total, measured = segment_totals(graph, weights)
     share = measured / total if total > 0 else 0.0
     note = (f"steady-state extension (dlsim.sim.steady): {len(tasks)} tasks of {max(forwards) + 1} micro-batches "
             f"simulated, the {schedule} period of {lam:.6g} s ({P} micro-batch{'es' if P > 1 else ''}) repeated "
@@ -242,27 +258,37 @@ def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int],
     tol = TOLERANCE * max(1.0, tl.makespan)
     if not lam > tol:
         return None
-    lo, hi = tau - lam, tau + 2 * lam
-    if not hi < limit:
+    if not _periodic_between(tl, per, mb_of, sorted_starts, tau - lam, tau + 2 * lam, lam, tol, limit, P):
         return None
+    return tau, lam, tol
+
+
+def _periodic_between(tl: Timeline, per: _Periodic, mb_of: list, sorted_starts: tuple[list[int], list[float], float],
+                      lo: float, hi: float, lam: float, tol: float, limit: float, P: int) -> bool:
+    """Whether every task touching [lo, hi] is a micro-batch task whose counterpart P micro-batches
+    later starts and ends exactly λ later (within `tol`), before `limit`."""
+    if not hi < limit:
+        return False
+    start, end = tl.start, tl.end
     by_start, starts, longest = sorted_starts
     for tid in by_start[bisect_left(starts, lo - longest):bisect_right(starts, hi)]:
         if end[tid] < lo:
             continue
         if mb_of[tid] is None:
-            return None
+            return False
         nxt = per.index[per.keys[tid]].get(mb_of[tid] + P)
         if nxt is None or abs(start[nxt] - start[tid] - lam) > tol or abs(end[nxt] - end[tid] - lam) > tol:
-            return None
+            return False
         if not end[nxt] < limit:
-            return None
-    return tau, lam, tol
+            return False
+    return True
 
 
 def _records(graph: TaskGraph, tl: Timeline, tau: float, lam: float, delta: int, makespan: float,
              tol: float) -> list[DeviceRecord] | None:
-    full = device_times(graph, tl, True)
-    window = window_times(graph, tl, tau, tau + lam)
+    spans = comm_spans(graph, tl)
+    full = device_times(graph, tl, True, spans)
+    window = window_times(graph, tl, tau, tau + lam, spans)
     base = device_records(graph, tl, full)
     out = []
     for rec, w in zip(base, window):
@@ -278,23 +304,51 @@ def _records(graph: TaskGraph, tl: Timeline, tau: float, lam: float, delta: int,
     return out
 
 
-def _critical(graph: TaskGraph, tl: Timeline, per: _Periodic, mb_of: list, lo: float, hi: float, lam: float,
-              delta: int, makespan: float, P: int = 1) -> dict[str, Any] | None:
-    """The reduced run's critical path with its periodic segment (from a task to its counterpart one
-    period, P micro-batches, later, inside the checked window) repeated `delta` more times."""
-    path = critical_path(graph, tl)
+def _segment(path: list[int], per: _Periodic, mb_of: list, start: list[float], end: list[float], lo: float,
+             hi: float, delta: int, P: int, periodic_to) -> tuple[int, int, int] | None:
+    """(a, b, k): positions on the critical path of a task and of its counterpart k periods (k·P
+    micro-batches) later, the path between them inside a periodic stretch, k dividing `delta`; None
+    where there is none.
+
+    First a segment of one period inside the checked window [lo, hi]. Else a longer stride: a path
+    that zigzags across the stages (a 1F1B pipeline's forward of micro-batch i through every stage,
+    its backward back, then the first stage's forward of micro-batch i + pp) returns to a counterpart
+    of itself only k = pp periods later; repeated delta / k times it is the full run's path as long
+    as every task touching [lo, the segment's end] is periodic (`periodic_to`), checked here."""
     where = {tid: n for n, tid in enumerate(path)}
-    start, end = tl.start, tl.end
-    a = b = -1
     for n, tid in enumerate(path):
         if mb_of[tid] is None or not lo <= start[tid] <= hi:
             continue
         prev = per.index[per.keys[tid]].get(mb_of[tid] - P)
         if prev is not None and prev in where and where[prev] < n and start[prev] >= lo:
-            a, b = where[prev], n
-            break
-    if a < 0:
+            return where[prev], n, 1
+    for n, tid in enumerate(path):
+        if mb_of[tid] is None or start[tid] < lo:
+            continue
+        twins = per.index[per.keys[tid]]
+        k = 2
+        while k <= delta:
+            prev = twins.get(mb_of[tid] - k * P)
+            if prev is None or start[prev] < lo:
+                break
+            if delta % k == 0 and prev in where and where[prev] < n:
+                if not periodic_to(max(hi, max(end[t] for t in path[where[prev]:n + 1]))):
+                    return None  # the path leaves the checked periodic stretch: none further along
+                return where[prev], n, k
+            k += 1
+    return None
+
+
+def _critical(graph: TaskGraph, tl: Timeline, path: list[int], per: _Periodic, mb_of: list, lo: float, hi: float,
+              lam: float, delta: int, makespan: float, P: int, periodic_to) -> dict[str, Any] | None:
+    """The reduced run's critical path with its periodic segment (from a task to its counterpart k
+    periods, k·P micro-batches, later: `_segment`) repeated delta / k more times."""
+    start, end = tl.start, tl.end
+    found = _segment(path, per, mb_of, start, end, lo, hi, delta, P, periodic_to)
+    if found is None:
         return None
+    a, b, k = found
+    reps = delta // k
 
     def seconds(tid: int) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -310,35 +364,35 @@ def _critical(graph: TaskGraph, tl: Timeline, per: _Periodic, mb_of: list, lo: f
             by_kind[category] = by_kind.get(category, 0.0) + sec
         waiting += max(0.0, start[tid] - previous_end)
         previous_end = end[tid]
-    previous_end = end[path[b - 1]] - lam
+    previous_end = end[path[b - 1]] - k * lam
     for tid in path[a:b]:
         for category, sec in seconds(tid).items():
-            by_kind[category] = by_kind.get(category, 0.0) + delta * sec
-        waiting += delta * max(0.0, start[tid] - previous_end)
+            by_kind[category] = by_kind.get(category, 0.0) + reps * sec
+        waiting += reps * max(0.0, start[tid] - previous_end)
         previous_end = end[tid]
-    length = len(path) + delta * (b - a)
+    length = len(path) + reps * (b - a)
     period = b - a
 
     def entry(q: int) -> tuple[int, int]:
         """(task of the reduced run, periods it is shifted by) of position q of the extended path."""
         if q < b:
             return path[q], 0
-        if q >= b + delta * period:
-            return path[q - delta * period], delta
-        k, r = divmod(q - b, period)
-        return path[a + r], k + 1
+        if q >= b + reps * period:
+            return path[q - reps * period], delta
+        j, r = divmod(q - b, period)
+        return path[a + r], (j + 1) * k
 
     last = []
     for q in range(max(0, length - CRITICAL_PATH_TASKS), length):
-        tid, k = entry(q)
+        tid, shift = entry(q)
         t = graph.tasks[tid]
         name = t.name
-        if k and mb_of[tid] is not None:
+        if shift and mb_of[tid] is not None:
             old = f"mb{mb_of[tid]}"
             at = name.rfind(old)
             if at >= 0:
-                name = name[:at] + f"mb{mb_of[tid] + k * P}" + name[at + len(old):]
+                name = name[:at] + f"mb{mb_of[tid] + shift * P}" + name[at + len(old):]
         last.append({"task": name, "device": graph.devices[t.device].name, "category": t.category,
-                     "start_s": start[tid] + k * lam, "end_s": end[tid] + k * lam})
+                     "start_s": start[tid] + shift * lam, "end_s": end[tid] + shift * lam})
     return {"length_s": makespan, "tasks_on_path": length, "time_by_category_s": by_kind, "waiting_s": waiting,
             "last_tasks": last}

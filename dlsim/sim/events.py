@@ -1,0 +1,157 @@
+"""The engine's event primitives (`dlsim.sim.engine`): SimPy's events, processes and run loop as the
+engine uses them, event for event, without their generality.
+
+SimPy orders its events by (time, priority, insertion): an event goes on the environment's queue
+when it is triggered (`Environment.schedule`: time now + delay, a priority, the next id of the
+environment's counter) and its callbacks run when the loop pops it. Here the same events are pushed
+on the same queue at the same moments with the same keys, so the order of everything, the ties
+included, is SimPy's and a timeline is the one `simpy.Process`, `Timeout` and `Event.succeed` give,
+bit for bit (tests/test_sim_ports.py runs graphs on SimPy's own primitives and compares the events
+popped, key for key):
+
+* `Fired`: an event with its callbacks, ok and value only (what the loop, a process and the engine
+  read of a `Timeout`, a succeeded `Event` or a granted request); `timeout`, `succeed` and `urgent`
+  push one as `Timeout(env, delay)`, `Event.succeed()` and an `Initialize` push theirs;
+* `Driver`: `simpy.Process` for a generator that yields such events (its start at URGENT priority,
+  its callback on each event it waits for, its own event pushed when the generator returns), with
+  one bound callback instead of one per wait;
+* `Port`: a `simpy.Resource(env, capacity=1)`'s request and release (a release nobody waits for,
+  a no-op event, counted and its id drawn but not pushed);
+* `run_to_end`: `env.step()` until the queue is empty.
+Processes that wait for several events (`simpy.AllOf`) stay SimPy's own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from heapq import heappop, heappush
+
+import simpy
+from simpy.events import NORMAL, URGENT
+
+
+class Fired:
+    """An event as the run loop and the processes see it: callbacks (None once processed), ok, value."""
+
+    __slots__ = ("callbacks", "_ok", "_value")
+
+    def __init__(self) -> None:
+        self.callbacks: list | None = []
+        self._ok = True
+        self._value = None
+
+
+def timeout(env: simpy.Environment, delay: float) -> Fired:
+    """`env.timeout(delay)`: an event pushed at now + delay."""
+    ev = Fired()
+    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), ev))
+    return ev
+
+
+def succeed(env: simpy.Environment, ev) -> None:
+    """`ev.succeed()` of a pending event (a `Fired` not pushed yet): pushed now."""
+    heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+
+
+def urgent(env: simpy.Environment, callback) -> None:
+    """An event pushed now at URGENT priority whose one callback is `callback` (a process's start)."""
+    ev = Fired()
+    ev.callbacks.append(callback)
+    heappush(env._queue, (env._now, URGENT, next(env._eid), ev))
+
+
+class Driver:
+    """`env.process(generator)` for a generator yielding events: started by an URGENT event, resumed
+    by each event it waits for, and itself an event pushed when the generator returns."""
+
+    __slots__ = ("env", "send", "throw", "resume", "callbacks", "_ok", "_value")
+
+    def __init__(self, env: simpy.Environment, generator) -> None:
+        self.env, self.send, self.throw = env, generator.send, generator.throw
+        self.callbacks: list | None = []
+        self._ok, self._value = True, None
+        self.resume = self._resume
+        urgent(env, self.resume)
+
+    def _resume(self, event) -> None:
+        send = self.send
+        while True:
+            try:
+                event = send(event._value) if event._ok else self.throw(event._value)
+            except StopIteration:
+                env = self.env
+                heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
+                return
+            callbacks = event.callbacks
+            if callbacks is not None:  # not processed yet: resume when it is
+                callbacks.append(self.resume)
+                return
+
+
+class Port:
+    """A link port one task holds at a time: `simpy.Resource(env, capacity=1)`'s request and release,
+    event for event (a request is an event, pushed at once when the port is free and nobody waits; a
+    release is an event pushed at once, whose processing grants the port to the oldest waiter),
+    without the generic put/get queue machinery.
+
+    A release while nobody waits is not pushed: by the time SimPy would process it the port is either
+    still free with nobody waiting (a request meanwhile is granted at once) or taken by such a request,
+    and it does nothing. Its id is drawn all the same, so that every other event keeps SimPy's key, and
+    it is counted (`elided`) among the events processed."""
+
+    __slots__ = ("env", "busy", "queue", "released", "elided")
+
+    def __init__(self, env: simpy.Environment):
+        self.env, self.busy, self.queue = env, False, deque()
+        self.released = self._released
+        self.elided = 0
+
+    def request(self) -> Fired:
+        ev = Fired()
+        if self.busy:
+            self.queue.append(ev)
+        elif self.queue:  # freed, its release not processed yet: the oldest waiter takes it
+            self.queue.append(ev)
+            self._grant()
+        else:
+            self.busy = True
+            env = self.env
+            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+        return ev
+
+    def _grant(self) -> None:
+        self.busy = True
+        env = self.env
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), self.queue.popleft()))
+
+    def release(self, request: Fired) -> None:
+        self.busy = False
+        env = self.env
+        if not self.queue:  # a no-op when processed (see the class docstring)
+            next(env._eid)
+            self.elided += 1
+            return
+        ev = Fired()
+        ev.callbacks.append(self.released)
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+
+    def _released(self, _event: Fired) -> None:
+        if not self.busy and self.queue:
+            self._grant()
+
+
+def run_to_end(env: simpy.Environment) -> int:
+    """Process every scheduled event in (time, priority, insertion) order, as `env.step()` repeated
+    until the schedule is empty does (its body inlined: the loop is the engine's innermost); returns
+    the number of events processed."""
+    queue = env._queue
+    steps = 0
+    while queue:
+        env._now, _, _, event = heappop(queue)
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            raise event._value  # a failed event nobody handled, as `env.step()` raises it
+        steps += 1
+    return steps
