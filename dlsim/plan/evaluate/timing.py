@@ -294,6 +294,11 @@ class Timing(StreamWalk):
         # pipeline: when each stage's last backward pass of each local chunk ends
         c_fwd = self._p2p_times()
         programs = per_mb and p * m * v <= WALK_OPS and (zero3 or comm_bound)
+        send_f = send_b = [0.0] * K  # blocking exchanges (no `p2p_overlap`): a pass's send holds its stage
+        if p > 1 and not s.p2p_overlap and not programs:
+            send_f, send_b, c_fwd = self._blocking_sends(c_fwd)
+            f, bk = [x + y for x, y in zip(f, send_f)], [x + y for x, y in zip(bk, send_b)]
+            comm = [comm[r] + sum(send_f[k] + send_b[k] for k in range(r, K, p)) for r in range(p)]
         if programs:  # every pass walked beside the stage's communication stream, which carries over
             last, queue_end, busy_s = self._programs(parts, c_fwd)
             comm = [(busy_s[r] - m * (comp[r] + recomp[r])) / m for r in range(p)]
@@ -304,8 +309,8 @@ class Timing(StreamWalk):
                 if op.kind == FORWARD and op.microbatch == 0 and k in self.first_ready:
                     end = self.walk_steps(parts[k][0], r, {}, None, 0.0, max(0.0, self.first_busy[r] - t), 0.0,
                                           [x - t for x in self.first_ready[k]])[0]
-                    waited[r] += end - f[k]
-                    return t + end
+                    waited[r] += end - (f[k] - send_f[k])
+                    return t + end + send_f[k]
                 return t + (f[k] if op.kind == FORWARD else bk[k])
             last = pipeline_walk(s.schedule, p, m, v, (), (), c_fwd, run_op)
             comm = [comm[r] + waited[r] / m for r in range(p)]
@@ -380,6 +385,8 @@ class Timing(StreamWalk):
             outside.append("ZeRO-3 parameter gathers beside compute")
         if comm_bound and not programs:
             outside.append("ZeRO-2 gradient reductions longer than the backward pass")
+        if p > 1 and programs and not s.p2p_overlap:
+            outside.append("blocking pipeline exchanges beside ZeRO-2/3's per-pass stream walk (timed as overlapped)")
         if s.schedule == "interleaved" and m == p:
             outside.append("interleaved schedule with num_microbatches = pp")
         if p > 1 and tp > 1 and self._p2p_shares_tp_ports():
@@ -456,6 +463,23 @@ class Timing(StreamWalk):
                 out.append(self.pricer.p2p(nbytes, a, b).seconds)
         self.ev._cache[key] = out  # read, never changed
         return out
+    def _blocking_sends(self, c: list[float]) -> tuple[list[float], list[float], list[float]]:
+        """Blocking pipeline exchanges as the simulation runs them (`dlsim.plan.p2pplan`: without
+        `p2p_overlap` a stage's next kernel waits for its send): per global chunk k, the send that ends
+        its forward pass (across boundary k, none from the last chunk) and its backward pass (across
+        boundary k − 1, none from the first), added to the passes' durations, and what is left of each
+        boundary's transfer for the receiver to wait on (a scatter-gather transfer's all-gather). The
+        walk's op ends are then the simulation's: a receiver starts at the send's end plus the rest."""
+        s = self.s
+        K = s.pp * s.virtual_stages
+        bounds = self.ev.boundaries(self.t, self.ranges)
+        split = scatter_gather(s)
+        sends = [self.pricer.p2p(nb / s.tp if split and nb > 0 else nb, self.lay.rank(0, 0, k % s.pp),
+                                 self.lay.rank(0, 0, (k + 1) % s.pp)).seconds for k, nb in enumerate(bounds)]
+        send_f = [sends[k] if k < K - 1 else 0.0 for k in range(K)]
+        send_b = [sends[k - 1] if k > 0 else 0.0 for k in range(K)]
+        return send_f, send_b, [x - y for x, y in zip(c, sends)]
+
     def _tied_sync(self) -> tuple[int, int, float] | None:
         """(first stage, last stage, seconds) of the tied-embedding all-reduce, if there is one."""
         s = self.s
