@@ -48,3 +48,19 @@ def test_the_cli_prints_and_records_the_analytic_estimate(capsys):
     assert run(["simulate", "gpt2", "-c", "dgx-h100", "--set", "layers=2", "--dp", "4", "--global-batch", "8",
                 "--analytic"]) == 0
     assert "analytic estimate (held within 3% of the event simulation)" in capsys.readouterr().out
+
+
+def test_a_scripts_loaded_objects_keep_their_builder_and_get_the_fresh_numbers():
+    """`estimate_strategy` on loaded model and cluster objects keeps their scenario builder across calls
+    (`dlsim.api.analytic._KEPT`); every record equals the one a fresh builder gives (by name)."""
+    from dlsim.api.analytic import _KEPT
+    from dlsim.api.models import as_cluster, as_model
+
+    model, cluster = as_model("gpt2", {"layers": 4}), as_cluster("dgx-a100")
+    for fields in ({"pp": 2, "dp": 2, "global_batch": 16}, {"tp": 2, "pp": 2, "global_batch": 16, "zero": 1},
+                   {"dp": 4, "global_batch": 16, "zero": 3}):
+        fresh = estimate_strategy("gpt2", "dgx-a100", overrides={"layers": 4}, **fields)
+        first = estimate_strategy(model, cluster, **fields)
+        again = estimate_strategy(model, cluster, **fields)
+        assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True) == json.dumps(fresh, sort_keys=True)
+    assert any(b.model is model and b.cluster is cluster for b in _KEPT._kept.values())

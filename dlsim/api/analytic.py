@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 
 from dlsim.api.gcpause import paused_gc
 from dlsim.api.optimize import APPROXIMATE_TOLERANCE, EVALUATOR_TOLERANCE
-from dlsim.api.simulate import Prepared, prepare
+from dlsim.api.simulate import Builders, Prepared, prepare
 from dlsim.errors import SpecError
 from dlsim.plan.evaluate import Evaluator, supports
 from dlsim.results import SCHEMA_VERSION
@@ -23,6 +23,10 @@ from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
 
 KIND = "analytic_estimate"
+_KEPT = Builders(limit=8)
+"""The scenario builders of a script's loaded model and cluster objects, kept across its predictions (as
+a sweep's worker keeps them, `Builders`: the same numbers a fresh builder gives), so that a second
+strategy on them reuses the layer tables, partitions and collective prices the first one priced."""
 
 
 def estimate_strategy(model: Model | str | Path, cluster: Cluster | str | Path,
@@ -32,7 +36,9 @@ def estimate_strategy(model: Model | str | Path, cluster: Cluster | str | Path,
     """The analytic record of `strategy` (a Strategy, a YAML file or strategy fields, completed by its
     stack as `simulate` completes it): iteration time, its split, throughput, memory per pipeline
     stage and whether it fits, the evaluator's flags, how far it is held to the simulation."""
-    p = prepare(model, cluster, strategy, measured=measured, overrides=overrides, nodes=nodes, given=given, **fields)
+    loaded = isinstance(model, Model) and isinstance(cluster, Cluster) and nodes is None
+    p = prepare(model, cluster, strategy, measured=measured, overrides=overrides, nodes=nodes, given=given,
+                builders=_KEPT if loaded else None, **fields)
     why = supports(p.strategy)
     if why:
         raise SpecError(f"{why}: drop --analytic to simulate it", field="analytic")
