@@ -14,7 +14,7 @@ from dlsim.io.stack_yaml import load_stack
 from dlsim.io.strategy_yaml import load_strategy
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
-from dlsim.spec.stack import STACK_KEYS
+from dlsim.spec.stack import RECORD_NAMES, STACK_KEYS
 from dlsim.spec.strategy import PIPELINED_MICROBATCH, Strategy, make_strategy, validate_strategy
 
 
@@ -74,9 +74,6 @@ def as_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any
     return check_mode_fields(s, names)
 
 
-_RECORD_NAMES = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
-
-
 def assumed_fields(s: Strategy, given: set[str] | None, dtype: str,
                    stack_keys: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The strategy values dlsim filled in because neither the caller nor the stack (which set
@@ -98,7 +95,7 @@ def assumed_fields(s: Strategy, given: set[str] | None, dtype: str,
         out["microbatch_size"] = (f"{s.microbatch_size}: a pipelined strategy given only its global batch runs "
                                   f"micro-batches of {PIPELINED_MICROBATCH} sample (Megatron-LM's examples)")
     for name in Strategy.__dataclass_fields__:
-        key = _RECORD_NAMES.get(name, name)
+        key = RECORD_NAMES.get(name, name)
         if name in given or name in derived or name == "dtype" or key not in record:
             continue
         if name in ("compression", "variability") and (

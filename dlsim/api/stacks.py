@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 from dlsim.io.stack_yaml import load_stack
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
-from dlsim.spec.stack import STACK_KEYS, Stack, device_dtype, stack_fields
+from dlsim.spec.stack import RECORD_NAMES, STACK_KEYS, Stack, device_dtype, stack_fields
 from dlsim.spec.strategy import Strategy
 
 DEFAULT_STACK = "pytorch"
@@ -65,12 +65,10 @@ def stack_record(stack: Stack, why: str, given: Iterable[str]) -> dict[str, Any]
     given = set(given)
     rec = stack.to_dict()
     rec["chosen"] = why
-    names = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
-    rec["overridden"] = sorted(names.get(k, k) for k in stack.values if k in given)
+    rec["overridden"] = sorted(RECORD_NAMES.get(k, k) for k in stack.values if k in given)
     return rec
 
 
-_RECORD_NAMES = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
 _UNSET = {"dtype": "the model's", "grad_reduce_dtype": "the training dtype"}
 
 
@@ -88,16 +86,17 @@ def stack_diff(a: Stack, b: Stack) -> dict[str, Any]:
     """Where stacks `a` and `b` differ, key by key (`STACK_KEYS` order): each side's value (or, for a
     key one of them leaves unset, what a strategy then runs: `unset_value`) and the source it was read
     from; and the keys on which they agree."""
+    def value(s: Stack, key: str) -> Any:
+        v = s.values[key] if key in s.values else unset_value(key)
+        return list(v) if isinstance(v, tuple) else v
+
     differ, same = [], {}
-    for key in STACK_KEYS:
-        if key not in a.values and key not in b.values:
-            continue
-        va, vb = (list(v) if isinstance(v, tuple) else v
-                  for v in (s.values[key] if key in s.values else unset_value(key) for s in (a, b)))
+    for key in (k for k in STACK_KEYS if k in a.values or k in b.values):
+        va, vb, name = value(a, key), value(b, key), RECORD_NAMES.get(key, key)
         if va == vb:
-            same[_RECORD_NAMES.get(key, key)] = va
+            same[name] = va
             continue
-        differ.append({"key": _RECORD_NAMES.get(key, key), "a": va, "b": vb,
+        differ.append({"key": name, "a": va, "b": vb,
                        "a_source": a.sources.get(key, "not set by the stack: the strategy's default"),
                        "b_source": b.sources.get(key, "not set by the stack: the strategy's default")})
     side = ("name", "version", "framework")

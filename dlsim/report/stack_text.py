@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from dlsim.spec.stack import RECORD_NAMES
+
 
 def _value(v: Any) -> str:
     if isinstance(v, list):
@@ -40,7 +42,7 @@ def stack_table(rec: dict[str, Any]) -> str:
         out.append("read in: " + ", ".join(rec["repositories"]))
     width = max((len(k) for k in rec["values"]), default=3)
     out.append("")
-    names = {"bucket_size_bytes": "bucket_size", "first_bucket_size_bytes": "first_bucket_size"}
+    names = {v: k for k, v in RECORD_NAMES.items()}
     for key, value in rec["values"].items():
         out.append(f"{key:<{width}}  {_value(value)}")
         source = rec["sources"].get(names.get(key, key)) or rec["sources"].get(key, "")

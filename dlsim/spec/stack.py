@@ -22,6 +22,9 @@ STACK_KEYS = ("dtype", "fused_kernels", "loss_kernel", "optimizer", "optimizer_i
 ep), the batch and the schedule are the strategy's own; `zero`, `sequence_parallel` and
 `recompute` are the stack's defaults, which a strategy changes at will."""
 
+RECORD_NAMES = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
+"""Stack keys whose record name carries their unit (bytes); every other key is named as it is."""
+
 NEEDS_TP = ("sequence_parallel", "tp_async_backward", "tp_comm_overlap")
 """Keys that only mean something with tensor parallelism: a stack's value applies when tp >= 2."""
 
@@ -57,9 +60,8 @@ class Stack:
 
     def to_dict(self) -> dict[str, Any]:
         """The record of the stack a result ran on."""
-        names = {"bucket_size": "bucket_size_bytes", "first_bucket_size": "first_bucket_size_bytes"}
         return {"name": self.name, "version": self.version, "framework": self.framework,
-                "values": {names.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in self.values.items()}}
+                "values": {RECORD_NAMES.get(k, k): list(v) if isinstance(v, tuple) else v for k, v in self.values.items()}}
 
 
 def stack_fields(stack: Stack, given: Collection[str], tp: int, dtype: str | None,

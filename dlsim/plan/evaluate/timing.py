@@ -296,7 +296,7 @@ class Timing(StreamWalk):
         programs = per_mb and p * m * v <= WALK_OPS and (zero3 or comm_bound)
         send_f = send_b = [0.0] * K  # blocking exchanges (no `p2p_overlap`): a pass's send holds its stage
         if p > 1 and not s.p2p_overlap and not programs:
-            send_f, send_b, c_fwd = self._blocking_sends(c_fwd)
+            send_f, send_b, c_fwd = self._blocking_sends()
             f, bk = [x + y for x, y in zip(f, send_f)], [x + y for x, y in zip(bk, send_b)]
             comm = [comm[r] + sum(send_f[k] + send_b[k] for k in range(r, K, p)) for r in range(p)]
         if programs:  # every pass walked beside the stage's communication stream, which carries over
@@ -441,44 +441,51 @@ class Timing(StreamWalk):
         return self._shares_ports("tp", lambda: self.lay.tp_group(0, 0))
 
     def _p2p_times(self) -> list[float]:
-        """Seconds of the transfer across each chunk boundary k → k+1. Scatter-gather transfers
-        (Megatron-LM's scatter_gather_tensors_in_pipeline, `dlsim.plan.iteration`): each tensor-parallel
-        rank sends 1/tp of the replicated tensor, the receiver's group all-gathers it before use."""
-        s = self.s
-        gather = scatter_gather(s)
-        # the boundaries' bytes are the table's (its key) cut at the ranges; the prices the layout's
-        key = ("p2p times", self.t.key, tuple(self.ranges), gather, s.dp, s.tp, s.pp, s.domain, s.collective)
+        """Seconds of the transfer across each chunk boundary k → k+1 (`_p2p_parts`: the send, then the
+        receiver's all-gather of a scatter-gather transfer)."""
+        key = ("p2p times", *self._p2p_key())
+        got = self.ev._cache.get(key)
+        if got is None:
+            got = self.ev._cache[key] = [x + y for x, y in zip(*self._p2p_parts())]  # read, never changed
+        return got  # type: ignore[return-value]
+
+    def _p2p_key(self) -> tuple:
+        s = self.s  # the boundaries' bytes are the table's (its key) cut at the ranges; the prices the layout's
+        return (self.t.key, tuple(self.ranges), scatter_gather(s), s.dp, s.tp, s.pp, s.domain, s.collective)
+
+    def _p2p_parts(self) -> tuple[list[float], list[float]]:
+        """Per chunk boundary k → k+1: the seconds of the send, and of the receiver's tensor-parallel
+        all-gather (0 but for scatter-gather transfers: Megatron-LM's scatter_gather_tensors_in_pipeline,
+        `dlsim.plan.iteration`, where each tensor-parallel rank sends 1/tp of the replicated tensor)."""
+        key = ("p2p parts", *self._p2p_key())
         got = self.ev._cache.get(key)
         if got is not None:
             return got  # type: ignore[return-value]
-        bounds = self.ev.boundaries(self.t, self.ranges)
-        out: list[float] = []
-        for k, nbytes in enumerate(bounds):
+        s = self.s
+        gather = scatter_gather(s)
+        sends: list[float] = []
+        gathers: list[float] = []
+        for k, nbytes in enumerate(self.ev.boundaries(self.t, self.ranges)):
             a = self.lay.rank(0, 0, k % s.pp)
             b = self.lay.rank(0, 0, (k + 1) % s.pp)
-            if gather and nbytes > 0:
-                out.append(self.pricer.p2p(nbytes / s.tp, a, b).seconds
-                           + self.price("allgather", nbytes, self.tpg((k + 1) % s.pp)))
-            else:
-                out.append(self.pricer.p2p(nbytes, a, b).seconds)
-        self.ev._cache[key] = out  # read, never changed
-        return out
-    def _blocking_sends(self, c: list[float]) -> tuple[list[float], list[float], list[float]]:
+            split = gather and nbytes > 0
+            sends.append(self.pricer.p2p(nbytes / s.tp if split else nbytes, a, b).seconds)
+            gathers.append(self.price("allgather", nbytes, self.tpg((k + 1) % s.pp)) if split else 0.0)
+        got = self.ev._cache[key] = (sends, gathers)  # read, never changed
+        return got
+
+    def _blocking_sends(self) -> tuple[list[float], list[float], list[float]]:
         """Blocking pipeline exchanges as the simulation runs them (`dlsim.plan.p2pplan`: without
         `p2p_overlap` a stage's next kernel waits for its send): per global chunk k, the send that ends
         its forward pass (across boundary k, none from the last chunk) and its backward pass (across
         boundary k − 1, none from the first), added to the passes' durations, and what is left of each
         boundary's transfer for the receiver to wait on (a scatter-gather transfer's all-gather). The
         walk's op ends are then the simulation's: a receiver starts at the send's end plus the rest."""
-        s = self.s
-        K = s.pp * s.virtual_stages
-        bounds = self.ev.boundaries(self.t, self.ranges)
-        split = scatter_gather(s)
-        sends = [self.pricer.p2p(nb / s.tp if split and nb > 0 else nb, self.lay.rank(0, 0, k % s.pp),
-                                 self.lay.rank(0, 0, (k + 1) % s.pp)).seconds for k, nb in enumerate(bounds)]
+        K = self.s.pp * self.s.virtual_stages
+        sends, gathers = self._p2p_parts()
         send_f = [sends[k] if k < K - 1 else 0.0 for k in range(K)]
         send_b = [sends[k - 1] if k > 0 else 0.0 for k in range(K)]
-        return send_f, send_b, [x - y for x, y in zip(c, sends)]
+        return send_f, send_b, gathers
 
     def _tied_sync(self) -> tuple[int, int, float] | None:
         """(first stage, last stage, seconds) of the tied-embedding all-reduce, if there is one."""
