@@ -99,24 +99,36 @@ def test_megatron_1t_extension_equals_full_simulation(monkeypatch):
 
 
 INTERLEAVED = [
+    # the first two: a transfer's all-gather and a backward kernel of one device request its port at one
+    # instant in the cool-down, from two chains whose times only their last bits tell apart
+    # (`dlsim.sim.ties`): simulated in full
     dict(virtual_stages=3, pp=4, tp=2, dp=2, num_microbatches=64, recompute="full"),
     dict(virtual_stages=3, pp=4, tp=2, dp=1, num_microbatches=96, recompute="selective"),
     dict(virtual_stages=2, pp=6, tp=2, dp=1, num_microbatches=96, recompute="none"),
     dict(virtual_stages=2, pp=4, tp=2, dp=2, num_microbatches=64, zero=1, pipeline_split="balanced"),
     dict(virtual_stages=2, pp=4, tp=2, dp=2, num_microbatches=64, zero=3, pipeline_split="balanced"),
+    # asynchronous tensor-parallel backward communication (Megatron-LM 2022)
+    dict(virtual_stages=2, pp=4, tp=2, dp=2, num_microbatches=64, zero=1, pipeline_split="balanced", **MEGATRON_2022),
 ]  # 12 blocks on 8 chunks: not Megatron's uniform split (the model's stack), balanced by cost
 
 
 @pytest.mark.parametrize("case", INTERLEAVED, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_interleaved_extension_equals_full_simulation(monkeypatch, case):
     """The interleaved schedule repeats every pp micro-batches (all chunks of each): extended by whole
-    periods of pp micro-batches, the same record as the full simulation."""
+    periods of pp micro-batches where no near-tie lies past the cut, the same record as the full
+    simulation either way."""
     kw = dict(KW, schedule="interleaved")
     fast = simulate("megatron-gpt-1.7b", "dgx-a100", **kw, **case)
-    assert _extended(fast)
     full = _full(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", **kw, **case)
-    assert fast.events < full.events
+    if _extended(fast):
+        assert fast.events < full.events
     _close(_record(fast), _record(full))
+
+
+def test_interleaved_extension_applies_where_no_tie_lies_past_the_cut():
+    applied = [_extended(simulate("megatron-gpt-1.7b", "dgx-a100", **dict(KW, schedule="interleaved"), **case))
+               for case in INTERLEAVED]
+    assert applied == [False, False, True, True, True, True]
 
 
 def test_few_microbatches_beyond_the_reduced_count_are_extended(monkeypatch):
@@ -200,11 +212,12 @@ def test_counts_tried_smallest_first(monkeypatch):
     assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **CASES[0], stack="eager"))
     assert tried == [4 + steady.FIRST_MARGIN]
     tried.clear()
-    # an 8-stage pipeline whose transient outlasts the first count: the second count
-    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 32}, nodes=8, microbatch_size=1,
-                              schedule="1f1b", pp=8, tp=2, dp=1, num_microbatches=96, grad_accumulation="none",
-                              stack="eager"))
-    assert tried == [8 + steady.FIRST_MARGIN, 8 + 2 + steady.MARGIN]
+    # where the first count finds no cut (refused here), the second count
+    real_extend = steady.extend
+    refused = []
+    monkeypatch.setattr(steady, "extend", lambda *a, **k: refused.append(1) if not refused else real_extend(*a, **k))
+    assert _extended(simulate("megatron-gpt-1.7b", "dgx-a100", **KW, **CASES[0], stack="eager"))
+    assert tried == [4 + steady.FIRST_MARGIN, 4 + 1 + steady.MARGIN]
 
 
 @pytest.mark.slow  # about 30 s alone (a full ZeRO-3 GPT-3 175B simulation); .ci/run runs it

@@ -263,9 +263,8 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
 
 def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
     """Task ids from the first to the last task of the chain that decided the makespan: from the
-    last task to finish, repeatedly step to whichever predecessor (a dependency, the previous task
-    on its stream, or a fellow member's of its collective) finished last (of equal ends, the
-    smallest id)."""
+    last task to finish, repeatedly step to whichever predecessor (`path_candidates`) finished last
+    (of equal ends, the smallest id)."""
     tasks = graph.tasks
     if not tasks:
         return []
@@ -277,16 +276,9 @@ def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
     cur = end.index(max(end))  # the last to finish, the smallest id of equal ends
     path = [cur]
     while True:
-        t = tasks[cur]
-        members = graph.groups[t.group].members if t.group >= 0 else (cur,)
         best, best_end = -1, 0.0
-        for mtid in members:
-            for c in tasks[mtid].deps:
-                if (best < 0 or end[c] > best_end or (end[c] == best_end and c < best)) and c not in members:
-                    best, best_end = c, end[c]
-            c = prev_on_stream[mtid]
-            if c >= 0 and (best < 0 or end[c] > best_end or (end[c] == best_end and c < best)) \
-                    and c not in members:
+        for c in path_candidates(graph, prev_on_stream, cur):
+            if best < 0 or end[c] > best_end or (end[c] == best_end and c < best):
                 best, best_end = c, end[c]
         if best < 0:
             break
@@ -294,6 +286,22 @@ def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
         cur = best
     path.reverse()
     return path
+
+
+def path_candidates(graph: TaskGraph, prev_on_stream: list[int], tid: int) -> list[int]:
+    """The predecessors the critical path may step to from `tid`: the dependencies and the previous
+    task on its stream of the task and, for a collective's member, of every member (members
+    themselves excluded), in that order."""
+    tasks = graph.tasks
+    t = tasks[tid]
+    members = graph.groups[t.group].members if t.group >= 0 else (tid,)
+    out = []
+    for mtid in members:
+        out.extend(c for c in tasks[mtid].deps if c not in members)
+        c = prev_on_stream[mtid]
+        if c >= 0 and c not in members:
+            out.append(c)
+    return out
 
 
 def measured_share(graph: TaskGraph) -> float:

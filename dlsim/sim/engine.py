@@ -118,6 +118,7 @@ class _Priced:
 class _Run:
     port_type = Port  # tests/test_sim_ports.py runs the same graphs with simpy.Resource
     all_ports = False  # tests: a resource for every port, contended or not
+    loop = staticmethod(run_to_end)  # the run loop (`dlsim.sim.ties` tracks each event's id)
 
     def __init__(self, graph: TaskGraph):
         self.g = graph
@@ -126,6 +127,12 @@ class _Run:
         self.start = [0.0] * n
         self.end: list[float | None] = [None] * n
         self.waiters: dict[int, Fired] = {}
+        # `dlsim.sim.ties` (run with `run_tracked`): per task the origin of its end, the waits for each
+        # task's end (task, time, origin, waiting task) and per device its memory changes (time, origin,
+        # (kind, bytes) pairs)
+        self.end_origin: list[int] | None = None
+        self.wait_log: list[tuple[int, float, int, int]] | None = None
+        self.memory_log: list[list[tuple[float, int, tuple]]] | None = None
         self.events = 0
         self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
         self.port_key = [(port.direction == "in", i) for i, port in enumerate(graph.ports)].__getitem__
@@ -290,7 +297,10 @@ class _Run:
         return {p: self.port_type(self.env) for p in sorted(users) if len(users[p]) > 1 or self.all_ports}
 
     # -- helpers -----------------------------------------------------------------------------
-    def _wait(self, tid: int) -> Fired:
+    def _wait(self, tid: int, waiter: int = -1) -> Fired:
+        """The event of task `tid`'s end, which task `waiter` waits for (`dlsim.sim.ties` records who)."""
+        if self.wait_log is not None:
+            self.wait_log.append((tid, self.env._now, self.env.origin, waiter))
         ev = self.waiters.get(tid)
         if ev is None:
             ev = self.waiters[tid] = Fired()
@@ -298,6 +308,8 @@ class _Run:
 
     def _finish(self, tid: int) -> None:
         self.end[tid] = self.env.now
+        if self.end_origin is not None:
+            self.end_origin[tid] = self.env.origin
         ev = self.waiters.pop(tid, None)
         if ev is not None:
             succeed(self.env, ev)
@@ -305,6 +317,8 @@ class _Run:
     def _memory(self, device: int, deltas: tuple[tuple[str, float], ...]) -> None:
         if not deltas or device < 0:
             return
+        if self.memory_log is not None:
+            self.memory_log[device].append((self.env._now, self.env.origin, deltas))
         row = self.mem[device]
         for kind, nbytes in deltas:
             row[self.kinds[kind]] += nbytes
@@ -337,13 +351,14 @@ class _Run:
         tasks, end, start, env = self.g.tasks, self.end, self.start, self.env
         resources, acquire, waiters = self.resources, self.acquire, self.waiters
         slow_segs, comm_devices, flow_tasks = self.slow_segs, self.comm_devices, self.flow_tasks
+        end_origin = self.end_origin
         for tid in order:
             t = tasks[tid]
             for d in t.deps:
                 if end[d] is None:
-                    yield self._wait(d)
+                    yield self._wait(d, tid)
             if t.group >= 0:
-                yield from self._join(t.group)
+                yield from self._join(t.group, tid)
                 start[tid] = self.group_start[t.group]
                 self._finish(tid)
                 continue
@@ -388,6 +403,8 @@ class _Run:
             if t.mem_end:
                 self._memory(t.device, t.mem_end)
             end[tid] = env.now
+            if end_origin is not None:
+                end_origin[tid] = env.origin
             ev = waiters.pop(tid, None)
             if ev is not None:
                 succeed(env, ev)
@@ -448,7 +465,9 @@ class _Run:
                     busy[p].append(span)
             at += seconds
 
-    def _join(self, gid: int):
+    def _join(self, gid: int, member: int = -1):
+        if self.wait_log is not None:
+            self.wait_log.append((-1 - gid, self.env._now, self.env.origin, member))
         done = self.group_done[gid]
         if done is None:
             done = self.group_done[gid] = Fired()
@@ -539,13 +558,14 @@ class _Run:
         t = self.g.tasks[tid]
         for d in t.deps:
             if self.end[d] is None:
-                yield self._wait(d)
+                yield self._wait(d, tid)
         yield from self._execute(tid, t)
 
 
-def execute(graph: TaskGraph) -> Timeline:
-    """Run `graph` to completion. Raises RuntimeError if some task can never start (a cycle)."""
-    run = _Run(graph)
+def execute(graph: TaskGraph, run: _Run | None = None) -> Timeline:
+    """Run `graph` to completion (on `run`, a `_Run` of it, where given). Raises RuntimeError if some
+    task can never start (a cycle)."""
+    run = _Run(graph) if run is None else run
     env = run.env
     for order in graph.orders:
         if order:
@@ -553,7 +573,7 @@ def execute(graph: TaskGraph) -> Timeline:
     for t in graph.tasks:
         if t.stream < 0:
             Driver(env, run.standalone(t.tid))
-    steps = run_to_end(env) + sum(getattr(port, "elided", 0) for port in run.resources.values())
+    steps = run.loop(env) + sum(getattr(port, "elided", 0) for port in run.resources.values())
     missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
     if missing:
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")

@@ -24,6 +24,7 @@ Processes that wait for several events (`simpy.AllOf`) stay SimPy's own.
 from __future__ import annotations
 
 from collections import deque
+from bisect import bisect_right
 from heapq import heappop, heappush
 
 import simpy
@@ -153,5 +154,55 @@ def run_to_end(env: simpy.Environment) -> int:
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):
             raise event._value  # a failed event nobody handled, as `env.step()` raises it
+        steps += 1
+    return steps
+
+
+def run_tracked(env: simpy.Environment) -> int:
+    """`run_to_end` that keeps in `env.origin` the origin of the event being processed
+    (`dlsim.sim.ties`): an event pushed for a later time than the event whose processing pushed it is
+    its own origin (its id), one pushed for the same instant inherits that event's origin, so that
+    everything one task's end sets off at that instant shares it.
+
+    At each new instant the loop draws an id of its own from `env._eid` as a marker: an event of this
+    instant with a smaller id was pushed before it, its own origin. While only one such event has been
+    processed at this instant, everything pushed since descends from it; from the second one on, the
+    loop draws a marker before processing each event, so that the last marker below an event's id
+    names the event whose processing pushed it. Drawn ids only ever grow, so the extra ones change no
+    event's place in the (time, priority, id) order: the timeline is `run_to_end`'s."""
+    queue = env._queue
+    counter = env._eid
+    markers: list[int] = []  # from the second own-origin event of an instant: per event processed, in
+    origins: list[int] = []  # order, its marker and its origin
+    now = None
+    first = root = -1
+    steps = 0
+    while queue:
+        at, _, eid, event = heappop(queue)
+        if at != now:
+            now = env._now = at
+            first = next(counter)
+            root = origin = eid
+            markers.clear()
+            origins.clear()
+        elif eid < first:  # pushed before this instant: its own origin
+            origin = eid
+            if not markers:  # the instant's second: what was pushed so far descends from the first
+                markers.append(first)
+                origins.append(root)
+            markers.append(next(counter))
+            origins.append(origin)
+        elif markers:
+            origin = origins[bisect_right(markers, eid) - 1]
+            markers.append(next(counter))
+            origins.append(origin)
+        else:
+            origin = root
+        env.origin = origin
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            raise event._value
         steps += 1
     return steps

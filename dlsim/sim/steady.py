@@ -27,6 +27,15 @@ times (k = 1 where the path repeats every period; with asynchronous tensor-paral
 1F1B path zigzags through every stage and back, k = pp, and the reduced count is chosen so that pp
 divides Δ; the periodicity is then checked over the whole segment); tasks and the measured share
 +Δ·(one period's tasks).
+The reduced run is tracked for near-ties (`dlsim.sim.ties`): two chains equal in exact arithmetic
+whose order only the last bits of their times decide (requests of a contended port, waits for one
+task, memory changes of a device near its peak, the critical path's predecessors). Before the cut
+the reduced run is the full run, bit for bit; past it the full run's times have other last bits, so
+it may break such a tie the other way in any period it repeats: a cut is accepted only where none
+lies at or after its window's start, and the critical path's choices from its periodic segment on
+(GPT-3 175B on pp 8 with Megatron-LM 2022's interleaved schedule requests a device's port for a
+forward and an all-gather at one instant every period: simulated in full, its tracked run stopped
+at the ABORT_PORT_RACES-th tie).
 `events` counts the events actually processed. Where the check fails, or for another schedule, a
 trace, expanded or explicit collectives, it answers None and the caller runs the full simulation.
 tests/test_sim_steady.py holds the extension equal to the full simulation within float rounding.
@@ -44,8 +53,9 @@ from dlsim.plan.taskgraph import TaskGraph
 from dlsim.results import TimeBreakdown
 from dlsim.results_sim import DeviceRecord, SimResult
 from dlsim.sim.analysis import comm_spans, critical_path, device_times, segment_totals, task_seconds, window_times
-from dlsim.sim.engine import Timeline, execute
+from dlsim.sim.engine import Timeline
 from dlsim.sim.run import CRITICAL_PATH_TASKS, RunInfo, device_records, summarise
+from dlsim.sim.ties import Ties, TooManyTies, critical_path_ties, execute_tracked, memory_races, port_races, wait_races
 
 FIRST_MARGIN = 8  # the first try: micro-batches simulated beyond pp (cuts at pp to pp + 3; with 6, a 64-stage
 # pipeline whose backward adds gradient-accumulation kernels settles one micro-batch after the last cut)
@@ -75,19 +85,14 @@ def reduced_microbatches(x: IterationInputs) -> tuple[int, ...]:
     pipeline's first stage leaves its warm-up at micro-batch pp − 1); where no cut passes there, the
     larger count pp + pp // 4 + MARGIN follows, and for ZeRO-3 ZERO3_DEPTHS·pp; with asynchronous
     tensor-parallel communication 2·pp + FIRST_MARGIN and 2·pp + pp // 4 + MARGIN, each raised until pp
-    divides the micro-batches left (the interleaved schedule then runs in full). Interleaved (periods
+    divides the micro-batches left. Interleaved (periods
     of pp micro-batches): the first stage's warm-up (2(pp − 1) + (v − 1)·pp virtual micro-batches) and
     INTERLEAVED_PERIODS more periods, then twice as many. A count is tried where it leaves at least a
     third of the micro-batches unsimulated (a failed check costs its reduced run)."""
     s = x.strategy
     if s.schedule not in ("1f1b", "interleaved") or s.pp < 2 or x.expand or x.explicit_dp or x.explicit_tp:
         return ()
-    if (s.tp_async_backward or s.tp_comm_overlap) and s.tp > 1:
-        if s.schedule == "interleaved":
-            # not exact: GPT-3 175B (tp 8, pp 8, v 3, dp 16, megatron-lm-2022, 384 micro-batches) passes the
-            # check on 96, yet the full run is not periodic in 2 of its 36 middle periods (its communication
-            # union there differs by up to 6e-4 s per device: mean communication 3e-5 off, the rest exact)
-            return ()
+    if (s.tp_async_backward or s.tp_comm_overlap) and s.tp > 1 and s.schedule == "1f1b":
         # the critical path zigzags across the stages with a stride of pp micro-batches (`_segment`): the
         # reduced run holds it in its steady part from about 2·pp micro-batches, and pp divides m − m1
         m = s.num_microbatches
@@ -111,9 +116,12 @@ def simulate_steady(x: IterationInputs, info: RunInfo) -> SimResult | None:
     P = period_microbatches(s.schedule, s.pp)
     for m1 in reduced_microbatches(x):
         graph = build_iteration(replace(x, strategy=replace(s, num_microbatches=m1)))
-        tl = execute(graph)
+        try:
+            tl, ties = execute_tracked(graph)
+        except TooManyTies:  # its steady part breaks a near-tie again and again: no count would pass
+            return None
         out = extend(graph, tl, info, (s.num_microbatches - m1) // P, s.pp,
-                     divergence(graph, tl, s.pp, m1, s.schedule, s.virtual_stages), s.schedule)
+                     divergence(graph, tl, s.pp, m1, s.schedule, s.virtual_stages), s.schedule, ties)
         if out is not None:
             return out
     return None
@@ -192,10 +200,11 @@ class _Periodic:
 
 
 def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
-           limit: float = float("inf"), schedule: str = "1f1b") -> SimResult | None:
+           limit: float = float("inf"), schedule: str = "1f1b", ties: Ties | None = None) -> SimResult | None:
     """Extend the simulated reduced iteration by `delta` periods (of `period_microbatches` each); None
     when it is not periodic before `limit` (the time up to which the reduced run is the full one,
-    `divergence`)."""
+    `divergence`) or, with the near-ties `ties` recorded (`dlsim.sim.ties`), where one lies at or after
+    the checked window's start (the full run may break it the other way in a period it repeats)."""
     P = period_microbatches(schedule, p)
     tasks, start, end = graph.tasks, tl.start, tl.end
     per = _Periodic(graph)
@@ -211,12 +220,15 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     longest = max((end[t] - start[t] for t in by_start), default=0.0)
     sorted_starts = (by_start, starts, longest)
     path: list[int] | None = None
+    raced = _latest_race(graph, ties)
     for c in range(p, max(forwards) - P - 2):
         found = _period(tl, per, mb_of, forwards, c, sorted_starts, limit, P)
         if found is None:
             continue
         tau, lam, tol = found
         lo, hi = tau - lam, tau + 2 * lam
+        if raced >= lo:
+            continue
         makespan = tl.makespan + delta * lam
         if path is None:
             path = critical_path(graph, tl)
@@ -225,7 +237,7 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
             return _periodic_between(tl, per, mb_of, sorted_starts, lo, until, lam, tol, limit, P)
 
         # a later cut where the critical path's periodic segment does not lie inside this window
-        critical = _critical(graph, tl, path, per, mb_of, lo, hi, lam, delta, makespan, P, periodic_to)
+        critical = _critical(graph, tl, path, per, mb_of, lo, hi, lam, delta, makespan, P, periodic_to, ties)
         if critical is not None:
             break
     else:
@@ -242,6 +254,16 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
             f"simulated, the {schedule} period of {lam:.6g} s ({P} micro-batch{'es' if P > 1 else ''}) repeated "
             f"{delta} more times")
     return summarise(graph, tl, info, records, critical, share, len(tasks) + delta * period_tasks, makespan, (note,))
+
+
+def _latest_race(graph: TaskGraph, ties: Ties | None) -> float:
+    """The time of the last near-tie of a contended port's requests, a device's memory changes or the
+    waits for one task (`dlsim.sim.ties`), −inf where there is none or nothing was recorded."""
+    if ties is None:
+        return float("-inf")
+    times = [t for _, t in port_races(ties, 0.0)] + [t for _, t in memory_races(ties, 0.0)] + \
+        [t for _, t in wait_races(graph, ties, 0.0)]
+    return max(times, default=float("-inf"))
 
 
 def _period(tl: Timeline, per: _Periodic, mb_of: list, forwards: dict[int, int], c: int,
@@ -340,14 +362,19 @@ def _segment(path: list[int], per: _Periodic, mb_of: list, start: list[float], e
 
 
 def _critical(graph: TaskGraph, tl: Timeline, path: list[int], per: _Periodic, mb_of: list, lo: float, hi: float,
-              lam: float, delta: int, makespan: float, P: int, periodic_to) -> dict[str, Any] | None:
+              lam: float, delta: int, makespan: float, P: int, periodic_to,
+              ties: Ties | None = None) -> dict[str, Any] | None:
     """The reduced run's critical path with its periodic segment (from a task to its counterpart k
-    periods, k·P micro-batches, later: `_segment`) repeated delta / k more times."""
+    periods, k·P micro-batches, later: `_segment`) repeated delta / k more times; None where there is
+    none or, with `ties`, where a step of the path from the segment on had two predecessors ending
+    together (`dlsim.sim.ties.critical_path_ties`: the full run may step to the other one)."""
     start, end = tl.start, tl.end
     found = _segment(path, per, mb_of, start, end, lo, hi, delta, P, periodic_to)
     if found is None:
         return None
     a, b, k = found
+    if ties is not None and critical_path_ties(graph, tl, ties, path, a):
+        return None
     reps = delta // k
 
     def seconds(tid: int) -> dict[str, float]:
