@@ -183,8 +183,9 @@ def run_tracked(env: simpy.Environment) -> int:
             now = env._now = at
             first = next(counter)
             root = origin = eid
-            markers.clear()
-            origins.clear()
+            if markers:
+                markers.clear()
+                origins.clear()
         elif eid < first:  # pushed before this instant: its own origin
             origin = eid
             if not markers:  # the instant's second: what was pushed so far descends from the first

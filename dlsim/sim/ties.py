@@ -61,11 +61,11 @@ class _TrackedPort(Port):
     ABORT_PORT_RACES-th of all its ports': a pipeline whose steady part breaks such a tie every
     period (GPT-3 175B's above) gives up early, at a small part of its reduced run's cost."""
 
-    __slots__ = ("run", "pid", "last")
+    __slots__ = ("races", "pid", "last")
 
-    def __init__(self, env, run: _TrackedRun, pid: int) -> None:
+    def __init__(self, env, races: list[tuple[int, float]], pid: int) -> None:
         super().__init__(env)
-        self.run, self.pid = run, pid
+        self.races, self.pid = races, pid  # (the run's list: no reference back to the run, no cycle)
         self.last = (float("-inf"), -1)
 
     def request(self):
@@ -73,7 +73,7 @@ class _TrackedPort(Port):
         last = self.last
         self.last = now, origin = env._now, env.origin
         if origin != last[1] and near(last[0], now):
-            races = self.run.port_ties
+            races = self.races
             races.append((self.pid, now))
             if len(races) >= ABORT_PORT_RACES:
                 raise TooManyTies(f"{len(races)} near-ties of port requests by {now:.6g} s")
@@ -103,7 +103,7 @@ class _TrackedRun(_Run):
         return ports
 
     def port_type(self, env) -> _TrackedPort:  # type: ignore[override]
-        return _TrackedPort(env, self, -1)
+        return _TrackedPort(env, self.port_ties, -1)
 
     def loop(self, env) -> int:  # type: ignore[override]
         return run_tracked(env)
