@@ -37,6 +37,7 @@ one origin the smaller id is chosen in any run).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.sim.analysis import path_candidates
@@ -177,27 +178,35 @@ def memory_races(ties: Ties, since: float) -> list[tuple[int, float]]:
     one another, at or after `since`, that could pass the device's peak run in another order."""
     out = []
     for dev, log in enumerate(ties.memory):
+        if len(log) < 2:
+            continue
+        times = [t for t, _, _ in log]
+        # where a change is a near-tie of the one before it (most are not: skip them at C speed)
+        tied = [n + 1 for n, (t0, t1) in enumerate(zip(times, times[1:]))
+                if t1 - t0 <= TOLERANCE * max(1.0, t1) and t1 >= since]
+        if not tied:
+            continue
+        totals = list(accumulate(sum(b for _, b in deltas) for _, _, deltas in log))  # after each change
         peak = ties.peak[dev]
         limit = peak + 1e-9 * max(1.0, peak)  # what the engine counts as a new peak (`_Run._memory`)
-        total = 0.0
-        i, n = 0, len(log)
-        while i < n:
-            j = i + 1
-            while j < n and near(log[j - 1][0], log[j][0]):
+        n, k = len(log), 0
+        while k < len(tied):
+            i = tied[k] - 1  # the group: the change before the first tie and every one tied on
+            j = tied[k] + 1
+            k += 1
+            while k < len(tied) and tied[k] == j:
                 j += 1
-            if j - i > 1 and log[i][0] >= since and len({e for _, e, _ in log[i:j]}) > 1:
+                k += 1
+            group = log[i:j]
+            if len({e for _, e, _ in group}) > 1:
                 rise: dict[int, float] = {}
                 run: dict[int, float] = {}
-                for _, e, deltas in log[i:j]:
+                for _, e, deltas in group:
                     for _, b in deltas:
                         run[e] = run.get(e, 0.0) + b
                         rise[e] = max(rise.get(e, 0.0), run[e])
-                if total + sum(rise.values()) > limit:
+                if (totals[i - 1] if i else 0.0) + sum(rise.values()) > limit:
                     out.append((dev, log[i][0]))
-            for _, _, deltas in log[i:j]:
-                for _, b in deltas:
-                    total += b
-            i = j
     return out
 
 
