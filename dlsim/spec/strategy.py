@@ -385,7 +385,49 @@ def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | N
 
 def make_strategy(*, global_batch: int | None = None, microbatch_size: int | None = None,
                   num_microbatches: int | None = None, **fields: Any) -> Strategy:
-    """Validate and build a `Strategy`; any two of the batch sizes determine the third."""
+    """Validate and build a `Strategy`; any two of the batch sizes determine the third. A sweep or a
+    search builds the same strategy many times: the last `_MADE` are kept by `_exact_key` (a pure
+    function of the values and their types; errors are raised again, never kept)."""
+    key = _exact_key(dict(fields, global_batch=global_batch, microbatch_size=microbatch_size,
+                          num_microbatches=num_microbatches))
+    if key is not None and key in _MADE:
+        return _MADE[key]
+    s = _make_strategy(global_batch, microbatch_size, num_microbatches, fields)
+    if key is not None:
+        if len(_MADE) >= MADE_KEPT:
+            _MADE.pop(next(iter(_MADE)))
+        _MADE[key] = s
+    return s
+
+
+MADE_KEPT = 4096
+_MADE: dict[tuple, Strategy] = {}
+
+
+def _exact_key(fields: dict[str, Any]) -> tuple | None:
+    """`fields` as a key that tells apart what validation tells apart: each value with its type (and a
+    tuple's items with theirs: 1, 1.0 and True are equal in Python, not to the validator); None where a
+    value is not a flat tuple or a scalar (lists, mappings, records: validated every time)."""
+    out = []
+    for name in sorted(fields):
+        v = fields[name]
+        t = type(v)
+        if t is tuple:
+            if any(type(x) not in _SCALARS for x in v):
+                return None
+            out.append((name, t, v, tuple(type(x) for x in v)))
+        elif t in _SCALARS:
+            out.append((name, t, v))
+        else:
+            return None
+    return tuple(out)
+
+
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+def _make_strategy(global_batch: int | None, microbatch_size: int | None, num_microbatches: int | None,
+                   fields: dict[str, Any]) -> Strategy:
     known = StrategyRecord.model_fields
     for key in fields:
         if key not in known:
