@@ -436,7 +436,7 @@ def _make_strategy(global_batch: int | None, microbatch_size: int | None, num_mi
     pp = fields.get("pp", 1)
     mbs, m = _batch_sizes(fields.get("dp", 1), microbatch_size, num_microbatches, global_batch,
                           pp if isinstance(pp, int) and not isinstance(pp, bool) else 1)
-    s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
+    s = Strategy(**fields, microbatch_size=mbs, num_microbatches=m)
     return validate_strategy(s)
 
 
