@@ -405,22 +405,24 @@ _MADE: dict[tuple, Strategy] = {}
 
 
 def _exact_key(fields: dict[str, Any]) -> tuple | None:
-    """`fields` as a key that tells apart what validation tells apart: each value with its type (and a
-    tuple's items with theirs: 1, 1.0 and True are equal in Python, not to the validator); None where a
-    value is not a flat tuple or a scalar (lists, mappings, records: validated every time)."""
-    out = []
-    for name in sorted(fields):
-        v = fields[name]
-        t = type(v)
-        if t is tuple:
-            if any(type(x) not in _SCALARS for x in v):
+    """`fields` as a key that tells apart what validation tells apart: the names in their order, the
+    values and their types (and a tuple's items' types: 1, 1.0 and True are equal in Python, not to the
+    validator); None where a value is neither a scalar nor a tuple of scalars (lists, mappings, records:
+    validated every time)."""
+    values = tuple(fields.values())
+    types = tuple(map(type, values))
+    inner: tuple = ()
+    if not _SCALARS.issuperset(types):
+        for v, t in zip(values, types):
+            if t is not tuple:
+                if t not in _SCALARS:
+                    return None
+                continue
+            items = tuple(map(type, v))
+            if not _SCALARS.issuperset(items):
                 return None
-            out.append((name, t, v, tuple(type(x) for x in v)))
-        elif t in _SCALARS:
-            out.append((name, t, v))
-        else:
-            return None
-    return tuple(out)
+            inner += (items,)
+    return tuple(fields), values, types, inner
 
 
 _SCALARS = frozenset({int, float, str, bool, type(None)})
