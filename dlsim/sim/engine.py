@@ -127,11 +127,9 @@ class _Run:
         self.start = [0.0] * n
         self.end: list[float | None] = [None] * n
         self.waiters: dict[int, Fired] = {}
-        # `dlsim.sim.ties` (run with `run_tracked`): per task the origin of its end, the waits for each
-        # task's end (task, time, origin, waiting task) and per device its memory changes (time, origin,
-        # (kind, bytes) pairs)
+        # `dlsim.sim.ties` (run with `run_tracked`): per task the origin of its end and per device its
+        # memory changes (time, origin, (kind, bytes) pairs)
         self.end_origin: list[int] | None = None
-        self.wait_log: list[tuple[int, float, int, int]] | None = None
         self.memory_log: list[list[tuple[float, int, tuple]]] | None = None
         self.events = 0
         self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
@@ -167,6 +165,10 @@ class _Run:
             self._overlap_setup()
         else:
             self.comm_devices = self.slow_segs = None
+
+    def loop(self, env: simpy.Environment) -> int:
+        """Process every event (`run_to_end`; `dlsim.sim.ties` tracks each one's origin)."""
+        return run_to_end(env)
 
     # -- overlap slowdown ------------------------------------------------------------------------
     def _overlap_setup(self) -> None:
@@ -299,8 +301,6 @@ class _Run:
     # -- helpers -----------------------------------------------------------------------------
     def _wait(self, tid: int, waiter: int = -1) -> Fired:
         """The event of task `tid`'s end, which task `waiter` waits for (`dlsim.sim.ties` records who)."""
-        if self.wait_log is not None:
-            self.wait_log.append((tid, self.env._now, self.env.origin, waiter))
         ev = self.waiters.get(tid)
         if ev is None:
             ev = self.waiters[tid] = Fired()
@@ -466,8 +466,7 @@ class _Run:
             at += seconds
 
     def _join(self, gid: int, member: int = -1):
-        if self.wait_log is not None:
-            self.wait_log.append((-1 - gid, self.env._now, self.env.origin, member))
+        """Task `member` joins collective `gid` and waits for its end (`dlsim.sim.ties` records who)."""
         done = self.group_done[gid]
         if done is None:
             done = self.group_done[gid] = Fired()
