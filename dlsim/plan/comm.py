@@ -11,6 +11,7 @@ ring's rank 0; the gradient group spans dp × cp ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol, Sequence
 
 from dlsim.results import Estimate, Source
@@ -27,8 +28,10 @@ def sparse_op(density: float, value_bytes: float) -> str:
     return f"{SPARSE_ALLREDUCE}:density={density!r}:value={value_bytes!r}"
 
 
+@lru_cache(maxsize=256)
 def op_label(op: str) -> str:
-    """How an op reads in task names and traces (a sparse allreduce with its density)."""
+    """How an op reads in task names and traces (a sparse allreduce with its density); a graph names
+    a few ops many thousand times: each read once."""
     sparse = parse_sparse_op(op)
     return op if sparse is None else f"sparse_allreduce (density {sparse['density']:g})"
 

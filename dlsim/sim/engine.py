@@ -127,10 +127,11 @@ class _Run:
         self.start = [0.0] * n
         self.end: list[float | None] = [None] * n
         self.waiters: dict[int, Fired] = {}
-        # `dlsim.sim.ties` (run with `run_tracked`): per task the origin of its end and per device its
-        # memory changes (time, origin, (kind, bytes) pairs)
+        # `dlsim.sim.ties` (run with `run_tracked`): per task the origin of its end, per device its memory
+        # changes (time, origin, (kind, bytes) pairs), per task waited for its waits (time, origin, task)
         self.end_origin: list[int] | None = None
         self.memory_log: list[list[tuple[float, int, tuple]]] | None = None
+        self.waited: dict[int, list[tuple[float, int, int]]] | None = None
         self.events = 0
         self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
         self.port_key = [(port.direction == "in", i) for i, port in enumerate(graph.ports)].__getitem__
@@ -304,7 +305,14 @@ class _Run:
         ev = self.waiters.get(tid)
         if ev is None:
             ev = self.waiters[tid] = Fired()
+            if self.waited is not None:
+                self.waited[tid] = [(self.env._now, self.env.origin, waiter)]
+        elif self.waited is not None:
+            self._waiting(tid, waiter)
         return ev
+
+    def _waiting(self, key: int, waiter: int) -> None:
+        """A second or later wait for one task (`dlsim.sim.ties`)."""
 
     def _finish(self, tid: int) -> None:
         self.end[tid] = self.env.now

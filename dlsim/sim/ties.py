@@ -91,8 +91,8 @@ class _TrackedRun(_Run):
     def __init__(self, graph: TaskGraph):
         self.port_ties: list[tuple[int, float]] = []
         self.wait_ties: list[tuple[int, float, int, int]] = []
-        self.waited: dict[int, list[tuple[float, int, int]]] = {}
         super().__init__(graph)
+        self.waited = {}
         self.env.origin = -1
         self.end_origin = [-1] * len(graph.tasks)
         self.memory_log = [[] for _ in graph.devices]
@@ -109,15 +109,13 @@ class _TrackedRun(_Run):
     def loop(self, env) -> int:  # type: ignore[override]
         return run_tracked(env)
 
-    def _wait(self, tid: int, waiter: int = -1):
-        self._waiting(tid, waiter)
-        return super()._wait(tid, waiter)
-
     def _join(self, gid: int, member: int = -1):
         self._waiting(-1 - gid, member)
         return (yield from super()._join(gid, member))
 
     def _waiting(self, key: int, waiter: int) -> None:
+        """A wait for task `key` (or collective −1 − `key`) begun: a near-tie with an earlier one of
+        another origin is recorded (the engine records a task's first wait itself)."""
         now, origin = self.env._now, self.env.origin
         before = self.waited.get(key)
         if before is None:
