@@ -62,22 +62,22 @@ class _TrackedPort(Port):
     ABORT_PORT_RACES-th of all its ports': a pipeline whose steady part breaks such a tie every
     period (GPT-3 175B's above) gives up early, at a small part of its reduced run's cost."""
 
-    __slots__ = ("races", "pid", "last")
+    __slots__ = ("races", "pid", "at", "origin")
 
     def __init__(self, env, races: list[tuple[int, float]], pid: int) -> None:
         super().__init__(env)
         self.races, self.pid = races, pid  # (the run's list: no reference back to the run, no cycle)
-        self.last = (float("-inf"), -1)
+        self.at, self.origin = float("-inf"), -1  # the last request's time and origin
 
     def request(self):
         env = self.env
-        last = self.last
-        self.last = now, origin = env._now, env.origin
-        if origin != last[1] and near(last[0], now):
+        now = env._now
+        if now - self.at <= TOLERANCE * (now if now > 1.0 else 1.0) and env.origin != self.origin:
             races = self.races
             races.append((self.pid, now))
             if len(races) >= ABORT_PORT_RACES:
                 raise TooManyTies(f"{len(races)} near-ties of port requests by {now:.6g} s")
+        self.at, self.origin = now, env.origin
         return _request(self)
 
 
