@@ -139,8 +139,8 @@ class LowerBounds:
         acc = None if s.tp_async_backward else \
             self._accumulation_prefix(t, grad_accumulation_bytes(s.grad_accumulation, self.dtype, m))
         per_stage = self._stage_prefixes(s, t, lay, pricer)
-        dp_groups = [self.stage_groups(s, r)[1] for r in range(p)] if zero3 else []
         bwd_chain = zero3 and s.ep == 1 and s.compression.kind == "none"
+        units = self._zero3_chunks(s, t, ranges, bwd_chain) if zero3 else []
         work = [0.0] * p
         passes = []
         for k, (a, b) in enumerate(ranges):
@@ -149,7 +149,7 @@ class LowerBounds:
             if acc is not None:
                 y += acc[b] - acc[a]
             if zero3:
-                g, g_b, chain, _ = self._zero3_chunk(s, t, a, b, dp_groups[k % p], bwd_chain)
+                g, g_b, chain, _ = units[k]
                 f = max(f, g)
                 if bwd_chain:
                     y += chain
@@ -170,9 +170,8 @@ class LowerBounds:
         bound += step(sum(self._params(t, *ranges[k]) for k in chunks0) * share).seconds
         if zero3 and p * m * v <= WALK_OPS and s.ep == 1 and s.compression.kind == "none":
             for r in range(p):
-                dp_r = dp_groups[r]
                 chunks = range(r, len(ranges), p)
-                stream = sum(self._zero3_chunk(s, t, *ranges[k], dp_r, bwd_chain)[3] for k in chunks)
+                stream = sum(units[k][3] for k in chunks)
                 bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
         if replicas(s) > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
@@ -196,6 +195,20 @@ class LowerBounds:
                     prefix = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
                 got.append(prefix)
             self._cache[lkey] = got
+        return got  # type: ignore[return-value]
+
+    def _zero3_chunks(self, s: Strategy, t: LayerTable, ranges, chain: bool) -> list[tuple[float, float, float, float]]:
+        """`_zero3_chunk` of each chunk of `ranges` over its stage's data-parallel group, kept by the
+        table, the ranges and what `_zero3_chunk` keys by besides the chunk (one lookup a candidate)."""
+        key = ("zero3 chunks", t.key, tuple(ranges), s.fsdp_units if fsdp_block_units(s) else None, s.ep > 1,
+               replicas(s), s.zero, s.compression, s.bucket_size, s.first_bucket_size, s.grad_reduce_dtype,
+               s.zero_grad_reduce, s.collective, s.dp, s.tp, s.pp, s.domain, chain)
+        got = self._cache.get(key)
+        if got is None:
+            p = s.pp
+            dp_groups = [self.stage_groups(s, r)[1] for r in range(p)]
+            got = self._cache[key] = [self._zero3_chunk(s, t, a, b, dp_groups[k % p], chain)
+                                      for k, (a, b) in enumerate(ranges)]
         return got  # type: ignore[return-value]
 
     def _zero3_chunk(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int],
