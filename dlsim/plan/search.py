@@ -425,7 +425,7 @@ def _sized(evaluator: Evaluator, pool: list[Strategy], memory_limit: float, boun
         if closest is not None and evaluator.memory_floor(s) >= closest[0] * memory_limit:
             oom += 1
             continue
-        need = max(x.total for x in evaluator.memory(s))
+        need = evaluator.peak_memory(s)
         if need > memory_limit:
             oom += 1
             if closest is None or need / memory_limit < closest[0]:

@@ -185,16 +185,47 @@ class MemoryModel:
         return self._cache[key]  # type: ignore[return-value]
 
     def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
-        acts = self._chunk_acts(s, t, ranges)
-        stages = self.stages(t, ranges, s.pp, s.virtual_stages)
+        held = self._held(s, t, ranges)
+        acts = self._stage_activations(s, t, ranges)
+        return tuple(StageMemory(w, g, o, a, tr, ws) for (w, g, o, tr, ws, _), a in zip(held, acts))
+
+    def peak_memory(self, s: Strategy) -> float:
+        """max(x.total for x in memory(s)), the search's question, from the same cached per-stage
+        bytes, without the `StageMemory` records of a strategy that is mostly never evaluated."""
+        got = self._memories.get(s)
+        if got is not None:
+            return max(x.total for x in got)
+        t = self.strategy_base(s)
+        ranges = self.ranges(s, t)
+        # (weights + gradients + optimizer) + activations + transient + workspace, as `StageMemory.total`
+        return max(((states + a) + tr) + ws for (_, _, _, tr, ws, states), a in
+                   zip(self._held(s, t, ranges), self._stage_activations(s, t, ranges)))
+
+    def _held(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float, float, float, float]]:
+        """Per stage what its devices hold besides activations: (weights, gradients, optimizer states,
+        ZeRO-3's gathered units, workspace, weights + gradients + optimizer), kept by what it reads:
+        the table and its ranges, the sharding and optimizer, and ZeRO-3's units."""
         zero3 = s.zero == 3 and replicas(s) > 1
+        key = ("held", t.key, tuple(ranges), s.pp, s.virtual_stages, zero3, offloads_optimizer(s.offload),
+               (s.dp, s.tp, s.domain) if s.hybrid_shard else None, s.dp_cp, s.optimizer, s.zero,
+               buffer_element_bytes(s, self.dtype), s.ep, fsdp_block_units(s), s.fsdp_units,
+               (replicas(s), s.bucket_size, s.first_bucket_size, s.grad_reduce_dtype, s.zero_grad_reduce)
+               if zero3 else ())
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._held_uncached(s, t, ranges, zero3)
+        return got  # type: ignore[return-value]
+
+    def _held_uncached(self, s: Strategy, t: LayerTable, ranges,
+                       zero3: bool) -> list[tuple[float, float, float, float, float, float]]:
+        stages = self.stages(t, ranges, s.pp, s.virtual_stages)
         offload = offloads_optimizer(s.offload)
         lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain) if s.hybrid_shard else None
         grad = buffer_element_bytes(s, self.dtype)
         block_units = fsdp_block_units(s)
         # what a stage holds besides its activations depends on its parameters and, under ZeRO-3, its
         # chunks' units: stages alike (a deep pipeline's middle ones) are counted once
-        held: dict[tuple, tuple[float, float, float, float]] = {}
+        held: dict[tuple, tuple[float, float, float, float, float, float]] = {}
         contents = self._chunk_contents(s, t, ranges) if zero3 else None
         out = []
         for r in range(s.pp):
@@ -226,8 +257,25 @@ class MemoryModel:
                                 units.append(n)
                     units.sort(reverse=True)
                     transient = (sum(units[:2]) + kept_bytes) * (replicas(s) - 1) / replicas(s)
-                got = held[hkey] = (weights, gradients, optimizer, transient)
-            weights, gradients, optimizer, transient = got
+                got = held[hkey] = (weights, gradients, optimizer, transient, workspace,
+                                    weights + gradients + optimizer)
+            out.append(got)
+        return out
+
+    def _stage_activations(self, s: Strategy, t: LayerTable, ranges) -> list[float]:
+        """Per stage the peak bytes of its activations (kept per table, ranges, recomputation and schedule)."""
+        key = ("stage acts", t.key, tuple(ranges), s.recompute, s.recompute_layers, s.schedule, s.pp,
+               s.num_microbatches, s.virtual_stages)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._stage_activations_uncached(s, t, ranges)
+        return got  # type: ignore[return-value]
+
+    def _stage_activations_uncached(self, s: Strategy, t: LayerTable, ranges) -> list[float]:
+        acts = self._chunk_acts(s, t, ranges)
+        out = []
+        for r in range(s.pp):
+            chunks = [c * s.pp + r for c in range(s.virtual_stages)]
             if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
                 k = chunks[0]
@@ -242,8 +290,8 @@ class MemoryModel:
             else:  # the schedule's in-flight count (`peak_inflight`) of the largest chunk
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
-            out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
-        return tuple(out)
+            out.append(activations)
+        return out
 
     def _states(self, params: float, optimizer: str, zero: int, shard: int, grad: float) -> dict[str, float]:
         """`model_state_bytes` (cached: the stages of a pipeline mostly hold the same parameters)."""
