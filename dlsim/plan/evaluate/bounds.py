@@ -40,22 +40,18 @@ class LowerBounds:
             out.append(first + self._price(pricer, s, after.op, after.nbytes, group))
         return out[0], out[1]
 
-    def _pass_prefix(self, s: Strategy, t: LayerTable, pricer: CommPricer, ranks: list[int]) -> tuple[list[float], ...]:
+    def _pass_prefix(self, s: Strategy, t: LayerTable,
+                     passes: tuple[list[float], list[float], list[float]]) -> tuple[list[float], ...]:
         """Prefix sums over the entries of what each adds to a micro-batch's forward pass, its
         recomputation and its backward pass, each run alone: its kernels, its tensor-parallel
         collectives, and kernels beside an asynchronous collective as `overlap_cost` prices them
         (`Timing.steps_time` of `forward_steps`, the recomputation's steps and `backward_steps`,
-        summed layer by layer)."""
-        def price(c) -> float:
-            return self._price(pricer, s, c.op, c.nbytes, ranks)
-
-        fw, rc, bw = [0.0], [0.0], [0.0]
+        summed layer by layer). The forward and backward sums and each entry's forward (`_passes`,
+        which do not depend on the recomputation) are given."""
+        fw, bw, forwards = passes
+        rc = [0.0]
         alternate = alternate_layers(self.model) if s.recompute == "selective_layer" else {}
-        for e in t.entries:
-            chunked = self._chunked_alone(s, e, price) if e.tp_overlap else None
-            f = chunked[0] if chunked else e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
-            moe_f, moe_b = self._experts_comm(s, e, pricer, ranks)
-            f += moe_f
+        for e, f in zip(t.entries, forwards):
             x = 0.0
             if s.recompute == "full" and self.instance[e.name]:
                 x = f
@@ -65,6 +61,21 @@ class LowerBounds:
                 x = e.core.seconds
             elif s.recompute == "selective_op" and self.instance[e.name]:
                 x = e.op_core.seconds
+            rc.append(rc[-1] + x)
+        return fw, rc, bw
+
+    def _passes(self, s: Strategy, t: LayerTable, pricer: CommPricer,
+                ranks: list[int]) -> tuple[list[float], list[float], list[float]]:
+        """The forward and backward prefix sums of `_pass_prefix` and each entry's forward seconds."""
+        def price(c) -> float:
+            return self._price(pricer, s, c.op, c.nbytes, ranks)
+
+        fw, bw, forwards = [0.0], [0.0], []
+        for e in t.entries:
+            chunked = self._chunked_alone(s, e, price) if e.tp_overlap else None
+            f = chunked[0] if chunked else e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
+            moe_f, moe_b = self._experts_comm(s, e, pricer, ranks)
+            f += moe_f
             beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if s.tp_async_backward and c.overlap}
             y = sum(price(c) for c in e.tp.before_bwd + e.tp.after_bwd if c not in beside.values())
             if chunked:
@@ -81,9 +92,9 @@ class LowerBounds:
                 y += e.backward.seconds
             y += moe_b
             fw.append(fw[-1] + f)
-            rc.append(rc[-1] + x)
             bw.append(bw[-1] + y)
-        return fw, rc, bw
+            forwards.append(f)
+        return fw, bw, forwards
 
     def _chunked_alone(self, s: Strategy, e: LayerEntry, price) -> tuple[float, float]:
         """Forward and backward of a layer whose GEMMs run chunked beside its collectives
@@ -188,11 +199,15 @@ class LowerBounds:
             got = []
             for r in range(s.pp):
                 ranks = lay.tp_group(0, r)
-                key = ("bound", id(t), s.tp, s.collective, s.tp_async_backward, s.recompute,
-                       pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
+                where = (id(t), s.tp, s.collective, s.tp_async_backward,
+                         pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
+                key = ("bound", s.recompute) + where
                 prefix = self._cache.get(key)
                 if prefix is None:
-                    prefix = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
+                    passes = self._cache.get(("bound passes",) + where)
+                    if passes is None:
+                        passes = self._cache[("bound passes",) + where] = self._passes(s, t, pricer, ranks)
+                    prefix = self._cache[key] = self._pass_prefix(s, t, passes)  # type: ignore[arg-type]
                 got.append(prefix)
             self._cache[lkey] = got
         return got  # type: ignore[return-value]
