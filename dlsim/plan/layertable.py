@@ -11,7 +11,7 @@ or the layer is sharded.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Mapping, Sequence
 
 from dlsim.cost.layers import LayerCost, PassCost, fuse_dropout_add, layer_cost
@@ -199,10 +199,26 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         plan = plans.get(layer.name)
         if plan is not None:
             params = plan.params
-        out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
-                              layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
-                              wgrad, windows, experts=plan, op_core=op[0], op_kept=op[1]))
+        out.append(_new_entry(index=i, name=layer.name, type=layer.type, batch=b, tp_degree=t, forward=fwd,
+                              backward=bwd, params=params, saved_bytes=own / shard + extra,
+                              out_bytes=layer.out_elements * b * b_el / shard, flops=cost.flops, tp=role, core=core,
+                              core_bytes=core_bytes, workspace=workspace, backward_weight=wgrad, windows=windows,
+                              experts=plan, op_core=op[0], op_kept=op[1]))
     return tuple(out)
+
+
+_ENTRY_DEFAULTS: dict[str, object] = {}
+
+
+def _new_entry(**values: object) -> LayerEntry:
+    """`LayerEntry(**values)` without the frozen dataclass's constructor, which sets each field through
+    `object.__setattr__` (LayerEntry has no derived state; a search builds a thousand entries per
+    table): the fields' defaults, then `values`, which must name fields only."""
+    if not _ENTRY_DEFAULTS:
+        _ENTRY_DEFAULTS.update({f.name: f.default for f in fields(LayerEntry) if f.default is not MISSING})
+    out = object.__new__(LayerEntry)
+    out.__dict__.update(_ENTRY_DEFAULTS, **values)
+    return out
 
 
 def grad_accumulation_times(entries: Sequence[LayerEntry], device: Device,
