@@ -394,7 +394,7 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
     pp = fields.get("pp", 1)
     mbs, m = _batch_sizes(fields.get("dp", 1), microbatch_size, num_microbatches, global_batch,
                           pp if isinstance(pp, int) and not isinstance(pp, bool) else 1)
-    s = replace(Strategy(), **fields, microbatch_size=mbs, num_microbatches=m)
+    s = Strategy(**fields, microbatch_size=mbs, num_microbatches=m)  # what replace(Strategy(), ...) builds
     return validate_strategy(s)
 
 
