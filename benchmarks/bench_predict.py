@@ -25,6 +25,7 @@ Search space: every candidate of `dlsim optimize gpt3-175b --cluster dgx-a100 --
 (`time.process_time`): `candidates_per_cpu_s` (enumerated / CPU seconds of sizing and timing) and
 `evaluated_per_cpu_s` (timed / CPU seconds of timing).
 
+dlsim's bytecode is compiled first, as an installed package has it (`bytecode.py`; the JSON's `bytecode`).
 The machine's load is printed (os.getloadavg) beside the numbers: on a shared machine compare ratios
 of interleaved runs, not absolute times.
 Usage: python benchmarks/bench_predict.py [--repeats 5] [--sim-repeats 3] [--only NAME] [--no-space]
@@ -40,6 +41,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 
+from bytecode import compile_package
 from dlsim.api import analytic
 from dlsim.api.analytic import estimate_strategy
 from dlsim.api.models import as_cluster, as_model
@@ -140,7 +142,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="run only the workloads whose name contains this text")
     ap.add_argument("--no-space", action="store_true", help="skip the search-space throughput")
     args = ap.parse_args()
-    out: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "rows": []}
+    out: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "bytecode": compile_package(), "rows": []}
     for case in ROWS:
         if args.only in case["name"]:
             out["rows"].append(row(case, args.repeats, args.sim_repeats))

@@ -14,6 +14,7 @@ priced by the analytic evaluator (`dlsim sweep --analytic`; none of these points
 simulation, the JSON counts them). Each record is appended and fsynced as its batch finishes, as in a real
 sweep. On a shared machine the wall time depends on what else runs: the JSON says the load.
 
+dlsim's bytecode is compiled first, as an installed package has it (`bytecode.py`; the JSON's `bytecode`).
 Prints JSON: points, wall time, points per second, records by status, the backend, then a resume
 check (the finished file run again: 0 points recomputed).
 Usage: python benchmarks/bench_sweep.py [--jobs 2] [--out FILE] [--analytic]
@@ -29,6 +30,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bytecode import compile_package
 from dlsim.api.sweep import run_sweep
 from dlsim.io.sweep_spec import parse_sweep
 
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="results file (default: a temporary one, removed)")
     ap.add_argument("--analytic", action="store_true", help="price the points with the analytic evaluator")
     args = ap.parse_args()
+    bytecode = compile_package()
     spec = parse_sweep(SPEC)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out) if args.out else Path(tmp) / "bench.jsonl"
@@ -68,7 +71,7 @@ def main() -> None:
             "case": "10k-point sweep, local process pool" + (", analytic" if args.analytic else ""),
             "points": r.total, "jobs": args.jobs, "engine": getattr(r, "engine", "simulation"),
             "simulated_instead": sum(r.fallbacks.values()) if hasattr(r, "fallbacks") else 0,
-            "backend": r.backend, "cpu_count": os.cpu_count(), "wall_s": round(wall, 2),
+            "backend": r.backend, "cpu_count": os.cpu_count(), "bytecode": bytecode, "wall_s": round(wall, 2),
             "limit_s": 3.0 if args.analytic else 15.0,
             "points_per_s": round(r.total / wall, 1), "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)], "status": dict(status),
             "file_lines": lines, "rerun": {"computed": again.computed, "resumed": again.resumed,

@@ -8,20 +8,18 @@ and below (1 + tolerance) × the least estimate / (1 − tolerance) of a candida
 evaluator is held within `EVALUATOR_TOLERANCE` of the simulation on its validated space, so a
 candidate whose estimate exceeds either cannot be simulated faster than the optimum; candidates
 outside that space (`Evaluation.approximate`) get the wider `APPROXIMATE_TOLERANCE`; at most
-`max_simulations` in all. The search does not time a candidate whose lower bound already puts it
-beyond that (`dlsim.plan.search.Prune`).
+`max_simulations` in all (`dlsim.api.optimize_sims`, which simulates candidates that run alike
+once). The search does not time a candidate whose lower bound already puts it beyond that
+(`dlsim.plan.search.Prune`).
 Objective memory: the `top` best by estimated memory and those within the tolerance band of the
 best estimate.
 """
 
 from __future__ import annotations
 
-import gc
 import math
-import multiprocessing as mp
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -29,7 +27,8 @@ from typing import Any, Mapping, Sequence
 from dlsim.api.gcpause import paused_gc
 from dlsim.api.limits import check_batch_limit, check_nodes_limit
 from dlsim.api.models import as_cluster, as_model, check_dtype
-from dlsim.api.simulate import default_pricers, kernel_tables, run_simulation
+from dlsim.api.optimize_sims import APPROXIMATE_TOLERANCE, EVALUATOR_TOLERANCE, simulate_all, simulate_by_time
+from dlsim.api.simulate import default_pricers, kernel_tables
 from dlsim.api.stacks import apply_stack, choose_stack, stack_record
 from dlsim.errors import InfeasibleError, SpecError
 from dlsim.plan.scenario import ScenarioBuilder
@@ -46,10 +45,6 @@ OBJECTIVES = ("time", "memory", "time-to-train", "cost", "energy")
 """time-to-train, cost, energy: the candidates simulated as for time, ranked by the whole run
 (`dlsim.api.run_rank`: failures, checkpoints, energy, prices)."""
 MAX_JOBS = 8
-POOL_MIN_SIMULATIONS = 4
-"""Fewer simulations than this run in the calling process (a pool costs more than it saves)."""
-EVALUATOR_TOLERANCE = 0.03
-APPROXIMATE_TOLERANCE = 0.12
 
 
 def _band(tol: float) -> float:
@@ -388,10 +383,11 @@ def optimize(model: Model | str | Path, cluster: Cluster | str | Path, *, gpus: 
         raise _no_feasible(outcome, space, cluster, limit, max_memory_fraction)
     if objective == "time" or by_run:
         upper = upper_bound(outcome.evaluations, _prune("time", top, evaluator.capacity))
-        pairs = _simulate_by_time(model, cluster, outcome.evaluations, top, max_simulations, measured, jobs, upper)
+        pairs = simulate_by_time(model, cluster, outcome.evaluations, top, max_simulations, measured, jobs,
+                                 evaluator.builder.runs_as, upper)
     else:
         chosen = _to_simulate(outcome.evaluations, objective, top, max_simulations)
-        pairs = list(zip(chosen, _simulate_all(model, cluster, chosen, measured, jobs)))
+        pairs = list(zip(chosen, simulate_all(model, cluster, chosen, measured, jobs, evaluator.builder.runs_as)))
     ranked = collapse_equivalents([Candidate(e.strategy, e, sim) for e, sim in pairs])
     ranked.sort(key=lambda c: c.key("time" if by_run else objective))
     run_why = None
@@ -447,33 +443,6 @@ def collapse_equivalents(candidates: list[Candidate]) -> list[Candidate]:
     return out
 
 
-_WORK: list[tuple] = []
-"""The simulations a forked pool runs (inherited by the workers: models and clusters hold read-only
-mappings that do not pickle); only indices and results cross the process boundary."""
-
-
-def _simulate_one(i: int) -> SimResult:
-    model, cluster, strategy, measured = _WORK[i]
-    return run_simulation(model, cluster, strategy, measured=measured).result
-
-
-def _simulate_all(model: Model, cluster: Cluster, chosen: list[Evaluation], measured: bool, jobs: int) -> list[SimResult]:
-    """The simulations of `chosen` (in order), on `jobs` forked processes when there are enough of
-    them to pay for the pool (each simulation is deterministic: the same results either way)."""
-    _WORK[:] = [(model, cluster, e.strategy, measured) for e in chosen]
-    try:
-        if jobs < 2 or len(_WORK) < POOL_MIN_SIMULATIONS or "fork" not in mp.get_all_start_methods():
-            return [_simulate_one(i) for i in range(len(_WORK))]
-        gc.freeze()  # the workers then leave the inherited heap untouched (no copy-on-write by the collector)
-        try:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(_WORK)), mp_context=mp.get_context("fork")) as pool:
-                return list(pool.map(_simulate_one, range(len(_WORK))))
-        finally:
-            gc.unfreeze()
-    finally:
-        _WORK.clear()
-
-
 SURE_FIT = 0.97
 """A candidate whose estimated memory is at most this share of the device's fits in the simulation
 too (the evaluator's memory is at least the simulation's, ZeRO-3's at least 97% of it)."""
@@ -490,72 +459,6 @@ def _prune(objective: str, top: int, capacity: float) -> Prune:
     return Prune(objective, top, _band(APPROXIMATE_TOLERANCE), tolerance=EVALUATOR_TOLERANCE,
                  approximate_tolerance=APPROXIMATE_TOLERANCE, sure_fit_bytes=SURE_FIT * capacity,
                  exhaustive_below=EXHAUSTIVE_CANDIDATES)
-
-
-def _may_win(e: Evaluation, best_s: float) -> bool:
-    """Whether candidate `e` can still be simulated faster than `best_s`: its simulation is at least
-    its estimate / (1 + tolerance) when the estimate is within the tolerance of it."""
-    tol = APPROXIMATE_TOLERANCE if e.approximate else EVALUATOR_TOLERANCE
-    return e.iteration_time_s < best_s * (1 + tol)
-
-
-def _simulate_by_time(model: Model, cluster: Cluster, evals: list[Evaluation], top: int, cap: int, measured: bool,
-                      jobs: int, upper: float = math.inf) -> list[tuple[Evaluation, SimResult]]:
-    """Objective time: in ascending order of the estimate, the first `top` candidates and every later
-    one that may still beat the fastest simulated before it and `upper`, a bound of the simulated
-    optimum from the estimates (`dlsim.plan.search.upper_bound`), at most max(cap, top) (`_may_win`).
-
-    On `jobs` processes, a free worker takes the next candidate eligible by the simulations finished
-    so far (so it may run one the one-by-one rule would have skipped, never skip one it would run);
-    the one-by-one rule then keeps exactly the candidates it would have simulated, so that the result
-    does not depend on `jobs` or on which simulation finishes first."""
-    order = sorted(evals, key=lambda e: (e.iteration_time_s, e.peak_memory_bytes))
-    limit = max(cap, top)
-    results: dict[int, SimResult] = {}
-
-    def eligible(j: int, best_s: float) -> bool:
-        return j < top or _may_win(order[j], best_s)
-
-    _WORK[:] = [(model, cluster, e.strategy, measured) for e in order]
-    pool = None
-    try:
-        if jobs >= 2 and "fork" in mp.get_all_start_methods() and len(order) >= POOL_MIN_SIMULATIONS:
-            gc.freeze()  # the workers then leave the inherited heap untouched (no copy-on-write by the collector)
-            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
-        best, j = upper, 0
-        running: dict = {}  # future -> candidate index: a worker takes the next eligible one as soon as it is free
-        while True:
-            while j < len(order) and len(results) + len(running) < limit and (pool is None or len(running) < jobs):
-                if eligible(j, best):
-                    if pool is None:
-                        results[j] = _simulate_one(j)
-                        if results[j].feasible:
-                            best = min(best, results[j].iteration_time_s)
-                    else:
-                        running[pool.submit(_simulate_one, j)] = j
-                j += 1
-            if not running:
-                break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for f in done:
-                i = running.pop(f)
-                results[i] = f.result()
-                if results[i].feasible:
-                    best = min(best, results[i].iteration_time_s)
-    finally:
-        if pool is not None:
-            pool.shutdown()
-            gc.unfreeze()
-        _WORK.clear()
-    kept, best = [], upper
-    for i in sorted(results):
-        if len(kept) >= limit:
-            break
-        if eligible(i, best):
-            kept.append((order[i], results[i]))
-            if results[i].feasible:
-                best = min(best, results[i].iteration_time_s)
-    return kept
 
 
 def _to_simulate(evals: list[Evaluation], objective: str, top: int, cap: int) -> list[Evaluation]:

@@ -290,16 +290,18 @@ def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool, e
     if engine == "analytic":
         import dlsim.api.analytic  # noqa: F401
     methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    forked = "fork" in methods
+    ctx = multiprocessing.get_context("fork" if forked else None)
     batches = list(chunks)
-    shares = [deque(batches[w * len(batches) // jobs:(w + 1) * len(batches) // jobs]) for w in range(jobs)]
+    shares = [deque(range(w * len(batches) // jobs, (w + 1) * len(batches) // jobs)) for w in range(jobs)]
 
-    def take(w: int) -> list[SweepPoint] | None:
+    def take(w: int) -> int | None:
         if shares[w]:
             return shares[w].popleft()
         most = max(shares, key=len)
         return most.pop() if most else None
 
+    _BATCHES[:] = batches if forked else []  # forked workers inherit the batches: only an index is sent
     workers = [ProcessPoolExecutor(max_workers=1, mp_context=ctx) for _ in range(jobs)]
     try:
         owner: dict[Future, int] = {}
@@ -307,10 +309,11 @@ def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool, e
         while True:
             for w in range(jobs):
                 while queued[w] < QUEUED_BATCHES:
-                    batch = take(w)
-                    if batch is None:
+                    i = take(w)
+                    if i is None:
                         break
-                    owner[workers[w].submit(evaluate_chunk, batch, model_only, engine)] = w
+                    owner[workers[w].submit(_evaluate_batch, i, model_only, engine) if forked else
+                          workers[w].submit(evaluate_chunk, batches[i], model_only, engine)] = w
                     queued[w] += 1
             if not owner:
                 return
@@ -321,6 +324,16 @@ def _run_pool(chunks: Iterable[list[SweepPoint]], jobs: int, model_only: bool, e
     finally:
         for ex in workers:
             ex.shutdown()
+        _BATCHES.clear()
+
+
+_BATCHES: list[list[SweepPoint]] = []
+"""The batches of the running `_run_pool`, inherited by its forked workers."""
+
+
+def _evaluate_batch(i: int, model_only: bool, engine: str) -> list[dict[str, Any]]:
+    """`evaluate_chunk` of batch `i` of `_BATCHES` (in a forked worker)."""
+    return evaluate_chunk(_BATCHES[i], model_only, engine)
 
 
 QUEUED_BATCHES = 4

@@ -133,6 +133,8 @@ class PointToPoint:
 
     def time(self, s: Bytes) -> Bytes:
         """T(s): from the start of a send of `s` bytes to its arrival at the receiver."""
+        if isinstance(s, float) and self.model == "loggp" and self.burst <= 0:  # one size: the same
+            return np.float64(self.alpha + max(s - 1.0, 0.0) * self.gap_per_byte)  # operations, no array
         if self.model == "table":
             x = np.asarray(s, dtype=float)
             sizes, times = self.table_sizes, self.table_times
@@ -150,6 +152,8 @@ class PointToPoint:
         """S(s): least time between the starts of two back-to-back messages at one rank (S ≤ T)."""
         if self.model in ("hockney", "table"):
             return self.time(s)
+        if isinstance(s, float) and self.model == "loggp" and self.burst <= 0:  # one size (as `time`)
+            return np.float64(max(self.overhead, self.gap + max(s - 1.0, 0.0) * self.gap_per_byte))
         if self.shaped:
             return np.maximum(self.overhead, self.gap + self.shaped_time(self.payload(s), self.burst))
         if self.model == "loggp":

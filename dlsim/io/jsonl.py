@@ -38,12 +38,17 @@ def read_records(path: Path | str) -> list[dict[str, Any]]:
     return out
 
 
+_LINE = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""One record per line, compact, strict (json.dumps with these options, its encoder made once)."""
+
+
 def append_lines(fd: int, records: list[dict[str, Any]], sync: bool = True) -> None:
     """Append `records` to the O_APPEND descriptor `fd` as whole lines: one write, then fsync (strict
     JSON: a non-finite number is a ValueError, never written)."""
     if not records:
         return
-    data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
+    encode = _LINE.encode
+    data = "".join(encode(r) + "\n" for r in records).encode()
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]

@@ -26,7 +26,7 @@ differently in time, the two clocks), never a second copy of the assembly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from dlsim.cost.flash import attention_note
@@ -41,7 +41,7 @@ from dlsim.plan.fp8 import COMPUTE_DTYPE, apply_fp8, check_fp8, output_head
 from dlsim.plan.iteration import IterationInputs
 from dlsim.plan.layergroups import add_transitions, batches_and_degrees, forced_splits, group_modes
 from dlsim.plan.layertable import LayerEntry, build_layer_table, with_grad_accumulation
-from dlsim.plan.offload import host_link
+from dlsim.plan.offload import host_link, offloads_activations
 from dlsim.plan.partition import uniform_counts, partition, single_tensor_cuts
 from dlsim.plan.spatial import LayerSplit, add_halos, spatial_grid, split_spatial
 from dlsim.plan.steptime import elementwise_timer, optimizer_timer, step_kernels
@@ -365,6 +365,19 @@ class ScenarioBuilder:
                 self._cuts = single_tensor_cuts(self.model)
             r = t.partitions[s.chunks] = partition(self.model, t.costs, s.chunks, cuts=self._cuts)
         return r
+
+    def runs_as(self, s: Strategy) -> Strategy:
+        """The strategy whose run `s` is, task for task and byte for byte: selective recomputation of a
+        table with no attention core to recompute (flash attention keeps no score matrix; a model
+        without attention has none) and no activation offload recomputes nothing and keeps what no
+        recomputation keeps (`dlsim.plan.iteration` reads `recompute` nowhere else), so it runs as
+        recompute none; any other `s` as itself. A caller times one run per `runs_as`
+        (`dlsim.api.optimize`); tests/test_runs_as.py holds the two records equal but for the field."""
+        if s.recompute != "selective" or offloads_activations(s.offload):
+            return s
+        if any(e.core.seconds > 0 for e in self.strategy_base(s).entries):
+            return s
+        return replace(s, recompute="none")
 
     def layout(self, s: Strategy) -> Layout:
         return Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain)

@@ -385,7 +385,51 @@ def _batch_sizes(dp: int, microbatch_size: int | None, num_microbatches: int | N
 
 def make_strategy(*, global_batch: int | None = None, microbatch_size: int | None = None,
                   num_microbatches: int | None = None, **fields: Any) -> Strategy:
-    """Validate and build a `Strategy`; any two of the batch sizes determine the third."""
+    """Validate and build a `Strategy`; any two of the batch sizes determine the third. A sweep or a
+    search builds the same strategy many times: the last `_MADE` are kept by `_exact_key` (a pure
+    function of the values and their types; errors are raised again, never kept)."""
+    key = _exact_key(dict(fields, global_batch=global_batch, microbatch_size=microbatch_size,
+                          num_microbatches=num_microbatches))
+    if key is not None and key in _MADE:
+        return _MADE[key]
+    s = _make_strategy(global_batch, microbatch_size, num_microbatches, fields)
+    if key is not None:
+        if len(_MADE) >= MADE_KEPT:
+            _MADE.pop(next(iter(_MADE)))
+        _MADE[key] = s
+    return s
+
+
+MADE_KEPT = 4096
+_MADE: dict[tuple, Strategy] = {}
+
+
+def _exact_key(fields: dict[str, Any]) -> tuple | None:
+    """`fields` as a key that tells apart what validation tells apart: the names in their order, the
+    values and their types (and a tuple's items' types: 1, 1.0 and True are equal in Python, not to the
+    validator); None where a value is neither a scalar nor a tuple of scalars (lists, mappings, records:
+    validated every time)."""
+    values = tuple(fields.values())
+    types = tuple(map(type, values))
+    inner: tuple = ()
+    if not _SCALARS.issuperset(types):
+        for v, t in zip(values, types):
+            if t is not tuple:
+                if t not in _SCALARS:
+                    return None
+                continue
+            items = tuple(map(type, v))
+            if not _SCALARS.issuperset(items):
+                return None
+            inner += (items,)
+    return tuple(fields), values, types, inner
+
+
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+def _make_strategy(global_batch: int | None, microbatch_size: int | None, num_microbatches: int | None,
+                   fields: dict[str, Any]) -> Strategy:
     known = StrategyRecord.model_fields
     for key in fields:
         if key not in known:
@@ -394,7 +438,7 @@ def make_strategy(*, global_batch: int | None = None, microbatch_size: int | Non
     pp = fields.get("pp", 1)
     mbs, m = _batch_sizes(fields.get("dp", 1), microbatch_size, num_microbatches, global_batch,
                           pp if isinstance(pp, int) and not isinstance(pp, bool) else 1)
-    s = Strategy(**fields, microbatch_size=mbs, num_microbatches=m)  # what replace(Strategy(), ...) builds
+    s = Strategy(**fields, microbatch_size=mbs, num_microbatches=m)
     return validate_strategy(s)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -123,11 +124,23 @@ def choose(collective: str, n_bytes: float, ranks: int, costs: Costs, options: O
     return best
 
 
+@lru_cache(maxsize=1024)
+def _costs(link: LinkTier, gamma, intra: LinkTier | None, model, ranks_per_node: int | None, contention: float) -> Costs:
+    """`make_costs`, kept: a sweep or a search prices thousands of calls on a few links."""
+    return make_costs(link, gamma=gamma, intra=intra, model=model, ranks_per_node=ranks_per_node,
+                      contention=contention)
+
+
+@lru_cache(maxsize=256)
+def _options(ranks_per_node: int | None) -> Options:
+    """`make_options` with nothing but the ranks per node given, kept (frozen: safe to share)."""
+    return make_options(ranks_per_node=ranks_per_node)
+
+
 def _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options, contention: float = 1.0):
     check_collective(collective)
-    return check_size(n_bytes), check_ranks(ranks), make_costs(link, gamma=gamma, intra=intra, model=model,
-                                                                ranks_per_node=options.ranks_per_node,
-                                                                contention=contention)
+    return check_size(n_bytes), check_ranks(ranks), _costs(link, gamma, intra, model, options.ranks_per_node,
+                                                           contention)
 
 
 def collective_time(collective: str, algorithm: str, n_bytes: float, ranks: int, link: LinkTier, *,
@@ -143,7 +156,7 @@ def collective_time(collective: str, algorithm: str, n_bytes: float, ranks: int,
     network, as NCCL's tuner does); `contention` ≥ 1 then slows the inter-node bytes of the chosen
     algorithm (`make_costs`; the slowdown of `dlsim.plan.contention`).
     """
-    options = make_options(ranks_per_node=ranks_per_node, **params)
+    options = make_options(ranks_per_node=ranks_per_node, **params) if params else _options(ranks_per_node)
     n, p, costs = _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options)
     name = choose(collective, n, p, costs, options) if algorithm == "auto" else algorithm
     if contention != 1.0:

@@ -49,6 +49,8 @@ class Costs:
         g = self.ranks_per_node
         if self.node is None:
             return np.zeros(np.shape(p), dtype=bool) if np.ndim(p) else False
+        if isinstance(p, int):
+            return p % g == 0 and p >= 2 * g
         q = np.asarray(p)
         out = (q % g == 0) & (q >= 2 * g)
         return out if np.ndim(p) else bool(out)

@@ -93,10 +93,8 @@ def _heights_depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _sides(parents: np.ndarray) -> np.ndarray:
     """The side σ ∈ {0, 1} of every slot t·p + c (child c's edge to its parent in tree t; module doc):
     the two children of one rank (across both trees) and a rank's two slots differ. The constraint graph
-    has degree ≤ 2 and only even cycles; each component takes side 0 at its first slot (lowest t·p + c)
-    and alternates, which is its 2-colouring's parity, read from the double cover's components."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    has degree ≤ 2 and only even cycles (paths and rings); each component takes side 0 at its first
+    slot (lowest t·p + c) and alternates along it, its 2-colouring by the parity of the distance."""
     p = parents.shape[1]
     par = parents.reshape(-1)
     n = 2 * p
@@ -105,21 +103,27 @@ def _sides(parents: np.ndarray) -> np.ndarray:
     same = par[order[1:]] == par[order[:-1]]
     assert not (same[1:] & same[:-1]).any(), "a rank with more than two children in the double binary tree"
     both = np.nonzero((parents[0] >= 0) & (parents[1] >= 0))[0]
-    u = np.concatenate([order[:-1][same], both])
-    v = np.concatenate([order[1:][same], both + p])
-    # double cover: node x of colour a is x + a·n; an edge joins opposite colours
-    rows = np.concatenate([u, u + n])
-    cols = np.concatenate([v + n, v])
-    graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(2 * n, 2 * n))
-    _, cover = connected_components(graph, directed=False)
-    _, plain = connected_components(coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n)),
-                                    directed=False)
-    first = np.full(plain.max() + 1, n, dtype=np.int64)
-    np.minimum.at(first, plain[slots], slots)
-    start = first[plain]
-    side = (cover[:n] != cover[start]).astype(np.int64)
-    assert not (side[u] == side[v]).any(), "double binary tree colouring failed"
-    return side
+    u = np.concatenate([order[:-1][same], both]).tolist()
+    v = np.concatenate([order[1:][same], both + p]).tolist()
+    links: list[list[int]] = [[] for _ in range(n)]
+    for a, b in zip(u, v):
+        links[a].append(b)
+        links[b].append(a)
+    side = [-1] * n
+    for first in slots.tolist():  # ascending: a component is entered at its lowest slot
+        if side[first] >= 0:
+            continue
+        side[first] = 0
+        todo = [first]
+        while todo:
+            x = todo.pop()
+            for y in links[x]:
+                if side[y] < 0:
+                    side[y] = 1 - side[x]
+                    todo.append(y)
+    out = np.array([max(x, 0) for x in side], dtype=np.int64)
+    assert not (out[u] == out[v]).any(), "double binary tree colouring failed"
+    return out
 
 
 @lru_cache(maxsize=256)

@@ -10,6 +10,7 @@ neighbour with the smaller exact closed-form time, within [1, max_segments] and 
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -21,6 +22,10 @@ MAX_SEGMENTS = 1024
 
 def linear_fit(step_price: Callable, n):
     """(a, b) of the straight line through the step price at n/2 and n (exact for α-β and LogGP)."""
+    if np.ndim(n) == 0:  # one size: the same operations on numpy scalars
+        n = np.float64(n)
+        half, full = step_price(n / 2), step_price(n)
+        return np.float64(2 * half - full), np.float64((full - half) * 2 / n if n > 0 else 0.0)
     n = np.asarray(n, dtype=float)
     half, full = step_price(n / 2), step_price(n)
     b = np.where(n > 0, (full - half) * 2 / np.where(n > 0, n, 1.0), 0.0)
@@ -29,6 +34,13 @@ def linear_fit(step_price: Callable, n):
 
 def choose_segments(time_of_k: Callable, k_star, n, max_segments: int = MAX_SEGMENTS):
     """The better of ⌊k*⌋ and ⌈k*⌉ by `time_of_k`, clipped to [1, min(max_segments, n)]."""
+    if np.ndim(k_star) == 0 and np.ndim(n) == 0:  # one size: the same rule on scalars
+        upper = max(min(float(max_segments), math.floor(float(n))), 1.0)
+        k = float(k_star)
+        k = 1.0 if math.isnan(k) else float(max_segments) if k == math.inf else k
+        lo = min(max(float(math.floor(k)) if math.isfinite(k) else 1.0, 1.0), upper)
+        hi = min(max(float(math.ceil(k)) if math.isfinite(k) else 1.0, 1.0), upper)
+        return int(hi if time_of_k(np.float64(hi)) < time_of_k(np.float64(lo)) else lo)
     upper = np.maximum(np.minimum(float(max_segments), np.floor(np.asarray(n, dtype=float))), 1.0)
     k_star = np.nan_to_num(np.asarray(k_star, dtype=float), nan=1.0, posinf=float(max_segments))
     lo = np.clip(np.floor(k_star), 1.0, upper)
