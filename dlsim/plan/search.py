@@ -343,8 +343,7 @@ class _Workers:
     to one worker, the groups spread so that the workers size about as many candidates (largest group
     first, to the worker with the fewest), so that each table, its partitions and what is priced on
     them are made by one process; a worker evaluates, as far as the shares stay even, the candidates
-    it sized, whose caches serve it again (`evaluate`). Results come in the order asked, the same whatever
-    `jobs`."""
+    it sized, whose caches serve it again. Results come in the order asked, the same whatever `jobs`."""
 
     def __init__(self, evaluator: Evaluator, pool: list[Strategy], memory_limit: float, bounded: bool, jobs: int):
         self.args = (evaluator, pool, memory_limit, bounded)
@@ -392,21 +391,17 @@ class _Workers:
         return [f.result() for f in futures]
 
     def evaluate(self, indices: list[int]) -> list[Evaluation]:
-        """The evaluations of candidates `indices`, each by its owner, but for the last ones of a busy
-        owner where moving them to another worker shortens the round (`FOREIGN_COST`)."""
+        """The evaluations of candidates `indices`, each by its owner."""
         if not self.executors:
             return [_evaluate_candidate(i, self.args) for i in indices]
         mine: dict[int, list[int]] = {w: [] for w in range(self.jobs)}
+        fair = -(-len(indices) // self.jobs)  # each worker's share; its own candidates first
+        spill = []
         for i in indices:
-            mine[self.owner(i)].append(i)
-        load = {w: float(len(ids)) for w, ids in mine.items()}
-        while True:  # move the last candidate of the busiest worker while that shortens the round
-            most, least = max(load, key=lambda w: (load[w], -w)), min(load, key=lambda w: (load[w], w))
-            if load[most] - 1 < load[least] + FOREIGN_COST:
-                break
-            mine[least].append(mine[most].pop())
-            load[most] -= 1
-            load[least] += FOREIGN_COST
+            w = self.owner(i)
+            (mine[w] if len(mine[w]) < fair else spill).append(i)
+        for i in spill:
+            min(mine.values(), key=len).append(i)
         mine = {w: ids for w, ids in mine.items() if ids}
         futures = {w: self.executors[w].submit(_evaluate_candidates, ids) for w, ids in mine.items()}
         got = {i: e for w, f in futures.items() for i, e in zip(mine[w], f.result())}
@@ -506,12 +501,6 @@ def _pruned(evaluator: Evaluator, pool: list[Strategy], fits: list[tuple[int, fl
     out.sort(key=lambda x: x[0])
     return [e for _, e in out], len(rows) - len(out)
 
-
-FOREIGN_COST = 3.0
-"""An evaluation on a worker that did not size the candidate, in evaluations on its owner: it builds the
-candidate's layer tables, partition and priced passes first (measured on GPT-3 175B / 1,024 A100s, the
-owner about 7 ms an evaluation, the other worker 12 ms and more for its first ones: an even split
-spent 2.3 CPU-s where the owners alone spent 1.6)."""
 
 EVALUATION_BATCH = 6
 """Candidates per process evaluated at once by `_pruned` (more: fewer round trips, more evaluations
