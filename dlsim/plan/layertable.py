@@ -11,8 +11,7 @@ or the layer is sharded.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Mapping, Sequence
 
 from dlsim.cost.layers import LayerCost, PassCost, fuse_dropout_add, layer_cost
@@ -200,10 +199,26 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         plan = plans.get(layer.name)
         if plan is not None:
             params = plan.params
-        out.append(LayerEntry(i, layer.name, layer.type, b, t, fwd, bwd, params, own / shard + extra,
-                              layer.out_elements * b * b_el / shard, cost.flops, role, core, core_bytes, workspace,
-                              wgrad, windows, experts=plan, op_core=op[0], op_kept=op[1]))
+        out.append(_new_entry(index=i, name=layer.name, type=layer.type, batch=b, tp_degree=t, forward=fwd,
+                              backward=bwd, params=params, saved_bytes=own / shard + extra,
+                              out_bytes=layer.out_elements * b * b_el / shard, flops=cost.flops, tp=role, core=core,
+                              core_bytes=core_bytes, workspace=workspace, backward_weight=wgrad, windows=windows,
+                              experts=plan, op_core=op[0], op_kept=op[1]))
     return tuple(out)
+
+
+_ENTRY_DEFAULTS: dict[str, object] = {}
+
+
+def _new_entry(**values: object) -> LayerEntry:
+    """`LayerEntry(**values)` without the frozen dataclass's constructor, which sets each field through
+    `object.__setattr__` (LayerEntry has no derived state; a search builds a thousand entries per
+    table): the fields' defaults, then `values`, which must name fields only."""
+    if not _ENTRY_DEFAULTS:
+        _ENTRY_DEFAULTS.update({f.name: f.default for f in fields(LayerEntry) if f.default is not MISSING})
+    out = object.__new__(LayerEntry)
+    out.__dict__.update(_ENTRY_DEFAULTS, **values)
+    return out
 
 
 def grad_accumulation_times(entries: Sequence[LayerEntry], device: Device,
@@ -314,26 +329,41 @@ def _saved_bytes(model: Model, costs: dict[str, LayerCost], batches: list[int], 
 
 def boundary_bytes(model: Model, entries: Sequence[LayerEntry], ranges: Sequence[tuple[int, int]]) -> list[float]:
     """Bytes that cross each chunk boundary i → i+1 per micro-batch: the outputs of layers in chunks
-    ≤ i used by layers in chunks > i (the model input is present everywhere). A layer's last chunk is
-    that of its last consumer in model order (chunks are consecutive runs of layers), which the
-    model knows once (`_last_consumers`)."""
-    position, last_use = _last_consumers(model)
-    starts = [first for first, _ in ranges]
-    ends = [end for _, end in ranges]
+    ≤ i used by layers in chunks > i (the model input is present everywhere), `crossing_bytes` at
+    each `cut_positions`."""
+    return [crossing_bytes(model, entries, a) for a in cut_positions(model, entries, ranges)]
 
-    def chunk(i: int) -> int:
-        c = bisect_right(starts, i) - 1
-        if c < 0 or i >= ends[c]:
-            raise KeyError(model.layers[i].name)  # a layer outside the chunks, as a lookup of it would
-        return c
 
-    out = [0.0] * max(len(ranges) - 1, 0)
-    for e in entries:
-        i = position[e.name]
-        c, last = chunk(i), chunk(last_use[i]) if last_use[i] >= 0 else -1
-        for boundary in range(c, last):
-            out[boundary] += e.out_bytes
-    return out
+def cut_positions(model: Model, entries: Sequence[LayerEntry], ranges: Sequence[tuple[int, int]]) -> list[int]:
+    """The first layer of each chunk after the first; chunks must be consecutive runs of layers
+    covering the model (KeyError otherwise, as a lookup of a layer outside them)."""
+    if len(entries) != len(model.layers) or (ranges and (ranges[0][0] != 0 or ranges[-1][1] != len(entries) or any(
+            b != a for (_, b), (a, _) in zip(ranges, ranges[1:])))):
+        raise KeyError(f"chunks {list(ranges)} do not cover the {len(model.layers)} layers in order")
+    return [a for a, _ in ranges[1:]]
+
+
+def crossing_bytes(model: Model, entries: Sequence[LayerEntry], at: int) -> float:
+    """Bytes per micro-batch of the outputs of layers before position `at` that a layer at or after
+    `at` reads (what a pipeline cut before layer `at` sends on), summed in layer order; which layers
+    cross each position the model knows once (`_crossing`)."""
+    total = 0.0
+    for i in _crossing(model)[at]:
+        total += entries[i].out_bytes
+    return total
+
+
+def _crossing(model: Model) -> list[tuple[int, ...]]:
+    """Per position `at` (0..n), the positions i < at of the layers whose last consumer is at or
+    after `at`, ascending (`dlsim.spec.memo`: once per model)."""
+    def make() -> list[tuple[int, ...]]:
+        _, last_use = _last_consumers(model)
+        out: list[list[int]] = [[] for _ in range(len(model.layers) + 1)]
+        for i, last in enumerate(last_use):
+            for at in range(i + 1, last + 1):
+                out[at].append(i)
+        return [tuple(x) for x in out]
+    return derived(model, "crossing layers", make)
 
 
 def _last_consumers(model: Model) -> tuple[dict[str, int], list[int]]:

@@ -46,13 +46,16 @@ def _single_tensor_cuts(model: Model) -> list[int]:
     return cuts
 
 
-def _greedy(costs: Sequence[float], limit: float) -> list[int] | None:
-    """Left-to-right packing under `limit`; the start index of each part, or None if a unit exceeds it."""
+def _greedy(costs: Sequence[float], limit: float, most: int | None = None) -> list[int] | None:
+    """Left-to-right packing under `limit`; the start index of each part, or None if a unit exceeds it
+    or (given `most`) the packing needs more than `most` parts."""
     starts, acc = [0], 0.0
     for i, c in enumerate(costs):
         if c > limit:
             return None
         if acc + c > limit and i > 0:
+            if most is not None and len(starts) == most:
+                return None
             starts.append(i)
             acc = 0.0
         acc += c
@@ -72,8 +75,8 @@ def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
         if hi - lo <= 1e-12 * max(hi, 1e-300):
             break
         mid = (lo + hi) / 2
-        found = _greedy(costs, mid)
-        if found is not None and len(found) <= parts:
+        found = _greedy(costs, mid, parts)  # a packing into more parts than that is not one
+        if found is not None:
             hi, best = mid, found
         else:
             lo = mid

@@ -292,6 +292,12 @@ class ScenarioBuilder:
         """`base_table` built (`build_layer_table` and the transformations of the module docstring)."""
         local, splits = self._local_split(cp, spatial[0] if spatial else (1, 1))
         fusions = frozenset(fused)
+        if tp_comm_overlap:  # the entries without the overlap, shared with that table, chunked
+            plain = self.base_table(tp, sp, mbs, fused, ep, ep_overlap, cp, microbatches, dp, layer_groups, False,
+                                    spatial, loss)
+            entries = add_tp_overlap(plain.entries, local, self.device, self.dtype, self.tables, fusions, self.fp8,
+                                     output_head(local), tp_comm_overlap)
+            return LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
         if layer_groups:
             modes = group_modes(self.model, layer_groups)
             batch, degree = batches_and_degrees(modes, dp, mbs, tp)
@@ -307,9 +313,6 @@ class ScenarioBuilder:
         entries = add_halos(entries, splits, self.dtype, spatial[1] if spatial else True)
         if self.fp8:
             entries = apply_fp8(entries, local, self.device, microbatches, self.tables, fusions)
-        if tp_comm_overlap:
-            entries = add_tp_overlap(entries, local, self.device, self.dtype, self.tables, fusions, self.fp8,
-                                     output_head(local), tp_comm_overlap)
         return LayerTable(entries, [e.forward.seconds + e.backward.seconds for e in entries])
 
     def table(self, tp: int, sp: bool, mbs: int, fused: tuple[str, ...] = (), ep: int = 1,

@@ -320,8 +320,10 @@ def search(evaluator: Evaluator, model: Model, space: SearchSpace, memory_limit:
         for part_fits, part_oom, part_closest in parts:
             fits += part_fits
             dropped[OUT_OF_MEMORY] += part_oom
-            if part_closest is not None and (closest is None or part_closest[0] < closest[0]):
+            if part_closest is not None and (closest is None or part_closest[:2] < closest[:2]):
                 closest = part_closest  # (ratio, index, need): the first of the least ratio, as one pass finds it
+        if len(parts) > 1:
+            fits.sort()  # enumeration order
         closest_oom = None if closest is None else (closest[2], memory_limit, pool[closest[1]])
         if prune is None or len(fits) <= prune.exhaustive_below:
             return SearchOutcome(workers.evaluate([i for i, _, _ in fits]), dropped, len(pool), closest_oom)
@@ -336,15 +338,31 @@ _SHARED: list = []
 
 
 class _Workers:
-    """The candidates' sizing and evaluation, in this process or on `jobs` forked ones. Worker w sizes
-    the w-th contiguous share of the candidates and evaluates, as far as the shares stay even, the
-    candidates of that share, so that the caches it built sizing them (layer tables, partitions)
-    serve it again; results come in the order asked, the same whatever `jobs`."""
+    """The candidates' sizing and evaluation, in this process or on `jobs` forked ones. The candidates
+    that share a layer table (tensor-parallel degree, sequence parallelism, micro-batch size, ...) go
+    to one worker, the groups spread so that the workers size about as many candidates (largest group
+    first, to the worker with the fewest), so that each table, its partitions and what is priced on
+    them are made by one process; a worker evaluates, as far as the shares stay even, the candidates
+    it sized, whose caches serve it again. Results come in the order asked, the same whatever `jobs`."""
 
     def __init__(self, evaluator: Evaluator, pool: list[Strategy], memory_limit: float, bounded: bool, jobs: int):
         self.args = (evaluator, pool, memory_limit, bounded)
         self.jobs = jobs if len(pool) >= PARALLEL_MIN_CANDIDATES and "fork" in mp.get_all_start_methods() else 1
         self.executors: list[ProcessPoolExecutor] = []
+        self.shares: list[list[int]] = [list(range(len(pool)))]
+        self.owners: list[int] = [0] * len(pool)
+        if self.jobs > 1:
+            groups: dict[tuple, list[int]] = {}
+            for i, s in enumerate(pool):
+                groups.setdefault(_table_group(s), []).append(i)
+            self.shares = [[] for _ in range(self.jobs)]
+            for ids in sorted(groups.values(), key=lambda ids: (-len(ids), ids[0])):
+                w = min(range(self.jobs), key=lambda w: (len(self.shares[w]), w))
+                self.shares[w] += ids
+                for i in ids:
+                    self.owners[i] = w
+            for share in self.shares:
+                share.sort()
 
     def __enter__(self) -> "_Workers":
         if self.jobs > 1:
@@ -363,15 +381,13 @@ class _Workers:
 
     def owner(self, i: int) -> int:
         """The worker of candidate `i`."""
-        return i * self.jobs // len(self.args[1])
+        return self.owners[i]
 
     def sized(self) -> list[tuple]:
-        """`_sized` over all candidates, one contiguous share per worker."""
-        n = len(self.args[1])
+        """`_sized` over all candidates, one share per worker (fits in enumeration order within each)."""
         if not self.executors:
-            return [_sized(*self.args, 0, n)]
-        bounds = [w * n // self.jobs for w in range(self.jobs + 1)]
-        futures = [ex.submit(_sized_part, bounds[w], bounds[w + 1] - bounds[w]) for w, ex in enumerate(self.executors)]
+            return [_sized(*self.args, 0, len(self.args[1]))]
+        futures = [ex.submit(_sized_share, self.shares[w]) for w, ex in enumerate(self.executors)]
         return [f.result() for f in futures]
 
     def evaluate(self, indices: list[int]) -> list[Evaluation]:
@@ -397,9 +413,14 @@ class _Workers:
         return EVALUATION_BATCH * self.jobs if self.executors else 1
 
 
-def _sized_part(first: int, count: int) -> tuple:
+def _table_group(s: Strategy) -> tuple:
+    """What a candidate's layer table depends on among the searched fields (`ScenarioBuilder.base_table`)."""
+    return (s.tp, s.sequence_parallel, s.microbatch_size, s.tp_comm_overlap, s.cp, s.spatial, s.ep)
+
+
+def _sized_share(indices: list[int]) -> tuple:
     evaluator, pool, limit, bounded = _SHARED
-    return _sized(evaluator, pool, limit, bounded, first, min(first + count, len(pool)))
+    return _sized_indices(evaluator, pool, limit, bounded, indices)
 
 
 def _evaluate_candidate(i: int, shared: tuple | None = None) -> Evaluation:
@@ -413,19 +434,25 @@ def _evaluate_candidates(indices: list[int]) -> list[Evaluation]:
 
 def _sized(evaluator: Evaluator, pool: list[Strategy], memory_limit: float, bounded: bool, first: int,
            end: int) -> tuple[list[tuple[int, float, float]], int, tuple[float, int, float] | None]:
-    """Candidates first..end sized: (index, peak memory, lower bound of the time or 0) of those that
-    fit, the count out of memory, and the closest miss as (need / limit, index, need). A candidate whose
-    memory floor is over the limit and no closer to it than the closest miss so far is not sized
-    further (it can be neither)."""
+    """Candidates first..end sized (`_sized_indices`)."""
+    return _sized_indices(evaluator, pool, memory_limit, bounded, range(first, end))
+
+
+def _sized_indices(evaluator: Evaluator, pool: list[Strategy], memory_limit: float, bounded: bool,
+                   indices) -> tuple[list[tuple[int, float, float]], int, tuple[float, int, float] | None]:
+    """Candidates `indices` (ascending) sized: (index, peak memory, lower bound of the time or 0) of
+    those that fit, the count out of memory, and the closest miss as (need / limit, index, need). A
+    candidate whose memory floor is over the limit and no closer to it than the closest miss so far is
+    not sized further (it can be neither)."""
     fits = []
     oom = 0
     closest: tuple[float, int, float] | None = None
-    for i in range(first, end):
+    for i in indices:
         s = pool[i]
         if closest is not None and evaluator.memory_floor(s) >= closest[0] * memory_limit:
             oom += 1
             continue
-        need = max(x.total for x in evaluator.memory(s))
+        need = evaluator.peak_memory(s)
         if need > memory_limit:
             oom += 1
             if closest is None or need / memory_limit < closest[0]:

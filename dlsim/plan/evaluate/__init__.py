@@ -40,7 +40,11 @@ What strategies share is priced once per evaluator, kept by exactly what it depe
 lists by the stage's group tiers (a deep pipeline's stages share them), a chunk's plain forward pass
 by its layers, bucket bytes and ZeRO-3 unit prices by the chunk's content, transfers, port checks and
 optimizer steps by layout, the lower bounds' per-stage prefix sums by table and layout.
-* `memory` — peak memory per stage, as the simulator's memory tracker counts it.
+* `memory` — peak memory per stage, as the simulator's memory tracker counts it: what a stage holds
+  besides activations kept by the table, its chunks and the sharding, the stages' activations by the
+  table, its chunks, the recomputation and the schedule, the chunks' activation bytes from a table's
+  prefix sums (`dlsim.plan.recompute.ChunkActivations`); the search asks `peak_memory`, which builds
+  no per-stage records.
 * `bounds` — lower bounds of the iteration time for the search's pruning.
 * `records` — `Evaluation`, `StageMemory`, `supports`.
 

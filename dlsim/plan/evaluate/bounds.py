@@ -40,22 +40,18 @@ class LowerBounds:
             out.append(first + self._price(pricer, s, after.op, after.nbytes, group))
         return out[0], out[1]
 
-    def _pass_prefix(self, s: Strategy, t: LayerTable, pricer: CommPricer, ranks: list[int]) -> tuple[list[float], ...]:
+    def _pass_prefix(self, s: Strategy, t: LayerTable,
+                     passes: tuple[list[float], list[float], list[float]]) -> tuple[list[float], ...]:
         """Prefix sums over the entries of what each adds to a micro-batch's forward pass, its
         recomputation and its backward pass, each run alone: its kernels, its tensor-parallel
         collectives, and kernels beside an asynchronous collective as `overlap_cost` prices them
         (`Timing.steps_time` of `forward_steps`, the recomputation's steps and `backward_steps`,
-        summed layer by layer)."""
-        def price(c) -> float:
-            return self._price(pricer, s, c.op, c.nbytes, ranks)
-
-        fw, rc, bw = [0.0], [0.0], [0.0]
+        summed layer by layer). The forward and backward sums and each entry's forward (`_passes`,
+        which do not depend on the recomputation) are given."""
+        fw, bw, forwards = passes
+        rc = [0.0]
         alternate = alternate_layers(self.model) if s.recompute == "selective_layer" else {}
-        for e in t.entries:
-            chunked = self._chunked_alone(s, e, price) if e.tp_overlap else None
-            f = chunked[0] if chunked else e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
-            moe_f, moe_b = self._experts_comm(s, e, pricer, ranks)
-            f += moe_f
+        for e, f in zip(t.entries, forwards):
             x = 0.0
             if s.recompute == "full" and self.instance[e.name]:
                 x = f
@@ -65,6 +61,21 @@ class LowerBounds:
                 x = e.core.seconds
             elif s.recompute == "selective_op" and self.instance[e.name]:
                 x = e.op_core.seconds
+            rc.append(rc[-1] + x)
+        return fw, rc, bw
+
+    def _passes(self, s: Strategy, t: LayerTable, pricer: CommPricer,
+                ranks: list[int]) -> tuple[list[float], list[float], list[float]]:
+        """The forward and backward prefix sums of `_pass_prefix` and each entry's forward seconds."""
+        def price(c) -> float:
+            return self._price(pricer, s, c.op, c.nbytes, ranks)
+
+        fw, bw, forwards = [0.0], [0.0], []
+        for e in t.entries:
+            chunked = self._chunked_alone(s, e, price) if e.tp_overlap else None
+            f = chunked[0] if chunked else e.forward.seconds + sum(price(c) for c in e.tp.before + e.tp.after_fwd)
+            moe_f, moe_b = self._experts_comm(s, e, pricer, ranks)
+            f += moe_f
             beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if s.tp_async_backward and c.overlap}
             y = sum(price(c) for c in e.tp.before_bwd + e.tp.after_bwd if c not in beside.values())
             if chunked:
@@ -81,9 +92,9 @@ class LowerBounds:
                 y += e.backward.seconds
             y += moe_b
             fw.append(fw[-1] + f)
-            rc.append(rc[-1] + x)
             bw.append(bw[-1] + y)
-        return fw, rc, bw
+            forwards.append(f)
+        return fw, bw, forwards
 
     def _chunked_alone(self, s: Strategy, e: LayerEntry, price) -> tuple[float, float]:
         """Forward and backward of a layer whose GEMMs run chunked beside its collectives
@@ -139,8 +150,8 @@ class LowerBounds:
         acc = None if s.tp_async_backward else \
             self._accumulation_prefix(t, grad_accumulation_bytes(s.grad_accumulation, self.dtype, m))
         per_stage = self._stage_prefixes(s, t, lay, pricer)
-        dp_groups = [self.stage_groups(s, r)[1] for r in range(p)] if zero3 else []
         bwd_chain = zero3 and s.ep == 1 and s.compression.kind == "none"
+        units = self._zero3_chunks(s, t, ranges, bwd_chain) if zero3 else []
         work = [0.0] * p
         passes = []
         for k, (a, b) in enumerate(ranges):
@@ -149,7 +160,7 @@ class LowerBounds:
             if acc is not None:
                 y += acc[b] - acc[a]
             if zero3:
-                g, g_b, chain, _ = self._zero3_chunk(s, t, a, b, dp_groups[k % p], bwd_chain)
+                g, g_b, chain, _ = units[k]
                 f = max(f, g)
                 if bwd_chain:
                     y += chain
@@ -170,9 +181,8 @@ class LowerBounds:
         bound += step(sum(self._params(t, *ranges[k]) for k in chunks0) * share).seconds
         if zero3 and p * m * v <= WALK_OPS and s.ep == 1 and s.compression.kind == "none":
             for r in range(p):
-                dp_r = dp_groups[r]
                 chunks = range(r, len(ranges), p)
-                stream = sum(self._zero3_chunk(s, t, *ranges[k], dp_r, bwd_chain)[3] for k in chunks)
+                stream = sum(units[k][3] for k in chunks)
                 bound = max(bound, m * stream + step(sum(self._params(t, *ranges[k]) for k in chunks) * share).seconds)
         if replicas(s) > 1 and gathers_updated_params(s.zero) and s.ep == 1:  # with ep: dense and expert gathers
             dp0 = lay.dp_group(0, 0)
@@ -189,13 +199,31 @@ class LowerBounds:
             got = []
             for r in range(s.pp):
                 ranks = lay.tp_group(0, r)
-                key = ("bound", id(t), s.tp, s.collective, s.tp_async_backward, s.recompute,
-                       pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
+                where = (id(t), s.tp, s.collective, s.tp_async_backward,
+                         pricer.tier(ranks) if s.tp > 1 else None, lay.ranks_per_node(ranks) if s.tp > 1 else None)
+                key = ("bound", s.recompute) + where
                 prefix = self._cache.get(key)
                 if prefix is None:
-                    prefix = self._cache[key] = self._pass_prefix(s, t, pricer, ranks)
+                    passes = self._cache.get(("bound passes",) + where)
+                    if passes is None:
+                        passes = self._cache[("bound passes",) + where] = self._passes(s, t, pricer, ranks)
+                    prefix = self._cache[key] = self._pass_prefix(s, t, passes)  # type: ignore[arg-type]
                 got.append(prefix)
             self._cache[lkey] = got
+        return got  # type: ignore[return-value]
+
+    def _zero3_chunks(self, s: Strategy, t: LayerTable, ranges, chain: bool) -> list[tuple[float, float, float, float]]:
+        """`_zero3_chunk` of each chunk of `ranges` over its stage's data-parallel group, kept by the
+        table, the ranges and what `_zero3_chunk` keys by besides the chunk (one lookup a candidate)."""
+        key = ("zero3 chunks", t.key, tuple(ranges), s.fsdp_units if fsdp_block_units(s) else None, s.ep > 1,
+               replicas(s), s.zero, s.compression, s.bucket_size, s.first_bucket_size, s.grad_reduce_dtype,
+               s.zero_grad_reduce, s.collective, s.dp, s.tp, s.pp, s.domain, chain)
+        got = self._cache.get(key)
+        if got is None:
+            p = s.pp
+            dp_groups = [self.stage_groups(s, r)[1] for r in range(p)]
+            got = self._cache[key] = [self._zero3_chunk(s, t, a, b, dp_groups[k % p], chain)
+                                      for k, (a, b) in enumerate(ranges)]
         return got  # type: ignore[return-value]
 
     def _zero3_chunk(self, s: Strategy, t: LayerTable, a: int, b: int, dp_ranks: list[int],

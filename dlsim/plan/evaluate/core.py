@@ -49,6 +49,7 @@ class Evaluator(LowerBounds, MemoryModel):
         self._defaults: dict | None = None
         self._keep: list = []  # step lists whose ids key cached programs (`Timing._program`)
         self._memories: dict[Strategy, tuple[StageMemory, ...]] = {}  # `memory`, kept for `evaluate`
+        self._last_base: tuple = (None, None)  # (strategy, its `strategy_base`)
 
     def holds_last_block(self, entries) -> bool:
         """Whether `entries` (a chunk) hold a layer of the model's last block (FSDP2 keeps its unit
@@ -77,8 +78,14 @@ class Evaluator(LowerBounds, MemoryModel):
         return self.builder.table(tp, sp, mbs, fused, ep, ep_overlap, accumulation, cp, microbatches)
 
     def strategy_base(self, s: Strategy) -> LayerTable:
-        """The layer table of `s` without its gradient accumulation (what memory and the partition use)."""
-        return self.builder.strategy_base(s)
+        """The layer table of `s` without its gradient accumulation (what memory and the partition use;
+        the last strategy's kept: the search asks for its memory floor, memory and lower bound in turn)."""
+        last = self._last_base
+        if last[0] is s:
+            return last[1]
+        t = self.builder.strategy_base(s)
+        self._last_base = (s, t)
+        return t
 
     def strategy_table(self, s: Strategy) -> LayerTable:
         """The layer table `s` runs on (tp, sequence parallelism, micro-batch, fusions, ep, accumulation)."""

@@ -14,11 +14,12 @@ from dlsim.plan.dataparallel import buffer_element_bytes
 from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import (expert_params_of,
                                       expert_states)
-from dlsim.plan.layertable import LayerEntry, boundary_bytes
+from dlsim.plan.layertable import LayerEntry, crossing_bytes, cut_positions
 from dlsim.plan.offload import OFFLOAD_SLICES, offloads_optimizer
 from dlsim.plan.pipeline import peak_inflight
 from dlsim.plan.oprecompute import alternate_layers
-from dlsim.plan.recompute import full_recompute_memory, op_recompute_memory, selective_recompute_memory
+from dlsim.plan.recompute import (EXACT_BYTES, ChunkActivations, full_recompute_memory, op_recompute_memory,
+                                  selective_recompute_memory)
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.zero import model_state_bytes
 from dlsim.spec.strategy import Strategy
@@ -75,11 +76,19 @@ class MemoryModel:
         return got  # type: ignore[return-value]
 
     def boundaries(self, t: LayerTable, ranges) -> list[float]:
-        """`boundary_bytes` of the table cut at `ranges` (cached)."""
+        """`boundary_bytes` of the table cut at `ranges` (cached, and each cut's `crossing_bytes` by
+        the table and the position: partitions into different chunk counts share their cuts' bytes)."""
         key = ("bounds", t.key, tuple(ranges))
         got = self._cache.get(key)
         if got is None:
-            got = self._cache[key] = boundary_bytes(self.model, t.entries, ranges)
+            crossing = self._cache.setdefault(("crossing", t.key), {})
+            got = []
+            for a in cut_positions(self.model, t.entries, ranges):
+                x = crossing.get(a)  # type: ignore[union-attr]
+                if x is None:
+                    x = crossing[a] = crossing_bytes(self.model, t.entries, a)  # type: ignore[index]
+                got.append(x)
+            self._cache[key] = got
         return got  # type: ignore[return-value]
 
     def tied(self, t: LayerTable, ranges, pp: int) -> dict[int, int]:
@@ -118,6 +127,15 @@ class MemoryModel:
     def _chunk_acts_uncached(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float]]:
         checkpoints = s.recompute in ("full", "selective_layer", "selective_op")
         bounds = self.boundaries(t, ranges) if checkpoints else []
+        fast = self._table_acts(t)
+        if fast.exact and (s.recompute in ("none", "selective") or (
+                s.recompute == "full" and s.recompute_layers == 1 and fast.contiguous
+                and all(x.is_integer() and 0 <= x < EXACT_BYTES for x in bounds))):
+            if s.recompute == "full":
+                return [fast.full(a, b, bounds[k - 1] if k > 0 else 0.0) for k, (a, b) in enumerate(ranges)]
+            if s.recompute == "selective":
+                return [fast.selective(a, b) for a, b in ranges]
+            return [fast.plain(a, b) for a, b in ranges]
         out = []
         for k, (a, b) in enumerate(ranges):
             es = t.entries[a:b]
@@ -133,6 +151,14 @@ class MemoryModel:
             else:
                 out.append((sum(e.saved_bytes for e in es), 0.0, 0.0))
         return out
+
+    def _table_acts(self, t: LayerTable) -> ChunkActivations:
+        """The activation bytes of table `t`'s chunks (`ChunkActivations`, cached per table)."""
+        key = ("table acts", t.key)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = ChunkActivations(self.model, t.entries, self.instance)
+        return got  # type: ignore[return-value]
 
     def stages(self, t: LayerTable, ranges, pp: int, v: int) -> list[tuple[int, float, int, int]]:
         """Per stage: its parameters, largest workspace, routed-expert parameters and tied copies'
@@ -159,21 +185,53 @@ class MemoryModel:
         return self._cache[key]  # type: ignore[return-value]
 
     def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
-        acts = self._chunk_acts(s, t, ranges)
-        stages = self.stages(t, ranges, s.pp, s.virtual_stages)
+        held = self._held(s, t, ranges)
+        acts = self._stage_activations(s, t, ranges)
+        return tuple(StageMemory(w, g, o, a, tr, ws) for (w, g, o, tr, ws, _), a in zip(held, acts))
+
+    def peak_memory(self, s: Strategy) -> float:
+        """max(x.total for x in memory(s)), the search's question, from the same cached per-stage
+        bytes, without the `StageMemory` records of a strategy that is mostly never evaluated."""
+        got = self._memories.get(s)
+        if got is not None:
+            return max(x.total for x in got)
+        t = self.strategy_base(s)
+        ranges = self.ranges(s, t)
+        # (weights + gradients + optimizer) + activations + transient + workspace, as `StageMemory.total`
+        return max(((states + a) + tr) + ws for (_, _, _, tr, ws, states), a in
+                   zip(self._held(s, t, ranges), self._stage_activations(s, t, ranges)))
+
+    def _held(self, s: Strategy, t: LayerTable, ranges) -> list[tuple[float, float, float, float, float, float]]:
+        """Per stage what its devices hold besides activations: (weights, gradients, optimizer states,
+        ZeRO-3's gathered units, workspace, weights + gradients + optimizer), kept by what it reads:
+        the table and its ranges, the sharding and optimizer, and ZeRO-3's units."""
         zero3 = s.zero == 3 and replicas(s) > 1
+        key = ("held", t.key, tuple(ranges), s.pp, s.virtual_stages, zero3, offloads_optimizer(s.offload),
+               (s.dp, s.tp, s.domain) if s.hybrid_shard else None, s.dp_cp, s.optimizer, s.zero,
+               buffer_element_bytes(s, self.dtype), s.ep, fsdp_block_units(s), s.fsdp_units,
+               (replicas(s), s.bucket_size, s.first_bucket_size, s.grad_reduce_dtype, s.zero_grad_reduce)
+               if zero3 else ())
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._held_uncached(s, t, ranges, zero3)
+        return got  # type: ignore[return-value]
+
+    def _held_uncached(self, s: Strategy, t: LayerTable, ranges,
+                       zero3: bool) -> list[tuple[float, float, float, float, float, float]]:
+        stages = self.stages(t, ranges, s.pp, s.virtual_stages)
         offload = offloads_optimizer(s.offload)
         lay = Layout(s.dp, s.tp, s.pp, self.cluster.devices_per_node, s.domain) if s.hybrid_shard else None
         grad = buffer_element_bytes(s, self.dtype)
         block_units = fsdp_block_units(s)
         # what a stage holds besides its activations depends on its parameters and, under ZeRO-3, its
         # chunks' units: stages alike (a deep pipeline's middle ones) are counted once
-        held: dict[tuple, tuple[float, float, float, float]] = {}
+        held: dict[tuple, tuple[float, float, float, float, float, float]] = {}
+        contents = self._chunk_contents(s, t, ranges) if zero3 else None
         out = []
         for r in range(s.pp):
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
             params, workspace, expert, tied_params = stage = stages[r]  # type: ignore[index]
-            hkey = (stage, tuple(self._bucket_chunk(s, t, *ranges[k]) for k in chunks) if zero3 else (),
+            hkey = (stage, tuple([contents[k] for k in chunks]) if contents is not None else (),
                     r if lay is not None else 0)
             got = held.get(hkey)
             if got is None:
@@ -199,8 +257,25 @@ class MemoryModel:
                                 units.append(n)
                     units.sort(reverse=True)
                     transient = (sum(units[:2]) + kept_bytes) * (replicas(s) - 1) / replicas(s)
-                got = held[hkey] = (weights, gradients, optimizer, transient)
-            weights, gradients, optimizer, transient = got
+                got = held[hkey] = (weights, gradients, optimizer, transient, workspace,
+                                    weights + gradients + optimizer)
+            out.append(got)
+        return out
+
+    def _stage_activations(self, s: Strategy, t: LayerTable, ranges) -> list[float]:
+        """Per stage the peak bytes of its activations (kept per table, ranges, recomputation and schedule)."""
+        key = ("stage acts", t.key, tuple(ranges), s.recompute, s.recompute_layers, s.schedule, s.pp,
+               s.num_microbatches, s.virtual_stages)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._stage_activations_uncached(s, t, ranges)
+        return got  # type: ignore[return-value]
+
+    def _stage_activations_uncached(self, s: Strategy, t: LayerTable, ranges) -> list[float]:
+        acts = self._chunk_acts(s, t, ranges)
+        out = []
+        for r in range(s.pp):
+            chunks = [c * s.pp + r for c in range(s.virtual_stages)]
             if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
                 k = chunks[0]
@@ -215,8 +290,8 @@ class MemoryModel:
             else:  # the schedule's in-flight count (`peak_inflight`) of the largest chunk
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)
-            out.append(StageMemory(weights, gradients, optimizer, activations, transient, workspace))
-        return tuple(out)
+            out.append(activations)
+        return out
 
     def _states(self, params: float, optimizer: str, zero: int, shard: int, grad: float) -> dict[str, float]:
         """`model_state_bytes` (cached: the stages of a pipeline mostly hold the same parameters)."""
@@ -240,6 +315,14 @@ class MemoryModel:
             names = self._cache.setdefault(("content names",), {})
             sig = (t.base or t).signature(a, b, self.instance)
             got = self._cache[key] = (names.setdefault(sig, len(names)),)  # type: ignore[union-attr]
+        return got  # type: ignore[return-value]
+
+    def _chunk_contents(self, s: Strategy, t: LayerTable, ranges) -> list[tuple]:
+        """`_bucket_chunk` of each chunk of `ranges` (cached by the table and the ranges)."""
+        key = ("chunk contents", t.key, tuple(ranges), s.ep > 1 or fsdp_block_units(s))
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = [self._bucket_chunk(s, t, a, b) for a, b in ranges]
         return got  # type: ignore[return-value]
 
     def _bucket_bytes(self, s: Strategy, t: LayerTable, a: int, b: int, gathered: bool = False) -> list[float]:

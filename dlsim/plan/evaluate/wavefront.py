@@ -14,7 +14,7 @@ which `walk` runs as numpy vectors, one level at a time; a shallow one is walked
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -39,21 +39,39 @@ level against 0.4 µs per op)."""
 @dataclass(frozen=True)
 class Structure:
     """The ops of every stage (stage r's are ids offsets[r] .. offsets[r+1]−1, in its op order), in an
-    order that puts every op after its predecessor on the stage and its input (`steps`: per op
-    (id, predecessor, input, transfer index, duration index); N, the id of the slot that stays 0,
-    stands for a missing one; transfer index K − 1 is the zero transfer; durations are f[0..K−1]
-    then b[0..K−1]), the ids of each stage's last backward of each local chunk (`last`), and the same
-    steps grouped into levels of independent ops (`levels`: numpy arrays id, predecessor, input,
-    transfer, duration per level; empty where the ops are too few per level to pay for vectors)."""
+    order that puts every op after its predecessor on the stage and its input (`ops`: per op (id,
+    predecessor, input, transfer index, stage, whether a forward, micro-batch, global chunk); N, the id
+    of the slot that stays 0, stands for a missing one; transfer index K − 1 is the zero transfer), and
+    the ids of each stage's last backward of each local chunk (`last`). Derived on first use, for the
+    walks that time the pipeline alone (`walk`): `steps`, per op (id, predecessor, input, transfer index,
+    duration index; durations are f[0..K−1] then b[0..K−1]), and the same steps grouped into levels of
+    independent ops (`levels`: numpy arrays id, predecessor, input, transfer, duration per level; empty
+    where the ops are too few per level to pay for vectors)."""
 
     n: int
     offsets: tuple[int, ...]
-    steps: tuple[tuple[int, int, int, int, int], ...]
     last: tuple[tuple[int, ...], ...]
-    levels: tuple[tuple[np.ndarray, ...], ...]
     ops: tuple[tuple, ...] = ()
-    """Per step of `steps`, in its order: (id, predecessor, input, transfer index, stage, whether a
-    forward, micro-batch, global chunk), for walks whose ops a caller times (`op_steps`)."""
+    K: int = 0
+
+    @cached_property
+    def steps(self) -> tuple[tuple[int, int, int, int, int], ...]:
+        K = self.K
+        return tuple([(j, prev, dep, trans, k if forward else K + k) for j, prev, dep, trans, _, forward, _, k in self.ops])
+
+    @cached_property
+    def levels(self) -> tuple[tuple[np.ndarray, ...], ...]:
+        level = [-1] * (self.n + 1)  # the zero slot n: level -1
+        for j, prev, dep, _, _ in self.steps:
+            a, b = level[prev], level[dep]
+            level[j] = (a if a > b else b) + 1
+        depth = max(level[:self.n], default=-1) + 1
+        if self.n < VECTOR_OPS_PER_LEVEL * depth:
+            return ()
+        rows = np.array([(level[s[0]],) + s for s in self.steps], dtype=np.int64).reshape(-1, 6)
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        cuts = np.flatnonzero(np.diff(rows[:, 0])) + 1
+        return tuple(tuple(np.ascontiguousarray(part[:, c]) for c in range(1, 6)) for part in np.split(rows, cuts))
 
     @property
     def vectorised(self) -> bool:
@@ -84,57 +102,47 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
     for o in ops:
         offsets.append(offsets[-1] + len(o))
     n = offsets[-1]
-    level = [-1] * (n + 1)  # the zero slot n: level -1
     # the id of the forward / backward of global chunk k and micro-batch mb: fid[k][mb] (−1: not placed)
     fid = [[-1] * m for _ in range(K)]
     bid = [[-1] * m for _ in range(K)]
-    steps: list[tuple[int, int, int, int, int]] = []
     op_rows: list[tuple] = []
     last = [[n] * v for _ in range(p)]
     pos = [0] * p
-    while len(steps) < n:
-        before = len(steps)
+    while len(op_rows) < n:
+        before = len(op_rows)
         for r in range(p):
             order, i, base = ops[r], pos[r], offsets[r]
-            while i < len(order):
+            end = len(order)
+            while i < end:
                 kind, mb, chunk = order[i]
                 k = chunk * p + r
                 j = base + i
-                forward = kind == FORWARD
-                if forward:
-                    dep, trans, dur = n, K - 1, k
+                if kind == FORWARD:
                     if k > 0:
                         dep = fid[k - 1][mb]
                         if dep < 0:
                             break
                         trans = k - 1
+                    else:
+                        dep, trans = n, K - 1
                     fid[k][mb] = j
+                    op_rows.append((j, j - 1 if i else n, dep, trans, r, True, mb, k))
                 else:
-                    dep, trans, dur = n, K - 1, K + k
                     if k < K - 1:
                         dep = bid[k + 1][mb]
                         if dep < 0:
                             break
                         trans = k
+                    else:
+                        dep, trans = n, K - 1
                     bid[k][mb] = j
                     last[r][chunk] = j
-                prev = j - 1 if i else n
-                a, b = level[prev], level[dep]
-                level[j] = (a if a > b else b) + 1
-                steps.append((j, prev, dep, trans, dur))
-                op_rows.append((j, prev, dep, trans, r, forward, mb, k))
+                    op_rows.append((j, j - 1 if i else n, dep, trans, r, False, mb, k))
                 i += 1
             pos[r] = i
-        if len(steps) == before:  # pragma: no cover  (the schedules are deadlock-free)
+        if len(op_rows) == before:  # pragma: no cover  (the schedules are deadlock-free)
             raise RuntimeError(f"pipeline schedule {schedule} deadlocked")
-    depth = max(level[:n], default=-1) + 1
-    levels: tuple = ()
-    if n >= VECTOR_OPS_PER_LEVEL * depth:
-        rows = np.array([(level[s[0]],) + s for s in steps], dtype=np.int64).reshape(-1, 6)
-        rows = rows[np.argsort(rows[:, 0], kind="stable")]
-        cuts = np.flatnonzero(np.diff(rows[:, 0])) + 1
-        levels = tuple(tuple(np.ascontiguousarray(part[:, c]) for c in range(1, 6)) for part in np.split(rows, cuts))
-    return Structure(n, tuple(offsets), tuple(steps), tuple(tuple(x) for x in last), levels, tuple(op_rows))
+    return Structure(n, tuple(offsets), tuple(tuple(x) for x in last), tuple(op_rows), K)
 
 
 def walk(st: Structure, f: Sequence[float], b: Sequence[float], c: Sequence[float]) -> list[float]:
