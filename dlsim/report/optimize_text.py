@@ -15,13 +15,23 @@ def _differs(base: str, other: str) -> str:
     return " ".join(w for w in other.split() if w not in have) or other
 
 
+def _fitting(c: dict[str, Any]) -> str:
+    """How many candidates fit and what became of them: timed by the evaluator, or ruled out by a lower
+    bound of their time (`dlsim.plan.search.Prune`)."""
+    pruned = c.get("pruned_by_bound", 0)
+    if not pruned:
+        return f"{c['evaluated']} fit and evaluated analytically"
+    return (f"{c['evaluated'] + pruned} fit: {c['evaluated']} evaluated analytically, {pruned} ruled out by a "
+            f"lower bound of their time")
+
+
 def optimize_summary(rec: dict[str, Any], rows: int = 10) -> str:
     """The ranked table (simulated), the winner's why, the Pareto front, the search's counts."""
     c = rec["candidates"]
     a = rec["assumed"]
     lines = [f"{rec['model']} on {rec['gpus']} x {rec['cluster']}, global batch {rec['global_batch']}, "
              f"{rec['dtype']}, objective {rec['objective']}",
-             f"candidates: {c['enumerated']} buildable, {c['evaluated']} fit and evaluated analytically, "
+             f"candidates: {c['enumerated']} buildable, {_fitting(c)}, "
              f"{c['simulated']} simulated event by event (ranked by the simulation)"]
     stack = stack_line(rec)
     if stack:
