@@ -139,8 +139,12 @@ def _options(ranks_per_node: int | None) -> Options:
 
 def _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options, contention: float = 1.0):
     check_collective(collective)
-    return check_size(n_bytes), check_ranks(ranks), _costs(link, gamma, intra, model, options.ranks_per_node,
-                                                           contention)
+    try:
+        costs = _costs(link, gamma, intra, model, options.ranks_per_node, contention)
+    except TypeError:  # a link built in a script with a list inside: priced, not kept
+        costs = make_costs(link, gamma=gamma, intra=intra, model=model, ranks_per_node=options.ranks_per_node,
+                           contention=contention)
+    return check_size(n_bytes), check_ranks(ranks), costs
 
 
 def collective_time(collective: str, algorithm: str, n_bytes: float, ranks: int, link: LinkTier, *,
