@@ -96,8 +96,11 @@ class PointToPoint:
         return self.burst > 0
 
     def payload(self, s: Bytes) -> Bytes:
-        """x: the bytes a message of s bytes pays per-byte time for (s − 1 in LogGP, s in Hockney)."""
-        return np.maximum(s - 1.0, 0.0) if self.model == "loggp" else s
+        """x: the bytes a message of s bytes pays per-byte time for (s − 1 in LogGP, s in Hockney); one
+        size in plain arithmetic (a numpy scalar, as the array operation gives), an array elementwise."""
+        if self.model != "loggp":
+            return s
+        return np.float64(max(s - 1.0, 0.0)) if isinstance(s, float) else np.maximum(s - 1.0, 0.0)
 
     def fixed_time(self) -> float:
         """The size-independent part of T(s) on a shaped port: L + 2o (α)."""
@@ -133,8 +136,6 @@ class PointToPoint:
 
     def time(self, s: Bytes) -> Bytes:
         """T(s): from the start of a send of `s` bytes to its arrival at the receiver."""
-        if isinstance(s, float) and self.model == "loggp" and self.burst <= 0:  # one size: the same
-            return np.float64(self.alpha + max(s - 1.0, 0.0) * self.gap_per_byte)  # operations, no array
         if self.model == "table":
             x = np.asarray(s, dtype=float)
             sizes, times = self.table_sizes, self.table_times
@@ -145,19 +146,18 @@ class PointToPoint:
         if self.model == "hockney":
             return self.alpha + self.beta * s
         if self.model == "loggp":
-            return self.alpha + np.maximum(s - 1.0, 0.0) * self.gap_per_byte
+            return self.alpha + self.payload(s) * self.gap_per_byte
         return self.alpha + (self._packets(s) - 1.0) * max(self.gap, self.overhead)
 
     def spacing(self, s: Bytes) -> Bytes:
         """S(s): least time between the starts of two back-to-back messages at one rank (S ≤ T)."""
         if self.model in ("hockney", "table"):
             return self.time(s)
-        if isinstance(s, float) and self.model == "loggp" and self.burst <= 0:  # one size (as `time`)
-            return np.float64(max(self.overhead, self.gap + max(s - 1.0, 0.0) * self.gap_per_byte))
         if self.shaped:
             return np.maximum(self.overhead, self.gap + self.shaped_time(self.payload(s), self.burst))
         if self.model == "loggp":
-            return np.maximum(self.overhead, self.gap + np.maximum(s - 1.0, 0.0) * self.gap_per_byte)
+            x = self.gap + self.payload(s) * self.gap_per_byte
+            return np.float64(max(self.overhead, x)) if isinstance(x, float) else np.maximum(self.overhead, x)
         return self._packets(s) * max(self.gap, self.overhead)
 
     def slowed(self, factor: float) -> "PointToPoint":

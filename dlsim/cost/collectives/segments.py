@@ -37,9 +37,8 @@ def choose_segments(time_of_k: Callable, k_star, n, max_segments: int = MAX_SEGM
     if np.ndim(k_star) == 0 and np.ndim(n) == 0:  # one size: the same rule on scalars
         upper = max(min(float(max_segments), math.floor(float(n))), 1.0)
         k = float(k_star)
-        k = 1.0 if math.isnan(k) else float(max_segments) if k == math.inf else k
-        lo = min(max(float(math.floor(k)) if math.isfinite(k) else 1.0, 1.0), upper)
-        hi = min(max(float(math.ceil(k)) if math.isfinite(k) else 1.0, 1.0), upper)
+        k = min(1.0 if math.isnan(k) or k < 1.0 else k, upper)  # upper is whole: ⌊k⌋, ⌈k⌉ clip alike
+        lo, hi = float(math.floor(k)), float(math.ceil(k))
         return int(hi if time_of_k(np.float64(hi)) < time_of_k(np.float64(lo)) else lo)
     upper = np.maximum(np.minimum(float(max_segments), np.floor(np.asarray(n, dtype=float))), 1.0)
     k_star = np.nan_to_num(np.asarray(k_star, dtype=float), nan=1.0, posinf=float(max_segments))
