@@ -74,11 +74,28 @@ def units_of(entries: Sequence[LayerEntry], buckets) -> dict[int, int]:
     return out
 
 
+_new = object.__new__
+
+
+def _step(kind: str, name: str, category: str, duration: float = 0.0, measured: float = 0.0,
+          collective: Collective | None = None, group: str = "tp", buckets: tuple[int, ...] = (), unit: int = -1,
+          slowdown: float | None = None, own_stream: bool = False) -> Step:
+    """`Step(...)` with the same fields, set at once: the frozen dataclass's `__init__` sets each
+    field through `object.__setattr__`, about a third of building a pass's step list (a pass of a
+    deep model holds hundreds of steps and a search builds thousands of passes)."""
+    st = _new(Step)
+    st.__dict__.update(kind=kind, name=name, category=category, duration=duration, measured=measured,
+                       collective=collective, group=group, buckets=buckets, unit=unit, slowdown=slowdown,
+                       own_stream=own_stream)
+    return st
+
+
 class _Acc:
     def __init__(self, category: str, lead: dict[int, float] | None = None):
         self.category = category
         self.steps: list[Step] = []
-        self.names: list[str] = []
+        self.first = self.last = ""  # the current run's first and last layer names, `count` of them
+        self.count = 0
         self.duration = 0.0
         self.measured = 0.0
         self.unit = -1
@@ -87,26 +104,32 @@ class _Acc:
 
     def add(self, name: str, seconds: float, table_share: float) -> None:
         """`seconds` of kernels of layer `name`, `table_share` of them priced from measured tables."""
-        self.names.append(name)
+        if not self.count:
+            self.first = name
+        self.last = name
+        self.count += 1
         self.duration += seconds
         self.measured += seconds * table_share
 
     def flush(self, buckets: tuple[int, ...] = ()) -> None:
-        if self.names or buckets:
-            name = self.names[0] if len(self.names) == 1 else f"{self.names[0]}..{self.names[-1]}" if self.names else "-"
-            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, buckets=buckets,
-                                   unit=self.unit))
-        self.names, self.duration, self.measured = [], 0.0, 0.0
+        n = self.count
+        if n or buckets:
+            name = self.first if n == 1 else f"{self.first}..{self.last}" if n else "-"
+            self.steps.append(_step("compute", name, self.category, self.duration, self.measured, buckets=buckets,
+                                    unit=self.unit))
+            self.count, self.duration, self.measured = 0, 0.0, 0.0
 
     def collective(self, c: Collective, group: str) -> None:
-        self.flush()
-        self.steps.append(Step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
+        if self.count:
+            self.flush()
+        self.steps.append(_step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
 
     def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str,
                 slowdown: float | None = None, own_stream: bool = False) -> None:
-        self.flush()
-        self.steps.append(Step("overlap", name, self.category, seconds, seconds * table_share,
-                               collective=c, group=group, unit=self.unit, slowdown=slowdown, own_stream=own_stream))
+        if self.count:
+            self.flush()
+        self.steps.append(_step("overlap", name, self.category, seconds, seconds * table_share,
+                                collective=c, group=group, unit=self.unit, slowdown=slowdown, own_stream=own_stream))
 
     def enter(self, unit: int) -> None:
         """Start a new parameter unit (flushing the current run)."""
@@ -241,8 +264,8 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
             continue
         for c in e.tp.before:
             acc.collective(c, _group(e, tp, c))
-        core = _ring(acc, e, e.forward.table_share, forward=True)
-        if not _halo(acc, e, e.forward.seconds, e.forward.table_share, forward=True):
+        core = _ring(acc, e, e.forward.table_share, forward=True) if e.ring is not None else 0.0
+        if e.halo is None or not _halo(acc, e, e.forward.seconds, e.forward.table_share, forward=True):
             acc.add(e.name, e.forward.seconds - core, e.forward.table_share)
         for c in e.tp.after_fwd:
             acc.collective(c, _group(e, tp, c))
@@ -287,8 +310,9 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
             _experts_backward(acc, e, tp, ready_at)
             continue
         ub = {g.replaces: g for g in e.tp_overlap} if e.tp_overlap else _NO_CHUNKS
-        beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if overlap and c.overlap
-                  and not (ub and c in ub)}
+        beside = {c.overlap: c for c in e.tp.before_bwd + e.tp.after_bwd if c.overlap
+                  and not (ub and c in ub)} if overlap else _NO_CHUNKS
+        placed = beside.values()
         later: list[ChunkedGemm] = []  # bulk overlaps of the input projection, after the rest
         for c in e.tp.before_bwd:
             if ub and c in ub:
@@ -296,9 +320,9 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
                     _chunked(acc, e, ub[c], tp)
                 else:
                     later.append(ub[c])
-            elif c not in beside.values():
+            elif not beside or c not in placed:
                 acc.collective(c, _group(e, tp, c))
-        core = _ring(acc, e, e.backward.table_share, forward=False)
+        core = _ring(acc, e, e.backward.table_share, forward=False) if e.ring is not None else 0.0
         replaced = sum(g.whole for g in e.tp_overlap if not g.forward) if ub else 0.0
         if beside:  # the rest of the backward first, then the projection's ∇x and ∇w GEMMs beside collectives
             windows = [(kind, min(w, part.seconds)) for kind, w, part in
@@ -307,7 +331,7 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
             acc.add(e.name, e.backward.seconds - core - sum(w for _, w in windows) - replaced, e.backward.table_share)
             for kind, w in windows:
                 acc.overlap(e.name, w, e.backward.table_share, beside[kind], _group(e, tp, beside[kind]))
-        elif not _halo(acc, e, e.backward.seconds, e.backward.table_share, forward=False):
+        elif e.halo is None or not _halo(acc, e, e.backward.seconds, e.backward.table_share, forward=False):
             acc.add(e.name, e.backward.seconds - core - replaced, e.backward.table_share)
         if ub:
             for g in later + [ub[c] for c in e.tp.after_bwd if c in ub]:
@@ -315,7 +339,7 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
         if ready_at and e.index in ready_at:
             acc.flush(ready_at[e.index])
         for c in e.tp.after_bwd:
-            if c not in beside.values() and not (ub and c in ub):
+            if (not beside or c not in placed) and not (ub and c in ub):
                 acc.collective(c, _group(e, tp, c))
     acc.flush()
     return acc.steps

@@ -98,9 +98,10 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
     for program, launches, gathers, order in programs:
         unit = None
         ready: dict[int, Affine | None] = {}
+        where = {u: i for i, u in enumerate(order)} if gathers is not None else {}
         for pos, (kind, d, c, queued, st_unit) in enumerate(program):
             if gathers is not None and st_unit >= 0 and st_unit != unit:
-                j = order.index(st_unit)
+                j = where[st_unit]
                 for k in range(j, min(len(order), j + 1 + GATHER_PREFETCH)):
                     u = order[k]
                     if u in ready:

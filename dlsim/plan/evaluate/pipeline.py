@@ -52,9 +52,9 @@ def pipeline_walk(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: 
 def walk_ops(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Sequence[float], c: Sequence[float],
           run_op: Callable | None, record: bool) -> tuple[list[list[float]], list[list[float]]]:
     """`pipeline_walk` op by op; with `record` also the end of every op of each stage, in its op order."""
-    st = reused_structure(schedule, p, m, v) if run_op is None else None
+    st = reused_structure(schedule, p, m, v)
     if st is not None:  # the schedule's dependency structure walked in one pass (`wavefront`)
-        E = wavefront_walk(st, f, b, c)
+        E = wavefront_walk(st, f, b, c) if run_op is None else _walk_timed(st, schedule, p, m, v, c, run_op)
         o = st.offsets
         return ([[E[j] for j in ids] for ids in st.last],
                 [E[o[r]:o[r + 1]] for r in range(p)] if record else [])
@@ -105,6 +105,20 @@ def walk_ops(schedule: str, p: int, m: int, v: int, f: Sequence[float], b: Seque
         if not progressed:  # pragma: no cover  (the schedules are deadlock-free)
             raise RuntimeError(f"pipeline schedule {schedule} deadlocked")
     return last, ends
+
+
+def _walk_timed(st, schedule: str, p: int, m: int, v: int, c: Sequence[float], run_op: Callable) -> list[float]:
+    """The structure's ops (`wavefront.Structure.ops`, the op-by-op walk's order) timed by `run_op`
+    from the same start as `walk_ops`'s (the later of the stage's previous op's end and the input's
+    arrival; a missing one is the zero slot), without searching for the next op that can run."""
+    ops = [op for r in range(p) for op in cached_stage_ops(schedule, p, m, v, r)]  # by id
+    E = [0.0] * (st.n + 1)
+    transfers = list(c) + [0.0]
+    for j, prev, dep, trans, r, _, _, k in st.ops:
+        t = E[prev]
+        x = E[dep] + transfers[trans]
+        E[j] = run_op(r, ops[j], k, x if x > t else t)
+    return E
 
 
 def pipeline_ends(schedule: str, p: int, m: int, v: int, f: list[float], b: list[float],

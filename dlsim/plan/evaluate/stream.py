@@ -104,6 +104,7 @@ class StreamWalk:
         unit = None
         first_end = -1.0
         order = self._unit_order(steps) if gathers is not None else ()
+        where = self._unit_index(steps) if gathers is not None else None
         ready: dict[int, float] = {}  # unit -> when its gather ends
         for pos, (kind, d, c, queued, st_unit) in enumerate(program):
             if ready_at is not None and st_unit >= 0 and st_unit != unit:
@@ -111,7 +112,7 @@ class StreamWalk:
                 busy = max(busy, ready_at[st_unit])
                 now = max(now, ready_at[st_unit])
             elif gathers is not None and st_unit >= 0 and st_unit != unit:
-                j = order.index(st_unit)
+                j = where[st_unit]
                 for q in range(j, min(len(order), j + 1 + GATHER_PREFETCH)):
                     u = order[q]
                     if u in ready:
@@ -171,6 +172,14 @@ class StreamWalk:
         got = self._programs_of.get(key)
         if got is None:
             got = self._programs_of[key] = tuple(dict.fromkeys(st.unit for st in steps if st.unit >= 0))
+        return got  # type: ignore[return-value]
+
+    def _unit_index(self, steps: list[Step]) -> dict[int, int]:
+        """Each parameter unit's position in `_unit_order` (kept with it)."""
+        key = ("unit index", id(steps))
+        got = self._programs_of.get(key)
+        if got is None:
+            got = self._programs_of[key] = {u: i for i, u in enumerate(self._unit_order(steps))}
         return got  # type: ignore[return-value]
 
     def _programs(self, parts: list[tuple], c: list[float]) -> tuple[list[list[float]], list[float], list[float]]:
@@ -347,8 +356,8 @@ class StreamWalk:
             got = cache.get(key)
             if got is None:
                 fwd, rec, bwd, launches, gathers, every_pass, bwd_gathers = part
-                sig = (tuple(self._program(fwd, r)), tuple(self._program(rec, r)) if rec else (),
-                       tuple(self._program(bwd, r)), tuple((pos, tuple(d)) for pos, d in sorted(launches.items())),
+                sig = (self._program_name(fwd, r), self._program_name(rec, r) if rec else (),
+                       self._program_name(bwd, r), self._launches_name(launches),
                        tuple(gathers) if gathers is not None else None, every_pass,
                        tuple(bwd_gathers) if bwd_gathers is not None else None)
                 got = cache[key] = (part, names.setdefault(sig, len(names)))  # the part kept alive: its id is named
@@ -359,6 +368,28 @@ class StreamWalk:
                 reps.append(k)
             alike.append(a)
         return alike, reps, list(ids)
+
+    def _program_name(self, steps: list[Step], stage: int) -> int:
+        """The content of `steps`' priced program (`_program`) named by a number, the same for every
+        program of equal content (kept with the program: each is read once, however many chunks
+        and candidates share it)."""
+        key = ("program name", id(steps)) + self._stage_key(stage)
+        got = self._programs_of.get(key)
+        if got is None:
+            names = self._programs_of.setdefault(("program names",), {})
+            got = self._programs_of[key] = names.setdefault(tuple(self._program(steps, stage)), len(names))
+        return got  # type: ignore[return-value]
+
+    def _launches_name(self, launches: dict[int, list[float]]) -> int:
+        """The content of a backward pass's bucket launches named by a number (`_program_name`'s rule);
+        the dict is kept alive with its name (its id is the key)."""
+        key = ("launches name", id(launches))
+        got = self._programs_of.get(key)
+        if got is None:
+            names = self._programs_of.setdefault(("launches names",), {})
+            sig = tuple((pos, tuple(d)) for pos, d in sorted(launches.items()))
+            got = self._programs_of[key] = (launches, names.setdefault(sig, len(names)))
+        return got[1]  # type: ignore[index]
 
     def _drift_unseen(self, ext, trace: list, run_pass) -> bool:
         """Whether the extension's streams hold: a stream that keeps pace with its passes (moving on λ
