@@ -74,22 +74,6 @@ def units_of(entries: Sequence[LayerEntry], buckets) -> dict[int, int]:
     return out
 
 
-_new = object.__new__
-
-
-def _step(kind: str, name: str, category: str, duration: float = 0.0, measured: float = 0.0,
-          collective: Collective | None = None, group: str = "tp", buckets: tuple[int, ...] = (), unit: int = -1,
-          slowdown: float | None = None, own_stream: bool = False) -> Step:
-    """`Step(...)` with the same fields, set at once: the frozen dataclass's `__init__` sets each
-    field through `object.__setattr__`, about a third of building a pass's step list (a pass of a
-    deep model holds hundreds of steps and a search builds thousands of passes)."""
-    st = _new(Step)
-    st.__dict__.update(kind=kind, name=name, category=category, duration=duration, measured=measured,
-                       collective=collective, group=group, buckets=buckets, unit=unit, slowdown=slowdown,
-                       own_stream=own_stream)
-    return st
-
-
 class _Acc:
     def __init__(self, category: str, lead: dict[int, float] | None = None):
         self.category = category
@@ -115,20 +99,20 @@ class _Acc:
         n = self.count
         if n or buckets:
             name = self.first if n == 1 else f"{self.first}..{self.last}" if n else "-"
-            self.steps.append(_step("compute", name, self.category, self.duration, self.measured, buckets=buckets,
+            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, buckets=buckets,
                                     unit=self.unit))
             self.count, self.duration, self.measured = 0, 0.0, 0.0
 
     def collective(self, c: Collective, group: str) -> None:
         if self.count:
             self.flush()
-        self.steps.append(_step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
+        self.steps.append(Step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
 
     def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str,
                 slowdown: float | None = None, own_stream: bool = False) -> None:
         if self.count:
             self.flush()
-        self.steps.append(_step("overlap", name, self.category, seconds, seconds * table_share,
+        self.steps.append(Step("overlap", name, self.category, seconds, seconds * table_share,
                                 collective=c, group=group, unit=self.unit, slowdown=slowdown, own_stream=own_stream))
 
     def enter(self, unit: int) -> None:

@@ -141,7 +141,7 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                     busy = _add(busy, c)
                     now = busy
                 else:
-                    now = _add(now, c)
+                    now = (now[0] + c, now[1], now[2])
             elif kind == OVERLAP_QUEUED:
                 if positive(_sub(busy, now)):
                     busy = _add(busy, c)
@@ -168,9 +168,16 @@ def edges(cons: list[Affine]) -> list[Affine] | None:
     labelled with the half-plane it lies on); None where the region is thinner than a polygon (a
     segment or a point: every half-plane is kept then)."""
     poly: list[tuple[float, float, int]] = [(-BOX, -BOX, -1), (BOX, -BOX, -1), (BOX, BOX, -1), (-BOX, BOX, -1)]
+    # of half-planes that differ only in their constant (a walk records the same comparison step after
+    # step, the constant moving on), the tightest one holds the others: clipped by it alone
+    tightest: dict[tuple[float, float], int] = {}
     for i, g in enumerate(cons):
-        if not (g[1] or g[2]):
-            continue
+        if g[1] or g[2]:
+            j = tightest.get((g[1], g[2]))
+            if j is None or g[0] < cons[j][0]:
+                tightest[(g[1], g[2])] = i
+    for i in sorted(tightest.values()):
+        g = cons[i]
         out: list[tuple[float, float, int]] = []
         n = len(poly)
         for j in range(n):

@@ -28,6 +28,16 @@ class StreamWalk:
         now, busy, slowed, _ = self.walk_steps(steps, stage, launches, gathers, 0.0, queue_start, 0.0)
         return now, max(busy, now), slowed
 
+    def _walk_kept(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
+                   queue_start: float) -> tuple[float, float, float]:
+        """`_walk` without gathers, kept by what it reads (the priced program, the launches, the queue's
+        start): the stages of a deep pipeline end alike."""
+        key = ("walk kept", id(steps), id(launches), queue_start) + self._stage_key(stage)
+        got = self._programs_of.get(key)
+        if got is None:
+            got = self._programs_of[key] = (self._walk(steps, stage, launches, None, queue_start), steps, launches)
+        return got[0]  # type: ignore[index]
+
     def _program(self, steps: list[Step], stage: int) -> list[tuple[int, float, float, bool, int]]:
         """`steps` priced once for `walk_steps` (which runs them many times): per step (kind, kernel
         seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,

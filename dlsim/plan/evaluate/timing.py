@@ -335,7 +335,7 @@ class Timing(StreamWalk):
                     busy = 0.0  # the other local chunks' buckets, launched when their last pass ended
                     for t_end, secs in sorted((last[r][c], chunk_sync[c * p + r]) for c in range(1, v)):
                         busy = max(busy, t_end) + secs
-                    wb, qb, sb = self._walk(bwd, r, launches, None, max(0.0, busy - pass_start))
+                    wb, qb, sb = self._walk_kept(bwd, r, launches, max(0.0, busy - pass_start))
                     end = pass_start + wb
                     wait = max(end, pass_start + qb)
                     slowed[r] = sb
