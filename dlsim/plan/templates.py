@@ -11,8 +11,7 @@ while the rest of the backward pass runs (wait-free backpropagation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.layertable import LayerEntry
@@ -24,8 +23,7 @@ from dlsim.plan.tpoverlap import BULK, PIPELINE, RING, ChunkedGemm
 _NO_CHUNKS: dict = {}
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """A compute run (`duration`, of which `measured` seconds come from measured tables), a
     blocking collective (`collective` over the layer's model-parallel group `group`: "tp", or "dp"
     for model-parallel layer groups split over the data-parallel ranks), or an "overlap": a compute
@@ -34,7 +32,10 @@ class Step:
     belong to (−1: not split by units). An overlap's kernels slow down by `slowdown` beside its
     collective (None: the device's overlap slowdown, `dlsim.cost.overlap`); with `own_stream` its
     collective runs on a stream of its own (Transformer Engine's userbuffer streams,
-    `dlsim.plan.tpoverlap`), not behind the device's other communication."""
+    `dlsim.plan.tpoverlap`), not behind the device's other communication.
+
+    An immutable record (a named tuple: a pass's step list holds hundreds of steps and a search
+    builds thousands of passes; a tuple is made in about a third of a frozen dataclass's time)."""
 
     kind: str
     name: str
