@@ -8,12 +8,13 @@ transfer across that chunk boundary, d the op's forward or backward time. The op
 where every op comes after both (`Structure`); an op without one refers to a slot that stays 0 with
 c = 0 (times are never negative, so max(t, 0) = t and the sums are the op-by-op walk's, to the bit).
 A deep pipeline's ops fall into few levels of mutually independent ops (each after the level before),
-which `walk` runs as numpy vectors, one level at a time; a shallow one is walked op by op.
+which `walk` runs as numpy vectors, one level at a time, once the structure has been walked often
+enough to pay for building them (`VECTOR_AFTER`); a shallow one is walked op by op.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Sequence
 
@@ -31,9 +32,12 @@ REUSED_AFTER = 1
 """Requests for a schedule's walk before its structure is built (`reused_structure`): building one costs
 a few op-by-op walks, each walk of it a fraction of one; a one-off prediction walks op by op."""
 _REQUESTS: dict[tuple, int] = {}
-VECTOR_OPS_PER_LEVEL = 24
-"""Ops per level at which a level-by-level numpy walk beats an op-by-op one (measured: about 10 µs per
-level against 0.4 µs per op)."""
+VECTOR_OPS_PER_LEVEL = 64
+"""Ops per level at which a level-by-level numpy walk beats an op-by-op one (measured on Python 3.11:
+about 6 µs per level against 0.09 µs per op)."""
+VECTOR_AFTER = 16
+"""Op-by-op walks of a structure before its levels are built (`Structure.levels`: building them costs
+about as many walks, so a schedule walked a few times, as most of a search's are, never pays it)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class Structure:
     last: tuple[tuple[int, ...], ...]
     ops: tuple[tuple, ...] = ()
     K: int = 0
+    walks: list[int] = field(default_factory=lambda: [0], compare=False)
+    """How many times `walk` has walked it op by op (`VECTOR_AFTER`)."""
 
     @cached_property
     def steps(self) -> tuple[tuple[int, int, int, int, int], ...]:
@@ -75,7 +81,12 @@ class Structure:
 
     @property
     def vectorised(self) -> bool:
-        """Whether `levels` is there: deep pipelines, with many ops per level."""
+        """Whether to walk level by level: `levels` is there (deep pipelines, with many ops per level),
+        built once the structure has been walked `VECTOR_AFTER` times op by op."""
+        if "levels" not in self.__dict__:
+            if self.walks[0] < VECTOR_AFTER:
+                self.walks[0] += 1
+                return False
         return bool(self.levels)
 
 
