@@ -18,6 +18,9 @@ from dlsim.plan.templates import Step
 from dlsim.plan.zero import GATHER_PREFETCH
 
 
+_NONE: dict = {}  # no unit changes, no launches (read, never written)
+
+
 class StreamWalk:
     """Step lists run beside a device's communication stream (a part of `Timing`)."""
 
@@ -109,40 +112,42 @@ class StreamWalk:
         collective on the data-parallel link tier waits for the queue that holds its ports. Returns
         (end, stream busy until, seconds compute was slowed, end of the first step)."""
         sigma = self.sigma
+        s1 = 1 + sigma
         program = self._program(steps, stage)
         slowed = 0.0
-        unit = None
         first_end = -1.0
+        # where the parameter unit changes (the same positions for every walk of the program)
+        changes = self._unit_changes(steps) if gathers is not None or ready_at is not None else _NONE
         order = self._unit_order(steps) if gathers is not None else ()
         where = self._unit_index(steps) if gathers is not None else None
+        launched = launches or _NONE
         ready: dict[int, float] = {}  # unit -> when its gather ends
         for pos, (kind, d, c, queued, st_unit) in enumerate(program):
-            if ready_at is not None and st_unit >= 0 and st_unit != unit:
-                unit = st_unit
-                busy = max(busy, ready_at[st_unit])
-                now = max(now, ready_at[st_unit])
-            elif gathers is not None and st_unit >= 0 and st_unit != unit:
-                j = where[st_unit]
-                for q in range(j, min(len(order), j + 1 + GATHER_PREFETCH)):
-                    u = order[q]
-                    if u in ready:
-                        continue
-                    g = gathers[u]
-                    if g is None:  # kept gathered since its forward pass (`dlsim.plan.fsdp`)
-                        ready[u] = now
-                        continue
-                    busy = max(busy, first_dep if q <= GATHER_PREFETCH else now) + g
-                    ready[u] = busy
-                unit = st_unit
-                now = max(now, ready[st_unit])
+            if pos in changes:
+                if ready_at is not None:
+                    busy = max(busy, ready_at[st_unit])
+                    now = max(now, ready_at[st_unit])
+                else:
+                    j = where[st_unit]
+                    for q in range(j, min(len(order), j + 1 + GATHER_PREFETCH)):
+                        u = order[q]
+                        if u in ready:
+                            continue
+                        g = gathers[u]
+                        if g is None:  # kept gathered since its forward pass (`dlsim.plan.fsdp`)
+                            ready[u] = now
+                            continue
+                        busy = max(busy, first_dep if q <= GATHER_PREFETCH else now) + g
+                        ready[u] = busy
+                    now = max(now, ready[st_unit])
             if kind == _COMPUTE:
                 if busy > now and sigma > 0:
                     window = busy - now
-                    if d * (1 + sigma) <= window:
+                    if d * s1 <= window:
                         slowed += d * sigma
-                        now += d * (1 + sigma)
+                        now += d * s1
                     else:
-                        done = window / (1 + sigma)
+                        done = window / s1
                         slowed += window - done
                         now = busy + (d - done)
                 else:
@@ -165,8 +170,8 @@ class StreamWalk:
                 now += d + c  # overlap: its kernels and what the collective beside them adds (`_program`)
             if first_end < 0:
                 first_end = now
-            if launches:
-                for dur in launches.get(pos, ()):
+            if pos in launched:
+                for dur in launched[pos]:
                     busy = max(busy, now) + dur
         return now, busy, slowed, first_end if first_end >= 0 else now
 
@@ -182,6 +187,19 @@ class StreamWalk:
         got = self._programs_of.get(key)
         if got is None:
             got = self._programs_of[key] = tuple(dict.fromkeys(st.unit for st in steps if st.unit >= 0))
+        return got  # type: ignore[return-value]
+
+    def _unit_changes(self, steps: list[Step]) -> dict[int, int]:
+        """The positions in `steps` where the parameter unit changes (a step of a unit other than the
+        last one met), with the unit entered (cached with the priced program)."""
+        key = ("unit changes", id(steps))
+        got = self._programs_of.get(key)
+        if got is None:
+            got, unit = {}, None
+            for pos, st in enumerate(steps):
+                if st.unit >= 0 and st.unit != unit:
+                    got[pos] = unit = st.unit
+            self._programs_of[key] = got
         return got  # type: ignore[return-value]
 
     def _unit_index(self, steps: list[Step]) -> dict[int, int]:
