@@ -110,7 +110,25 @@ class StreamWalk:
         `ready_at`, each unit's gather ends then instead (dispatched before the pass, `gathers_in_forward`).
         Compute runs slowed by σ while the stream is busy; a tensor-parallel
         collective on the data-parallel link tier waits for the queue that holds its ports. Returns
-        (end, stream busy until, seconds compute was slowed, end of the first step)."""
+        (end, stream busy until, seconds compute was slowed, end of the first step).
+
+        Kept by what it reads (the priced program's content, the launches', the gathers and the
+        times; not with `ready_at`): candidates that differ in nothing a pass reads walk it alike, and
+        a pass's first start in a pipeline is often the start `Timing._chunk` walked it from."""
+        if ready_at is None:
+            key = ("walked", self._program_name(steps, stage), self._launches_name(launches) if launches else -1,
+                   tuple(gathers) if gathers is not None else None, now, busy, first_dep)
+            got = self._programs_of.get(key)
+            if got is None:
+                got = self._programs_of[key] = self._walk_steps(steps, stage, launches, gathers, now, busy, first_dep,
+                                                                None)
+            return got  # type: ignore[return-value]
+        return self._walk_steps(steps, stage, launches, gathers, now, busy, first_dep, ready_at)
+
+    def _walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
+                    gathers: list[float] | None, now: float, busy: float, first_dep: float,
+                    ready_at: list[float] | None) -> tuple[float, float, float, float]:
+        """`walk_steps`, walked."""
         sigma = self.sigma
         s1 = 1 + sigma
         program = self._program(steps, stage)
