@@ -6,6 +6,8 @@ overlap slowdown while a collective is in flight.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.evaluate.periodic import TOLERANCE, Walked, periodic_walk
 from dlsim.plan.evaluate.affine import (COLLECTIVE as _COLLECTIVE, COMPUTE as _COMPUTE, OVERLAP as _OVERLAP,
@@ -24,14 +26,14 @@ _NONE: dict = {}  # no unit changes, no launches (read, never written)
 class StreamWalk:
     """Step lists run beside a device's communication stream (a part of `Timing`)."""
 
-    def _walk(self, steps: list[Step], stage: int, launches: dict[int, list[float]], gathers: list[float] | None,
+    def _walk(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]], gathers: list[float] | None,
               queue_start: float = 0.0) -> tuple[float, float, float]:
         """Run a step list beside the communication stream from time 0 (`walk_steps`); returns (pass
         seconds, time the queue empties after the pass start, seconds compute was slowed)."""
         now, busy, slowed, _ = self.walk_steps(steps, stage, launches, gathers, 0.0, queue_start, 0.0)
         return now, max(busy, now), slowed
 
-    def _walk_kept(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
+    def _walk_kept(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]],
                    queue_start: float) -> tuple[float, float, float]:
         """`_walk` without gathers, kept by what it reads (the priced program, the launches, the queue's
         start): the stages of a deep pipeline end alike."""
@@ -95,7 +97,7 @@ class StreamWalk:
             return ("stage", stage, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
         return (self.ev.stage_groups(s, stage)[2], s.dp > 1, s.tp, s.collective)
 
-    def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
+    def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]],
                    gathers: list[float] | None, now: float, busy: float, first_dep: float,
                    ready_at: list[float] | None = None) -> tuple[float, float, float, float]:
         """Run a step list from time `now` beside the communication stream, busy until `busy` (the
@@ -125,7 +127,7 @@ class StreamWalk:
             return got  # type: ignore[return-value]
         return self._walk_steps(steps, stage, launches, gathers, now, busy, first_dep, ready_at)
 
-    def _walk_steps(self, steps: list[Step], stage: int, launches: dict[int, list[float]],
+    def _walk_steps(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]],
                     gathers: list[float] | None, now: float, busy: float, first_dep: float,
                     ready_at: list[float] | None) -> tuple[float, float, float, float]:
         """`walk_steps`, walked."""
@@ -426,7 +428,7 @@ class StreamWalk:
             got = self._programs_of[key] = names.setdefault(tuple(self._program(steps, stage)), len(names))
         return got  # type: ignore[return-value]
 
-    def _launches_name(self, launches: dict[int, list[float]]) -> int:
+    def _launches_name(self, launches: dict[int, Sequence[float]]) -> int:
         """The content of a backward pass's bucket launches named by a number (`_program_name`'s rule);
         the dict is kept alive with its name (its id is the key)."""
         key = ("launches name", id(launches))

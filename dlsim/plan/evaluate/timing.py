@@ -102,7 +102,10 @@ class Timing(StreamWalk):
             return self.lay.cp_group(0, 0, stage)
         return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
 
-    def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, list[float]]:
+    def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, tuple[float, ...]]:
+        """Per step position of a backward pass, the seconds of the reductions of the buckets complete
+        after it, in launch order (tuples: kept by the evaluator, which the garbage collector then
+        leaves alone)."""
         dp_ranks = self.dpg(stage)
         edp_ranks = edp_group(self.lay, self.s.ep, 0, 0, stage)
         base = gradient_collective(self.s)
@@ -123,7 +126,7 @@ class Timing(StreamWalk):
                                                                                element)).seconds
                     priced[(buckets[j].nbytes, edp)] = seconds
                 out.setdefault(pos, []).append(seconds)
-        return out
+        return {pos: tuple(x) for pos, x in out.items()}
 
     def _chunk(self, k: int) -> tuple:
         """Per micro-batch times of global chunk k: (f_t, f_c, f_m, r_t, r_c, r_m, b_t, b_c, b_m, sync
@@ -156,7 +159,7 @@ class Timing(StreamWalk):
         fsig = (self.t.base or self.t).signature(a, b, ev.instance)
         # FSDP2's units (`dlsim.plan.fsdp`): which are kept gathered depends on whether the chunk holds
         # the model's last block; the copy-out runs at each gathered unit's first step
-        fsdp = (s.fsdp_units, s.fsdp_copies, ev.holds_last_block(self.chunk_entries[k])) if zero3 else ()
+        fsdp = (s.fsdp_units, s.fsdp_copies, self._holds_last_block(k)) if zero3 else ()
         fkey = ("forward", fsig, tp, tpg, s.collective, s.bucket_size, s.first_bucket_size, has_buckets,
                 zero3 or first_gathers, s.grad_reduce_dtype, s.zero_grad_reduce, fsdp)
         forward = ev._cache.get(fkey)
@@ -410,6 +413,16 @@ class Timing(StreamWalk):
         if self.ev.shared_network(s):
             outside.append("contention on a shared network (each group shape priced where it first occurs)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
+
+    def _holds_last_block(self, k: int) -> bool:
+        """`Evaluator.holds_last_block` of chunk k, kept by the chunk's layers (their names: a table's
+        key is its base's)."""
+        a, b = self.ranges[k]
+        key = ("holds last block", self.t.key, a, b)
+        got = self.ev._cache.get(key)
+        if got is None:
+            got = self.ev._cache[key] = self.ev.holds_last_block(self.chunk_entries[k])
+        return got  # type: ignore[return-value]
 
     def _buckets_of(self, es):
         return self.ev._buckets(self.s, es)
