@@ -109,7 +109,16 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                     if gathers[u] is None:  # kept gathered since its forward pass: waits for nothing
                         ready[u] = None
                         continue
-                    busy = _add(larger(busy, dep if k <= GATHER_PREFETCH else now), gathers[u])
+                    y = dep if k <= GATHER_PREFETCH else now  # `larger(busy, y)` written out (the hot path)
+                    x0, x1, x2 = busy[0] - y[0], busy[1] - y[1], busy[2] - y[2]
+                    if x0 + x1 * q + x2 * e >= 0:
+                        if x1 or x2:
+                            cons.append((x0, x1, x2))
+                        busy = (busy[0] + gathers[u], busy[1], busy[2])
+                    else:
+                        if x1 or x2:
+                            cons.append((y[0] - busy[0], y[1] - busy[1], y[2] - busy[2]))
+                        busy = (y[0] + gathers[u], y[1], y[2])
                     ready[u] = busy
                 unit = st_unit
                 if ready[st_unit] is not None:
@@ -153,8 +162,16 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
             else:
                 now = (now[0] + (d + c), now[1], now[2])
             if pos in launches:
-                for dur in launches[pos]:
-                    busy = _add(larger(busy, now), dur)
+                for dur in launches[pos]:  # `larger(busy, now)` written out
+                    x0, x1, x2 = busy[0] - now[0], busy[1] - now[1], busy[2] - now[2]
+                    if x0 + x1 * q + x2 * e >= 0:
+                        if x1 or x2:
+                            cons.append((x0, x1, x2))
+                        busy = (busy[0] + dur, busy[1], busy[2])
+                    else:
+                        if x1 or x2:
+                            cons.append((now[0] - busy[0], now[1] - busy[1], now[2] - busy[2]))
+                        busy = (now[0] + dur, now[1], now[2])
     return now, busy, cons
 
 
