@@ -241,4 +241,4 @@ class Pieces:
 
     def add(self, key: tuple, q: float, e: float, end: Affine, busy: Affine, cons: list[Affine]) -> None:
         bounds = edges(cons)
-        self._pieces.setdefault(key, []).append((cons if bounds is None else bounds, end, busy))
+        self._pieces.setdefault(key, []).append((tuple(cons if bounds is None else bounds), end, busy))

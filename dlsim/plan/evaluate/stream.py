@@ -43,7 +43,7 @@ class StreamWalk:
             got = self._programs_of[key] = (self._walk(steps, stage, launches, None, queue_start), steps, launches)
         return got[0]  # type: ignore[index]
 
-    def _program(self, steps: list[Step], stage: int) -> list[tuple[int, float, float, bool, int]]:
+    def _program(self, steps: list[Step], stage: int) -> tuple[tuple[int, float, float, bool, int], ...]:
         """`steps` priced once for `walk_steps` (which runs them many times): per step (kind, kernel
         seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,
         whether a collective queues behind the communication stream, parameter unit)."""
@@ -72,9 +72,9 @@ class StreamWalk:
             else:
                 extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
                 out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
-        self._programs_of[key] = out
+        program = self._programs_of[key] = tuple(out)  # a tuple of tuples: the garbage collector leaves it alone
         self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program
-        return out
+        return program
 
     def _step_price(self, st: Step, tp_ranks: list[int], stage: int, priced: dict[tuple, float]) -> float:
         """Seconds of step `st`'s collective on `stage`, remembered in `priced` (one step list's:
