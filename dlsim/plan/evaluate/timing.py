@@ -113,19 +113,18 @@ class Timing(StreamWalk):
         element = reduce_element_bytes(self.s, self.ev.dtype)
         out: dict[int, list[float]] = {}
         priced: dict[tuple, float] = {}  # buckets of one size and group (most of a chunk's) priced once
-        for pos, st in enumerate(steps):
-            for j in st.buckets:
-                edp = buckets[j].group == EDP
-                seconds = priced.get((buckets[j].nbytes, edp))  # type: ignore[assignment]
-                if seconds is None:
-                    plan = plan_sync(self.s.compression, buckets[j].nbytes, element, replicas(self.s), base)
-                    group = edp_ranks if edp else dp_ranks
-                    seconds = sum(self.price(op, n, group) for op, n in plan.collectives)
-                    if copies and not edp:  # FSDP2's copy-in before the reduce-scatter, on its stream
-                        seconds += self.ev.elementwise_time(0.0, copy_in_bytes(buckets[j].nbytes, self.ev.dtype,
-                                                                               element)).seconds
-                    priced[(buckets[j].nbytes, edp)] = seconds
-                out.setdefault(pos, []).append(seconds)
+        for pos, j in self._bucket_positions(steps):
+            edp = buckets[j].group == EDP
+            seconds = priced.get((buckets[j].nbytes, edp))  # type: ignore[assignment]
+            if seconds is None:
+                plan = plan_sync(self.s.compression, buckets[j].nbytes, element, replicas(self.s), base)
+                group = edp_ranks if edp else dp_ranks
+                seconds = sum(self.price(op, n, group) for op, n in plan.collectives)
+                if copies and not edp:  # FSDP2's copy-in before the reduce-scatter, on its stream
+                    seconds += self.ev.elementwise_time(0.0, copy_in_bytes(buckets[j].nbytes, self.ev.dtype,
+                                                                           element)).seconds
+                priced[(buckets[j].nbytes, edp)] = seconds
+            out.setdefault(pos, []).append(seconds)
         return {pos: tuple(x) for pos, x in out.items()}
 
     def _chunk(self, k: int) -> tuple:
@@ -413,6 +412,14 @@ class Timing(StreamWalk):
         if self.ev.shared_network(s):
             outside.append("contention on a shared network (each group shape priced where it first occurs)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
+
+    def _bucket_positions(self, steps: list[Step]) -> tuple[tuple[int, int], ...]:
+        """(step position, bucket) of every bucket a pass completes, in step order (kept per step list)."""
+        key = ("bucket positions", id(steps))
+        got = self.ev._cache.get(key)
+        if got is None:
+            got = self.ev._cache[key] = (tuple((pos, j) for pos, st in enumerate(steps) for j in st.buckets), steps)
+        return got[0]  # type: ignore[index]
 
     def _holds_last_block(self, k: int) -> bool:
         """`Evaluator.holds_last_block` of chunk k, kept by the chunk's layers (their names: a table's
