@@ -91,11 +91,16 @@ class StreamWalk:
         of the stage's tensor- and data-parallel groups (`Evaluator.stage_groups`; `Evaluator._price`
         prices a collective by those), so that the stages of a deep pipeline share their programs;
         the stage itself where a step may run over another group (expert-parallel, context-parallel,
-        spatial), whose ranks depend on the stage."""
-        s = self.s
-        if s.ep > 1 or s.cp > 1 or s.spatial > 1:
-            return ("stage", stage, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
-        return (self.ev.stage_groups(s, stage)[2], s.dp > 1, s.tp, s.collective)
+        spatial), whose ranks depend on the stage. Kept per strategy (`_stage_keys`)."""
+        got = self._stage_keys.get(stage)
+        if got is None:
+            s = self.s
+            if s.ep > 1 or s.cp > 1 or s.spatial > 1:
+                got = ("stage", stage, s.dp, s.tp, s.pp, s.domain, s.ep, s.collective)
+            else:
+                got = (self.ev.stage_groups(s, stage)[2], s.dp > 1, s.tp, s.collective)
+            self._stage_keys[stage] = got
+        return got
 
     def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]],
                    gathers: list[float] | None, now: float, busy: float, first_dep: float,

@@ -37,6 +37,7 @@ class Timing(StreamWalk):
         self.sigma = ev.sigma
         self.chunk_entries = [t.entries[a:b] for a, b in ranges]
         self._same_tier: dict[int, bool] = {}
+        self._stage_keys: dict[int, tuple] = {}  # `StreamWalk._stage_key` per stage
         self._programs_of = ev._cache  # priced programs are shared by the evaluations of one layout
 
     def price(self, op: str, nbytes: float, ranks: list[int], messages: tuple = ()) -> float:
