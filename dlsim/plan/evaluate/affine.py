@@ -121,8 +121,16 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                         busy = (y[0] + gathers[u], y[1], y[2])
                     ready[u] = busy
                 unit = st_unit
-                if ready[st_unit] is not None:
-                    now = larger(now, ready[st_unit])
+                y = ready[st_unit]
+                if y is not None:  # `larger(now, y)` written out
+                    x0, x1, x2 = now[0] - y[0], now[1] - y[1], now[2] - y[2]
+                    if x0 + x1 * q + x2 * e >= 0:
+                        if x1 or x2:
+                            cons.append((x0, x1, x2))
+                    else:
+                        if x1 or x2:
+                            cons.append((y[0] - now[0], y[1] - now[1], y[2] - now[2]))
+                        now = y
             if kind == COMPUTE:  # `positive` and `not_negative` written out (the hot path), the same sums
                 if sigma > 0:
                     w0, w1, w2 = busy[0] - now[0], busy[1] - now[1], busy[2] - now[2]
