@@ -117,7 +117,9 @@ def _walk_timed(st, schedule: str, p: int, m: int, v: int, c: Sequence[float], r
     for j, prev, dep, trans, r, _, _, k in st.ops:
         t = E[prev]
         x = E[dep] + transfers[trans]
-        E[j] = run_op(r, ops[j], k, x if x > t else t)
+        if x > t:
+            t = x
+        E[j] = run_op(r, ops[j], k, t)
     return E
 
 

@@ -6,7 +6,7 @@ overlap slowdown while a collective is in flight.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.evaluate.periodic import TOLERANCE, Walked, periodic_walk

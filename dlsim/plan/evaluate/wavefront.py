@@ -83,10 +83,9 @@ class Structure:
     def vectorised(self) -> bool:
         """Whether to walk level by level: `levels` is there (deep pipelines, with many ops per level),
         built once the structure has been walked `VECTOR_AFTER` times op by op."""
-        if "levels" not in self.__dict__:
-            if self.walks[0] < VECTOR_AFTER:
-                self.walks[0] += 1
-                return False
+        if "levels" not in self.__dict__ and self.walks[0] < VECTOR_AFTER:
+            self.walks[0] += 1
+            return False
         return bool(self.levels)
 
 
