@@ -154,3 +154,42 @@ def test_schedule_walk_equals_the_step_by_step_walk(fields):
     scale = max(max(row) for row in want[0])
     for a, b in ((sum(got[0], []), sum(want[0], [])), (got[1], want[1]), (got[2], want[2])):
         assert len(a) == len(b) and all(abs(x - y) <= 1e-9 * scale for x, y in zip(a, b)), (a, b)
+
+
+def test_kept_walks_equal_the_walk():
+    """`walk_steps` kept by what it reads (the priced program's and launches' contents, gathers, times)
+    answers as the walk does, a copy of the launches shares the walk and other times do not."""
+    tm = _timing(dp=4, tp=2, global_batch=16, zero=3)
+    rng = random.Random(3)
+    walked = 0
+    for k in range(tm.s.pp * tm.s.virtual_stages):
+        fwd, rec, bwd, launches, gathers, every, bwd_gathers = tm._chunk(k)[12]
+        for steps, ls, gs in ((fwd, {}, gathers), (bwd, launches, bwd_gathers), (bwd, launches, None)):
+            for _ in range(5):
+                now, busy, dep = rng.uniform(0, 1e-3), rng.uniform(0, 3e-3), rng.uniform(-1e-3, 0.0)
+                want = tm._walk_steps(steps, k % tm.s.pp, ls, gs, now, busy, dep, None)
+                assert tm.walk_steps(steps, k % tm.s.pp, ls, gs, now, busy, dep) == want
+                assert tm.walk_steps(steps, k % tm.s.pp, dict(ls), list(gs) if gs else gs, now, busy, dep) == want
+                walked += 1
+            if ls:  # launches of another content: another walk
+                other = {pos: tuple(2 * d for d in x) for pos, x in ls.items()}
+                assert tm.walk_steps(steps, k % tm.s.pp, other, gs, 0.0, 0.0, 0.0) == \
+                    tm._walk_steps(steps, k % tm.s.pp, other, gs, 0.0, 0.0, 0.0, None)
+    assert walked >= 15
+
+
+def test_edges_of_parallel_half_planes():
+    """Half-planes that differ only in their constant cut out the region of the tightest one: the
+    bounding half-planes `edges` keeps hold the same points as all of them."""
+    rng = random.Random(11)
+    for _ in range(200):
+        dirs = [(rng.uniform(-1, 1), rng.uniform(-1, 1)) for _ in range(3)]
+        cons = [(rng.uniform(0.5, 2.0) + j * rng.uniform(0.0, 0.3), a, b) for j in range(4) for a, b in dirs]
+        rng.shuffle(cons)
+        bounds = edges(cons)
+        assert bounds is not None and all(b in cons for b in bounds)
+        for _ in range(50):
+            q, e = rng.uniform(-4, 4), rng.uniform(-4, 4)
+            inside = all(g[0] + g[1] * q + g[2] * e >= 0 for g in cons)
+            if abs(min(g[0] + g[1] * q + g[2] * e for g in cons)) > 1e-9:  # off the boundary
+                assert inside == all(g[0] + g[1] * q + g[2] * e >= 0 for g in bounds)
