@@ -16,7 +16,8 @@ from dlsim.plan.evaluate.wavefront import op_steps
 from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.spatial import SPATIAL
-from dlsim.plan.templates import Step
+from dlsim.plan.evaluate.leansteps import (DURATION, GROUP, KIND, MESSAGES, NBYTES, OP, UNIT, LeanStep,
+                                           sigma as step_sigma)
 from dlsim.plan.zero import GATHER_PREFETCH
 
 
@@ -26,14 +27,14 @@ _NONE: dict = {}  # no unit changes, no launches (read, never written)
 class StreamWalk:
     """Step lists run beside a device's communication stream (a part of `Timing`)."""
 
-    def _walk(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]], gathers: list[float] | None,
+    def _walk(self, steps: list[LeanStep], stage: int, launches: dict[int, Sequence[float]], gathers: list[float] | None,
               queue_start: float = 0.0) -> tuple[float, float, float]:
         """Run a step list beside the communication stream from time 0 (`walk_steps`); returns (pass
         seconds, time the queue empties after the pass start, seconds compute was slowed)."""
         now, busy, slowed, _ = self.walk_steps(steps, stage, launches, gathers, 0.0, queue_start, 0.0)
         return now, max(busy, now), slowed
 
-    def _walk_kept(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]],
+    def _walk_kept(self, steps: list[LeanStep], stage: int, launches: dict[int, Sequence[float]],
                    queue_start: float) -> tuple[float, float, float]:
         """`_walk` without gathers, kept by what it reads (the priced program, the launches, the queue's
         start): the stages of a deep pipeline end alike."""
@@ -43,7 +44,7 @@ class StreamWalk:
             got = self._programs_of[key] = (self._walk(steps, stage, launches, None, queue_start), steps, launches)
         return got[0]  # type: ignore[index]
 
-    def _program(self, steps: list[Step], stage: int) -> tuple[tuple[int, float, float, bool, int], ...]:
+    def _program(self, steps: list[LeanStep], stage: int) -> tuple[tuple[int, float, float, bool, int], ...]:
         """`steps` priced once for `walk_steps` (which runs them many times): per step (kind, kernel
         seconds, collective seconds — for an overlap what `overlap_cost` adds beside the kernels —,
         whether a collective queues behind the communication stream, parameter unit)."""
@@ -59,31 +60,31 @@ class StreamWalk:
         out = []
         priced: dict[tuple, float] = {}  # a pass's repeated collectives (one per layer) priced once
         for st in steps:
-            if st.kind == "compute":
-                out.append((_COMPUTE, st.duration, 0.0, False, st.unit))
+            kind, group = st[KIND], st[GROUP]
+            if kind == "compute":
+                out.append((_COMPUTE, st[DURATION], 0.0, False, st[UNIT]))
                 continue
             c = self._step_price(st, tp_ranks, stage, priced)
-            if st.kind == "collective":
-                queued = same_tier if st.group not in (EP, SPATIAL) else \
-                    self._ep_queued(stage) if st.group == EP else self._spatial_queued(stage)
-                out.append((_COLLECTIVE, 0.0, c, queued, st.unit))
-            elif st.group == SPATIAL:  # a halo beside the interior, on the communication stream (FIFO)
-                out.append((_OVERLAP_QUEUED, st.duration, c, True, st.unit))
+            if kind == "collective":
+                queued = same_tier if group not in (EP, SPATIAL) else \
+                    self._ep_queued(stage) if group == EP else self._spatial_queued(stage)
+                out.append((_COLLECTIVE, 0.0, c, queued, st[UNIT]))
+            elif group == SPATIAL:  # a halo beside the interior, on the communication stream (FIFO)
+                out.append((_OVERLAP_QUEUED, st[DURATION], c, True, st[UNIT]))
             else:
-                extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
-                out.append((_OVERLAP, st.duration, extra + exposed, False, st.unit))
+                extra, exposed = overlap_cost(st[DURATION], c, step_sigma(st, self.sigma))
+                out.append((_OVERLAP, st[DURATION], extra + exposed, False, st[UNIT]))
         program = self._programs_of[key] = tuple(out)  # a tuple of tuples: the garbage collector leaves it alone
         self.ev._keep.append(steps)  # the key holds its id: keep it alive as long as the program
         return program
 
-    def _step_price(self, st: Step, tp_ranks: list[int], stage: int, priced: dict[tuple, float]) -> float:
+    def _step_price(self, st: LeanStep, tp_ranks: list[int], stage: int, priced: dict[tuple, float]) -> float:
         """Seconds of step `st`'s collective on `stage`, remembered in `priced` (one step list's:
         a pass repeats its collectives layer after layer)."""
-        col = st.collective
-        key = (col.op, col.nbytes, st.group, col.messages)
+        key = (st[OP], st[NBYTES], st[GROUP], st[MESSAGES])
         c = priced.get(key)
         if c is None:
-            c = priced[key] = self.price(col.op, col.nbytes, self._ranks(st, tp_ranks, stage), col.messages)
+            c = priced[key] = self.price(st[OP], st[NBYTES], self._ranks(st, tp_ranks, stage), st[MESSAGES])
         return c
 
     def _stage_key(self, stage: int) -> tuple:
@@ -102,7 +103,7 @@ class StreamWalk:
             self._stage_keys[stage] = got
         return got
 
-    def walk_steps(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]],
+    def walk_steps(self, steps: list[LeanStep], stage: int, launches: dict[int, Sequence[float]],
                    gathers: list[float] | None, now: float, busy: float, first_dep: float,
                    ready_at: list[float] | None = None) -> tuple[float, float, float, float]:
         """Run a step list from time `now` beside the communication stream, busy until `busy` (the
@@ -132,7 +133,7 @@ class StreamWalk:
             return got  # type: ignore[return-value]
         return self._walk_steps(steps, stage, launches, gathers, now, busy, first_dep, ready_at)
 
-    def _walk_steps(self, steps: list[Step], stage: int, launches: dict[int, Sequence[float]],
+    def _walk_steps(self, steps: list[LeanStep], stage: int, launches: dict[int, Sequence[float]],
                     gathers: list[float] | None, now: float, busy: float, first_dep: float,
                     ready_at: list[float] | None) -> tuple[float, float, float, float]:
         """`walk_steps`, walked."""
@@ -206,15 +207,15 @@ class StreamWalk:
         return replicas(self.s) > 1 and self.pricer.tier(self.lay.cp_group(0, 0, stage)) == \
             self.pricer.tier(self.dpg(stage))
 
-    def _unit_order(self, steps: list[Step]) -> tuple[int, ...]:
+    def _unit_order(self, steps: list[LeanStep]) -> tuple[int, ...]:
         """The parameter units of a step list in step order (cached with its priced program)."""
         key = ("units", id(steps))
         got = self._programs_of.get(key)
         if got is None:
-            got = self._programs_of[key] = tuple(dict.fromkeys(st.unit for st in steps if st.unit >= 0))
+            got = self._programs_of[key] = tuple(dict.fromkeys(st[UNIT] for st in steps if st[UNIT] >= 0))
         return got  # type: ignore[return-value]
 
-    def _unit_changes(self, steps: list[Step]) -> dict[int, int]:
+    def _unit_changes(self, steps: list[LeanStep]) -> dict[int, int]:
         """The positions in `steps` where the parameter unit changes (a step of a unit other than the
         last one met), with the unit entered (cached with the priced program)."""
         key = ("unit changes", id(steps))
@@ -222,12 +223,12 @@ class StreamWalk:
         if got is None:
             got, unit = {}, None
             for pos, st in enumerate(steps):
-                if st.unit >= 0 and st.unit != unit:
-                    got[pos] = unit = st.unit
+                if st[UNIT] >= 0 and st[UNIT] != unit:
+                    got[pos] = unit = st[UNIT]
             self._programs_of[key] = got
         return got  # type: ignore[return-value]
 
-    def _unit_index(self, steps: list[Step]) -> dict[int, int]:
+    def _unit_index(self, steps: list[LeanStep]) -> dict[int, int]:
         """Each parameter unit's position in `_unit_order` (kept with it)."""
         key = ("unit index", id(steps))
         got = self._programs_of.get(key)
@@ -422,7 +423,7 @@ class StreamWalk:
             alike.append(a)
         return alike, reps, list(ids)
 
-    def _program_name(self, steps: list[Step], stage: int) -> int:
+    def _program_name(self, steps: list[LeanStep], stage: int) -> int:
         """The content of `steps`' priced program (`_program`) named by a number, the same for every
         program of equal content (kept with the program: each is read once, however many chunks
         and candidates share it)."""

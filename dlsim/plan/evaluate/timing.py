@@ -15,7 +15,7 @@ from dlsim.plan.expertparallel import (EDP, EP, edp_group, expert_params_of,
 from dlsim.plan.fsdp import copy_in_bytes, fsdp_copies, unit_copies
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.oprecompute import alternate_layers
-from dlsim.plan.templates import Step, backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps, units_of
+from dlsim.plan.templates import backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps, units_of
 from dlsim.plan.pipeline import FORWARD, scatter_gather
 from dlsim.plan.spatial import SPATIAL
 from dlsim.plan.evaluate.records import replicas
@@ -23,6 +23,7 @@ from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation)
 from dlsim.plan.evaluate.pipeline import pipeline_ends, pipeline_walk
+from dlsim.plan.evaluate.leansteps import BUCKETS, DURATION, GROUP, KIND, LeanStep, lean, sigma as step_sigma
 from dlsim.plan.evaluate.stream import StreamWalk
 
 
@@ -51,24 +52,25 @@ class Timing(StreamWalk):
         """The data-parallel group of tensor rank 0's `stage` (`Evaluator.stage_groups`)."""
         return self.ev.stage_groups(self.s, stage)[1]
 
-    def steps_time(self, steps: list[Step], stage: int) -> tuple[float, float, float]:
+    def steps_time(self, steps: list[LeanStep], stage: int) -> tuple[float, float, float]:
         """(seconds, compute seconds, communication seconds) of a step list run alone."""
         total = comp = comm = 0.0
         ranks = self.tpg(stage)
         priced: dict[tuple, float] = {}  # a pass's repeated collectives (one per layer) priced once
         for st in steps:
-            if st.kind == "compute":
-                total += st.duration
-                comp += st.duration
+            kind, d = st[KIND], st[DURATION]
+            if kind == "compute":
+                total += d
+                comp += d
                 continue
             c = self._step_price(st, ranks, stage, priced)
-            if st.kind == "collective":
+            if kind == "collective":
                 total += c
                 comm += c
             else:  # overlap: kernels beside an asynchronous collective
-                extra, exposed = overlap_cost(st.duration, c, st.sigma(self.sigma))
-                total += st.duration + extra + exposed
-                comp += st.duration
+                extra, exposed = overlap_cost(d, c, step_sigma(st, self.sigma))
+                total += d + extra + exposed
+                comp += d
                 comm += extra + exposed
         return total, comp, comm
 
@@ -96,14 +98,14 @@ class Timing(StreamWalk):
         groups = (self.dpg(stage), edp_group(self.lay, self.s.ep, 0, 0, stage))
         return any(len(g) > 1 and self.pricer.tier(g) == tier for g in groups)
 
-    def _ranks(self, st: Step, tp_ranks: list[int], stage: int) -> list[int]:
+    def _ranks(self, st: LeanStep, tp_ranks: list[int], stage: int) -> list[int]:
         """The ranks of a step's collective: its expert-parallel group or context-parallel ring, else
         the tensor-parallel one."""
-        if st.group in ("cp", SPATIAL):
+        if st[GROUP] in ("cp", SPATIAL):
             return self.lay.cp_group(0, 0, stage)
-        return self.ev.ep_ranks(self.s, stage) if st.group == EP else tp_ranks
+        return self.ev.ep_ranks(self.s, stage) if st[GROUP] == EP else tp_ranks
 
-    def _bucket_launches(self, steps: list[Step], buckets, stage: int) -> dict[int, tuple[float, ...]]:
+    def _bucket_launches(self, steps: list[LeanStep], buckets, stage: int) -> dict[int, tuple[float, ...]]:
         """Per step position of a backward pass, the seconds of the reductions of the buckets complete
         after it, in launch order (tuples: kept by the evaluator, which the garbage collector then
         leaves alone)."""
@@ -171,13 +173,13 @@ class Timing(StreamWalk):
             plain_key = ("plain forward", fsig, tp, tpg, s.collective)
             plain = ev._cache.get(plain_key)
             if plain is None:
-                fwd = forward_steps(es, tp)
+                fwd = lean(forward_steps(es, tp))
                 plain = ev._cache[plain_key] = (fwd, self.steps_time(fwd, r))
             fwd, fwd_time = plain  # type: ignore[misc]
             units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
             kept, copy_f, copy_b = unit_copies(es, buckets, s, ev.elementwise_time, ev.last_block) if zero3 \
                 else (frozenset(), None, None)
-            fwd_u = forward_steps(es, tp, unit_of=units, unit_lead=copy_f) if units is not None else fwd
+            fwd_u = lean(forward_steps(es, tp, unit_of=units, unit_lead=copy_f)) if units is not None else fwd
             # with FSDP2's copy-out, the unit-split pass is longer than the plain one by its copies
             forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd_u, r) if copy_f else fwd_time,
                                          kept, copy_b)
@@ -194,8 +196,8 @@ class Timing(StreamWalk):
             for j, bu in enumerate(buckets):
                 at = bu.ready_after - a0 + a
                 ready[at] = ready.get(at, ()) + (j,)
-            bwd = backward_steps(es, tp, ready, units, overlap=overlap, unit_lead=copy_b) if zero3 and units is not None else \
-                backward_steps(es, tp, ready, overlap=overlap)
+            bwd = lean(backward_steps(es, tp, ready, units, overlap=overlap, unit_lead=copy_b) if zero3 and units is not None
+                       else backward_steps(es, tp, ready, overlap=overlap))
             passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
         bwd, (b_t, b_c, b_m) = passes  # type: ignore[misc]
         rkey = ("recompute", fsig, tp, tpg, s.collective, s.recompute)
@@ -204,11 +206,11 @@ class Timing(StreamWalk):
             es = self.chunk_entries[k]
             if s.recompute in ("full", "selective_layer"):
                 inside = ev.instance if s.recompute == "full" else alternate_layers(ev.model)
-                rec = forward_steps([e for e in es if inside[e.name]], tp, "recompute")
+                rec = lean(forward_steps([e for e in es if inside[e.name]], tp, "recompute"))
             elif s.recompute == "selective":
-                rec = selective_recompute_steps(es)
+                rec = lean(selective_recompute_steps(es))
             elif s.recompute == "selective_op":
-                rec = op_recompute_steps(es, ev.instance)
+                rec = lean(op_recompute_steps(es, ev.instance))
             else:
                 rec = []
             rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))
@@ -414,12 +416,12 @@ class Timing(StreamWalk):
             outside.append("contention on a shared network (each group shape priced where it first occurs)")
         return Evaluation(s, T, cmp, rc, ex, bubble, self.mem, ev.capacity, tuple(outside))
 
-    def _bucket_positions(self, steps: list[Step]) -> tuple[tuple[int, int], ...]:
+    def _bucket_positions(self, steps: list[LeanStep]) -> tuple[tuple[int, int], ...]:
         """(step position, bucket) of every bucket a pass completes, in step order (kept per step list)."""
         key = ("bucket positions", id(steps))
         got = self.ev._cache.get(key)
         if got is None:
-            got = self.ev._cache[key] = (tuple((pos, j) for pos, st in enumerate(steps) for j in st.buckets), steps)
+            got = self.ev._cache[key] = (tuple((pos, j) for pos, st in enumerate(steps) for j in st[BUCKETS]), steps)
         return got[0]  # type: ignore[index]
 
     def _holds_last_block(self, k: int) -> bool:
