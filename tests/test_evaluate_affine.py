@@ -163,7 +163,7 @@ def test_kept_walks_equal_the_walk():
     rng = random.Random(3)
     walked = 0
     for k in range(tm.s.pp * tm.s.virtual_stages):
-        fwd, rec, bwd, launches, gathers, every, bwd_gathers = tm._chunk(k)[12]
+        fwd, _, bwd, launches, gathers, _, bwd_gathers = tm._chunk(k)[12]
         for steps, ls, gs in ((fwd, {}, gathers), (bwd, launches, bwd_gathers), (bwd, launches, None)):
             for _ in range(5):
                 now, busy, dep = rng.uniform(0, 1e-3), rng.uniform(0, 3e-3), rng.uniform(-1e-3, 0.0)
