@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from itertools import chain
 from operator import add
 
 import numpy as np
@@ -101,37 +100,16 @@ def _covered(gaps: list[tuple[float, float]], us, ue) -> tuple[list[float], list
 
 
 def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
-    """Per device: the (starts, ends) of every interval its ports were busy and of every task of its
-    communication streams, as lists of arrays or lists of floats (one per port or stream);
-    `device_times` and `window_times` take them (computed once for both)."""
+    """Per device: the (starts, ends) of every interval its ports were busy (one array each,
+    `dlsim.sim.occupancy.PortLog.device_spans`) and of every task of its communication streams (one
+    list each), as lists; `device_times` and `window_times` take them (computed once for both) and
+    use only their union."""
     starts: list[list] = [[] for _ in graph.devices]
     ends: list[list] = [[] for _ in graph.devices]
-    nd = max(1, len(graph.devices))
-    busy, owners = [], []
-    taken: dict[int, list[list]] = {}
-    for pid, spans in enumerate(tl.port_busy):
-        dev = graph.ports[pid].device % nd  # (modulo: as a Python index into the per-device lists)
-        # a device's out and in ports often hold the same spans (a collective holds both): once is enough
-        if spans and not any(spans == other for other in taken.get(dev, ())):
-            taken.setdefault(dev, []).append(spans)
-            busy.append(spans)
-            owners.append(dev)
-    count = np.array([len(b) for b in busy], dtype=np.int64)
-    if busy and int(count.sum()) <= SMALL * nd:  # few: plain lists
-        for spans, dev in zip(busy, owners):
-            starts[dev].append([span[0] for span in spans])
-            ends[dev].append([span[1] for span in spans])
-    elif busy:  # every port's (start, end, task) rows at once, then split by device
-        rows = np.fromiter(chain.from_iterable(chain.from_iterable(busy)), dtype=float,
-                           count=3 * int(count.sum())).reshape(-1, 3)
-        owner = np.repeat(np.array(owners, dtype=np.int64), count)
-        order = np.argsort(owner, kind="stable")
-        cuts = np.searchsorted(owner[order], np.arange(len(graph.devices) + 1))
-        rows = rows[order]
-        for dev in range(len(graph.devices)):
-            if cuts[dev + 1] > cuts[dev]:
-                starts[dev].append(rows[cuts[dev]:cuts[dev + 1], 0])
-                ends[dev].append(rows[cuts[dev]:cuts[dev + 1], 1])
+    for dev, (a, b) in enumerate(tl.port_log.device_spans(tl.start, tl.end, tl.stretched, len(graph.devices))):
+        if len(a):
+            starts[dev].append(a)
+            ends[dev].append(b)
     for sid, st in enumerate(graph.streams):
         order = graph.orders[sid]
         if st.kind == "comm" and order:

@@ -42,11 +42,15 @@ from dlsim.sim.events import Driver, Fired, Port, run_to_end, succeed, timeout, 
 
 from dlsim.plan.taskgraph import COMM, COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
 from dlsim.sim.flows import Network
+from dlsim.sim.occupancy import PortLog
 
 
 @dataclass
 class Timeline:
     """What happened: start and end time of every task, busy intervals of every port, memory peaks.
+
+    `port_busy[p]` lists the (start, end, task) intervals port p was held, in the order their
+    holders ended, computed from `port_log` when first asked for (`dlsim.sim.occupancy`).
 
     `memory_peak[d]` is the largest dynamic (activations, gathered parameters, workspace, buffers)
     total of device d, `memory_peak_time[d]` when it was first reached and `memory_at_peak[d]` its
@@ -58,13 +62,20 @@ class Timeline:
     start: list[float]
     end: list[float]
     makespan: float
-    port_busy: list[list[tuple[float, float, int]]]
+    port_log: PortLog
     memory_peak: list[float]
     memory_peak_time: list[float]
     memory_at_peak: list[dict[str, float]]
     message_times: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
     events: int = 0
     stretched: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    _busy: list[list[tuple[float, float, int]]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def port_busy(self) -> list[list[tuple[float, float, int]]]:
+        if self._busy is None:
+            self._busy = self.port_log.busy(self.start, self.end, self.stretched)
+        return self._busy
 
 
 class _Slowed:
@@ -87,7 +98,7 @@ class _Priced:
     end event that resumes the waiting stream, scheduled at the same points), as callbacks instead
     of a generator: the stream waits on `done`."""
 
-    __slots__ = ("run", "tid", "t", "i", "held", "devices", "done", "now")
+    __slots__ = ("run", "tid", "t", "i", "held", "devices", "done")
 
     def __init__(self, run: _Run, tid: int, t):
         self.run, self.tid, self.t, self.i, self.held = run, tid, t, 0, []
@@ -96,14 +107,15 @@ class _Priced:
 
     def _acquire(self, _event: Fired) -> None:
         run, ports = self.run, self.run.acquire[self.tid]
-        if self.i < len(ports):
+        while self.i < len(ports):
             res = run.resources[ports[self.i]]
             req = res.request()
             self.held.append((res, req))
             self.i += 1
-            req.callbacks.append(self._acquire)  # a request is never processed when made
-            return
-        self.now, self.devices = run._begin(self.tid, self.t)
+            if req.callbacks is not None:  # (else granted and processed at once: `Port.request`)
+                req.callbacks.append(self._acquire)
+                return
+        self.devices = run._begin(self.tid, self.t)
         if self.t.duration > 0:
             timeout(run.env, self.t.duration).callbacks.append(self._end)
         else:
@@ -111,7 +123,7 @@ class _Priced:
 
     def _end(self, _event: Fired | None) -> None:
         run = self.run
-        run._complete(self.tid, self.t, self.held, self.devices, self.now)
+        run._complete(self.tid, self.t, self.held, self.devices)
         succeed(run.env, self.done)
 
 
@@ -133,7 +145,7 @@ class _Run:
         self.memory_log: list[list[tuple[float, int, tuple]]] | None = None
         self.waited: dict[int, list[tuple[float, int, int]]] | None = None
         self.events = 0
-        self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
+        self.port_log = PortLog(graph)
         self.port_key = [(port.direction == "in", i) for i, port in enumerate(graph.ports)].__getitem__
         self.resources = self._contended_ports()
         # per task: the ports it must actually acquire (contended ones), in the global order
@@ -359,7 +371,7 @@ class _Run:
         tasks, end, start, env = self.g.tasks, self.end, self.start, self.env
         resources, acquire, waiters = self.resources, self.acquire, self.waiters
         slow_segs, comm_devices, flow_tasks = self.slow_segs, self.comm_devices, self.flow_tasks
-        end_origin = self.end_origin
+        end_origin, port_log = self.end_origin, self.port_log.entries
         for tid in order:
             t = tasks[tid]
             for d in t.deps:
@@ -384,7 +396,7 @@ class _Run:
                 req = res.request()
                 held.append((res, req))
                 yield req
-            now = start[tid] = env.now
+            start[tid] = env._now
             if t.mem_start:
                 self._memory(t.device, t.mem_start)
             if t.duration > 0:
@@ -407,10 +419,10 @@ class _Run:
             for res, req in held:
                 res.release(req)
             if t.ports:
-                self._record_ports(t, now)
+                port_log.append(tid)
             if t.mem_end:
                 self._memory(t.device, t.mem_end)
-            end[tid] = env.now
+            end[tid] = env._now
             if end_origin is not None:
                 end_origin[tid] = env.origin
             ev = waiters.pop(tid, None)
@@ -420,58 +432,32 @@ class _Run:
     def _execute(self, tid: int, t):
         """Run one ready task: take its ports, hold the device for its duration, account memory."""
         held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
-        now, devices = self._begin(tid, t)
+        devices = self._begin(tid, t)
         if t.duration > 0:
             yield timeout(self.env, t.duration)
-        self._complete(tid, t, held, devices, now)
+        self._complete(tid, t, held, devices)
 
-    def _begin(self, tid: int, t) -> tuple[float, tuple[int, ...] | None]:
+    def _begin(self, tid: int, t) -> tuple[int, ...] | None:
         """A task holding its ports starts: its start time, memory, and the devices whose compute its
-        communication slows (returned with the start time, for `_complete`)."""
-        now = self.start[tid] = self.env.now
+        communication slows (returned, for `_complete`)."""
+        self.start[tid] = self.env._now
         self._memory(t.device, t.mem_start)
         devices = self.comm_devices[tid] if self.comm_devices is not None and t.duration > 0 else None
         if devices:
             self._comm(devices, 1)
-        return now, devices
+        return devices
 
-    def _complete(self, tid: int, t, held, devices: tuple[int, ...] | None, now: float) -> None:
+    def _complete(self, tid: int, t, held, devices: tuple[int, ...] | None) -> None:
         """A task started by `_begin` ends: its communication stops, its ports are released and
-        recorded, its memory freed, and whoever waits on it resumes."""
+        logged (`dlsim.sim.occupancy`), its memory freed, and whoever waits on it resumes."""
         if devices:
             self._comm(devices, -1)
         if held:
             self._release(held)
         if t.ports:
-            self._record_ports(t, now)
+            self.port_log.entries.append(tid)
         self._memory(t.device, t.mem_end)
         self._finish(tid)
-
-    def _record_ports(self, t, start: float) -> None:
-        """Port occupancy of a task: its whole run, or only the communication parts of a fused task."""
-        busy = self.port_busy
-        if not t.parts:
-            span = (start, self.env.now, t.tid)
-            for p in t.ports:
-                busy[p].append(span)
-            return
-        ends = self.stretched.get(t.tid)
-        if ends is not None:  # slowed: the communication parts where they actually ran
-            for n, (category, seconds, _) in enumerate(t.parts):
-                if category == "comm" and seconds > 0:
-                    at = ends[n - 1] if n else start
-                    span = (at, at + seconds, t.tid)
-                    for p in t.ports:
-                        busy[p].append(span)
-            return
-        # `at` accumulated part by part from the start, as the parts run back to back
-        at = start
-        for category, seconds, _ in t.parts:
-            if category == "comm" and seconds > 0:
-                span = (at, at + seconds, t.tid)
-                for p in t.ports:
-                    busy[p].append(span)
-            at += seconds
 
     def _join(self, gid: int, member: int = -1):
         """Task `member` joins collective `gid` and waits for its end (`dlsim.sim.ties` records who)."""
@@ -509,8 +495,8 @@ class _Run:
                     self._comm(devices, -1)
             if held:
                 self._release(held)
-            for p in gr.ports:
-                self.port_busy[p].append((now, self.env.now, gr.members[0]))
+            span = (now, self.env.now, gr.members[0])
+            self.port_log.entries.extend((p, span) for p in gr.ports)
         for t in members:
             self._memory(t.device, t.mem_end)
         succeed(self.env, done)
@@ -552,8 +538,8 @@ class _Run:
             if msg.duration > msg.recv_hold:
                 yield self.env.timeout(msg.duration - msg.recv_hold)
             member = self.g.groups[gid].members[0]
-            self.port_busy[out_port].append((now, now + msg.hold if out_free is None else out_free, member))
-            self.port_busy[in_port].append((now, now + msg.recv_hold if in_free is None else in_free, member))
+            self.port_log.entries.append((out_port, (now, now + msg.hold if out_free is None else out_free, member)))
+            self.port_log.entries.append((in_port, (now, now + msg.recv_hold if in_free is None else in_free, member)))
             times.append((i, now, self.env.now))
             finished[i].succeed()
 
@@ -585,5 +571,5 @@ def execute(graph: TaskGraph, run: _Run | None = None) -> Timeline:
     if missing:
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")
     end = [float(e) for e in run.end]  # type: ignore[arg-type]
-    return Timeline(run.start, end, max(end, default=0.0), run.port_busy, run.peak, run.peak_time,
+    return Timeline(run.start, end, max(end, default=0.0), run.port_log, run.peak, run.peak_time,
                     run.at_peak, run.message_times, steps, run.stretched)
