@@ -189,6 +189,7 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
         order = graph.orders[compute_stream[dev]] if dev in compute_stream else []
         gaps = []
         extra: list[tuple[float, float]] = []
+        holds: dict[tuple[int, ...], bool] = {}  # whether a ports tuple holds a port of this device
         for tid in order:
             s, e = start_of[tid], end_of[tid]
             if s > cursor:
@@ -209,12 +210,16 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
                     split = by_parts[id(task.parts)] = _category_seconds(task.parts)
                 for category, values in split.items():
                     seconds_of[category].extend(values)
-                if COMM in split and not any(port_device[p] == dev for p in task.ports):
-                    at = s
-                    for category, seconds, _ in task.parts:
-                        if category == COMM:
-                            extra.append((at, at + seconds))
-                        at += seconds
+                if COMM in split:
+                    held = holds.get(task.ports)
+                    if held is None:
+                        held = holds[task.ports] = any(port_device[p] == dev for p in task.ports)
+                    if not held:
+                        at = s
+                        for category, seconds, _ in task.parts:
+                            if category == COMM:
+                                extra.append((at, at + seconds))
+                            at += seconds
             else:
                 seconds_of[task.category].append(e - s)
                 if task.category == COMM:

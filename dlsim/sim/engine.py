@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from simpy.events import URGENT
+
 from dlsim.sim.events import Driver, Fired, Port, run_to_end, succeed, timeout, urgent
 
 from dlsim.plan.taskgraph import COMM, COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
@@ -96,14 +98,26 @@ class _Priced:
     """A priced collective run as `_Run._execute` runs it in a process of its own, event for event (the
     process's start event at URGENT priority, its port requests, its timeout, its releases and the
     end event that resumes the waiting stream, scheduled at the same points), as callbacks instead
-    of a generator: the stream waits on `done`."""
+    of a generator: the stream waits on `done`.
+
+    As `dlsim.sim.events.Port` does for a request granted at once, its start and its end event are
+    not pushed where the loop would process them next (the stream that made it, or the timeout that
+    ends it, does nothing after; `env.last_callback`; nothing else queued at this instant before
+    them): they run at once, their ids drawn and counted (`_Run.elided`)."""
 
     __slots__ = ("run", "tid", "t", "i", "held", "devices", "done")
 
     def __init__(self, run: _Run, tid: int, t):
         self.run, self.tid, self.t, self.i, self.held = run, tid, t, 0, []
         self.done = Fired()
-        urgent(run.env, self._acquire)
+        env = run.env
+        queue = env._queue
+        if env.last_callback and (not queue or queue[0][0] > env._now or queue[0][1] != URGENT):
+            next(env._eid)  # its start, the next event processed: now
+            run.elided += 1
+            self._acquire(None)
+        else:
+            urgent(env, self._acquire)
 
     def _acquire(self, _event: Fired) -> None:
         run, ports = self.run, self.run.acquire[self.tid]
@@ -121,10 +135,19 @@ class _Priced:
         else:
             self._end(None)
 
-    def _end(self, _event: Fired | None) -> None:
+    def _end(self, event: Fired | None) -> None:
         run = self.run
         run._complete(self.tid, self.t, self.held, self.devices)
-        succeed(run.env, self.done)
+        env, done = run.env, self.done
+        queue = env._queue
+        if event is not None and env.last_callback and (not queue or queue[0][0] > env._now) and \
+                len(done.callbacks) == 1:  # its end, the next event processed: its stream resumes now
+            next(env._eid)
+            run.elided += 1
+            callbacks, done.callbacks = done.callbacks, None
+            callbacks[0](done)
+        else:
+            succeed(env, done)
 
 
 class _Run:
@@ -135,10 +158,12 @@ class _Run:
     def __init__(self, graph: TaskGraph):
         self.g = graph
         self.env = simpy.Environment()
+        self.env.last_callback = False  # until the run loop runs (`dlsim.sim.events.Port`)
         n = len(graph.tasks)
         self.start = [0.0] * n
         self.end: list[float | None] = [None] * n
         self.waiters: dict[int, Fired] = {}
+        self.elided = 0  # events processed at once, not pushed (`_Priced`)
         # `dlsim.sim.ties` (run with `run_tracked`): per task the origin of its end, per device its memory
         # changes (time, origin, (kind, bytes) pairs), per task waited for its waits (time, origin, task)
         self.end_origin: list[int] | None = None
@@ -221,7 +246,9 @@ class _Run:
                 devs.update(g.ports[p].device for p in msg.ports)
             self.group_devices.append(tuple(sorted(d for d in devs if d >= 0)))
         self.in_flight = [0] * len(g.devices)
-        self.running: list[_Slowed | None] = [None] * len(g.devices)
+        # per device its running compute task under the model: a `_Slowed`, or (segments, start, timeout)
+        # while it has run at full rate from its start (`stream`: no state to keep until it is re-timed)
+        self.running: list[_Slowed | tuple | None] = [None] * len(g.devices)
 
     def _comm(self, devices: tuple[int, ...], delta: int) -> None:
         """Communication starts (+1) or ends (−1) on `devices`: re-time their running compute task
@@ -231,6 +258,12 @@ class _Run:
             self.in_flight[d] = after = before + delta
             if (before > 0) != (after > 0):
                 run = self.running[d]
+                if run.__class__ is tuple:  # started at full rate (`stream`), its state made now
+                    segs, at, event = run
+                    run = _Slowed(segs, at, False)
+                    run.event = event
+                    if event.callbacks:
+                        self.running[d] = run
                 if run is not None and run.event.callbacks:  # still running (its timeout not processed)
                     self._advance(run)
                     run.slow = after > 0
@@ -275,7 +308,7 @@ class _Run:
         """Start compute task `tid` under the overlap model (see the module docstring): unslowed, one
         timeout of its duration, as without the model; re-timed at each change of rate. Its stream
         waits on `event` (moved when re-timed), then calls `_slowed_end`."""
-        run = _Slowed(self.slow_segs[tid], self.env.now, self.in_flight[device] > 0)
+        run = _Slowed(self.slow_segs[tid], self.env._now, self.in_flight[device] > 0)
         run.event = timeout(self.env, self._remaining(run) if run.slow else duration)
         self.running[device] = run
         return run
@@ -372,6 +405,7 @@ class _Run:
         resources, acquire, waiters = self.resources, self.acquire, self.waiters
         slow_segs, comm_devices, flow_tasks = self.slow_segs, self.comm_devices, self.flow_tasks
         end_origin, port_log = self.end_origin, self.port_log.entries
+        in_flight, running = (self.in_flight, self.running) if slow_segs is not None else (None, None)
         for tid in order:
             t = tasks[tid]
             for d in t.deps:
@@ -407,9 +441,19 @@ class _Run:
                 elif slow_segs is None:
                     yield timeout(env, t.duration)
                 elif slow_segs[tid] is not None:
-                    run = self._slowed(tid, t.device, t.duration)
-                    yield run.event
-                    self._slowed_end(tid, t.device, run)
+                    if in_flight[t.device]:  # slowed from its start
+                        run = self._slowed(tid, t.device, t.duration)
+                        yield run.event
+                        self._slowed_end(tid, t.device, run)
+                    else:  # at full rate, as without the model, until communication beside it re-times it
+                        ev = timeout(env, t.duration)
+                        running[t.device] = (slow_segs[tid], start[tid], ev)
+                        yield ev
+                        run = running[t.device]
+                        if run.__class__ is _Slowed:
+                            self._slowed_end(tid, t.device, run)
+                        else:
+                            running[t.device] = None
                 elif comm_devices[tid]:
                     self._comm(comm_devices[tid], 1)
                     yield timeout(env, t.duration)
@@ -566,7 +610,7 @@ def execute(graph: TaskGraph, run: _Run | None = None) -> Timeline:
     for t in graph.tasks:
         if t.stream < 0:
             Driver(env, run.standalone(t.tid))
-    steps = run.loop(env) + sum(getattr(port, "elided", 0) for port in run.resources.values())
+    steps = run.loop(env) + run.elided + sum(getattr(port, "elided", 0) for port in run.resources.values())
     missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
     if missing:
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")
