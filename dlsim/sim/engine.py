@@ -404,7 +404,7 @@ class _Run:
         tasks, end, start, env = self.g.tasks, self.end, self.start, self.env
         resources, acquire, waiters = self.resources, self.acquire, self.waiters
         slow_segs, comm_devices, flow_tasks = self.slow_segs, self.comm_devices, self.flow_tasks
-        end_origin, port_log = self.end_origin, self.port_log.entries
+        end_origin, port_log = self.end_origin, self.port_log.tasks
         in_flight, running = (self.in_flight, self.running) if slow_segs is not None else (None, None)
         for tid in order:
             t = tasks[tid]
@@ -499,7 +499,7 @@ class _Run:
         if held:
             self._release(held)
         if t.ports:
-            self.port_log.entries.append(tid)
+            self.port_log.tasks.append(tid)
         self._memory(t.device, t.mem_end)
         self._finish(tid)
 
@@ -540,7 +540,8 @@ class _Run:
             if held:
                 self._release(held)
             span = (now, self.env.now, gr.members[0])
-            self.port_log.entries.extend((p, span) for p in gr.ports)
+            for p in gr.ports:
+                self.port_log.span(p, span)
         for t in members:
             self._memory(t.device, t.mem_end)
         succeed(self.env, done)
@@ -582,8 +583,8 @@ class _Run:
             if msg.duration > msg.recv_hold:
                 yield self.env.timeout(msg.duration - msg.recv_hold)
             member = self.g.groups[gid].members[0]
-            self.port_log.entries.append((out_port, (now, now + msg.hold if out_free is None else out_free, member)))
-            self.port_log.entries.append((in_port, (now, now + msg.recv_hold if in_free is None else in_free, member)))
+            self.port_log.span(out_port, (now, now + msg.hold if out_free is None else out_free, member))
+            self.port_log.span(in_port, (now, now + msg.recv_hold if in_free is None else in_free, member))
             times.append((i, now, self.env.now))
             finished[i].succeed()
 

@@ -30,82 +30,92 @@ Span = tuple[float, float, int]
 
 
 class PortLog:
-    """What held ports during a run, in the order it ended: a task id (`Task.ports` held as the module
-    docstring says) or (port, (start, end, task)) given by a collective group or message."""
+    """What held ports during a run, in the order it ended: the ids of the tasks that held their
+    `Task.ports` as the module docstring says (`tasks`), and the (start, end, task) spans a collective
+    group or message held a port for (`spans`: (how many tasks ended before it, port, span))."""
 
-    __slots__ = ("graph", "entries")
+    __slots__ = ("graph", "tasks", "spans")
 
     def __init__(self, graph: TaskGraph):
         self.graph = graph
-        self.entries: list[int | tuple[int, Span]] = []
+        self.tasks: list[int] = []
+        self.spans: list[tuple[int, int, Span]] = []
+
+    def span(self, port: int, span: Span) -> None:
+        """A collective group or message held `port` for `span`."""
+        self.spans.append((len(self.tasks), port, span))
 
     def busy(self, start: list[float], end: list[float],
              stretched: dict[int, tuple[float, ...]]) -> list[list[Span]]:
         """Per port: the intervals it was held, (start, end, task), in the order the holders ended."""
         tasks = self.graph.tasks
         out: list[list[Span]] = [[] for _ in self.graph.ports]
-        for entry in self.entries:
-            if isinstance(entry, tuple):
-                out[entry[0]].append(entry[1])
-                continue
-            t = tasks[entry]
-            for span in task_spans(t, start[entry], end[entry], stretched.get(entry)):
+        spans = iter(self.spans + [(len(self.tasks) + 1, -1, (0.0, 0.0, -1))])
+        before, port, span = next(spans)
+        for n, tid in enumerate(self.tasks + [-1]):
+            while before == n:
+                out[port].append(span)
+                before, port, span = next(spans)
+            if tid < 0:
+                break
+            t = tasks[tid]
+            for held in task_spans(t, start[tid], end[tid], stretched.get(tid)):
                 for p in t.ports:
-                    out[p].append(span)
+                    out[p].append(held)
         return out
 
     def device_spans(self, start: list[float], end: list[float], stretched: dict[int, tuple[float, ...]],
                      devices: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per device (a port's device modulo `devices`, as a Python index): the starts and ends of the
-        intervals its ports were held, as arrays, an interval held on two ports of one device once."""
+        intervals its ports were held, as arrays, an interval held on two ports of one device once.
+        The holders are taken by (ports, parts) alike: one array operation per part of each."""
         tasks, ports = self.graph.tasks, self.graph.ports
         nd = max(1, devices)
-        owners: dict[tuple[int, ...], tuple[int, ...]] = {}  # a ports tuple's distinct devices
-        plain_t: list[int] = []  # (task, device) rows of tasks held whole
-        plain_d: list[int] = []
-        fused: dict[int, tuple[tuple, list[int], list[int]]] = {}  # by id(parts): (parts, tasks, devices)
-        loose: list[tuple[float, float, int]] = []  # (start, end, device) computed one by one
-        for entry in self.entries:
-            if isinstance(entry, tuple):
-                a, b, _ = entry[1]
-                loose.append((a, b, ports[entry[0]].device % nd))
-                continue
-            t = tasks[entry]
-            devs = owners.get(t.ports)
-            if devs is None:
-                devs = owners[t.ports] = tuple(sorted({ports[p].device % nd for p in t.ports}))
-            if not t.parts:
-                for d in devs:
-                    plain_t.append(entry)
-                    plain_d.append(d)
-            elif entry in stretched:
-                for a, b, _ in task_spans(t, start[entry], end[entry], stretched[entry]):
-                    loose.extend((a, b, d) for d in devs)
+        alike: dict[tuple, list[int]] = {}  # (ports, id(parts)) -> tasks held so
+        for tid in self.tasks:
+            t = tasks[tid]
+            key = (t.ports, id(t.parts))
+            same = alike.get(key)
+            if same is None:
+                alike[key] = [tid]
             else:
-                group = fused.get(id(t.parts))
-                if group is None:
-                    group = fused[id(t.parts)] = (t.parts, [], [])
-                for d in devs:
-                    group[1].append(entry)
-                    group[2].append(d)
-        starts_all = np.asarray(start, dtype=float)
-        a_parts = [starts_all[plain_t]]
-        b_parts = [np.asarray(end, dtype=float)[plain_t]]
-        d_parts = [np.asarray(plain_d, dtype=np.int64)]
-        for parts, tids, devs in fused.values():
+                same.append(tid)
+        starts_all, ends_all = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+        a_parts: list[np.ndarray] = []
+        b_parts: list[np.ndarray] = []
+        d_parts: list[np.ndarray] = []
+        loose: list[tuple[float, float, int]] = [(span[0], span[1], ports[p].device % nd) for _, p, span in self.spans]
+
+        def add(a: np.ndarray, b: np.ndarray, devs: tuple[int, ...]) -> None:
+            for d in devs:
+                a_parts.append(a)
+                b_parts.append(b)
+                d_parts.append(np.full(len(a), d, dtype=np.int64))
+
+        for (held, _), tids in alike.items():
+            devs = tuple(sorted({ports[p].device % nd for p in held}))
+            parts = tasks[tids[0]].parts
+            if parts and stretched:
+                for tid in [x for x in tids if x in stretched]:
+                    for a, b, _ in task_spans(tasks[tid], start[tid], end[tid], stretched[tid]):
+                        loose.extend((a, b, d) for d in devs)
+                tids = [x for x in tids if x not in stretched]
             at = starts_all[tids]
-            owner = np.asarray(devs, dtype=np.int64)
+            if not parts:
+                add(at, ends_all[tids], devs)
+                continue
             for category, seconds, _ in parts:
                 if category == COMM and seconds > 0:
-                    a_parts.append(at)
-                    b_parts.append(at + seconds)
-                    d_parts.append(owner)
+                    add(at, at + seconds, devs)
                 at = at + seconds
         if loose:
             a, b, d = zip(*loose)
             a_parts.append(np.asarray(a, dtype=float))
             b_parts.append(np.asarray(b, dtype=float))
             d_parts.append(np.asarray(d, dtype=np.int64))
+        if not a_parts:
+            empty = np.zeros(0)
+            return [(empty, empty) for _ in range(devices)]
         a, b, d = np.concatenate(a_parts), np.concatenate(b_parts), np.concatenate(d_parts)
         order = np.argsort(d, kind="stable")
         cuts = np.searchsorted(d[order], np.arange(devices + 1))
