@@ -47,6 +47,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.pipeline import stage_ops
 from dlsim.plan.taskgraph import TaskGraph
@@ -219,9 +221,10 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     for tid in graph.orders[cs]:
         if tasks[tid].label[:1] == ("F",):
             forwards.setdefault(mb_of[tid], tid)
-    by_start = sorted(range(len(tasks)), key=start.__getitem__)
-    starts = [start[t] for t in by_start]
-    longest = max((end[t] - start[t] for t in by_start), default=0.0)
+    s_arr, e_arr = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    order = np.argsort(s_arr, kind="stable")  # (stable: as sorted(range(n), key=start.__getitem__))
+    by_start, starts = order.tolist(), s_arr[order].tolist()
+    longest = float(np.max(e_arr - s_arr)) if len(tasks) else 0.0
     sorted_starts = (by_start, starts, longest)
     path: list[int] | None = None
     raced = _latest_race(graph, ties)
