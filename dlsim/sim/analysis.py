@@ -170,7 +170,7 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
 
     Per category the seconds are added in the compute stream's order, as one running sum (`_total`);
     a fused task's communication parts count in the device's communication union once: where it
-    holds a port of its device, the engine recorded them there (`Timeline.port_busy`), else here."""
+    holds a port of its device, they are among its ports' intervals (`comm_spans`), else added here."""
     T = tl.makespan
     stretched = tl.stretched
     comm = comm_spans(graph, tl) if spans is None else spans
