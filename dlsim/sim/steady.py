@@ -253,8 +253,9 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     if records is None:
         return None
     # micro-batches c.. c+P-1: one period's tasks, counted 1 + delta times
-    weights = [1 + delta if mb is not None and c <= mb < c + P else 1 for mb in mb_of]
-    period_tasks = sum(1 for mb in mb_of if mb is not None and c <= mb < c + P)
+    in_period = [mb is not None and c <= mb < c + P for mb in mb_of]
+    weights = [1 + delta if inside else 1 for inside in in_period]
+    period_tasks = in_period.count(True)
     total, measured = segment_totals(graph, weights)
     share = measured / total if total > 0 else 0.0
     note = (f"steady-state extension (dlsim.sim.steady): {len(tasks)} tasks of {max(forwards) + 1} micro-batches "
