@@ -396,8 +396,9 @@ class _Builder:
         """(parts, ports) of `steps` run as one task on `pos`, or None when they cannot fuse; cached
         per step list and position (the same lists are instantiated for every micro-batch)."""
         key = (id(steps), pos)
-        if key in self.fuse_cache:
-            return self.fuse_cache[key]
+        out = self.fuse_cache.get(key, False)
+        if out is not False:
+            return out
         out = None
         if len(steps) > 1 and self._fusable(steps, pos):
             out = self._fuse(steps, pos)

@@ -151,12 +151,16 @@ def _length(us, ue) -> float:
     return sum((ue - us).tolist()) if isinstance(us, np.ndarray) else sum([b - a for a, b in zip(us, ue)])
 
 
-def _category_seconds(parts) -> dict[str, tuple[float, ...]]:
-    """The seconds of a fused task's parts by category, each in the parts' order."""
+def _category_seconds(parts) -> tuple[tuple[int, tuple[float, ...]], ...]:
+    """The seconds of a fused task's parts by category (its index in `_CATEGORIES`), each in the
+    parts' order."""
     out: dict[str, list[float]] = {}
     for category, seconds, _ in parts:
         out.setdefault(category, []).append(seconds)
-    return {c: tuple(v) for c, v in out.items()}
+    return tuple((_CATEGORIES.index(c), tuple(v)) for c, v in out.items())
+
+
+_CATEGORIES = (COMPUTE, RECOMPUTE, COMM)  # a device's sums of task seconds by category (`device_times`)
 
 
 def _total(values: list[float]) -> float:
@@ -180,10 +184,12 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
         if st.kind == "compute":
             compute_stream[st.device] = sid
     tasks, start_of, end_of = graph.tasks, tl.start, tl.end
-    by_parts: dict[int, dict[str, tuple[float, ...]]] = {}
+    by_parts: dict[int, tuple[tuple[int, tuple[float, ...]], ...]] = {}
+    has_comm: dict[int, bool] = {}  # by id(parts)
     out = []
     for dev in range(len(graph.devices)):
         seconds_of: dict[str, list[float]] = {COMPUTE: [], RECOMPUTE: [], COMM: []}
+        lists = tuple(seconds_of[c] for c in _CATEGORIES)
         bubble = idle = 0.0
         cursor = 0.0
         order = graph.orders[compute_stream[dev]] if dev in compute_stream else []
@@ -208,9 +214,10 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
                 split = by_parts.get(id(task.parts))
                 if split is None:
                     split = by_parts[id(task.parts)] = _category_seconds(task.parts)
-                for category, values in split.items():
-                    seconds_of[category].extend(values)
-                if COMM in split:
+                    has_comm[id(task.parts)] = any(category == COMM for category, _, _ in task.parts)
+                for n, values in split:
+                    lists[n].extend(values)
+                if has_comm[id(task.parts)]:
                     held = holds.get(task.ports)
                     if held is None:
                         held = holds[task.ports] = any(port_device[p] == dev for p in task.ports)
