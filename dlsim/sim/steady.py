@@ -180,29 +180,43 @@ def _op_of(label: tuple) -> tuple | None:
 
 
 class _Periodic:
-    """Micro-batch tasks indexed by (stream, label without its micro-batch, ordinal) and micro-batch."""
+    """Micro-batch tasks indexed by (stream, label without its micro-batch, ordinal) and micro-batch: the
+    ordinal of a task is how many tasks of its stream with its whole label (micro-batch included)
+    came before it."""
 
     def __init__(self, graph: TaskGraph):
         self.keys: list[tuple | None] = [None] * len(graph.tasks)
         self.index: dict[tuple, dict[int, int]] = {}
         # the micro-batch of every micro-batch task (its label's kind in MB_LABELS), else None
         self.microbatch: list[int | None] = [None] * len(graph.tasks)
-        seen: dict[tuple, int] = {}
         keys, index, microbatch = self.keys, self.index, self.microbatch
         for t in graph.tasks:
             label = t.label
             if len(label) < 3 or label[0] not in MB_LABELS:
                 continue
-            mb = microbatch[t.tid] = label[2]
+            tid = t.tid
+            mb = microbatch[tid] = label[2]
             stream = t.stream if t.stream >= 0 else (-1, t.device)
-            full = (stream, label)
-            n = seen.get(full, 0)
-            seen[full] = n + 1
-            key = keys[t.tid] = (stream, label[:2] + label[3:], n)
+            # the ordinal: how many tasks of this stream and label came before (their key taken for mb)
+            key = (stream, label[0], label[1], label[3:], 0)
             twins = index.get(key)
             if twins is None:
-                twins = index[key] = {}
-            twins[mb] = t.tid
+                index[key] = {mb: tid}
+            elif mb not in twins:
+                twins[mb] = tid
+            else:
+                n = 1
+                while True:
+                    key = (stream, label[0], label[1], label[3:], n)
+                    twins = index.get(key)
+                    if twins is None:
+                        index[key] = {mb: tid}
+                        break
+                    if mb not in twins:
+                        twins[mb] = tid
+                        break
+                    n += 1
+            keys[tid] = key
 
 
 def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
