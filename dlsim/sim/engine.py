@@ -274,7 +274,7 @@ class _Run:
 
     def _advance(self, run: _Slowed) -> None:
         """Book the progress made from `run.at` to now at the current rate."""
-        now = self.env.now
+        now = self.env._now
         dt = now - run.at
         at = run.at
         factor = 1.0 + self.sigma
@@ -317,7 +317,7 @@ class _Run:
         self.running[device] = None
         if run.stretched:
             self._advance(run)
-            now = self.env.now
+            now = self.env._now
             while len(run.ends) < len(run.segs):
                 run.ends.append(now)
             run.ends[-1] = now
@@ -360,7 +360,7 @@ class _Run:
         """A second or later wait for one task (`dlsim.sim.ties`)."""
 
     def _finish(self, tid: int) -> None:
-        self.end[tid] = self.env.now
+        self.end[tid] = self.env._now
         if self.end_origin is not None:
             self.end_origin[tid] = self.env.origin
         ev = self.waiters.pop(tid, None)
@@ -378,7 +378,7 @@ class _Run:
             self.mem_total[device] += nbytes
         if self.mem_total[device] > self.peak[device] + 1e-9 * max(1.0, self.peak[device]):
             self.peak[device] = self.mem_total[device]
-            self.peak_time[device] = self.env.now
+            self.peak_time[device] = self.env._now
             self.at_peak[device] = dict(zip(MEMORY_KINDS, row))
 
     def _acquire(self, ports: tuple[int, ...]):
@@ -485,7 +485,8 @@ class _Run:
         """A task holding its ports starts: its start time, memory, and the devices whose compute its
         communication slows (returned, for `_complete`)."""
         self.start[tid] = self.env._now
-        self._memory(t.device, t.mem_start)
+        if t.mem_start:
+            self._memory(t.device, t.mem_start)
         devices = self.comm_devices[tid] if self.comm_devices is not None and t.duration > 0 else None
         if devices:
             self._comm(devices, 1)
@@ -500,7 +501,8 @@ class _Run:
             self._release(held)
         if t.ports:
             self.port_log.tasks.append(tid)
-        self._memory(t.device, t.mem_end)
+        if t.mem_end:
+            self._memory(t.device, t.mem_end)
         self._finish(tid)
 
     def _join(self, gid: int, member: int = -1):
