@@ -184,8 +184,8 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
         if st.kind == "compute":
             compute_stream[st.device] = sid
     tasks, start_of, end_of = graph.tasks, tl.start, tl.end
-    by_parts: dict[int, tuple[tuple[int, tuple[float, ...]], ...]] = {}
-    has_comm: dict[int, bool] = {}  # by id(parts)
+    # by id(parts): its seconds by category (`_category_seconds`), whether it has communication parts
+    by_parts: dict[int, tuple[tuple[tuple[int, tuple[float, ...]], ...], bool]] = {}
     out = []
     for dev in range(len(graph.devices)):
         seconds_of: dict[str, list[float]] = {COMPUTE: [], RECOMPUTE: [], COMM: []}
@@ -213,11 +213,11 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
             elif task.parts:
                 split = by_parts.get(id(task.parts))
                 if split is None:
-                    split = by_parts[id(task.parts)] = _category_seconds(task.parts)
-                    has_comm[id(task.parts)] = any(category == COMM for category, _, _ in task.parts)
-                for n, values in split:
+                    split = by_parts[id(task.parts)] = (_category_seconds(task.parts),
+                                                         any(category == COMM for category, _, _ in task.parts))
+                for n, values in split[0]:
                     lists[n].extend(values)
-                if has_comm[id(task.parts)]:
+                if split[1]:
                     held = holds.get(task.ports)
                     if held is None:
                         held = holds[task.ports] = any(port_device[p] == dev for p in task.ports)
