@@ -614,9 +614,9 @@ def execute(graph: TaskGraph, run: _Run | None = None) -> Timeline:
         if t.stream < 0:
             Driver(env, run.standalone(t.tid))
     steps = run.loop(env) + run.elided + sum(getattr(port, "elided", 0) for port in run.resources.values())
-    missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
-    if missing:
+    if None in run.end:
+        missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")
-    end = [float(e) for e in run.end]  # type: ignore[arg-type]
+    end = list(map(float, run.end))  # type: ignore[arg-type]
     return Timeline(run.start, end, max(end, default=0.0), run.port_log, run.peak, run.peak_time,
                     run.at_peak, run.message_times, steps, run.stretched)
