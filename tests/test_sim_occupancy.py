@@ -5,10 +5,10 @@ same intervals, bit for bit; by hand for a fused task, slowed and not, a transfe
 from __future__ import annotations
 
 import pytest
+from simkit import captured_graph
 
 from dlsim.plan.taskgraph import COMM, COMPUTE, SimDevice, TaskGraph
 from dlsim.sim.engine import execute
-from simkit import captured_graph
 
 SIGMA = 0.189
 
@@ -71,9 +71,10 @@ def test_fused_transfer_and_collective_by_hand():
 
 @pytest.mark.parametrize("case", [
     # fused passes with asynchronous tensor-parallel communication, priced collectives, pipeline sends
-    dict(pp=4, tp=2, dp=2, num_microbatches=8, schedule="1f1b", stack="megatron-lm-2022"),
+    {"pp": 4, "tp": 2, "dp": 2, "num_microbatches": 8, "schedule": "1f1b", "stack": "megatron-lm-2022"},
     # every rank, collectives as point-to-point messages
-    dict(pp=2, tp=2, dp=2, num_microbatches=4, schedule="1f1b", symmetry=False, expand_collectives=True),
+    {"pp": 2, "tp": 2, "dp": 2, "num_microbatches": 4, "schedule": "1f1b", "symmetry": False,
+     "expand_collectives": True},
 ], ids=["megatron-2022", "expanded"])
 def test_device_arrays_hold_the_port_intervals(monkeypatch, case):
     graph = captured_graph(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 8}, nodes=4,

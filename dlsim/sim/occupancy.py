@@ -34,7 +34,7 @@ class PortLog:
     `Task.ports` as the module docstring says (`tasks`), and the (start, end, task) spans a collective
     group or message held a port for (`spans`: (how many tasks ended before it, port, span))."""
 
-    __slots__ = ("graph", "tasks", "spans")
+    __slots__ = ("graph", "spans", "tasks")
 
     def __init__(self, graph: TaskGraph):
         self.graph = graph
