@@ -13,7 +13,7 @@ import pytest
 import simpy
 import simpy.core
 
-from dlsim.sim import engine, events
+from dlsim.sim import engine, events, slowdown
 from dlsim.sim.engine import execute
 from dlsim.sim.events import Port
 from simkit import captured_graph
@@ -138,6 +138,7 @@ def _simpy_primitives(m):
     m.setattr(engine, "Fired", lambda: simpy.Event(envs[-1]))
     m.setattr(engine, "Driver", lambda env, generator: env.process(generator))
     m.setattr(engine, "timeout", lambda env, delay: env.timeout(delay))
+    m.setattr(slowdown, "timeout", lambda env, delay: env.timeout(delay))  # kernels re-timed beside communication
     m.setattr(engine, "succeed", lambda env, ev: ev.succeed())
     m.setattr(engine, "urgent", urgent)
     m.setattr(engine, "run_to_end", run_to_end)
