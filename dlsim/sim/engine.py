@@ -7,7 +7,8 @@ capacity 1, event for event; a port only one task stream or one transfer ever us
 runs for its
 duration. Collective groups
 start when all members are ready and run either their priced duration or their point-to-point
-messages. Memory is tracked per device and kind as tasks start and end. Ties break in SimPy's
+messages. Memory is tracked per device and kind as tasks start and end; the holders of ports are
+logged as they end and their intervals derived after the run (`dlsim.sim.occupancy`). Ties break in SimPy's
 (time, priority, insertion) order, and the graph is built deterministically, so the same graph
 gives the same timeline, bit for bit.
 
