@@ -8,6 +8,7 @@ import pytest
 from simkit import captured_graph
 
 from dlsim.plan.taskgraph import COMM, COMPUTE, SimDevice, TaskGraph
+from dlsim.sim import occupancy
 from dlsim.sim.engine import execute
 
 SIGMA = 0.189
@@ -77,9 +78,12 @@ def test_fused_transfer_and_collective_by_hand():
      "expand_collectives": True},
 ], ids=["megatron-2022", "expanded"])
 def test_device_arrays_hold_the_port_intervals(monkeypatch, case):
+    """Fused tasks alike computed together with numpy and one by one (`occupancy.FEW`): the same."""
     graph = captured_graph(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 8}, nodes=4,
                            microbatch_size=1, **case)
     tl = execute(graph)
-    busy, arrays = _per_device(graph, tl)
-    assert any(busy.values())
-    assert busy == arrays
+    for few in (1, 10**9):
+        monkeypatch.setattr(occupancy, "FEW", few)
+        busy, arrays = _per_device(graph, tl)
+        assert any(busy.values())
+        assert busy == arrays

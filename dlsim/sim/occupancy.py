@@ -13,8 +13,9 @@ and end times afterwards, when something asks for them:
   the engine would have appended as they ended: `Timeline.port_busy`, the trace's link rows);
 * `PortLog.device_spans`: per device, the starts and ends of all intervals of its ports as arrays,
   in no particular order (the breakdowns take their union: `dlsim.sim.analysis.comm_spans`), the
-  parts of the fused tasks sharing one parts tuple computed together with numpy: its additions are
-  IEEE double additions as Python's, in the same order, so every interval is the same float.
+  parts of the fused tasks sharing one parts tuple (at least FEW of them) computed together with
+  numpy: its additions are IEEE double additions as Python's, in the same order, so every interval
+  is the same float.
 
 tests/test_sim_occupancy.py holds the two equal (the union per device) on graphs with fused, slowed,
 transfer and collective tasks.
@@ -27,6 +28,7 @@ import numpy as np
 from dlsim.plan.taskgraph import COMM, TaskGraph
 
 Span = tuple[float, float, int]
+FEW = 16  # fused tasks alike up to which their intervals are computed one by one (numpy's calls cost more)
 
 
 class PortLog:
@@ -83,40 +85,47 @@ class PortLog:
         starts_all, ends_all = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
         a_parts: list[np.ndarray] = []
         b_parts: list[np.ndarray] = []
-        d_parts: list[np.ndarray] = []
+        owners: list[int] = []  # the device of each array in a_parts, b_parts
         loose: list[tuple[float, float, int]] = [(span[0], span[1], ports[p].device % nd) for _, p, span in self.spans]
-
-        def add(a: np.ndarray, b: np.ndarray, devs: tuple[int, ...]) -> None:
-            for d in devs:
-                a_parts.append(a)
-                b_parts.append(b)
-                d_parts.append(np.full(len(a), d, dtype=np.int64))
-
         for (held, _), tids in alike.items():
             devs = tuple(sorted({ports[p].device % nd for p in held}))
             parts = tasks[tids[0]].parts
-            if parts and stretched:
-                for tid in [x for x in tids if x in stretched]:
-                    for a, b, _ in task_spans(tasks[tid], start[tid], end[tid], stretched[tid]):
+            if parts:  # one by one: the slowed tasks, or all where only a few are alike
+                alone = [x for x in tids if x in stretched] if stretched else []
+                if len(tids) - len(alone) < FEW:
+                    alone = tids
+                for tid in alone:
+                    for a, b, _ in task_spans(tasks[tid], start[tid], end[tid], stretched.get(tid)):
                         loose.extend((a, b, d) for d in devs)
-                tids = [x for x in tids if x not in stretched]
+                if alone is tids:
+                    continue
+                if alone:
+                    tids = [x for x in tids if x not in stretched]
             at = starts_all[tids]
-            if not parts:
-                add(at, ends_all[tids], devs)
-                continue
+            spans = [(at, ends_all[tids])] if not parts else []
             for category, seconds, _ in parts:
                 if category == COMM and seconds > 0:
-                    add(at, at + seconds, devs)
+                    spans.append((at, at + seconds))
                 at = at + seconds
-        if loose:
+            for d in devs:
+                for a, b in spans:
+                    a_parts.append(a)
+                    b_parts.append(b)
+                    owners.append(d)
+        if loose:  # last, their devices row by row
             a, b, d = zip(*loose)
             a_parts.append(np.asarray(a, dtype=float))
             b_parts.append(np.asarray(b, dtype=float))
-            d_parts.append(np.asarray(d, dtype=np.int64))
+            owners.append(-1)
+            loose_devices = np.asarray(d, dtype=np.int64)
         if not a_parts:
             empty = np.zeros(0)
             return [(empty, empty) for _ in range(devices)]
-        a, b, d = np.concatenate(a_parts), np.concatenate(b_parts), np.concatenate(d_parts)
+        lengths = [len(x) for x in a_parts]
+        d = np.repeat(np.asarray(owners, dtype=np.int64), lengths)
+        if loose:
+            d[len(d) - len(loose_devices):] = loose_devices
+        a, b = np.concatenate(a_parts), np.concatenate(b_parts)
         order = np.argsort(d, kind="stable")
         cuts = np.searchsorted(d[order], np.arange(devices + 1))
         a, b = a[order], b[order]
