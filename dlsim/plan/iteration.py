@@ -82,6 +82,7 @@ class _Builder:
         self.price_cache: dict[tuple, Estimate] = {}
         self.placed = getattr(x.pricer, "contention", None) is not None
         self.group_cache: dict[tuple, tuple] = {}
+        self.collective_plans: dict[tuple, tuple] = {}  # `collective`'s, by (op, bytes, group kind, position)
         self.busy_cache: dict[tuple, set[str]] = {}
         # per (step list, position): whether it fuses, and the fused task's (parts, ports)
         self.fuse_cache: dict[tuple[int, tuple[int, int, int]], tuple | None] = {}
@@ -276,24 +277,39 @@ class _Builder:
         """A collective task for position `pos` = (dp, tp, stage) over its `kind` group ("tp" or "dp").
         Solo (priced, holding this device's ports) when that group is not simulated explicitly,
         else a member of a group joined by `key`."""
-        ranks, tier, per_node, ports = self._group_info(kind, pos)
-        device = self.dev[pos]
-        info = {"op": op_label(op), "bytes": nbytes, "group": kind, "ranks": len(ranks)}
-        if len(ranks) == 1:
-            return self.g.add(name, device, stream, 0.0, COMM, deps, label=label, info=info)
-        est = self.price(op, nbytes, ranks, tier, per_node, messages)
-        info.update(tier=tier, source=est.source.value)
-        explicit = self._explicit(kind)
+        plan_key = (op, nbytes, kind, pos) if not messages else None
+        plan = self.collective_plans.get(plan_key) if plan_key is not None else None
+        if plan is None:
+            plan = self._collective_plan(op, nbytes, kind, pos, messages)
+            if plan_key is not None:
+                self.collective_plans[plan_key] = plan
+        ranks, device, info, est, ports, explicit = plan
+        if est is None:
+            return self.g.add(name, device, stream, 0.0, COMM, deps, label=label, info=dict(info))
         if not explicit:
             return self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, ports=ports,
-                              label=label, info=info)
-        tid = self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, label=label, info=info)
+                              label=label, info=dict(info))
+        tid = self.g.add(name, device, stream, est.seconds, COMM, deps, source=est.source, label=label,
+                         info=dict(info))
         gkey = (kind, op, nbytes, tuple(ranks)) + key
         members = self.pending.setdefault(gkey, [])
         members.append(tid)
         if len(members) == self._simulated(kind, ranks):
             self._close_group(gkey, members, op, nbytes, ranks, est, kind)
         return tid
+
+    def _collective_plan(self, op: str, nbytes: float, kind: str, pos: tuple[int, int, int],
+                         messages: tuple) -> tuple:
+        """What `collective` adds for an op of so many bytes over position `pos`'s `kind` group,
+        whatever the micro-batch (kept per builder): (ranks, device, info, estimate or None for a group
+        of one, ports, whether its members are simulated one by one)."""
+        ranks, tier, per_node, ports = self._group_info(kind, pos)
+        info = {"op": op_label(op), "bytes": nbytes, "group": kind, "ranks": len(ranks)}
+        if len(ranks) == 1:
+            return ranks, self.dev[pos], info, None, ports, False
+        est = self.price(op, nbytes, ranks, tier, per_node, messages)
+        info.update(tier=tier, source=est.source.value)
+        return ranks, self.dev[pos], info, est, ports, self._explicit(kind)
 
     def _flows(self) -> bool:
         """Whether transfers run as flows on the shared network's links (`ClusterPricer.flows`)."""
@@ -380,8 +396,9 @@ class _Builder:
         """(parts, ports) of `steps` run as one task on `pos`, or None when they cannot fuse; cached
         per step list and position (the same lists are instantiated for every micro-batch)."""
         key = (id(steps), pos)
-        if key in self.fuse_cache:
-            return self.fuse_cache[key]
+        out = self.fuse_cache.get(key, False)
+        if out is not False:
+            return out
         out = None
         if len(steps) > 1 and self._fusable(steps, pos):
             out = self._fuse(steps, pos)

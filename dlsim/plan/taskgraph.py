@@ -197,8 +197,10 @@ class TaskGraph:
             duration, measured = totals[1], totals[2]
         else:
             measured = 1.0 if source is _MEASURED or source is _INTERPOLATED else 0.0
+        links, wire, rate = flow
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
-                               mem_start, mem_end, label, cross_stage, parts, rigid, *flow, info, part_info))
+                               mem_start, mem_end, label, cross_stage, parts, rigid, links, wire, rate, info,
+                               part_info))
         if stream >= 0:
             self.orders[stream].append(tid)
         return tid

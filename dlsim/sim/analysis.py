@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from itertools import chain
 from operator import add
 
 import numpy as np
@@ -101,37 +100,16 @@ def _covered(gaps: list[tuple[float, float]], us, ue) -> tuple[list[float], list
 
 
 def comm_spans(graph: TaskGraph, tl: Timeline) -> list[tuple[list, list]]:
-    """Per device: the (starts, ends) of every interval its ports were busy and of every task of its
-    communication streams, as lists of arrays or lists of floats (one per port or stream);
-    `device_times` and `window_times` take them (computed once for both)."""
+    """Per device: the (starts, ends) of every interval its ports were busy (one array each,
+    `dlsim.sim.occupancy.PortLog.device_spans`) and of every task of its communication streams (one
+    list each), as lists; `device_times` and `window_times` take them (computed once for both) and
+    use only their union."""
     starts: list[list] = [[] for _ in graph.devices]
     ends: list[list] = [[] for _ in graph.devices]
-    nd = max(1, len(graph.devices))
-    busy, owners = [], []
-    taken: dict[int, list[list]] = {}
-    for pid, spans in enumerate(tl.port_busy):
-        dev = graph.ports[pid].device % nd  # (modulo: as a Python index into the per-device lists)
-        # a device's out and in ports often hold the same spans (a collective holds both): once is enough
-        if spans and not any(spans == other for other in taken.get(dev, ())):
-            taken.setdefault(dev, []).append(spans)
-            busy.append(spans)
-            owners.append(dev)
-    count = np.array([len(b) for b in busy], dtype=np.int64)
-    if busy and int(count.sum()) <= SMALL * nd:  # few: plain lists
-        for spans, dev in zip(busy, owners):
-            starts[dev].append([span[0] for span in spans])
-            ends[dev].append([span[1] for span in spans])
-    elif busy:  # every port's (start, end, task) rows at once, then split by device
-        rows = np.fromiter(chain.from_iterable(chain.from_iterable(busy)), dtype=float,
-                           count=3 * int(count.sum())).reshape(-1, 3)
-        owner = np.repeat(np.array(owners, dtype=np.int64), count)
-        order = np.argsort(owner, kind="stable")
-        cuts = np.searchsorted(owner[order], np.arange(len(graph.devices) + 1))
-        rows = rows[order]
-        for dev in range(len(graph.devices)):
-            if cuts[dev + 1] > cuts[dev]:
-                starts[dev].append(rows[cuts[dev]:cuts[dev + 1], 0])
-                ends[dev].append(rows[cuts[dev]:cuts[dev + 1], 1])
+    for dev, (a, b) in enumerate(tl.port_log.device_spans(tl.start, tl.end, tl.stretched, len(graph.devices))):
+        if len(a):
+            starts[dev].append(a)
+            ends[dev].append(b)
     for sid, st in enumerate(graph.streams):
         order = graph.orders[sid]
         if st.kind == "comm" and order:
@@ -173,12 +151,16 @@ def _length(us, ue) -> float:
     return sum((ue - us).tolist()) if isinstance(us, np.ndarray) else sum([b - a for a, b in zip(us, ue)])
 
 
-def _category_seconds(parts) -> dict[str, tuple[float, ...]]:
-    """The seconds of a fused task's parts by category, each in the parts' order."""
+def _category_seconds(parts) -> tuple[tuple[int, tuple[float, ...]], ...]:
+    """The seconds of a fused task's parts by category (its index in `_CATEGORIES`), each in the
+    parts' order."""
     out: dict[str, list[float]] = {}
     for category, seconds, _ in parts:
         out.setdefault(category, []).append(seconds)
-    return {c: tuple(v) for c, v in out.items()}
+    return tuple((_CATEGORIES.index(c), tuple(v)) for c, v in out.items())
+
+
+_CATEGORIES = (COMPUTE, RECOMPUTE, COMM)  # a device's sums of task seconds by category (`device_times`)
 
 
 def _total(values: list[float]) -> float:
@@ -192,7 +174,7 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
 
     Per category the seconds are added in the compute stream's order, as one running sum (`_total`);
     a fused task's communication parts count in the device's communication union once: where it
-    holds a port of its device, the engine recorded them there (`Timeline.port_busy`), else here."""
+    holds a port of its device, they are among its ports' intervals (`comm_spans`), else added here."""
     T = tl.makespan
     stretched = tl.stretched
     comm = comm_spans(graph, tl) if spans is None else spans
@@ -202,15 +184,18 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
         if st.kind == "compute":
             compute_stream[st.device] = sid
     tasks, start_of, end_of = graph.tasks, tl.start, tl.end
-    by_parts: dict[int, dict[str, tuple[float, ...]]] = {}
+    # by id(parts): its seconds by category (`_category_seconds`), whether it has communication parts
+    by_parts: dict[int, tuple[tuple[tuple[int, tuple[float, ...]], ...], bool]] = {}
     out = []
     for dev in range(len(graph.devices)):
         seconds_of: dict[str, list[float]] = {COMPUTE: [], RECOMPUTE: [], COMM: []}
+        lists = tuple(seconds_of[c] for c in _CATEGORIES)
         bubble = idle = 0.0
         cursor = 0.0
         order = graph.orders[compute_stream[dev]] if dev in compute_stream else []
         gaps = []
         extra: list[tuple[float, float]] = []
+        holds: dict[tuple[int, ...], bool] = {}  # whether a ports tuple holds a port of this device
         for tid in order:
             s, e = start_of[tid], end_of[tid]
             if s > cursor:
@@ -228,15 +213,20 @@ def device_times(graph: TaskGraph, tl: Timeline, pipelined: bool,
             elif task.parts:
                 split = by_parts.get(id(task.parts))
                 if split is None:
-                    split = by_parts[id(task.parts)] = _category_seconds(task.parts)
-                for category, values in split.items():
-                    seconds_of[category].extend(values)
-                if COMM in split and not any(port_device[p] == dev for p in task.ports):
-                    at = s
-                    for category, seconds, _ in task.parts:
-                        if category == COMM:
-                            extra.append((at, at + seconds))
-                        at += seconds
+                    split = by_parts[id(task.parts)] = (_category_seconds(task.parts),
+                                                         any(category == COMM for category, _, _ in task.parts))
+                for n, values in split[0]:
+                    lists[n].extend(values)
+                if split[1]:
+                    held = holds.get(task.ports)
+                    if held is None:
+                        held = holds[task.ports] = any(port_device[p] == dev for p in task.ports)
+                    if not held:
+                        at = s
+                        for category, seconds, _ in task.parts:
+                            if category == COMM:
+                                extra.append((at, at + seconds))
+                            at += seconds
             else:
                 seconds_of[task.category].append(e - s)
                 if task.category == COMM:

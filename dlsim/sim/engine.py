@@ -7,24 +7,13 @@ capacity 1, event for event; a port only one task stream or one transfer ever us
 runs for its
 duration. Collective groups
 start when all members are ready and run either their priced duration or their point-to-point
-messages. Memory is tracked per device and kind as tasks start and end. Ties break in SimPy's
+messages. Memory is tracked per device and kind as tasks start and end; the holders of ports are
+logged as they end and their intervals derived after the run (`dlsim.sim.occupancy`). Ties break in SimPy's
 (time, priority, insertion) order, and the graph is built deterministically, so the same graph
 gives the same timeline, bit for bit.
 
-Overlap slowdown (σ = `TaskGraph.overlap_slowdown` > 0; `dlsim.cost.overlap`): while one or more
-collectives of a device are in flight beside its compute stream (tasks of its communication
-stream: gradient buckets, ZeRO gathers, tied-embedding reductions; collective groups it belongs
-to), the compute and recompute kernels of its compute stream progress at rate 1/(1 + σ).
-Point-to-point pipeline transfers do not slow compute: σ was measured for collectives (Lee et al.
-2025), a send/receive pair drives one peer over few channels, and Megatron-LM's 1F1B waits for
-its transfers between compute steps (schedules.py, `p2p_communication`) rather than running them
-beside kernels; with them counted, a pipeline's timeline only tends to a periodic one (slopes
-1/(1 + σ)), so no deep pipeline could be extended exactly (`dlsim.sim.steady`). The engine tracks each running compute
-task's progress exactly: at every start or end of a device's communication that changes whether
-any is in flight, it books the progress made so far (segment by segment for a fused task, whose
-communication parts and `rigid` parts run at full rate) and re-schedules the task's end. A task
-that ran slowed has the actual end of each of its segments in `Timeline.stretched`. With σ = 0
-none of this runs: the timeline is the one without the model, bit for bit.
+Overlap slowdown (σ = `TaskGraph.overlap_slowdown` > 0): compute kernels beside a device's collectives
+progress at rate 1/(1 + σ), re-timed as communication starts and ends (`dlsim.sim.slowdown`).
 
 Shared networks: a transfer or expanded-collective message with links (`Task.links`,
 `Message.links`; `dlsim.cost.fabric`) moves its bytes as a flow that shares those links max-min
@@ -38,15 +27,22 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from simpy.events import URGENT
+
 from dlsim.sim.events import Driver, Fired, Port, run_to_end, succeed, timeout, urgent
 
-from dlsim.plan.taskgraph import COMM, COMPUTE, MEMORY_KINDS, RECOMPUTE, TaskGraph
+from dlsim.plan.taskgraph import COMM, MEMORY_KINDS, TaskGraph
 from dlsim.sim.flows import Network
+from dlsim.sim.occupancy import PortLog
+from dlsim.sim.slowdown import OverlapSlowdown, Slowed
 
 
 @dataclass
 class Timeline:
     """What happened: start and end time of every task, busy intervals of every port, memory peaks.
+
+    `port_busy[p]` lists the (start, end, task) intervals port p was held, in the order their
+    holders ended, computed from `port_log` when first asked for (`dlsim.sim.occupancy`).
 
     `memory_peak[d]` is the largest dynamic (activations, gathered parameters, workspace, buffers)
     total of device d, `memory_peak_time[d]` when it was first reached and `memory_at_peak[d]` its
@@ -58,64 +54,79 @@ class Timeline:
     start: list[float]
     end: list[float]
     makespan: float
-    port_busy: list[list[tuple[float, float, int]]]
+    port_log: PortLog
     memory_peak: list[float]
     memory_peak_time: list[float]
     memory_at_peak: list[dict[str, float]]
     message_times: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
     events: int = 0
     stretched: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    _busy: list[list[tuple[float, float, int]]] | None = field(default=None, repr=False, compare=False)
 
-
-class _Slowed:
-    """A compute task running under the overlap model: its segments (nominal seconds, slowable),
-    the segment it is in and the nominal seconds of it done by time `at`, whether it is slowed now,
-    and the timeout its stream process waits on."""
-
-    __slots__ = ("segs", "idx", "done_in", "at", "slow", "ends", "event", "stretched")
-
-    def __init__(self, segs: tuple[tuple[float, bool], ...], now: float, slow: bool):
-        self.segs, self.idx, self.done_in, self.at = segs, 0, 0.0, now
-        self.slow = self.stretched = slow
-        self.ends: list[float] = []
-        self.event: Fired | None = None
+    @property
+    def port_busy(self) -> list[list[tuple[float, float, int]]]:
+        if self._busy is None:
+            self._busy = self.port_log.busy(self.start, self.end, self.stretched)
+        return self._busy
 
 
 class _Priced:
     """A priced collective run as `_Run._execute` runs it in a process of its own, event for event (the
     process's start event at URGENT priority, its port requests, its timeout, its releases and the
     end event that resumes the waiting stream, scheduled at the same points), as callbacks instead
-    of a generator: the stream waits on `done`."""
+    of a generator: the stream waits on `done`.
 
-    __slots__ = ("run", "tid", "t", "i", "held", "devices", "done", "now")
+    As `dlsim.sim.events.Port` does for a request granted at once, its start and its end event are
+    not pushed where the loop would process them next (the stream that made it, or the timeout that
+    ends it, does nothing after; `env.last_callback`; nothing else queued at this instant before
+    them): they run at once, their ids drawn and counted (`_Run.elided`)."""
+
+    __slots__ = ("run", "tid", "t", "i", "held", "devices", "done")
 
     def __init__(self, run: _Run, tid: int, t):
         self.run, self.tid, self.t, self.i, self.held = run, tid, t, 0, []
         self.done = Fired()
-        urgent(run.env, self._acquire)
+        env = run.env
+        queue = env._queue
+        if env.last_callback and (not queue or queue[0][0] > env._now or queue[0][1] != URGENT):
+            next(env._eid)  # its start, the next event processed: now
+            run.elided += 1
+            self._acquire(None)
+        else:
+            urgent(env, self._acquire)
 
     def _acquire(self, _event: Fired) -> None:
         run, ports = self.run, self.run.acquire[self.tid]
-        if self.i < len(ports):
+        while self.i < len(ports):
             res = run.resources[ports[self.i]]
             req = res.request()
             self.held.append((res, req))
             self.i += 1
-            req.callbacks.append(self._acquire)  # a request is never processed when made
-            return
-        self.now, self.devices = run._begin(self.tid, self.t)
+            if req.callbacks is not None:  # (else granted and processed at once: `Port.request`)
+                req.callbacks.append(self._acquire)
+                return
+        self.devices = run._begin(self.tid, self.t)
         if self.t.duration > 0:
             timeout(run.env, self.t.duration).callbacks.append(self._end)
         else:
             self._end(None)
 
-    def _end(self, _event: Fired | None) -> None:
+    def _end(self, event: Fired | None) -> None:
         run = self.run
-        run._complete(self.tid, self.t, self.held, self.devices, self.now)
-        succeed(run.env, self.done)
+        run._complete(self.tid, self.t, self.held, self.devices)
+        env, done = run.env, self.done
+        queue = env._queue
+        if event is not None and env.last_callback and (not queue or queue[0][0] > env._now) and \
+                len(done.callbacks) == 1:  # its end, the next event processed: its stream resumes now
+            next(env._eid)
+            run.elided += 1
+            callbacks, done.callbacks = done.callbacks, None
+            callbacks[0](done)
+        else:
+            succeed(env, done)
 
 
-class _Run:
+class _Run(OverlapSlowdown):
     port_type = Port  # tests/test_sim_ports.py runs the same graphs with simpy.Resource
     all_ports = False  # tests: a resource for every port, contended or not
     loop = staticmethod(run_to_end)  # the run loop (`dlsim.sim.ties` tracks each event's id)
@@ -123,17 +134,19 @@ class _Run:
     def __init__(self, graph: TaskGraph):
         self.g = graph
         self.env = simpy.Environment()
+        self.env.last_callback = False  # until the run loop runs (`dlsim.sim.events.Port`)
         n = len(graph.tasks)
         self.start = [0.0] * n
         self.end: list[float | None] = [None] * n
         self.waiters: dict[int, Fired] = {}
+        self.elided = 0  # events processed at once, not pushed (`_Priced`)
         # `dlsim.sim.ties` (run with `run_tracked`): per task the origin of its end, per device its memory
         # changes (time, origin, (kind, bytes) pairs), per task waited for its waits (time, origin, task)
         self.end_origin: list[int] | None = None
         self.memory_log: list[list[tuple[float, int, tuple]]] | None = None
         self.waited: dict[int, list[tuple[float, int, int]]] | None = None
         self.events = 0
-        self.port_busy: list[list[tuple[float, float, int]]] = [[] for _ in graph.ports]
+        self.port_log = PortLog(graph)
         self.port_key = [(port.direction == "in", i) for i, port in enumerate(graph.ports)].__getitem__
         self.resources = self._contended_ports()
         # per task: the ports it must actually acquire (contended ones), in the global order
@@ -170,113 +183,6 @@ class _Run:
     def loop(self, env: simpy.Environment) -> int:
         """Process every event (`run_to_end`; `dlsim.sim.ties` tracks each one's origin)."""
         return run_to_end(env)
-
-    # -- overlap slowdown ------------------------------------------------------------------------
-    def _overlap_setup(self) -> None:
-        """Per task: the devices whose compute its run slows (collectives on a communication stream)
-        and, for compute-stream kernels, their (nominal seconds, slowable) segments."""
-        g = self.g
-        kinds = [st.kind for st in g.streams]
-        self.comm_devices: list[tuple[int, ...] | None] = [None] * len(g.tasks)
-        self.slow_segs: list[tuple[tuple[float, bool], ...] | None] = [None] * len(g.tasks)
-        slowable = (COMPUTE, RECOMPUTE)
-        fused: dict[tuple[int, tuple[int, ...]], tuple | None] = {}  # parts are shared by a pass's tasks
-        slowed: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}  # by (device, ports)
-        for t in g.tasks:
-            kind = kinds[t.stream] if t.stream >= 0 else "link"
-            if kind == "comm":
-                if t.category not in slowable:
-                    devices = slowed.get((t.device, t.ports))
-                    if devices is None:
-                        devs = {t.device} | {g.ports[p].device for p in t.ports}
-                        devices = slowed[(t.device, t.ports)] = tuple(sorted(d for d in devs if d >= 0))
-                    self.comm_devices[t.tid] = devices
-            elif kind == "compute" and t.group < 0 and t.duration > 0:
-                if not t.parts:
-                    if t.category in slowable and not t.rigid:
-                        self.slow_segs[t.tid] = ((t.duration, True),)
-                    continue
-                key = (id(t.parts), t.rigid)
-                if key not in fused:
-                    segs = tuple((seconds, category in slowable and n not in t.rigid)
-                                 for n, (category, seconds, _) in enumerate(t.parts))
-                    fused[key] = segs if any(slow and seconds > 0 for seconds, slow in segs) else None
-                self.slow_segs[t.tid] = fused[key]
-        self.group_devices = []
-        for gr in g.groups:
-            devs = {g.tasks[m].device for m in gr.members} | {g.ports[p].device for p in gr.ports}
-            for msg in gr.messages:
-                devs.update(g.ports[p].device for p in msg.ports)
-            self.group_devices.append(tuple(sorted(d for d in devs if d >= 0)))
-        self.in_flight = [0] * len(g.devices)
-        self.running: list[_Slowed | None] = [None] * len(g.devices)
-
-    def _comm(self, devices: tuple[int, ...], delta: int) -> None:
-        """Communication starts (+1) or ends (−1) on `devices`: re-time their running compute task
-        when whether any communication is in flight changes."""
-        for d in devices:
-            before = self.in_flight[d]
-            self.in_flight[d] = after = before + delta
-            if (before > 0) != (after > 0):
-                run = self.running[d]
-                if run is not None and run.event.callbacks:  # still running (its timeout not processed)
-                    self._advance(run)
-                    run.slow = after > 0
-                    run.stretched = True
-                    # the stream process waits on a new timeout: move its wake-up there
-                    old, run.event = run.event, timeout(self.env, self._remaining(run))
-                    run.event.callbacks, old.callbacks = old.callbacks, []
-
-    def _advance(self, run: _Slowed) -> None:
-        """Book the progress made from `run.at` to now at the current rate."""
-        now = self.env.now
-        dt = now - run.at
-        at = run.at
-        factor = 1.0 + self.sigma
-        segs = run.segs
-        while run.idx < len(segs):
-            seconds, slowable = segs[run.idx]
-            f = factor if run.slow and slowable else 1.0
-            need = (seconds - run.done_in) * f
-            if need > dt:
-                run.done_in += dt / f
-                break
-            dt -= need
-            at += need
-            run.ends.append(at)
-            run.idx += 1
-            run.done_in = 0.0
-        run.at = now
-
-    def _remaining(self, run: _Slowed) -> float:
-        """Seconds to the end of `run` if the current rate held to its end."""
-        factor = 1.0 + self.sigma
-        delay = 0.0
-        for n in range(run.idx, len(run.segs)):
-            seconds, slowable = run.segs[n]
-            if n == run.idx:
-                seconds -= run.done_in
-            delay += seconds * factor if run.slow and slowable else seconds
-        return max(0.0, delay)
-
-    def _slowed(self, tid: int, device: int, duration: float) -> _Slowed:
-        """Start compute task `tid` under the overlap model (see the module docstring): unslowed, one
-        timeout of its duration, as without the model; re-timed at each change of rate. Its stream
-        waits on `event` (moved when re-timed), then calls `_slowed_end`."""
-        run = _Slowed(self.slow_segs[tid], self.env.now, self.in_flight[device] > 0)
-        run.event = timeout(self.env, self._remaining(run) if run.slow else duration)
-        self.running[device] = run
-        return run
-
-    def _slowed_end(self, tid: int, device: int, run: _Slowed) -> None:
-        self.running[device] = None
-        if run.stretched:
-            self._advance(run)
-            now = self.env.now
-            while len(run.ends) < len(run.segs):
-                run.ends.append(now)
-            run.ends[-1] = now
-            self.stretched[tid] = tuple(run.ends)
 
     def _contended_ports(self) -> dict[int, Port]:
         """Ports that two or more independent users can want at once (others need no resource)."""
@@ -315,7 +221,7 @@ class _Run:
         """A second or later wait for one task (`dlsim.sim.ties`)."""
 
     def _finish(self, tid: int) -> None:
-        self.end[tid] = self.env.now
+        self.end[tid] = self.env._now
         if self.end_origin is not None:
             self.end_origin[tid] = self.env.origin
         ev = self.waiters.pop(tid, None)
@@ -333,7 +239,7 @@ class _Run:
             self.mem_total[device] += nbytes
         if self.mem_total[device] > self.peak[device] + 1e-9 * max(1.0, self.peak[device]):
             self.peak[device] = self.mem_total[device]
-            self.peak_time[device] = self.env.now
+            self.peak_time[device] = self.env._now
             self.at_peak[device] = dict(zip(MEMORY_KINDS, row))
 
     def _acquire(self, ports: tuple[int, ...]):
@@ -359,7 +265,8 @@ class _Run:
         tasks, end, start, env = self.g.tasks, self.end, self.start, self.env
         resources, acquire, waiters = self.resources, self.acquire, self.waiters
         slow_segs, comm_devices, flow_tasks = self.slow_segs, self.comm_devices, self.flow_tasks
-        end_origin = self.end_origin
+        end_origin, port_log = self.end_origin, self.port_log.tasks
+        in_flight, running = (self.in_flight, self.running) if slow_segs is not None else (None, None)
         for tid in order:
             t = tasks[tid]
             for d in t.deps:
@@ -384,7 +291,7 @@ class _Run:
                 req = res.request()
                 held.append((res, req))
                 yield req
-            now = start[tid] = env.now
+            start[tid] = env._now
             if t.mem_start:
                 self._memory(t.device, t.mem_start)
             if t.duration > 0:
@@ -395,9 +302,19 @@ class _Run:
                 elif slow_segs is None:
                     yield timeout(env, t.duration)
                 elif slow_segs[tid] is not None:
-                    run = self._slowed(tid, t.device, t.duration)
-                    yield run.event
-                    self._slowed_end(tid, t.device, run)
+                    if in_flight[t.device]:  # slowed from its start
+                        run = self._slowed(tid, t.device, t.duration)
+                        yield run.event
+                        self._slowed_end(tid, t.device, run)
+                    else:  # at full rate, as without the model, until communication beside it re-times it
+                        ev = timeout(env, t.duration)
+                        running[t.device] = (slow_segs[tid], start[tid], ev)
+                        yield ev
+                        run = running[t.device]
+                        if run.__class__ is Slowed:
+                            self._slowed_end(tid, t.device, run)
+                        else:
+                            running[t.device] = None
                 elif comm_devices[tid]:
                     self._comm(comm_devices[tid], 1)
                     yield timeout(env, t.duration)
@@ -407,10 +324,10 @@ class _Run:
             for res, req in held:
                 res.release(req)
             if t.ports:
-                self._record_ports(t, now)
+                port_log.append(tid)
             if t.mem_end:
                 self._memory(t.device, t.mem_end)
-            end[tid] = env.now
+            end[tid] = env._now
             if end_origin is not None:
                 end_origin[tid] = env.origin
             ev = waiters.pop(tid, None)
@@ -420,58 +337,34 @@ class _Run:
     def _execute(self, tid: int, t):
         """Run one ready task: take its ports, hold the device for its duration, account memory."""
         held = (yield from self._acquire(self.acquire[tid])) if self.acquire[tid] else ()
-        now, devices = self._begin(tid, t)
+        devices = self._begin(tid, t)
         if t.duration > 0:
             yield timeout(self.env, t.duration)
-        self._complete(tid, t, held, devices, now)
+        self._complete(tid, t, held, devices)
 
-    def _begin(self, tid: int, t) -> tuple[float, tuple[int, ...] | None]:
+    def _begin(self, tid: int, t) -> tuple[int, ...] | None:
         """A task holding its ports starts: its start time, memory, and the devices whose compute its
-        communication slows (returned with the start time, for `_complete`)."""
-        now = self.start[tid] = self.env.now
-        self._memory(t.device, t.mem_start)
+        communication slows (returned, for `_complete`)."""
+        self.start[tid] = self.env._now
+        if t.mem_start:
+            self._memory(t.device, t.mem_start)
         devices = self.comm_devices[tid] if self.comm_devices is not None and t.duration > 0 else None
         if devices:
             self._comm(devices, 1)
-        return now, devices
+        return devices
 
-    def _complete(self, tid: int, t, held, devices: tuple[int, ...] | None, now: float) -> None:
+    def _complete(self, tid: int, t, held, devices: tuple[int, ...] | None) -> None:
         """A task started by `_begin` ends: its communication stops, its ports are released and
-        recorded, its memory freed, and whoever waits on it resumes."""
+        logged (`dlsim.sim.occupancy`), its memory freed, and whoever waits on it resumes."""
         if devices:
             self._comm(devices, -1)
         if held:
             self._release(held)
         if t.ports:
-            self._record_ports(t, now)
-        self._memory(t.device, t.mem_end)
+            self.port_log.tasks.append(tid)
+        if t.mem_end:
+            self._memory(t.device, t.mem_end)
         self._finish(tid)
-
-    def _record_ports(self, t, start: float) -> None:
-        """Port occupancy of a task: its whole run, or only the communication parts of a fused task."""
-        busy = self.port_busy
-        if not t.parts:
-            span = (start, self.env.now, t.tid)
-            for p in t.ports:
-                busy[p].append(span)
-            return
-        ends = self.stretched.get(t.tid)
-        if ends is not None:  # slowed: the communication parts where they actually ran
-            for n, (category, seconds, _) in enumerate(t.parts):
-                if category == "comm" and seconds > 0:
-                    at = ends[n - 1] if n else start
-                    span = (at, at + seconds, t.tid)
-                    for p in t.ports:
-                        busy[p].append(span)
-            return
-        # `at` accumulated part by part from the start, as the parts run back to back
-        at = start
-        for category, seconds, _ in t.parts:
-            if category == "comm" and seconds > 0:
-                span = (at, at + seconds, t.tid)
-                for p in t.ports:
-                    busy[p].append(span)
-            at += seconds
 
     def _join(self, gid: int, member: int = -1):
         """Task `member` joins collective `gid` and waits for its end (`dlsim.sim.ties` records who)."""
@@ -509,8 +402,9 @@ class _Run:
                     self._comm(devices, -1)
             if held:
                 self._release(held)
+            span = (now, self.env.now, gr.members[0])
             for p in gr.ports:
-                self.port_busy[p].append((now, self.env.now, gr.members[0]))
+                self.port_log.span(p, span)
         for t in members:
             self._memory(t.device, t.mem_end)
         succeed(self.env, done)
@@ -552,8 +446,8 @@ class _Run:
             if msg.duration > msg.recv_hold:
                 yield self.env.timeout(msg.duration - msg.recv_hold)
             member = self.g.groups[gid].members[0]
-            self.port_busy[out_port].append((now, now + msg.hold if out_free is None else out_free, member))
-            self.port_busy[in_port].append((now, now + msg.recv_hold if in_free is None else in_free, member))
+            self.port_log.span(out_port, (now, now + msg.hold if out_free is None else out_free, member))
+            self.port_log.span(in_port, (now, now + msg.recv_hold if in_free is None else in_free, member))
             times.append((i, now, self.env.now))
             finished[i].succeed()
 
@@ -580,10 +474,10 @@ def execute(graph: TaskGraph, run: _Run | None = None) -> Timeline:
     for t in graph.tasks:
         if t.stream < 0:
             Driver(env, run.standalone(t.tid))
-    steps = run.loop(env) + sum(getattr(port, "elided", 0) for port in run.resources.values())
-    missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
-    if missing:
+    steps = run.loop(env) + run.elided + sum(getattr(port, "elided", 0) for port in run.resources.values())
+    if None in run.end:
+        missing = [t.name for t, e in zip(graph.tasks, run.end) if e is None]
         raise RuntimeError(f"{len(missing)} tasks never ran (dependency cycle?), first: {missing[:3]}")
-    end = [float(e) for e in run.end]  # type: ignore[arg-type]
-    return Timeline(run.start, end, max(end, default=0.0), run.port_busy, run.peak, run.peak_time,
+    end = list(map(float, run.end))  # type: ignore[arg-type]
+    return Timeline(run.start, end, max(end, default=0.0), run.port_log, run.peak, run.peak_time,
                     run.at_peak, run.message_times, steps, run.stretched)

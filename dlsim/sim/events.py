@@ -16,7 +16,8 @@ popped, key for key):
   its callback on each event it waits for, its own event pushed when the generator returns), with
   one bound callback instead of one per wait;
 * `Port`: a `simpy.Resource(env, capacity=1)`'s request and release (a release nobody waits for,
-  a no-op event, counted and its id drawn but not pushed);
+  a no-op event, counted and its id drawn but not pushed; so is a request granted at once that
+  the loop would process next: see `Port`);
 * `run_to_end`: `env.step()` until the queue is empty.
 Processes that wait for several events (`simpy.AllOf`) stay SimPy's own.
 """
@@ -40,6 +41,10 @@ class Fired:
         self.callbacks: list | None = []
         self._ok = True
         self._value = None
+
+
+GRANTED = Fired()  # a port request granted and processed at once (`Port.request`): nothing to wait for
+GRANTED.callbacks = None
 
 
 def timeout(env: simpy.Environment, delay: float) -> Fired:
@@ -98,7 +103,15 @@ class Port:
     A release while nobody waits is not pushed: by the time SimPy would process it the port is either
     still free with nobody waiting (a request meanwhile is granted at once) or taken by such a request,
     and it does nothing. Its id is drawn all the same, so that every other event keeps SimPy's key, and
-    it is counted (`elided`) among the events processed."""
+    it is counted (`elided`) among the events processed.
+
+    A request granted at once is not pushed either where the loop would process it next: the run
+    loop (`run_to_end`, `run_tracked`) is in the last callback of the event it processes
+    (`env.last_callback`) and nothing else is queued for this instant. The loop would pop it as the
+    very next event and resume its one waiter, which does nothing in between; the request returns
+    an event already processed (`GRANTED`) and the waiter goes on at once (`Driver`, SimPy's
+    `Process`: the same), its id drawn and the event counted as above. Under any other loop
+    (SimPy's `env.step()`) `last_callback` is False and every request is pushed."""
 
     __slots__ = ("env", "busy", "queue", "released", "elided")
 
@@ -106,18 +119,27 @@ class Port:
         self.env, self.busy, self.queue = env, False, deque()
         self.released = self._released
         self.elided = 0
+        if not hasattr(env, "last_callback"):
+            env.last_callback = False  # until `run_to_end` or `run_tracked` runs it
 
     def request(self) -> Fired:
-        ev = Fired()
         if self.busy:
+            ev = Fired()
             self.queue.append(ev)
         elif self.queue:  # freed, its release not processed yet: the oldest waiter takes it
+            ev = Fired()
             self.queue.append(ev)
             self._grant()
         else:
             self.busy = True
             env = self.env
-            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+            queue = env._queue
+            if env.last_callback and (not queue or queue[0][0] > env._now):  # processed next: done now
+                next(env._eid)
+                self.elided += 1
+                return GRANTED
+            ev = Fired()
+            heappush(queue, (env._now, NORMAL, next(env._eid), ev))
         return ev
 
     def _grant(self) -> None:
@@ -147,15 +169,28 @@ def run_to_end(env: simpy.Environment) -> int:
     the number of events processed."""
     queue = env._queue
     steps = 0
+    env.last_callback = True  # (`Port.request`) but while an event's other callbacks run
     while queue:
         env._now, _, _, event = heappop(queue)
         callbacks, event.callbacks = event.callbacks, None
-        for callback in callbacks:
-            callback(event)
+        if len(callbacks) == 1:
+            callbacks[0](event)
+        elif callbacks:
+            _several(env, event, callbacks)
         if not event._ok and not hasattr(event, "_defused"):
             raise event._value  # a failed event nobody handled, as `env.step()` raises it
         steps += 1
+    env.last_callback = False
     return steps
+
+
+def _several(env: simpy.Environment, event, callbacks: list) -> None:
+    """Run an event's callbacks in order, `env.last_callback` False but for the last (`Port.request`)."""
+    env.last_callback = False
+    for callback in callbacks[:-1]:
+        callback(event)
+    env.last_callback = True
+    callbacks[-1](event)
 
 
 def run_tracked(env: simpy.Environment) -> int:
@@ -172,6 +207,7 @@ def run_tracked(env: simpy.Environment) -> int:
     event's place in the (time, priority, id) order: the timeline is `run_to_end`'s."""
     queue = env._queue
     counter = env._eid
+    env.last_callback = True  # as in `run_to_end`
     markers: list[int] = []  # from the second own-origin event of an instant: per event processed, in
     origins: list[int] = []  # order, its marker and its origin
     now = None
@@ -201,9 +237,12 @@ def run_tracked(env: simpy.Environment) -> int:
             origin = root
         env.origin = origin
         callbacks, event.callbacks = event.callbacks, None
-        for callback in callbacks:
-            callback(event)
+        if len(callbacks) == 1:
+            callbacks[0](event)
+        elif callbacks:
+            _several(env, event, callbacks)
         if not event._ok and not hasattr(event, "_defused"):
             raise event._value
         steps += 1
+    env.last_callback = False
     return steps

@@ -47,6 +47,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from dlsim.plan.iteration import IterationInputs, build_iteration
 from dlsim.plan.pipeline import stage_ops
 from dlsim.plan.taskgraph import TaskGraph
@@ -178,29 +180,43 @@ def _op_of(label: tuple) -> tuple | None:
 
 
 class _Periodic:
-    """Micro-batch tasks indexed by (stream, label without its micro-batch, ordinal) and micro-batch."""
+    """Micro-batch tasks indexed by (stream, label without its micro-batch, ordinal) and micro-batch: the
+    ordinal of a task is how many tasks of its stream with its whole label (micro-batch included)
+    came before it."""
 
     def __init__(self, graph: TaskGraph):
         self.keys: list[tuple | None] = [None] * len(graph.tasks)
         self.index: dict[tuple, dict[int, int]] = {}
         # the micro-batch of every micro-batch task (its label's kind in MB_LABELS), else None
         self.microbatch: list[int | None] = [None] * len(graph.tasks)
-        seen: dict[tuple, int] = {}
         keys, index, microbatch = self.keys, self.index, self.microbatch
         for t in graph.tasks:
             label = t.label
             if len(label) < 3 or label[0] not in MB_LABELS:
                 continue
-            mb = microbatch[t.tid] = label[2]
+            tid = t.tid
+            mb = microbatch[tid] = label[2]
             stream = t.stream if t.stream >= 0 else (-1, t.device)
-            full = (stream, label)
-            n = seen.get(full, 0)
-            seen[full] = n + 1
-            key = keys[t.tid] = (stream, label[:2] + label[3:], n)
+            # the ordinal: how many tasks of this stream and label came before (their key taken for mb)
+            key = (stream, label[0], label[1], label[3:], 0)
             twins = index.get(key)
             if twins is None:
-                twins = index[key] = {}
-            twins[mb] = t.tid
+                index[key] = {mb: tid}
+            elif mb not in twins:
+                twins[mb] = tid
+            else:
+                n = 1
+                while True:
+                    key = (stream, label[0], label[1], label[3:], n)
+                    twins = index.get(key)
+                    if twins is None:
+                        index[key] = {mb: tid}
+                        break
+                    if mb not in twins:
+                        twins[mb] = tid
+                        break
+                    n += 1
+            keys[tid] = key
 
 
 def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
@@ -219,9 +235,10 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     for tid in graph.orders[cs]:
         if tasks[tid].label[:1] == ("F",):
             forwards.setdefault(mb_of[tid], tid)
-    by_start = sorted(range(len(tasks)), key=start.__getitem__)
-    starts = [start[t] for t in by_start]
-    longest = max((end[t] - start[t] for t in by_start), default=0.0)
+    s_arr, e_arr = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    order = np.argsort(s_arr, kind="stable")  # (stable: as sorted(range(n), key=start.__getitem__))
+    by_start, starts = order.tolist(), s_arr[order].tolist()
+    longest = float(np.max(e_arr - s_arr)) if len(tasks) else 0.0
     sorted_starts = (by_start, starts, longest)
     path: list[int] | None = None
     raced = _latest_race(graph, ties)
@@ -250,8 +267,9 @@ def extend(graph: TaskGraph, tl: Timeline, info: RunInfo, delta: int, p: int,
     if records is None:
         return None
     # micro-batches c.. c+P-1: one period's tasks, counted 1 + delta times
-    weights = [1 + delta if mb is not None and c <= mb < c + P else 1 for mb in mb_of]
-    period_tasks = sum(1 for mb in mb_of if mb is not None and c <= mb < c + P)
+    in_period = [mb is not None and c <= mb < c + P for mb in mb_of]
+    weights = [1 + delta if inside else 1 for inside in in_period]
+    period_tasks = in_period.count(True)
     total, measured = segment_totals(graph, weights)
     share = measured / total if total > 0 else 0.0
     note = (f"steady-state extension (dlsim.sim.steady): {len(tasks)} tasks of {max(forwards) + 1} micro-batches "

@@ -39,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import accumulate
 
+import numpy as np
+
 from dlsim.plan.taskgraph import TaskGraph
 from dlsim.sim.analysis import path_candidates
 from dlsim.sim.engine import Timeline, _Run, execute
@@ -178,10 +180,10 @@ def memory_races(ties: Ties, since: float) -> list[tuple[int, float]]:
     for dev, log in enumerate(ties.memory):
         if len(log) < 2:
             continue
-        times = [t for t, _, _ in log]
+        times = np.array([t for t, _, _ in log])
         # where a change is a near-tie of the one before it (most are not: skip them at C speed)
-        tied = [n + 1 for n, (t0, t1) in enumerate(zip(times, times[1:]))
-                if t1 - t0 <= TOLERANCE * max(1.0, t1) and t1 >= since]
+        t0, t1 = times[:-1], times[1:]
+        tied = (np.flatnonzero((t1 - t0 <= TOLERANCE * np.maximum(1.0, t1)) & (t1 >= since)) + 1).tolist()
         if not tied:
             continue
         totals = list(accumulate(sum(b for _, b in deltas) for _, _, deltas in log))  # after each change
