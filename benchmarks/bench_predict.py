@@ -23,7 +23,10 @@ Per workload, medians of `--repeats` runs (wall seconds; `min_max_s` the fastest
 Search space: every candidate of `dlsim optimize gpt3-175b --cluster dgx-a100 --gpus 1024
 --global-batch 1536` sized (memory) and every one that fits timed, in one process, CPU seconds
 (`time.process_time`): `candidates_per_cpu_s` (enumerated / CPU seconds of sizing and timing) and
-`evaluated_per_cpu_s` (timed / CPU seconds of timing).
+`evaluated_per_cpu_s` (timed / CPU seconds of timing), with Python's cyclic collector paused as every
+entry point that runs the evaluator pauses it (`optimize`, `sweep`, `simulate --analytic`:
+`dlsim.api.gcpause`); `collector_running` repeats the pass on a fresh evaluator with the collector
+running, as sessions before 2026-11-29 measured it (about a fifth more CPU over this space).
 
 dlsim's bytecode is compiled first, as an installed package has it (`bytecode.py`; the JSON's `bytecode`).
 The machine's load is printed (os.getloadavg) beside the numbers: on a shared machine compare ratios
@@ -34,6 +37,7 @@ Usage: python benchmarks/bench_predict.py [--repeats 5] [--sim-repeats 3] [--onl
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -44,6 +48,7 @@ from dataclasses import replace
 from bytecode import compile_package
 from dlsim.api import analytic
 from dlsim.api.analytic import estimate_strategy
+from dlsim.api.gcpause import paused_gc
 from dlsim.api.models import as_cluster, as_model
 from dlsim.api.simulate import Builders, default_pricers, kernel_tables, simulate
 from dlsim.api.stacks import apply_stack, choose_stack
@@ -116,7 +121,21 @@ def row(case: dict, repeats: int, sim_repeats: int) -> dict:
 
 
 def space() -> dict:
-    """The evaluator over the GPT-3 175B / 1,024 A100 / batch 1,536 space, as `optimize` builds it."""
+    """The evaluator over the GPT-3 175B / 1,024 A100 / batch 1,536 space, as `optimize` builds it and
+    runs it (collector paused), then again with the collector running."""
+    out = _paused_space()
+    if gc.isenabled():
+        out["collector_running"] = _space()
+    return out
+
+
+@paused_gc
+def _paused_space() -> dict:
+    return _space()
+
+
+def _space() -> dict:
+    """One pass over the space on a fresh evaluator (layer tables, partitions and prices built anew)."""
     model = as_model("gpt3-175b")
     cluster = replace(as_cluster("dgx-a100"), nodes=128)
     stack, _ = choose_stack(None, model)
@@ -130,7 +149,8 @@ def space() -> dict:
     for s in fit:
         ev.evaluate(s)
     t2 = time.process_time()
-    return {"space": "gpt3-175b dgx-a100 1024 GPUs global batch 1536", "candidates": len(pool), "fit": len(fit),
+    return {"space": "gpt3-175b dgx-a100 1024 GPUs global batch 1536", "collector": "running" if gc.isenabled()
+            else "paused (dlsim.api.gcpause)", "candidates": len(pool), "fit": len(fit),
             "cpu_s": t2 - t0, "sizing_cpu_s": t1 - t0, "timing_cpu_s": t2 - t1,
             "candidates_per_cpu_s": len(pool) / (t2 - t0), "evaluated_per_cpu_s": len(fit) / (t2 - t1)}
 

@@ -20,7 +20,8 @@ The same work on both sides:
   bench_predict) and its event simulation; wall seconds, medians of `--repeats` per round;
 * the search space: every candidate `dlsim optimize gpt3-175b --cluster dgx-a100 --gpus 1024
   --global-batch 1536` enumerates, mapped one to one to Calculon executions (every `--space-sample`-th
-  of them): dlsim sizes each and times those that fit (`bench_predict.space`), Calculon compiles and
+  of them): dlsim sizes each and times those that fit (`bench_predict.space`, its collector paused as
+  dlsim's entry points run predictions), Calculon compiles and
   runs each (an execution it cannot fit raises and counts as priced); CPU seconds of each process.
 Rounds alternate dlsim and Calculon (`--rounds`); ratios are Calculon's time over dlsim's (above 1:
 dlsim is faster) from the medians. The machine's load average is printed beside them.
