@@ -79,3 +79,45 @@ def test_the_search_keeps_only_layouts_the_uniform_split_can_build():
     pool = list(candidates(model, SearchSpace(40, 120, cluster.devices_per_node, fixed=fixed), dropped))
     assert pool and all(12 % (s.pp * s.virtual_stages) == 0 for s in pool)
     assert dropped["the stack's uniform pipeline split: pp does not divide the blocks"] > 0  # pp 5 and 10
+
+
+def _plain_bisection(costs, parts):
+    """The balanced split's bisection without its least-limit shortcut (`balanced_starts` before it)."""
+    from dlsim.plan.partition import _greedy
+    lo, hi = max(costs), sum(costs)
+    best = _greedy(costs, hi) or [0]
+    for _ in range(100):
+        if hi - lo <= 1e-12 * max(hi, 1e-300):
+            break
+        mid = (lo + hi) / 2
+        found = _greedy(costs, mid, parts)
+        if found is not None:
+            hi, best = mid, found
+        else:
+            lo = mid
+    return best
+
+
+def test_the_balanced_split_shortcut_gives_the_plain_bisections_cuts():
+    import random
+    from dlsim.plan.partition import balanced_starts
+    rng = random.Random(7)
+    for trial in range(300):
+        n = rng.randint(2, 60)
+        kind = trial % 3
+        if kind == 0:  # repeated blocks with an embedding and a head (a transformer's units)
+            block = rng.uniform(1e-3, 2e-3)
+            costs = [rng.uniform(0, 5e-3)] + [block] * (n - 2) + [rng.uniform(0, 5e-3)]
+        elif kind == 1:
+            costs = [rng.uniform(0, 1) for _ in range(n)]
+        else:
+            costs = [float(rng.randint(0, 4)) for _ in range(n)]
+        parts = rng.randint(2, n)
+        want = _plain_bisection(costs, parts)
+        while len(want) < parts:
+            bounds = want + [n]
+            for j in range(len(want) - 1, -1, -1):
+                if bounds[j + 1] - bounds[j] >= 2:
+                    want.insert(j + 1, bounds[j + 1] - 1)
+                    break
+        assert balanced_starts(costs, parts) == want, (costs, parts)

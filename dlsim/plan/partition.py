@@ -14,6 +14,7 @@ loss) in the last, whatever they cost.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from dlsim.errors import InfeasibleError, SpecError
@@ -62,25 +63,56 @@ def _greedy(costs: Sequence[float], limit: float, most: int | None = None) -> li
     return starts
 
 
+def _peak(costs: Sequence[float], starts: Sequence[int]) -> float:
+    """The largest part sum of the packing `starts`, each part summed left to right as `_greedy` sums it."""
+    peak, bounds = 0.0, list(starts) + [len(costs)]
+    for a, b in zip(bounds, bounds[1:]):
+        acc = 0.0
+        for c in costs[a:b]:
+            acc += c
+        peak = max(peak, acc)
+    return peak
+
+
 def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
-    """Start index of each of `parts` contiguous groups of `costs` minimising the largest group sum."""
+    """Start index of each of `parts` contiguous groups of `costs` minimising the largest group sum.
+
+    Bisection on the limit with `_greedy` as the feasibility test. With finite non-negative costs,
+    feasibility is monotone in the limit even in floating point (a part's left-to-right sum grows with
+    its end and shrinks with its start, IEEE addition being monotone), so a packing found feasible
+    whose peak part sum P is infeasible one ulp below is the least feasible limit: every later
+    bisection step is decided by comparing with P instead of packing again; short of that, any limit
+    at or above a found packing's peak is feasible without packing (the same steps, the same result:
+    tests/test_pipeline_split.py holds it to the plain bisection)."""
     n = len(costs)
     if parts > n:
         raise InfeasibleError(f"{parts} pipeline chunks need at least {parts} units, the model has {n}")
     if parts == 1:
         return [0]
     lo, hi = max(costs), sum(costs)
-    best = _greedy(costs, hi) or [0]
+    exact = math.isfinite(hi) and all(c >= 0 for c in costs)
+    least = None  # the smallest feasible limit, once known (below)
+    ceiling = math.inf  # a feasible limit: the peak of a packing found
     for _ in range(100):
         if hi - lo <= 1e-12 * max(hi, 1e-300):
             break
         mid = (lo + hi) / 2
-        found = _greedy(costs, mid, parts)  # a packing into more parts than that is not one
-        if found is not None:
-            hi, best = mid, found
+        if least is not None:
+            feasible = mid >= least
+        elif mid >= ceiling:
+            feasible = True
+        else:
+            found = _greedy(costs, mid, parts)  # a packing into more parts than that is not one
+            feasible = found is not None
+            if feasible and exact:
+                ceiling = _peak(costs, found)
+                if _greedy(costs, math.nextafter(ceiling, -math.inf), parts) is None:
+                    least = ceiling
+        if feasible:
+            hi = mid
         else:
             lo = mid
-    starts = list(best)
+    starts = list(_greedy(costs, hi) or [0])
     while len(starts) < parts:  # split off single units from the right (keeps the bottleneck)
         bounds = starts + [n]
         for j in range(len(starts) - 1, -1, -1):
