@@ -29,7 +29,7 @@ from dlsim.plan.contextparallel import RingAttention
 from dlsim.plan.expertparallel import ExpertPlan, expert_plan
 from dlsim.plan.oprecompute import mm_positions, op_checkpoint
 from dlsim.plan.spatial import HaloExchange
-from dlsim.plan.tensorparallel import TPLayer, attention_core, classify, shard_cost
+from dlsim.plan.tensorparallel import TPLayer, attention_core, role_template, shard_cost, with_bytes
 from dlsim.units import DTYPE_BYTES
 
 ZERO = Estimate(0.0, Source.MODEL, "none")
@@ -138,10 +138,13 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         run, inputs = model.layers[start:end], frozenset(sharded_out)
         splits = tuple(forced[start:end]) if forced else None
         force = {layer.name: split for layer, split in zip(run, splits)} if splits else None
+        # the roles of a run depend on the batch only through their collectives' bytes: one template
+        # per (degree, run), its bytes filled in per (batch, dtype)
+        template = derived(model, ("tp role template", degrees[start], start, end, inputs, sequence_parallel, splits),
+                           lambda: role_template(model, degrees[start], run, inputs, sequence_parallel, force))
         got = derived(model, ("tp roles", degrees[start], batches[start], dtype, start, end, inputs, sequence_parallel,
                               splits),
-                      lambda: classify(model, degrees[start], batches[start], dtype, run, inputs, sequence_parallel,
-                                       force))
+                      lambda: with_bytes(template, model, batches[start], dtype))
         roles.update(got)
         sharded_out |= {name for name, r in got.items() if r.out_sharded}
         start = end

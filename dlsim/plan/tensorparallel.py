@@ -89,11 +89,22 @@ def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer,
     `sequence_parallel` the layers between tensor-parallel regions run on 1/tp of the sequence
     (`_classify_sequence_parallel`). `forced` maps a layer to the split of its convolution or fully
     connected layer ("filter" or "channel", `_forced_split`) instead of the alternation.
+    The roles are `role_template`'s (which do not depend on the batch or the dtype) with their
+    collectives' bytes filled in (`with_bytes`).
     """
-    b = DTYPE_BYTES[dtype]
-    out_bytes = {layer.name: layer.out_elements * batch * b for layer in model.layers}
+    return with_bytes(role_template(model, tp, layers, sharded_inputs, sequence_parallel, forced), model, batch, dtype)
+
+
+def role_template(model: Model, tp: int, layers: tuple[Layer, ...] | None = None,
+                  sharded_inputs: frozenset[str] = frozenset(), sequence_parallel: bool = False,
+                  forced: dict[str, str] | None = None) -> dict[str, TPLayer]:
+    """`classify`'s roles with each collective's `nbytes` naming what it moves instead of its bytes:
+    a tensor's name (its output, the whole tensor) or ("rows", layer) (the parallel cross-entropy's
+    fp32 value per row). The roles depend on the batch only through those bytes, so a search's
+    layer tables of one degree and different micro-batch sizes share one template (`with_bytes`)."""
+    out_bytes = {layer.name: layer.name for layer in model.layers}
     if model.input_kind == "tensor":
-        out_bytes[INPUT] = math.prod(model.input_shape) * batch * b
+        out_bytes[INPUT] = INPUT
     sharded: dict[str, bool] = {name: True for name in sharded_inputs}
     seq: dict[str, bool] = {}
     result: dict[str, TPLayer] = {}
@@ -110,10 +121,38 @@ def classify(model: Model, tp: int, batch: int, dtype: str, layers: tuple[Layer,
             if role is None and forced and forced.get(layer.name) and layer.type in _SPLITTABLE:
                 role = _forced_split(layer, forced[layer.name], ins, gradient_needed, out_bytes)
             if role is None:
-                role = _classify_one(layer, ins, gradient_needed, out_bytes, batch, tp)
+                role = _classify_one(layer, ins, gradient_needed, out_bytes, tp)
         sharded[layer.name] = role.out_sharded and not role.seq_out
         seq[layer.name] = role.seq_out
         result[layer.name] = role
+    return result
+
+
+def with_bytes(template: dict[str, TPLayer], model: Model, batch: int, dtype: str) -> dict[str, TPLayer]:
+    """The roles of `template` (`role_template`) at micro-batch `batch` in `dtype`: each collective
+    moves its tensor's output elements x batch x the dtype's bytes, or 4 bytes per row of a parallel
+    cross-entropy; roles without collectives are the template's own (frozen) records."""
+    b = DTYPE_BYTES[dtype]
+    out_bytes: dict[object, float] = {layer.name: layer.out_elements * batch * b for layer in model.layers}
+    if model.input_kind == "tensor":
+        out_bytes[INPUT] = math.prod(model.input_shape) * batch * b
+    by_name = {layer.name: layer for layer in model.layers}
+
+    def size(what: object) -> float:
+        if isinstance(what, tuple):  # ("rows", layer): the parallel cross-entropy's rows, one fp32 each
+            rows = batch * math.prod(by_name[what[1]].in_shapes[0][:-1])
+            return rows * 4
+        return out_bytes[what]
+
+    def filled(cs: tuple[Collective, ...]) -> tuple[Collective, ...]:
+        return tuple(Collective(c.op, size(c.nbytes), c.why, c.group, c.overlap, c.messages) for c in cs)
+
+    result: dict[str, TPLayer] = {}
+    for name, role in template.items():
+        if role.before or role.after_fwd or role.after_bwd or role.before_bwd:
+            role = TPLayer(role.role, role.compute_sharded, role.params_sharded, role.out_sharded, filled(role.before),
+                           filled(role.after_fwd), filled(role.after_bwd), filled(role.before_bwd), role.seq_out)
+        result[name] = role
     return result
 
 
@@ -121,7 +160,7 @@ _PER_TOKEN = _KEEPS_SHARDING | {"layernorm", "rmsnorm", "add", "concat"}
 
 
 def _classify_sequence_parallel(layer: Layer, ins: list[bool], seq_ins: list[bool], grad_needed: list[bool],
-                                out_bytes: dict[str, float]) -> TPLayer | None:
+                                out_bytes: dict) -> TPLayer | None:
     """Roles under sequence parallelism (Korthikanti et al. 2022, §4.2.2), None where the plain
     tensor-parallel rules apply. Layer norms, dropouts, residual adds and activations between the
     tensor-parallel regions run on 1/tp of the sequence; Megatron's `g` (all-reduce of a
@@ -158,7 +197,7 @@ def _classify_sequence_parallel(layer: Layer, ins: list[bool], seq_ins: list[boo
 
 
 def _forced_split(layer: Layer, split: str, ins: list[bool], grad_needed: list[bool],
-                  out_bytes: dict[str, float]) -> TPLayer:
+                  out_bytes: dict) -> TPLayer:
     """Dryden et al. SC'19's per-layer choice for a convolution or fully connected layer over the
     group's ranks. filter: the output channels split (its input needed whole: gathered if it arrives
     split; the input gradient's partial sums all-reduced); channel: the input channels split (a
@@ -178,8 +217,8 @@ def _forced_split(layer: Layer, split: str, ins: list[bool], grad_needed: list[b
     return TPLayer("row", True, True, False, after_fwd=out, after_bwd=grad)
 
 
-def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_bytes: dict[str, float],
-                  batch: int, tp: int) -> TPLayer:
+def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_bytes: dict,
+                  tp: int) -> TPLayer:
     out = out_bytes[layer.name]
     gathers = tuple(Collective("allgather", out_bytes[src], f"gather {src} for {layer.name}")
                     for src, s in zip(layer.inputs, ins) if s)
@@ -199,8 +238,7 @@ def _classify_one(layer: Layer, ins: list[bool], grad_needed: list[bool], out_by
         return TPLayer("vocab", False, True, False,
                        after_fwd=(Collective("allreduce", out, f"vocab-parallel {layer.name}"),))
     if kind == "cross_entropy" and ins[0]:
-        rows = batch * math.prod(layer.in_shapes[0][:-1])
-        reductions = tuple(Collective("allreduce", rows * 4, f"parallel cross-entropy {layer.name}")
+        reductions = tuple(Collective("allreduce", ("rows", layer.name), f"parallel cross-entropy {layer.name}")  # type: ignore[arg-type]
                            for _ in range(LOSS_REDUCTIONS))
         return TPLayer("parallel_ce", True, False, False, after_fwd=reductions)
     if kind in _KEEPS_SHARDING or (kind == "conv2d" and layer.attrs["groups"] % tp == 0):
