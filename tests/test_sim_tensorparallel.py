@@ -35,6 +35,15 @@ def test_four_allreduces_of_bsh_per_layer(gpt):
     assert all(c.nbytes == B * S * H * 4 for c in fwd + bwd)
 
 
+def test_the_collectives_bytes_follow_the_batch_and_dtype_of_one_role_template(gpt):
+    """`classify` fills one batch-free template (`role_template`): its bytes scale with the batch and
+    the dtype, the parallel cross-entropy moving one fp32 per row whatever the dtype."""
+    for batch, dtype, el in ((1, "fp32", 4), (3, "bf16", 2)):
+        roles = classify(gpt, 4, batch, dtype)
+        assert roles["h.0.fc2"].after_fwd[0].nbytes == batch * S * H * el
+        assert [c.nbytes for c in roles["loss"].after_fwd] == [batch * S * 4] * 3
+
+
 def test_sharded_work_and_parameters(gpt):
     dev = load_profile("dgx-h100").device
     one = {e.name: e for e in build_layer_table(gpt, dev, "fp32", batch=B, tp=1)}
