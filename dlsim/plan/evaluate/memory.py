@@ -5,7 +5,9 @@ model states (`dlsim.plan.zero`), activations of the micro-batches in flight
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
+from itertools import accumulate
 from typing import Sequence
 
 from dlsim.plan.comm import Layout
@@ -167,6 +169,11 @@ class MemoryModel:
         stages = self._cache.get(skey)
         if stages is None:
             tied = self.tied(t, ranges, pp)
+            prefix = self._param_prefix(t)
+            if prefix is not None:  # integer parameters, no workspace, no experts: sums of the prefix
+                return self._cache.setdefault(skey, [  # type: ignore[return-value]
+                    (sum(prefix[ranges[c * pp + r][1]] - prefix[ranges[c * pp + r][0]] for c in range(v)), 0.0, 0,
+                     tied.get(r, 0)) for r in range(pp)])
             stages = []
             for r in range(pp):
                 es = [e for c in range(v) for e in t.entries[slice(*ranges[c * pp + r])]]
@@ -174,6 +181,18 @@ class MemoryModel:
                                expert_params_of(es), tied.get(r, 0)))
             self._cache[skey] = stages
         return stages  # type: ignore[return-value]
+
+    def _param_prefix(self, t: LayerTable) -> list[int] | None:
+        """Prefix sums of table `t`'s parameters (cached), where `stages` may read its stages' sums
+        from them, exactly: every entry's parameters an int, its workspace +0.0 and no routed experts
+        (a stage's largest workspace is then 0.0 and its experts' parameters 0); else None."""
+        key = ("param prefix", t.key)
+        if key not in self._cache:
+            es = t.entries
+            plain = all(type(e.params) is int and type(e.workspace) is float and e.workspace == 0.0
+                        and math.copysign(1.0, e.workspace) > 0 and e.experts is None for e in es)
+            self._cache[key] = list(accumulate((e.params for e in es), initial=0)) if plain else None
+        return self._cache[key]  # type: ignore[return-value]
 
     def tied_pair(self, t: LayerTable, ranges, pp: int) -> tuple[int, int, int] | None:
         """(stage of a tied weight, stage of its tied copy, parameters) of the first weight tied across
