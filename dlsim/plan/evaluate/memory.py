@@ -27,7 +27,7 @@ from dlsim.plan.zero import model_state_bytes
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory,
                                          replicas)
-from dlsim.plan.evaluate.pipeline import activation_peak, cached_stage_ops
+from dlsim.plan.evaluate.pipeline import activation_peak, cached_stage_steps
 
 
 KEPT_MEMORIES = 1 << 16
@@ -206,7 +206,14 @@ class MemoryModel:
     def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
         held = self._held(s, t, ranges)
         acts = self._stage_activations(s, t, ranges)
-        return tuple(StageMemory(w, g, o, a, tr, ws) for (w, g, o, tr, ws, _), a in zip(held, acts))
+        # `StageMemory(w, g, o, a, tr, ws)` without the frozen dataclass's constructor (six
+        # `object.__setattr__` calls; a search builds one record per stage of every candidate)
+        new, out = object.__new__, []
+        for (w, g, o, tr, ws, _), a in zip(held, acts):
+            m = new(StageMemory)
+            m.__dict__.update(weights=w, gradients=g, optimizer=o, activations=a, transient=tr, workspace=ws)
+            out.append(m)
+        return tuple(out)
 
     def peak_memory(self, s: Strategy) -> float:
         """max(x.total for x in memory(s)), the search's question, from the same cached per-stage
@@ -305,7 +312,7 @@ class MemoryModel:
                 activations = self._cache.get(akey)  # type: ignore[assignment]
                 if activations is None:
                     activations = self._cache[akey] = activation_peak(
-                        cached_stage_ops(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r), [acts[k] for k in chunks])
+                        cached_stage_steps(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r), [acts[k] for k in chunks])
             else:  # the schedule's in-flight count (`peak_inflight`) of the largest chunk
                 n = peak_inflight(s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r)
                 activations = n * max(acts[k][0] for k in chunks) + max(max(acts[k][1], acts[k][2]) for k in chunks)

@@ -8,26 +8,30 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from dlsim.plan.evaluate.periodic import Walked, periodic_walk
-from dlsim.plan.evaluate.wavefront import cached_stage_ops, reused_structure, walk as wavefront_walk
+from dlsim.plan.evaluate.wavefront import cached_stage_ops, cached_stage_steps, reused_structure, walk as wavefront_walk
 from dlsim.plan.pipeline import FORWARD
 
 
-def activation_peak(ops, acts: list[tuple[float, float, float]]) -> float:
-    """Peak activation bytes of one stage running `ops` (local chunk c keeps acts[c] = (kept, forward
-    extra, recompute extra) per micro-batch), counted as the simulator's memory tracker does: kept +
-    forward extra when a forward starts, the extra freed when it ends; the recompute extra when a
-    backward starts, kept + that extra freed when it ends."""
+def activation_peak(steps: Sequence[tuple[bool, int]], acts: list[tuple[float, float, float]]) -> float:
+    """Peak activation bytes of one stage running `steps` ((is a forward, local chunk) per op of its
+    order, `cached_stage_steps`; local chunk c keeps acts[c] = (kept, forward extra, recompute extra)
+    per micro-batch), counted as the simulator's memory tracker does: kept + forward extra when a
+    forward starts, the extra freed when it ends; the recompute extra when a backward starts, kept +
+    that extra freed when it ends."""
+    fwd_in = [kept + fwd_extra for kept, fwd_extra, _ in acts]
+    bwd_out = [kept + re_extra for kept, _, re_extra in acts]
     now = peak = 0.0
-    for op in ops:
-        kept, fwd_extra, re_extra = acts[op.chunk]
-        if op.kind == FORWARD:
-            now += kept + fwd_extra
-            peak = max(peak, now)
-            now -= fwd_extra
+    for forward, c in steps:
+        if forward:
+            now += fwd_in[c]
+            if now > peak:  # max(peak, now), as max keeps the first of equals
+                peak = now
+            now -= acts[c][1]
         else:
-            now += re_extra
-            peak = max(peak, now)
-            now -= kept + re_extra
+            now += acts[c][2]
+            if now > peak:
+                peak = now
+            now -= bwd_out[c]
     return peak
 
 

@@ -28,6 +28,12 @@ def cached_stage_ops(schedule: str, p: int, m: int, v: int, r: int) -> tuple:
     return tuple(stage_ops(schedule, p, m, v, r))
 
 
+@lru_cache(maxsize=4096)
+def cached_stage_steps(schedule: str, p: int, m: int, v: int, r: int) -> tuple[tuple[bool, int], ...]:
+    """`cached_stage_ops` as (is a forward, local chunk) pairs, what `activation_peak` reads of each op."""
+    return tuple((op.kind == FORWARD, op.chunk) for op in cached_stage_ops(schedule, p, m, v, r))
+
+
 REUSED_AFTER = 1
 """Requests for a schedule's walk before its structure is built (`reused_structure`): building one costs
 a few op-by-op walks, each walk of it a fraction of one; a one-off prediction walks op by op."""
