@@ -102,16 +102,18 @@ def test_the_balanced_split_shortcut_gives_the_plain_bisections_cuts():
     import random
     from dlsim.plan.partition import balanced_starts
     rng = random.Random(7)
-    for trial in range(300):
+    for trial in range(400):
         n = rng.randint(2, 60)
-        kind = trial % 3
+        kind = trial % 4
         if kind == 0:  # repeated blocks with an embedding and a head (a transformer's units)
             block = rng.uniform(1e-3, 2e-3)
             costs = [rng.uniform(0, 5e-3)] + [block] * (n - 2) + [rng.uniform(0, 5e-3)]
         elif kind == 1:
             costs = [rng.uniform(0, 1) for _ in range(n)]
-        else:
+        elif kind == 2:
             costs = [float(rng.randint(0, 4)) for _ in range(n)]
+        else:  # a negative cost: the plain bisection's packings throughout
+            costs = [rng.uniform(-0.2, 1) for _ in range(n)]
         parts = rng.randint(2, n)
         want = _plain_bisection(costs, parts)
         while len(want) < parts:

@@ -63,15 +63,26 @@ def _greedy(costs: Sequence[float], limit: float, most: int | None = None) -> li
     return starts
 
 
-def _peak(costs: Sequence[float], starts: Sequence[int]) -> float:
-    """The largest part sum of the packing `starts`, each part summed left to right as `_greedy` sums it."""
-    peak, bounds = 0.0, list(starts) + [len(costs)]
-    for a, b in zip(bounds, bounds[1:]):
-        acc = 0.0
-        for c in costs[a:b]:
-            acc += c
-        peak = max(peak, acc)
-    return peak
+def _probe(costs: Sequence[float], limit: float, parts: int) -> tuple[bool, float]:
+    """`_greedy(costs, limit, parts)` (for a limit at least the largest cost) as what it proves about
+    other limits, given finite non-negative costs: (True, the packing's peak part sum) where it packs
+    into `parts` or fewer, every limit from that peak up packing so too; (False, the least sum it
+    found over `limit`) where it does not, every limit below that sum failing too."""
+    count, acc, peak, over = 1, 0.0, 0.0, math.inf
+    for i, c in enumerate(costs):
+        total = acc + c
+        if total > limit and i > 0:
+            if total < over:
+                over = total
+            if count == parts:
+                return False, over
+            count += 1
+            if acc > peak:
+                peak = acc
+            acc = c
+        else:
+            acc = total
+    return True, max(peak, acc)
 
 
 def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
@@ -79,11 +90,11 @@ def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
 
     Bisection on the limit with `_greedy` as the feasibility test. With finite non-negative costs,
     feasibility is monotone in the limit even in floating point (a part's left-to-right sum grows with
-    its end and shrinks with its start, IEEE addition being monotone), so a packing found feasible
-    whose peak part sum P is infeasible one ulp below is the least feasible limit: every later
-    bisection step is decided by comparing with P instead of packing again; short of that, any limit
-    at or above a found packing's peak is feasible without packing (the same steps, the same result:
-    tests/test_pipeline_split.py holds it to the plain bisection)."""
+    its end and shrinks with its start, IEEE addition being monotone), and a packing's decisions are
+    the same for every limit below the least sum that made it cut: a packing found proves every limit
+    from its peak part sum up feasible, one that fails every limit below that least sum infeasible
+    (`_probe`), so the bisection packs only for a limit between what the packings so far prove (the
+    same steps, the same result: tests/test_pipeline_split.py holds it to the plain bisection)."""
     n = len(costs)
     if parts > n:
         raise InfeasibleError(f"{parts} pipeline chunks need at least {parts} units, the model has {n}")
@@ -91,23 +102,23 @@ def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
         return [0]
     lo, hi = max(costs), sum(costs)
     exact = math.isfinite(hi) and all(c >= 0 for c in costs)
-    least = None  # the smallest feasible limit, once known (below)
-    ceiling = math.inf  # a feasible limit: the peak of a packing found
+    floor, ceiling = -math.inf, math.inf  # limits below `floor` fail, those from `ceiling` up pack
     for _ in range(100):
         if hi - lo <= 1e-12 * max(hi, 1e-300):
             break
         mid = (lo + hi) / 2
-        if least is not None:
-            feasible = mid >= least
-        elif mid >= ceiling:
+        if mid >= ceiling:
             feasible = True
+        elif mid < floor:
+            feasible = False
+        elif exact:
+            feasible, bound = _probe(costs, mid, parts)
+            if feasible:
+                ceiling = bound
+            else:
+                floor = bound
         else:
-            found = _greedy(costs, mid, parts)  # a packing into more parts than that is not one
-            feasible = found is not None
-            if feasible and exact:
-                ceiling = _peak(costs, found)
-                if _greedy(costs, math.nextafter(ceiling, -math.inf), parts) is None:
-                    least = ceiling
+            feasible = _greedy(costs, mid, parts) is not None  # a packing into more parts than that is not one
         if feasible:
             hi = mid
         else:
