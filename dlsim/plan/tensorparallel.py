@@ -131,7 +131,8 @@ def role_template(model: Model, tp: int, layers: tuple[Layer, ...] | None = None
 def with_bytes(template: dict[str, TPLayer], model: Model, batch: int, dtype: str) -> dict[str, TPLayer]:
     """The roles of `template` (`role_template`) at micro-batch `batch` in `dtype`: each collective
     moves its tensor's output elements x batch x the dtype's bytes, or 4 bytes per row of a parallel
-    cross-entropy; roles without collectives are the template's own (frozen) records."""
+    cross-entropy; roles without collectives are the template's own (frozen) records. The others are
+    copies made without the frozen dataclasses' constructors (a table has hundreds of them)."""
     b = DTYPE_BYTES[dtype]
     out_bytes: dict[object, float] = {layer.name: layer.out_elements * batch * b for layer in model.layers}
     if model.input_kind == "tensor":
@@ -144,14 +145,25 @@ def with_bytes(template: dict[str, TPLayer], model: Model, batch: int, dtype: st
             return rows * 4
         return out_bytes[what]
 
+    new = object.__new__
+
     def filled(cs: tuple[Collective, ...]) -> tuple[Collective, ...]:
-        return tuple(Collective(c.op, size(c.nbytes), c.why, c.group, c.overlap, c.messages) for c in cs)
+        if not cs:
+            return cs
+        out = []
+        for c in cs:  # replace(c, nbytes=...)
+            got = new(Collective)
+            got.__dict__.update(c.__dict__, nbytes=size(c.nbytes))
+            out.append(got)
+        return tuple(out)
 
     result: dict[str, TPLayer] = {}
     for name, role in template.items():
         if role.before or role.after_fwd or role.after_bwd or role.before_bwd:
-            role = TPLayer(role.role, role.compute_sharded, role.params_sharded, role.out_sharded, filled(role.before),
-                           filled(role.after_fwd), filled(role.after_bwd), filled(role.before_bwd), role.seq_out)
+            got = new(TPLayer)
+            got.__dict__.update(role.__dict__, before=filled(role.before), after_fwd=filled(role.after_fwd),
+                                after_bwd=filled(role.after_bwd), before_bwd=filled(role.before_bwd))
+            role = got
         result[name] = role
     return result
 
