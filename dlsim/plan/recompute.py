@@ -25,6 +25,7 @@ recomputation materialises in addition before the backward pass consumes it.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import Sequence
 
 from dlsim.plan.blocks import recompute_layers
@@ -114,12 +115,12 @@ class ChunkActivations:
         core = [e.core_bytes for e in entries]
         self.exact = all(float(x).is_integer() and 0 <= x for x in saved + out + core) and \
             sum(saved) + sum(out) + sum(core) < EXACT_BYTES
-        self.saved_pre, self.core_pre, self.plain_pre, self.cored_pre = [0.0], [0.0], [0.0], [0]
-        for e in entries:
-            self.saved_pre.append(self.saved_pre[-1] + e.saved_bytes)
-            self.core_pre.append(self.core_pre[-1] + e.core_bytes)
-            self.plain_pre.append(self.plain_pre[-1] + (e.saved_bytes if instance[e.name] is None else 0.0))
-            self.cored_pre.append(self.cored_pre[-1] + (e.core.seconds > 0))
+        # prefix sums, each added left to right from 0 (`accumulate`)
+        self.saved_pre = list(accumulate(saved, initial=0.0))
+        self.core_pre = list(accumulate(core, initial=0.0))
+        self.plain_pre = list(accumulate([x if instance[e.name] is None else 0.0 for x, e in zip(saved, entries)],
+                                         initial=0.0))
+        self.cored_pre = list(accumulate([e.core.seconds > 0 for e in entries], initial=0))
         self.cores = [i for i, x in enumerate(core) if x != 0]
         # block instances in layer order: span (first, last), saved bytes summed as the function does,
         # and the positions of the layers outside the instance its layers read, once each
