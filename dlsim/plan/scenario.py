@@ -118,6 +118,7 @@ def entry_signatures(entries: tuple[LayerEntry, ...], instance: dict[str, str | 
     those are hashed once."""
     hashed: dict[tuple, int] = {}  # ids of shared field objects (alive with `entries`) -> their hash
     roles: dict[tuple, int] = {}
+    role_ids: dict[int, int] = {}  # ids of role records (alive with `entries`) -> their role's hash
     out = []
     for e in entries:
         ids = (id(e.forward), id(e.backward), id(e.backward_weight), id(e.core), id(e.experts), id(e.ring))
@@ -125,12 +126,15 @@ def entry_signatures(entries: tuple[LayerEntry, ...], instance: dict[str, str | 
         if fields is None:
             fields = hashed[ids] = hash((e.forward, e.backward, e.backward_weight, e.core, e.experts, e.ring))
         tp = e.tp
-        role = (tp.role, tp.compute_sharded, tp.params_sharded, tp.out_sharded, tp.seq_out,
-                _collectives_key(tp.before), _collectives_key(tp.after_fwd), _collectives_key(tp.after_bwd),
-                _collectives_key(tp.before_bwd))
-        r = roles.get(role)
+        r = role_ids.get(id(tp))  # entries share role records (`dlsim.plan.tensorparallel.role_template`)
         if r is None:
-            r = roles[role] = hash(role)
+            role = (tp.role, tp.compute_sharded, tp.params_sharded, tp.out_sharded, tp.seq_out,
+                    _collectives_key(tp.before), _collectives_key(tp.after_fwd), _collectives_key(tp.after_bwd),
+                    _collectives_key(tp.before_bwd))
+            r = roles.get(role)
+            if r is None:
+                r = roles[role] = hash(role)
+            role_ids[id(tp)] = r
         out.append(hash((e.type, fields, e.params, e.saved_bytes, e.out_bytes, e.core_bytes, r, e.windows,
                          instance[e.name] is not None) + ((e.tp_overlap,) if e.tp_overlap else ())
                         + ((e.halo,) if e.halo is not None else ())))

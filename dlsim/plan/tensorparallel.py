@@ -108,6 +108,7 @@ def role_template(model: Model, tp: int, layers: tuple[Layer, ...] | None = None
     sharded: dict[str, bool] = {name: True for name in sharded_inputs}
     seq: dict[str, bool] = {}
     result: dict[str, TPLayer] = {}
+    alike: dict[TPLayer, TPLayer] = {}  # roles without collectives, one record each (shared by the layers)
     for layer in layers if layers is not None else model.layers:
         ins = [sharded.get(src, False) for src in layer.inputs]
         gradient_needed = [src != INPUT for src in layer.inputs]
@@ -124,6 +125,8 @@ def role_template(model: Model, tp: int, layers: tuple[Layer, ...] | None = None
                 role = _classify_one(layer, ins, gradient_needed, out_bytes, tp)
         sharded[layer.name] = role.out_sharded and not role.seq_out
         seq[layer.name] = role.seq_out
+        if not (role.before or role.after_fwd or role.after_bwd or role.before_bwd):
+            role = alike.setdefault(role, role)
         result[layer.name] = role
     return result
 
