@@ -254,13 +254,16 @@ class MemoryModel:
         held: dict[tuple, tuple[float, float, float, float, float, float]] = {}
         contents = self._chunk_contents(s, t, ranges) if zero3 else None
         out = []
-        for r in range(s.pp):
-            chunks = [c * s.pp + r for c in range(s.virtual_stages)]
-            params, workspace, expert, tied_params = stage = stages[r]  # type: ignore[index]
+        pp, chunks = s.pp, range(0)
+        for r in range(pp):
+            stage = stages[r]  # type: ignore[index]
+            if contents is not None:  # the stage's chunks c * pp + r, c < virtual_stages
+                chunks = range(r, pp * s.virtual_stages, pp)
             hkey = (stage, tuple([contents[k] for k in chunks]) if contents is not None else (),
                     r if lay is not None else 0)
             got = held.get(hkey)
             if got is None:
+                params, workspace, expert, tied_params = stage
                 shard = len(lay.shard_group(0, 0, r)) if lay is not None else s.dp_cp
                 states = self._states(params, s.optimizer, s.zero, shard, grad)
                 if expert:
@@ -299,14 +302,13 @@ class MemoryModel:
 
     def _stage_activations_uncached(self, s: Strategy, t: LayerTable, ranges) -> list[float]:
         acts = self._chunk_acts(s, t, ranges)
+        if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
+            return [peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r) * kept + max(fwd_extra, re_extra)
+                    for r, (kept, fwd_extra, re_extra) in enumerate(acts)]
         out = []
         for r in range(s.pp):
             chunks = [c * s.pp + r for c in range(s.virtual_stages)]
-            if s.virtual_stages == 1:  # n in flight, the extra of one pass beside them
-                n = peak_inflight(s.schedule, s.pp, s.num_microbatches, 1, r)
-                k = chunks[0]
-                activations = n * acts[k][0] + max(acts[k][1], acts[k][2])
-            elif s.num_microbatches * s.virtual_stages <= WALK_MEMORY_OPS:
+            if s.num_microbatches * s.virtual_stages <= WALK_MEMORY_OPS:
                 akey = ("peak", s.schedule, s.pp, s.num_microbatches, s.virtual_stages, r,
                         tuple(acts[k] for k in chunks))
                 activations = self._cache.get(akey)  # type: ignore[assignment]
