@@ -11,7 +11,7 @@ or the layer is sharded.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from dlsim.cost.layers import LayerCost, PassCost, fuse_dropout_add, layer_cost
@@ -22,6 +22,7 @@ from dlsim.cost.roofline import roofline_time
 from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import Device
 from dlsim.spec.memo import derived
+from dlsim.spec.records import made, replaced
 from dlsim.spec.model import INPUT, Model
 from dlsim.spec.strategy_values import flash_kernel
 from dlsim.plan.blocks import recompute_layers
@@ -202,26 +203,12 @@ def build_layer_table(model: Model, device: Device, dtype: str, *, batch: int | 
         plan = plans.get(layer.name)
         if plan is not None:
             params = plan.params
-        out.append(_new_entry(index=i, name=layer.name, type=layer.type, batch=b, tp_degree=t, forward=fwd,
+        out.append(made(LayerEntry, index=i, name=layer.name, type=layer.type, batch=b, tp_degree=t, forward=fwd,
                               backward=bwd, params=params, saved_bytes=own / shard + extra,
                               out_bytes=layer.out_elements * b * b_el / shard, flops=cost.flops, tp=role, core=core,
                               core_bytes=core_bytes, workspace=workspace, backward_weight=wgrad, windows=windows,
                               experts=plan, op_core=op[0], op_kept=op[1]))
     return tuple(out)
-
-
-_ENTRY_DEFAULTS: dict[str, object] = {}
-
-
-def _new_entry(**values: object) -> LayerEntry:
-    """`LayerEntry(**values)` without the frozen dataclass's constructor, which sets each field through
-    `object.__setattr__` (LayerEntry has no derived state; a search builds a thousand entries per
-    table): the fields' defaults, then `values`, which must name fields only."""
-    if not _ENTRY_DEFAULTS:
-        _ENTRY_DEFAULTS.update({f.name: f.default for f in fields(LayerEntry) if f.default is not MISSING})
-    out = object.__new__(LayerEntry)
-    out.__dict__.update(_ENTRY_DEFAULTS, **values)
-    return out
 
 
 def grad_accumulation_times(entries: Sequence[LayerEntry], device: Device,
@@ -243,15 +230,6 @@ def grad_accumulation_times(entries: Sequence[LayerEntry], device: Device,
     return out
 
 
-def _with_backward(e: LayerEntry, backward: Estimate, backward_weight: Estimate) -> LayerEntry:
-    """`dataclasses.replace(e, backward=..., backward_weight=...)` without re-running the constructor
-    (a copy of the fields: LayerEntry has no derived state; a search builds this for every layer of
-    every accumulated table, where `replace` took most of the time)."""
-    out = object.__new__(LayerEntry)
-    out.__dict__.update(e.__dict__, backward=backward, backward_weight=backward_weight)
-    return out
-
-
 def with_grad_accumulation(entries: tuple[LayerEntry, ...], device: Device,
                            grad_accumulation: float) -> tuple[LayerEntry, ...]:
     """`entries` with each layer's gradient accumulation (`grad_accumulation_times`) added to its
@@ -266,7 +244,7 @@ def with_grad_accumulation(entries: tuple[LayerEntry, ...], device: Device,
             got = sums.get(key)
             if got is None:
                 got = sums[key] = (e.backward + add, e.backward_weight + add)
-            e = _with_backward(e, got[0], got[1])
+            e = replaced(e, backward=got[0], backward_weight=got[1])
         out.append(e)
     return tuple(out)
 

@@ -50,39 +50,31 @@ def _single_tensor_cuts(model: Model) -> list[int]:
 def _greedy(costs: Sequence[float], limit: float, most: int | None = None) -> list[int] | None:
     """Left-to-right packing under `limit`; the start index of each part, or None if a unit exceeds it
     or (given `most`) the packing needs more than `most` parts."""
-    starts, acc = [0], 0.0
+    return _pack(costs, limit, most)[0]
+
+
+def _pack(costs: Sequence[float], limit: float, most: int | None = None) -> tuple[list[int] | None, float]:
+    """`_greedy`'s packing with what it proves about other limits, given finite non-negative costs:
+    (the starts, the packing's peak part sum) where it packs, every limit from that peak up packing
+    so too; (None, a sum over `limit` it met) where it does not, every limit below that sum failing
+    too (the least such sum: below it the packing cuts at the same places)."""
+    starts, acc, peak, over = [0], 0.0, 0.0, math.inf
     for i, c in enumerate(costs):
         if c > limit:
-            return None
-        if acc + c > limit and i > 0:
-            if most is not None and len(starts) == most:
-                return None
-            starts.append(i)
-            acc = 0.0
-        acc += c
-    return starts
-
-
-def _probe(costs: Sequence[float], limit: float, parts: int) -> tuple[bool, float]:
-    """`_greedy(costs, limit, parts)` (for a limit at least the largest cost) as what it proves about
-    other limits, given finite non-negative costs: (True, the packing's peak part sum) where it packs
-    into `parts` or fewer, every limit from that peak up packing so too; (False, the least sum it
-    found over `limit`) where it does not, every limit below that sum failing too."""
-    count, acc, peak, over = 1, 0.0, 0.0, math.inf
-    for i, c in enumerate(costs):
+            return None, c
         total = acc + c
         if total > limit and i > 0:
             if total < over:
                 over = total
-            if count == parts:
-                return False, over
-            count += 1
+            if most is not None and len(starts) == most:
+                return None, over
+            starts.append(i)
             if acc > peak:
                 peak = acc
             acc = c
         else:
             acc = total
-    return True, max(peak, acc)
+    return starts, max(peak, acc)
 
 
 def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
@@ -93,7 +85,7 @@ def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
     its end and shrinks with its start, IEEE addition being monotone), and a packing's decisions are
     the same for every limit below the least sum that made it cut: a packing found proves every limit
     from its peak part sum up feasible, one that fails every limit below that least sum infeasible
-    (`_probe`), so the bisection packs only for a limit between what the packings so far prove (the
+    (`_pack`), so the bisection packs only for a limit between what the packings so far prove (the
     same steps, the same result: tests/test_pipeline_split.py holds it to the plain bisection)."""
     n = len(costs)
     if parts > n:
@@ -112,7 +104,8 @@ def balanced_starts(costs: Sequence[float], parts: int) -> list[int]:
         elif mid < floor:
             feasible = False
         elif exact:
-            feasible, bound = _probe(costs, mid, parts)
+            found, bound = _pack(costs, mid, parts)
+            feasible = found is not None
             if feasible:
                 ceiling = bound
             else:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from dlsim.cost.layers import MASK_BYTES, Gemm, LayerCost, PassCost
 from dlsim.spec.model import INPUT, Layer, Model
+from dlsim.spec.records import replaced
 from dlsim.units import DTYPE_BYTES
 
 _KEEPS_SHARDING = {"relu", "gelu", "tanh", "sigmoid", "dropout", "maxpool", "avgpool", "lrn", "batchnorm",
@@ -135,7 +136,7 @@ def with_bytes(template: dict[str, TPLayer], model: Model, batch: int, dtype: st
     """The roles of `template` (`role_template`) at micro-batch `batch` in `dtype`: each collective
     moves its tensor's output elements x batch x the dtype's bytes, or 4 bytes per row of a parallel
     cross-entropy; roles without collectives are the template's own (frozen) records. The others are
-    copies made without the frozen dataclasses' constructors (a table has hundreds of them)."""
+    copies (`dlsim.spec.records.replaced`: a table has hundreds of them)."""
     b = DTYPE_BYTES[dtype]
     out_bytes: dict[object, float] = {layer.name: layer.out_elements * batch * b for layer in model.layers}
     if model.input_kind == "tensor":
@@ -148,25 +149,14 @@ def with_bytes(template: dict[str, TPLayer], model: Model, batch: int, dtype: st
             return rows * 4
         return out_bytes[what]
 
-    new = object.__new__
-
     def filled(cs: tuple[Collective, ...]) -> tuple[Collective, ...]:
-        if not cs:
-            return cs
-        out = []
-        for c in cs:  # replace(c, nbytes=...)
-            got = new(Collective)
-            got.__dict__.update(c.__dict__, nbytes=size(c.nbytes))
-            out.append(got)
-        return tuple(out)
+        return tuple([replaced(c, nbytes=size(c.nbytes)) for c in cs]) if cs else cs
 
     result: dict[str, TPLayer] = {}
     for name, role in template.items():
         if role.before or role.after_fwd or role.after_bwd or role.before_bwd:
-            got = new(TPLayer)
-            got.__dict__.update(role.__dict__, before=filled(role.before), after_fwd=filled(role.after_fwd),
-                                after_bwd=filled(role.after_bwd), before_bwd=filled(role.before_bwd))
-            role = got
+            role = replaced(role, before=filled(role.before), after_fwd=filled(role.after_fwd),
+                            after_bwd=filled(role.after_bwd), before_bwd=filled(role.before_bwd))
         result[name] = role
     return result
 

@@ -74,7 +74,7 @@ class _TrackedPort(Port):
     def request(self):
         env = self.env
         now = env._now
-        if now - self.at <= TOLERANCE * (now if now > 1.0 else 1.0) and env.origin != self.origin:
+        if near(self.at, now) and env.origin != self.origin:
             races = self.races
             races.append((self.pid, now))
             if len(races) >= ABORT_PORT_RACES:

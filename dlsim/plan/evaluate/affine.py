@@ -109,28 +109,11 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                     if gathers[u] is None:  # kept gathered since its forward pass: waits for nothing
                         ready[u] = None
                         continue
-                    y = dep if k <= GATHER_PREFETCH else now  # `larger(busy, y)` written out (the hot path)
-                    x0, x1, x2 = busy[0] - y[0], busy[1] - y[1], busy[2] - y[2]
-                    if x0 + x1 * q + x2 * e >= 0:
-                        if x1 or x2:
-                            cons.append((x0, x1, x2))
-                        busy = (busy[0] + gathers[u], busy[1], busy[2])
-                    else:
-                        if x1 or x2:
-                            cons.append((y[0] - busy[0], y[1] - busy[1], y[2] - busy[2]))
-                        busy = (y[0] + gathers[u], y[1], y[2])
+                    busy = _add(larger(busy, dep if k <= GATHER_PREFETCH else now), gathers[u])
                     ready[u] = busy
                 unit = st_unit
-                y = ready[st_unit]
-                if y is not None:  # `larger(now, y)` written out
-                    x0, x1, x2 = now[0] - y[0], now[1] - y[1], now[2] - y[2]
-                    if x0 + x1 * q + x2 * e >= 0:
-                        if x1 or x2:
-                            cons.append((x0, x1, x2))
-                    else:
-                        if x1 or x2:
-                            cons.append((y[0] - now[0], y[1] - now[1], y[2] - now[2]))
-                        now = y
+                if ready[st_unit] is not None:
+                    now = larger(now, ready[st_unit])
             if kind == COMPUTE:  # `positive` and `not_negative` written out (the hot path), the same sums
                 if sigma > 0:
                     w0, w1, w2 = busy[0] - now[0], busy[1] - now[1], busy[2] - now[2]
@@ -158,7 +141,7 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
                     busy = _add(busy, c)
                     now = busy
                 else:
-                    now = (now[0] + c, now[1], now[2])
+                    now = _add(now, c)
             elif kind == OVERLAP_QUEUED:
                 if positive(_sub(busy, now)):
                     busy = _add(busy, c)
@@ -170,16 +153,8 @@ def walk_affine(programs: Sequence[tuple[list, dict, list | None, tuple]], sigma
             else:
                 now = (now[0] + (d + c), now[1], now[2])
             if pos in launches:
-                for dur in launches[pos]:  # `larger(busy, now)` written out
-                    x0, x1, x2 = busy[0] - now[0], busy[1] - now[1], busy[2] - now[2]
-                    if x0 + x1 * q + x2 * e >= 0:
-                        if x1 or x2:
-                            cons.append((x0, x1, x2))
-                        busy = (busy[0] + dur, busy[1], busy[2])
-                    else:
-                        if x1 or x2:
-                            cons.append((now[0] - busy[0], now[1] - busy[1], now[2] - busy[2]))
-                        busy = (now[0] + dur, now[1], now[2])
+                for dur in launches[pos]:
+                    busy = _add(larger(busy, now), dur)
     return now, busy, cons
 
 

@@ -24,6 +24,7 @@ from dlsim.plan.recompute import (EXACT_BYTES, ChunkActivations, full_recompute_
                                   selective_recompute_memory)
 from dlsim.plan.scenario import LayerTable
 from dlsim.plan.zero import model_state_bytes
+from dlsim.spec.records import made
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (PRICED_FIELDS, VALIDATED_FIELDS, WALK_MEMORY_OPS, StageMemory,
                                          replicas)
@@ -206,14 +207,9 @@ class MemoryModel:
     def _memory(self, s: Strategy, t: LayerTable, ranges) -> tuple[StageMemory, ...]:
         held = self._held(s, t, ranges)
         acts = self._stage_activations(s, t, ranges)
-        # `StageMemory(w, g, o, a, tr, ws)` without the frozen dataclass's constructor (six
-        # `object.__setattr__` calls; a search builds one record per stage of every candidate)
-        new, out = object.__new__, []
-        for (w, g, o, tr, ws, _), a in zip(held, acts):
-            m = new(StageMemory)
-            m.__dict__.update(weights=w, gradients=g, optimizer=o, activations=a, transient=tr, workspace=ws)
-            out.append(m)
-        return tuple(out)
+        # (a search makes one record per stage of every candidate: `made`, without the constructor)
+        return tuple(made(StageMemory, weights=w, gradients=g, optimizer=o, activations=a, transient=tr, workspace=ws)
+                     for (w, g, o, tr, ws, _), a in zip(held, acts))
 
     def peak_memory(self, s: Strategy) -> float:
         """max(x.total for x in memory(s)), the search's question, from the same cached per-stage
