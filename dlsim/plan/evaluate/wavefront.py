@@ -72,6 +72,15 @@ class Structure:
         return tuple([(j, prev, dep, trans, k if forward else K + k) for j, prev, dep, trans, _, forward, _, k in self.ops])
 
     @cached_property
+    def slotted(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
+        """`ops` as the walks beside a communication stream read them (`dlsim.plan.evaluate.stream`):
+        per op (id, predecessor, input, transfer index, stage, slot), the slot 2k + 1 for a forward of
+        global chunk k (2K + k for micro-batch 0's), 2k for a backward."""
+        K = self.K
+        return tuple([(j, prev, dep, trans, r, (2 * K + k if mb == 0 else 2 * k + 1) if forward else 2 * k)
+                      for j, prev, dep, trans, r, forward, mb, k in self.ops])
+
+    @cached_property
     def levels(self) -> tuple[tuple[np.ndarray, ...], ...]:
         level = [-1] * (self.n + 1)  # the zero slot n: level -1
         for j, prev, dep, _, _ in self.steps:
@@ -180,8 +189,8 @@ def walk(st: Structure, f: Sequence[float], b: Sequence[float], c: Sequence[floa
 
 
 def op_steps(schedule: str, p: int, m: int, v: int) -> tuple[Structure, tuple[tuple, ...]]:
-    """`structure` with every step's op (`Structure.ops`: each stage's ops in its op order, as
+    """`structure` with every step's op (`Structure.slotted`: each stage's ops in its op order, as
     `dlsim.plan.evaluate.pipeline.walk_ops` runs them), for walks whose ops are timed by a caller
     (`dlsim.plan.evaluate.stream.StreamWalk._programs`)."""
     st = structure(schedule, p, m, v)
-    return st, st.ops
+    return st, st.slotted
