@@ -76,13 +76,10 @@ def units_of(entries: Sequence[LayerEntry], buckets) -> dict[int, int]:
 
 
 class _Acc:
-    """A pass's steps as they are made: `Step`s, or with `lean` the tuples the analytic evaluator keeps
-    (`dlsim.plan.evaluate.leansteps`: kind, kernel seconds, the collective's op, bytes and messages,
-    group, buckets, unit, slowdown; the same as `leansteps.lean` of the steps, without making them)."""
+    """A pass's `Step`s as they are made."""
 
-    def __init__(self, category: str, lead: dict[int, float] | None = None, lean: bool = False):
+    def __init__(self, category: str, lead: dict[int, float] | None = None):
         self.category = category
-        self.lean = lean
         self.steps: list = []
         self.first = self.last = ""  # the current run's first and last layer names, `count` of them
         self.count = 0
@@ -104,27 +101,22 @@ class _Acc:
     def flush(self, buckets: tuple[int, ...] = ()) -> None:
         n = self.count
         if n or buckets:
-            if self.lean:
-                self.steps.append(("compute", self.duration, None, 0.0, (), "tp", buckets, self.unit, None))
-            else:
-                name = self.first if n == 1 else f"{self.first}..{self.last}" if n else "-"
-                self.steps.append(Step("compute", name, self.category, self.duration, self.measured, None, "tp",
-                                       buckets, self.unit))
+            name = self.first if n == 1 else f"{self.first}..{self.last}" if n else "-"
+            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, None, "tp",
+                                   buckets, self.unit))
             self.count, self.duration, self.measured = 0, 0.0, 0.0
 
     def collective(self, c: Collective, group: str) -> None:
         if self.count:
             self.flush()
-        self.steps.append(("collective", 0.0, c.op, c.nbytes, c.messages, group, (), self.unit, None) if self.lean
-                          else Step("collective", c.why, COMM, 0.0, 0.0, c, group, (), self.unit))
+        self.steps.append(Step("collective", c.why, COMM, 0.0, 0.0, c, group, (), self.unit))
 
     def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str,
                 slowdown: float | None = None, own_stream: bool = False) -> None:
         if self.count:
             self.flush()
-        self.steps.append(("overlap", seconds, c.op, c.nbytes, c.messages, group, (), self.unit, slowdown) if self.lean
-                          else Step("overlap", name, self.category, seconds, seconds * table_share, c, group, (),
-                                    self.unit, slowdown, own_stream))
+        self.steps.append(Step("overlap", name, self.category, seconds, seconds * table_share, c, group, (),
+                               self.unit, slowdown, own_stream))
 
     def enter(self, unit: int) -> None:
         """Start a new parameter unit (flushing the current run)."""
@@ -135,6 +127,32 @@ class _Acc:
                 self.entered.add(unit)
                 if self.lead.get(unit):  # FSDP2's all-gather copy-out (`dlsim.plan.fsdp`)
                     self.add(f"copy-out unit{unit}", self.lead[unit], 0.0)
+
+
+class _LeanAcc(_Acc):
+    """A pass's steps made as the tuples the analytic evaluator keeps (`dlsim.plan.evaluate.leansteps`:
+    kind, kernel seconds, the collective's op, bytes and messages, group, buckets, unit, slowdown), the
+    same as `leansteps.lean` of `_Acc`'s steps, without making them (no names, no measured shares)."""
+
+    def add(self, name: str, seconds: float, table_share: float) -> None:
+        self.count += 1
+        self.duration += seconds
+
+    def flush(self, buckets: tuple[int, ...] = ()) -> None:
+        if self.count or buckets:
+            self.steps.append(("compute", self.duration, None, 0.0, (), "tp", buckets, self.unit, None))
+            self.count, self.duration = 0, 0.0
+
+    def collective(self, c: Collective, group: str) -> None:
+        if self.count:
+            self.flush()
+        self.steps.append(("collective", 0.0, c.op, c.nbytes, c.messages, group, (), self.unit, None))
+
+    def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str,
+                slowdown: float | None = None, own_stream: bool = False) -> None:
+        if self.count:
+            self.flush()
+        self.steps.append(("overlap", seconds, c.op, c.nbytes, c.messages, group, (), self.unit, slowdown))
 
 
 def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
@@ -247,8 +265,8 @@ def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUT
     """Forward pass of a chunk (`category` recompute for a full recomputation); with `unit_of`
     (layer index → parameter unit) the pass is split where the unit changes, and `unit_lead` (unit →
     seconds, FSDP2's all-gather copy-out, `dlsim.plan.fsdp.unit_copies`) runs at each unit's first
-    step. With `lean`, the steps as the analytic evaluator keeps them (`_Acc`)."""
-    acc = _Acc(category, unit_lead, lean)
+    step. With `lean`, the steps as the analytic evaluator keeps them (`_LeanAcc`)."""
+    acc = (_LeanAcc if lean else _Acc)(category, unit_lead)
     for e in entries:
         if unit_of is not None:
             acc.enter(unit_of[e.index])
@@ -298,7 +316,7 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
     runs beside the ∇x GEMM of the layer's input projection and one flagged "wgrad" beside its ∇w
     GEMM (`LayerEntry.windows`); the rest of the layer's backward runs before them. `unit_lead` as
     in `forward_steps`; `lean` as there."""
-    acc = _Acc(COMPUTE, unit_lead, lean)
+    acc = (_LeanAcc if lean else _Acc)(COMPUTE, unit_lead)
     for e in reversed(entries):
         if unit_of is not None:
             acc.enter(unit_of[e.index])
@@ -344,7 +362,7 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
 def selective_recompute_steps(entries: Sequence[LayerEntry], lean: bool = False) -> list[Step]:
     """The attention cores of a chunk, recomputed before its backward pass (selective recomputation);
     `lean` as in `forward_steps`."""
-    acc = _Acc(RECOMPUTE, lean=lean)
+    acc = (_LeanAcc if lean else _Acc)(RECOMPUTE)
     for e in entries:
         if e.core.seconds > 0:
             acc.add(e.name, e.core.seconds, e.core.table_share)
@@ -356,7 +374,7 @@ def op_recompute_steps(entries: Sequence[LayerEntry], instance: dict[str, str | 
                        lean: bool = False) -> list[Step]:
     """What torchtitan's selective_op policy recomputes of a chunk's blocks before their backward
     (`LayerEntry.op_core`, `dlsim.plan.oprecompute`); `lean` as in `forward_steps`."""
-    acc = _Acc(RECOMPUTE, lean=lean)
+    acc = (_LeanAcc if lean else _Acc)(RECOMPUTE)
     for e in entries:
         if instance[e.name] is not None and e.op_core.seconds > 0:
             acc.add(e.name, e.op_core.seconds, e.op_core.table_share)

@@ -27,7 +27,7 @@ LeanStep = tuple
 
 
 def lean(steps: Sequence[Step]) -> list[LeanStep]:
-    """`steps` as lean steps (see the module docstring; `dlsim.plan.templates._Acc` makes the same
+    """`steps` as lean steps (see the module docstring; `dlsim.plan.templates._LeanAcc` makes the same
     tuples with `lean`)."""
     out = []
     for st in steps:
