@@ -326,8 +326,8 @@ class StreamWalk:
 
         state: list[list[float]] = [[], [], []]  # per stage: stream busy until, end of the last pass, inside
 
-        # per slot of an op (`wavefront.Structure.slotted`: 2k backward, 2k + 1 forward of global chunk
-        # k, 2K + k its micro-batch 0's forward): the memo of its passes, the floor of its relative
+        # per slot of an op (`wavefront.Structure.ops`: 2k backward, 2k + 1 forward of global chunk k,
+        # 2K + k its micro-batch 0's forward): the memo of its passes, the floor of its relative
         # times, whether the previous pass's end keys them, the pass key's first fields, the pieces of
         # its passes' closed form (`Pieces.of`); (None, k, ...) for ZeRO-1/2's micro-batch 0 forwards,
         # which wait for the updated parameters' first gathers
