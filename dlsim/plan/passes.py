@@ -2,6 +2,11 @@
 forward, backward and recomputation run, split where gradient buckets complete and where ZeRO-3 /
 FSDP parameter units or offloaded activation units change, and the activation bytes each
 micro-batch keeps. `dlsim.plan.iteration` instantiates them once per micro-batch and device.
+
+A chunk's plain passes are pure functions of its layer entries, the tensor-parallel degree, the
+asynchronous backward flag and the buckets' completion points: a sweep or a search builds the same
+ones for every strategy that shares a layer table and a partition (other dp, micro-batch counts,
+ZeRO stages), so they are kept with the model (`_kept_steps`) and built once.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dlsim.plan.taskgraph import COMPUTE, RECOMPUTE
 from dlsim.plan.templates import Step, backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps, units_of
 from dlsim.plan.zero import gathers_in_forward
 from dlsim.results import Estimate
+from dlsim.spec.memo import derived
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
 
@@ -50,15 +56,40 @@ class ChunkPasses:
     act: list[tuple[float, float, float]]
 
 
+KEPT_STEP_LISTS = 512
+"""Plain step lists kept per model (`_kept_steps`), the least recently made dropped first."""
+
+
+def _kept_steps(model: Model, entries: tuple[LayerEntry, ...], key: tuple, make: Callable[[], list[Step]]) -> list[Step]:
+    """`make()`, a step list of layer table `entries` that depends on nothing but them and `key`,
+    kept with `model` (`dlsim.spec.memo`). The store holds `entries`, so that their id cannot be
+    reused while kept, and a hit is checked by identity as well. Kept lists are shared: the builder
+    reads them and never changes them."""
+    store = derived(model, "chunk step lists", dict)
+    full = (id(entries),) + key
+    got = store.get(full)
+    if got is not None and got[0] is entries:
+        return got[1]
+    steps = make()
+    if len(store) >= KEPT_STEP_LISTS:
+        store.pop(next(iter(store)))
+    store[full] = (entries, steps)
+    return steps
+
+
 def chunk_passes(model: Model, s: Strategy, dtype: str, elementwise_time: Callable[[float, float], Estimate],
-                 chunk_entries: Sequence[Sequence[LayerEntry]], boundary: Sequence[float],
-                 dp_synced: Callable[[LayerEntry], bool]) -> ChunkPasses:
-    """The passes of chunks `chunk_entries` under `s` (see `ChunkPasses`); `boundary[k]` the bytes
-    chunk k sends to chunk k+1, `dp_synced` whether a layer's parameters are reduced over dp."""
+                 entries: tuple[LayerEntry, ...], ranges: Sequence[tuple[int, int]],
+                 boundary: Sequence[float], dp_synced: Callable[[LayerEntry], bool]) -> ChunkPasses:
+    """The passes of the chunks `ranges` of layer table `entries` under `s` (see `ChunkPasses`);
+    `boundary[k]` the bytes chunk k sends to chunk k+1, `dp_synced` whether a layer's parameters are
+    reduced over dp."""
     tp = s.tp
-    fwd = [forward_steps(es, tp) for es in chunk_entries]
     overlap = s.tp_async_backward
-    bwd = [backward_steps(es, tp, overlap=overlap) for es in chunk_entries]
+    chunk_entries = [entries[a:b] for a, b in ranges]
+    fwd = [_kept_steps(model, entries, ("F", tuple(r), tp), lambda es=es: forward_steps(es, tp))
+           for r, es in zip(ranges, chunk_entries)]
+    bwd = [_kept_steps(model, entries, ("B", tuple(r), tp, overlap), lambda es=es: backward_steps(es, tp, overlap=overlap))
+           for r, es in zip(ranges, chunk_entries)]
     all_buckets: list[list[Bucket]] = []
     bwd_split: list[list[Step]] = []
     fwd_units: list[list[Step]] = []
@@ -73,7 +104,8 @@ def chunk_passes(model: Model, s: Strategy, dtype: str, elementwise_time: Callab
             ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
         all_buckets.append(buckets)
         all_ready.append(ready)
-        bwd_split.append(backward_steps(es, tp, ready, overlap=overlap))
+        bwd_split.append(_kept_steps(model, entries, ("B split", tuple(ranges[k]), tp, overlap, tuple(ready.items())),
+                                     lambda: backward_steps(es, tp, ready, overlap=overlap)))
         if s.zero == 3 and s.dp_cp > 1 and buckets:
             units = units_of(es, buckets)
             kept, copy_f, copy_b = unit_copies(es, buckets, s, elementwise_time, last)
