@@ -34,7 +34,7 @@ from dlsim.plan.syncplan import SyncEmitter
 from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
 from dlsim.plan.templates import Step, StepHooks
 from dlsim.plan.zero import model_state_bytes
-from dlsim.results import Estimate
+from dlsim.results import Estimate, Source
 from dlsim.spec.cluster import LinkTier
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
@@ -82,6 +82,9 @@ class _Builder:
         self.busy_cache: dict[tuple, set[str]] = {}
         # per (step list, position): whether it fuses, and the fused task's (parts, ports)
         self.fuse_cache: dict[tuple[int, tuple[int, int, int]], tuple | None] = {}
+        # per (step list, position): its tasks' (name, duration, category, measured, ports, info) when the
+        # list runs as a plain chain (`_chain`), else None
+        self.chains: dict[tuple[int, tuple[int, int, int]], tuple | None] = {}
         self.p2p_cache: dict[tuple[float, int, int], tuple[Estimate, str]] = {}
         self.ports: dict[tuple[int, str, str], int] = {}
         self.pending: dict[tuple, list[int]] = {}
@@ -94,7 +97,7 @@ class _Builder:
 
     # -- setup -------------------------------------------------------------------------------
     def _templates(self) -> None:
-        p = chunk_passes(self.x.model, self.s, self.x.dtype, self.x.elementwise_time, self.chunk_entries,
+        p = chunk_passes(self.x.model, self.s, self.x.dtype, self.x.elementwise_time, self.x.entries, self.x.ranges,
                          self.boundary, self.dp_synced)
         self.fwd, self.bwd, self.buckets, self.ready = p.fwd, p.bwd, p.buckets, p.ready
         self.bwd_split, self.fwd_units, self.bwd_units, self.kept = p.bwd_split, p.fwd_units, p.bwd_units, p.kept
@@ -356,11 +359,15 @@ class _Builder:
         """Instantiate a step list on device `pos`; returns (first task, last task)."""
         device = self.dev[pos]
         cs = self.cstream[device]
-        if hooks is None and len(steps) > 1:
-            fused = self._fused_parts(steps, pos)
-            if fused is not None:
-                tid = self._emit_fused(fused, pos, label, deps)
-                return tid, tid
+        if hooks is None:
+            if len(steps) > 1:
+                fused = self._fused_parts(steps, pos)
+                if fused is not None:
+                    tid = self._emit_fused(fused, pos, label, deps)
+                    return tid, tid
+            chain = self.chains.get((id(steps), pos), False)
+            if chain:
+                return self.g.add_chain(chain, device, cs, deps, label)
         first = last = -1
         beside: list[int] = []  # collectives running beside the previous step, which the next waits for
         for i, st in enumerate(steps):
@@ -385,7 +392,35 @@ class _Builder:
                 hooks.after(st, last)
         if beside:  # the pass ends when the collectives beside its last kernels end
             last = self.g.add(f"{label[0]} join mb{label[2]}", device, cs, 0.0, COMPUTE, beside, label=label)
+        if hooks is None and (id(steps), pos) not in self.chains:
+            self.chains[(id(steps), pos)] = self._chain(steps, pos)
         return first, last
+
+    def _chain(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple | None:
+        """What `emit` made of `steps` on `pos` without hooks, as `TaskGraph.add_chain` makes it again for
+        the next micro-batches: one task per step on the compute stream, each collective priced alone
+        (none simulated member by member, no overlap step, no halo messages); None otherwise. Read
+        from the plans and prices the first instantiation left, so that making it adds no port and
+        prices nothing."""
+        chain = []
+        for st in steps:
+            if st.kind == "compute":
+                measured = st.measured / st.duration if st.duration > 0 and st.measured else 0.0
+                chain.append((st.name, st.duration, st.category, measured, (), {"layers": st.name}))
+                continue
+            c = st.collective
+            plan = self.collective_plans.get((c.op, c.nbytes, st.group, pos)) if st.kind == "collective" else None
+            if plan is None or c.messages:
+                return None
+            _, _, info, est, ports, explicit = plan
+            if est is None:
+                chain.append((st.name, 0.0, COMM, 0.0, (), info))
+            elif explicit:
+                return None
+            else:
+                measured = 1.0 if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
+                chain.append((st.name, est.seconds, COMM, measured, ports, info))
+        return tuple(chain)
 
     def _emit_overlap(self, st: Step, pos: tuple[int, int, int], label: tuple, i: int,
                       deps: list[int], previous: int = -1) -> tuple[int, list[int]]:

@@ -205,6 +205,24 @@ class TaskGraph:
             self.orders[stream].append(tid)
         return tid
 
+    def add_chain(self, chain: tuple[tuple, ...], device: int, stream: int, deps: list[int], label: tuple) -> tuple[int, int]:
+        """Append a pass's tasks one after another on `stream` (the first waiting for `deps`, each
+        next one only for its place in the stream): `chain` lists (name, duration, category,
+        measured, ports, info) per task, named "<label[0]> <name> mb<label[2]>" and labelled
+        `label`, as `add` makes them, in a fraction of its time (a pass instantiated for every
+        micro-batch). Returns (first task, last task)."""
+        tasks, order = self.tasks, self.orders[stream]
+        head, tail = f"{label[0]} ", f" mb{label[2]}"
+        first = tid = len(tasks)
+        step_deps = list(deps)
+        for name, duration, category, measured, ports, info in chain:
+            tasks.append(Task(tid, head + name + tail, device, stream, duration, category, step_deps, measured, ports,
+                              -1, (), (), label, False, (), (), (), 0.0, 0.0, dict(info), ()))
+            order.append(tid)
+            tid += 1
+            step_deps = []
+        return first, tid - 1
+
     def add_group(self, members: list[int], duration: float, ports: tuple[int, ...] = (),
                   messages: tuple[Message, ...] = ()) -> int:
         gid = len(self.groups)
