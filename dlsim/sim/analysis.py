@@ -266,8 +266,15 @@ def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
     cur = end.index(max(end))  # the last to finish, the smallest id of equal ends
     path = [cur]
     while True:
-        best, best_end = -1, 0.0
-        for c in path_candidates(graph, prev_on_stream, cur):
+        t = tasks[cur]
+        if t.group < 0:  # (`path_candidates` of a task alone: its dependencies and its stream's previous task)
+            best = prev_on_stream[cur]
+            best_end = end[best] if best >= 0 else 0.0
+            candidates = t.deps
+        else:
+            best, best_end = -1, 0.0
+            candidates = path_candidates(graph, prev_on_stream, cur)
+        for c in candidates:  # the latest end, the smallest id of equal ends (in any order)
             if best < 0 or end[c] > best_end or (end[c] == best_end and c < best):
                 best, best_end = c, end[c]
         if best < 0:
