@@ -56,24 +56,24 @@ class ChunkPasses:
     act: list[tuple[float, float, float]]
 
 
-KEPT_STEP_LISTS = 512
-"""Plain step lists kept per model (`_kept_steps`), the least recently made dropped first."""
+KEPT_TABLES = 128
+"""Layer tables whose step lists are kept per model (`_kept_steps`), the first kept dropped first."""
 
 
 def _kept_steps(model: Model, entries: tuple[LayerEntry, ...], key: tuple, make: Callable[[], list[Step]]) -> list[Step]:
     """`make()`, a step list of layer table `entries` that depends on nothing but them and `key`,
-    kept with `model` (`dlsim.spec.memo`). The store holds `entries`, so that their id cannot be
-    reused while kept, and a hit is checked by identity as well. Kept lists are shared: the builder
-    reads them and never changes them."""
+    kept with `model` (`dlsim.spec.memo`) for the last KEPT_TABLES tables. The store holds
+    `entries`, so that their id cannot be reused while kept, and a hit is checked by identity as
+    well. Kept lists are shared: the builder reads them and never changes them."""
     store = derived(model, "chunk step lists", dict)
-    full = (id(entries),) + key
-    got = store.get(full)
-    if got is not None and got[0] is entries:
-        return got[1]
-    steps = make()
-    if len(store) >= KEPT_STEP_LISTS:
-        store.pop(next(iter(store)))
-    store[full] = (entries, steps)
+    got = store.get(id(entries))
+    if got is None or got[0] is not entries:
+        if got is None and len(store) >= KEPT_TABLES:
+            store.pop(next(iter(store)))
+        got = store[id(entries)] = (entries, {})
+    steps = got[1].get(key)
+    if steps is None:
+        steps = got[1][key] = make()
     return steps
 
 
