@@ -314,15 +314,21 @@ def segment_totals(graph: TaskGraph, weights: list[int] | None = None) -> tuple[
     seconds_all: list[float] = []
     measured_all: list[float] = []
     split: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    add_seconds, add_measured = seconds_all.append, measured_all.append
     for t in graph.tasks:
-        if t.parts:
-            pair = split.get(id(t.parts))
-            if pair is None:
-                pair = split[id(t.parts)] = (tuple(p[1] for p in t.parts), tuple(p[2] for p in t.parts))
-            seconds, measured = pair
-        else:
-            seconds, measured = (t.duration,), (t.duration * t.measured,)
         w = 1 if weights is None else weights[t.tid]
+        if not t.parts:  # one segment: (duration, duration · measured share)
+            if w == 1:
+                add_seconds(t.duration)
+                add_measured(t.duration * t.measured)
+            else:
+                add_seconds(t.duration * w)
+                add_measured(t.duration * t.measured * w)
+            continue
+        pair = split.get(id(t.parts))
+        if pair is None:
+            pair = split[id(t.parts)] = (tuple(p[1] for p in t.parts), tuple(p[2] for p in t.parts))
+        seconds, measured = pair
         if w == 1:
             seconds_all.extend(seconds)
             measured_all.extend(measured)
