@@ -31,10 +31,11 @@ from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.p2pplan import emit_transfers
 from dlsim.plan.spatial import SPATIAL, halo_time
 from dlsim.plan.syncplan import SyncEmitter
-from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
+from dlsim.plan.taskgraph import (ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph,
+                                  measured_fraction)
 from dlsim.plan.templates import Step, StepHooks
 from dlsim.plan.zero import model_state_bytes
-from dlsim.results import Estimate, Source
+from dlsim.results import Estimate
 from dlsim.spec.cluster import LinkTier
 from dlsim.spec.model import Model
 from dlsim.spec.strategy import Strategy
@@ -380,8 +381,7 @@ class _Builder:
             elif st.kind == "compute":
                 last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
                                   step_deps, label=label, info={"layers": st.name})
-                if st.duration > 0 and st.measured:
-                    self.g.tasks[last].measured = st.measured / st.duration
+                self.g.tasks[last].measured = _kernel_share(st)
             else:
                 c = st.collective
                 last = self.collective(f"{label[0]} {st.name} mb{label[2]}", c.op, c.nbytes, st.group, pos,
@@ -405,8 +405,7 @@ class _Builder:
         chain = []
         for st in steps:
             if st.kind == "compute":
-                measured = st.measured / st.duration if st.duration > 0 and st.measured else 0.0
-                chain.append((st.name, st.duration, st.category, measured, (), {"layers": st.name}))
+                chain.append((st.name, st.duration, st.category, _kernel_share(st), (), {"layers": st.name}))
                 continue
             c = st.collective
             plan = self.collective_plans.get((c.op, c.nbytes, st.group, pos)) if st.kind == "collective" else None
@@ -418,8 +417,7 @@ class _Builder:
             elif explicit:
                 return None
             else:
-                measured = 1.0 if est.source in (Source.MEASURED, Source.INTERPOLATED) else 0.0
-                chain.append((st.name, est.seconds, COMM, measured, ports, info))
+                chain.append((st.name, est.seconds, COMM, measured_fraction(est.source), ports, info))
         return tuple(chain)
 
     def _emit_overlap(self, st: Step, pos: tuple[int, int, int], label: tuple, i: int,
@@ -554,6 +552,11 @@ class _Builder:
             last_compute = self.g.orders[self.cstream[device]][-1]
             prev_first = first
         sync.finish(last_compute)
+
+
+def _kernel_share(st: Step) -> float:
+    """The share of a compute step's duration priced from measured (or interpolated) tables."""
+    return st.measured / st.duration if st.duration > 0 and st.measured else 0.0
 
 
 def build_iteration(x: IterationInputs) -> TaskGraph:
