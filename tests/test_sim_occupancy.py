@@ -4,6 +4,7 @@ same intervals, bit for bit; by hand for a fused task, slowed and not, a transfe
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from simkit import captured_graph
 
@@ -20,7 +21,7 @@ def _per_device(graph, tl):
     busy: dict[int, set] = {d: set() for d in range(nd)}
     for pid, spans in enumerate(tl.port_busy):
         busy[graph.ports[pid].device % nd].update((a, b) for a, b, _ in spans)
-    arrays = {d: set(zip(a.tolist(), b.tolist()))
+    arrays = {d: set(zip(np.asarray(a, dtype=float).tolist(), np.asarray(b, dtype=float).tolist()))
               for d, (a, b) in enumerate(tl.port_log.device_spans(tl.start, tl.end, tl.stretched, nd))}
     return busy, arrays
 
@@ -47,7 +48,9 @@ def _graph() -> tuple[TaskGraph, dict[str, int]]:
     return g, ids
 
 
-def test_fused_transfer_and_collective_by_hand():
+@pytest.mark.parametrize("holders", [0, 10**9], ids=["arrays", "listed"])
+def test_fused_transfer_and_collective_by_hand(monkeypatch, holders):
+    monkeypatch.setattr(occupancy, "FEW_HOLDERS", holders)
     g, ids = _graph()
     tl = execute(g)
     k = ids["fused"]
@@ -78,12 +81,14 @@ def test_fused_transfer_and_collective_by_hand():
      "expand_collectives": True},
 ], ids=["megatron-2022", "expanded"])
 def test_device_arrays_hold_the_port_intervals(monkeypatch, case):
-    """Fused tasks alike computed together with numpy and one by one (`occupancy.FEW`): the same."""
+    """Fused tasks alike computed together with numpy and one by one (`occupancy.FEW`), and every holder
+    one by one (`occupancy.FEW_HOLDERS`): the same."""
     graph = captured_graph(monkeypatch, "megatron-gpt-1.7b", "dgx-a100", overrides={"layers": 8}, nodes=4,
                            microbatch_size=1, **case)
     tl = execute(graph)
-    for few in (1, 10**9):
+    for few, holders in ((1, 0), (10**9, 0), (1, 10**9)):
         monkeypatch.setattr(occupancy, "FEW", few)
+        monkeypatch.setattr(occupancy, "FEW_HOLDERS", holders)
         busy, arrays = _per_device(graph, tl)
         assert any(busy.values())
         assert busy == arrays

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from dlsim.api.modes import ALLREDUCE_ONLY, PS_ONLY, check_mode_fields
 from dlsim.api.stacks import apply_stack, choose_stack, stack_record
@@ -14,7 +14,7 @@ from dlsim.io.stack_yaml import load_stack
 from dlsim.io.strategy_yaml import load_strategy
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
-from dlsim.spec.stack import RECORD_NAMES, STACK_KEYS
+from dlsim.spec.stack import RECORD_NAMES, STACK_KEYS, Stack
 from dlsim.spec.strategy import PIPELINED_MICROBATCH, Strategy, make_strategy, validate_strategy
 
 
@@ -31,13 +31,14 @@ class Resolved:
 
 
 def resolve_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str, Any], given: Iterable[str],
-                     model: Model, cluster: Cluster) -> Resolved:
+                     model: Model, cluster: Cluster, stacks: Callable[[str], Stack] = load_stack) -> Resolved:
     """The strategy from a Strategy (fields replace its values; its stack, if it names one, is
     recorded, not applied again), a YAML path or fields alone, completed by the stack.
 
     Fields the strategy's mode would ignore are refused (`dlsim.api.modes`): those in `fields`, those
     a strategy file sets, those named in `given` (e.g. ``jitter_cv``, ``compression.density``); a
-    stack's values are not the caller's and never refused."""
+    stack's values are not the caller's and never refused. `stacks` reads a stack by name (`load_stack`,
+    or a caller's kept stacks)."""
     names = set(fields) | set(given)
     if isinstance(strategy, Strategy):
         s = validate_strategy(replace(strategy, **fields)) if fields else strategy
@@ -47,7 +48,7 @@ def resolve_strategy(strategy: Strategy | str | Path | None, fields: Mapping[str
     chosen: list = []
 
     def complete(merged: dict[str, Any], set_names: set[str]) -> dict[str, Any]:
-        stack, why = choose_stack(merged.get("stack") or None, model)
+        stack, why = choose_stack(merged.get("stack") or None, model, stacks)
         chosen.append((stack_record(stack, why, set_names), frozenset(stack.values)))
         return apply_stack(stack, merged, set_names, model, cluster)
 

@@ -13,6 +13,7 @@ from dlsim.api.models import as_cluster, as_model, check_dtype
 from dlsim.api.resolve import as_strategy, assumed_fields, resolve_strategy  # noqa: F401 (as_strategy: public here)
 from dlsim.cost.pricing import KernelTimes
 from dlsim.errors import SpecError
+from dlsim.io.stack_yaml import load_stack
 from dlsim.plan.comm import CommPricer, Layout
 from dlsim.plan.commcost import ClusterPricer, MemoPricer
 from dlsim.plan.expertparallel import check_expert_parallel
@@ -24,6 +25,7 @@ from dlsim.sim.scenario_run import Simulation, simulate_scenario
 from dlsim.sim.tracefilter import make_filter
 from dlsim.spec.cluster import Cluster
 from dlsim.spec.model import Model
+from dlsim.spec.stack import Stack
 from dlsim.spec.strategy import Strategy
 
 
@@ -90,7 +92,7 @@ def prepare(model: Model | str | Path, cluster: Cluster | str | Path, strategy: 
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise SpecError(f"must be a positive integer, got {nodes!r}", field="nodes")
         cluster = replace(cluster, nodes=check_nodes_limit(nodes, cluster.devices_per_node))
-    r = resolve_strategy(strategy, fields, given, model, cluster)
+    r = resolve_strategy(strategy, fields, given, model, cluster, load_stack if builders is None else builders.stack)
     s, names = r.strategy, r.names
     sized = ()
     if nodes is None and s.devices > cluster.num_devices:  # a profile's node count is nominal: fit the strategy
@@ -132,13 +134,21 @@ class Builders:
     sweep's records to fresh builders'). Each builder holds its model and cluster, so neither object's
     id can be reused while its builder is kept, and a hit is checked by identity too. The measured
     tables are read once per profile (`_profile`: the clusters of one profile resized to other node
-    counts share them, and through them their layer tables, `ScenarioBuilder._shared`): files changed
-    on disk meanwhile are not seen (a new `Builders` is)."""
+    counts share them, and through them their layer tables, `ScenarioBuilder._shared`), and the software
+    stacks once per name (`stack`): files changed on disk meanwhile are not seen (a new `Builders` is)."""
 
     def __init__(self, limit: int = 32):
         self.limit = limit
         self._kept: dict[tuple, ScenarioBuilder] = {}
         self._profiles: dict[tuple, tuple] = {}
+        self._stacks: dict[str, Stack] = {}
+
+    def stack(self, name: str) -> Stack:
+        """The software stack `name` (`load_stack`), read once."""
+        got = self._stacks.get(name)
+        if got is None:
+            got = self._stacks[name] = load_stack(name)
+        return got
 
     def _profile(self, cluster: Cluster, measured: bool) -> tuple:
         """(kernel tables, their notes, collective table) of `cluster`'s profile, read once: what

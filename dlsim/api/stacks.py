@@ -10,7 +10,7 @@ a record names the stack, where it came from, the keys it set and the keys the c
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from dlsim.io.stack_yaml import load_stack
 from dlsim.spec.cluster import Cluster
@@ -23,13 +23,14 @@ DEFAULT_STACK = "pytorch"
 training (stacks/pytorch.yaml)."""
 
 
-def choose_stack(name: str | None, model: Model) -> tuple[Stack, str]:
-    """(the stack, why it was chosen: ``given``, ``the model's`` or ``default``)."""
+def choose_stack(name: str | None, model: Model, load: Callable[[str], Stack] = load_stack) -> tuple[Stack, str]:
+    """(the stack, why it was chosen: ``given``, ``the model's`` or ``default``), read by `load`
+    (`load_stack`, or a caller's kept stacks: `dlsim.api.simulate.Builders.stack`)."""
     if name:
-        return load_stack(name), "given"
+        return load(name), "given"
     if model.stack:
-        return load_stack(model.stack), "the model's"
-    return load_stack(DEFAULT_STACK), "default"
+        return load(model.stack), "the model's"
+    return load(DEFAULT_STACK), "default"
 
 
 def apply_stack(stack: Stack, fields: Mapping[str, Any], given: Iterable[str], model: Model,

@@ -21,23 +21,20 @@ from typing import Callable
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.comm import INTER, INTRA, CommPricer, Layout, op_label
 from dlsim.plan.compression import error_feedback_bytes
-from dlsim.plan.dataparallel import Bucket, buffer_element_bytes
-from dlsim.plan.fsdp import last_block, unit_copies
+from dlsim.plan.dataparallel import buffer_element_bytes
 from dlsim.plan.fusion import fuse_steps
-from dlsim.plan.gradbuckets import gradient_buckets
 from dlsim.plan.expertparallel import EDP, EP, edp_group, ep_group, expert_params_of, expert_states
 from dlsim.plan.layertable import LayerEntry, boundary_bytes
-from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations, offloads_optimizer, unit_offload_plan
+from dlsim.plan.offload import UnitOffload, host_transfer, offloads_activations, offloads_optimizer
+from dlsim.plan.passes import chunk_passes
 from dlsim.plan.pipeline import BACKWARD, FORWARD, stage_ops
 from dlsim.plan.p2pplan import emit_transfers
-from dlsim.plan.oprecompute import alternate_layers
-from dlsim.plan.blocks import recompute_layers
-from dlsim.plan.recompute import full_recompute_memory, op_recompute_memory, selective_recompute_memory
 from dlsim.plan.spatial import SPATIAL, halo_time
 from dlsim.plan.syncplan import SyncEmitter
-from dlsim.plan.taskgraph import ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph
-from dlsim.plan.templates import Step, StepHooks, backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps, units_of
-from dlsim.plan.zero import gathers_in_forward, model_state_bytes
+from dlsim.plan.taskgraph import (ACTIVATIONS, COMM, COMPUTE, RECOMPUTE, WORKSPACE, Message, SimDevice, TaskGraph,
+                                  measured_fraction)
+from dlsim.plan.templates import Step, StepHooks
+from dlsim.plan.zero import model_state_bytes
 from dlsim.results import Estimate
 from dlsim.spec.cluster import LinkTier
 from dlsim.spec.model import Model
@@ -86,6 +83,9 @@ class _Builder:
         self.busy_cache: dict[tuple, set[str]] = {}
         # per (step list, position): whether it fuses, and the fused task's (parts, ports)
         self.fuse_cache: dict[tuple[int, tuple[int, int, int]], tuple | None] = {}
+        # per (step list, position): its tasks' (name, duration, category, measured, ports, info) when the
+        # list runs as a plain chain (`_chain`), else None
+        self.chains: dict[tuple[int, tuple[int, int, int]], tuple | None] = {}
         self.p2p_cache: dict[tuple[float, int, int], tuple[Estimate, str]] = {}
         self.ports: dict[tuple[int, str, str], int] = {}
         self.pending: dict[tuple, list[int]] = {}
@@ -98,71 +98,11 @@ class _Builder:
 
     # -- setup -------------------------------------------------------------------------------
     def _templates(self) -> None:
-        s, tp = self.s, self.s.tp
-        self.fwd = [forward_steps(es, tp) for es in self.chunk_entries]
-        overlap = s.tp_async_backward
-        self.bwd = [backward_steps(es, tp, overlap=overlap) for es in self.chunk_entries]
-        self.buckets: list[list[Bucket]] = []
-        self.bwd_split: list[list[Step]] = []
-        self.fwd_units: list[list[Step]] = []
-        self.bwd_units: list[list[Step]] = []
-        self.ready: list[dict[int, tuple[int, ...]]] = []
-        self.kept: list[frozenset[int]] = [frozenset()] * len(self.chunk_entries)  # FSDP2 units kept gathered
-        self.last_block = last_block([layer.name for layer in self.x.model.layers])
-        for k, es in enumerate(self.chunk_entries):
-            buckets = gradient_buckets(es, s, self.x.dtype, self.dp_synced) if s.dp_cp > 1 or s.zero else []
-            ready: dict[int, tuple[int, ...]] = {}
-            for j, b in enumerate(buckets):
-                ready[b.ready_after] = ready.get(b.ready_after, ()) + (j,)
-            self.buckets.append(buckets)
-            self.ready.append(ready)
-            self.bwd_split.append(backward_steps(es, tp, ready, overlap=overlap))
-            if s.zero == 3 and s.dp_cp > 1 and buckets:
-                units = units_of(es, buckets)
-                kept, copy_f, copy_b = unit_copies(es, buckets, s, self.x.elementwise_time, self.last_block)
-                self.kept[k] = kept
-                self.fwd_units.append(forward_steps(es, tp, COMPUTE, units, copy_f))
-                self.bwd_units.append(backward_steps(es, tp, ready, units, overlap=overlap, unit_lead=copy_b))
-            elif gathers_in_forward(s) and buckets:  # the first forward waits for each bucket's gather
-                self.fwd_units.append(forward_steps(es, tp, COMPUTE, units_of(es, buckets)))
-                self.bwd_units.append(self.bwd_split[k])
-            else:
-                self.fwd_units.append(self.fwd[k])
-                self.bwd_units.append(self.bwd_split[k])
-        # activation offload one unit at a time, for forward passes followed directly by their backward
-        self.unit_off: list[tuple | None] = [None] * len(self.chunk_entries)
-        if offloads_activations(s.offload) and s.recompute in ("none", "selective"):
-            instance = recompute_layers(self.x.model)
-            for k, es in enumerate(self.chunk_entries):
-                by_bucket = self.buckets[k] and (s.zero == 3 and s.dp_cp > 1 or gathers_in_forward(s))
-                units, kept = unit_offload_plan(es, instance, s.recompute == "selective",
-                                                units_of(es, self.buckets[k]) if by_bucket else None)
-                self.unit_off[k] = (kept, forward_steps(es, tp, COMPUTE, units),
-                                    backward_steps(es, tp, self.ready[k], units, overlap=overlap))
-        if s.recompute in ("full", "selective_layer"):
-            inside = recompute_layers(self.x.model) if s.recompute == "full" else alternate_layers(self.x.model)
-            self.recomp = [forward_steps([e for e in es if inside[e.name]], tp, RECOMPUTE) for es in self.chunk_entries]
-        elif s.recompute == "selective":
-            self.recomp = [selective_recompute_steps(es) for es in self.chunk_entries]
-        elif s.recompute == "selective_op":
-            inside = recompute_layers(self.x.model)
-            self.recomp = [op_recompute_steps(es, inside) for es in self.chunk_entries]
-        else:
-            self.recomp = [[] for _ in self.chunk_entries]
-        # activation bytes per micro-batch and chunk: (kept from forward to backward, extra held while
-        # the forward runs, extra materialised by the recomputation before the backward)
-        self.act: list[tuple[float, float, float]] = []
-        for k, es in enumerate(self.chunk_entries):
-            incoming = self.boundary[k - 1] if k > 0 else 0.0
-            if s.recompute in ("full", "selective_layer"):
-                every = s.recompute_layers if s.recompute == "full" else 1
-                self.act.append(full_recompute_memory(self.x.model, es, every, incoming, inside))
-            elif s.recompute == "selective_op":
-                self.act.append(op_recompute_memory(self.x.model, es, incoming, inside))
-            elif s.recompute == "selective" and self.recomp[k]:
-                self.act.append(selective_recompute_memory(es))
-            else:
-                self.act.append((sum(e.saved_bytes for e in es), 0.0, 0.0))
+        p = chunk_passes(self.x.model, self.s, self.x.dtype, self.x.elementwise_time, self.x.entries, self.x.ranges,
+                         self.boundary, self.dp_synced)
+        self.fwd, self.bwd, self.buckets, self.ready = p.fwd, p.bwd, p.buckets, p.ready
+        self.bwd_split, self.fwd_units, self.bwd_units, self.kept = p.bwd_split, p.fwd_units, p.bwd_units, p.kept
+        self.last_block, self.unit_off, self.recomp, self.act = p.last_block, p.unit_off, p.recomp, p.act
 
     def dp_synced(self, e: LayerEntry) -> bool:
         """Parameters reduced across data-parallel replicas (not those of layers split over them)."""
@@ -420,11 +360,15 @@ class _Builder:
         """Instantiate a step list on device `pos`; returns (first task, last task)."""
         device = self.dev[pos]
         cs = self.cstream[device]
-        if hooks is None and len(steps) > 1:
-            fused = self._fused_parts(steps, pos)
-            if fused is not None:
-                tid = self._emit_fused(fused, pos, label, deps)
-                return tid, tid
+        if hooks is None:
+            if len(steps) > 1:
+                fused = self._fused_parts(steps, pos)
+                if fused is not None:
+                    tid = self._emit_fused(fused, pos, label, deps)
+                    return tid, tid
+            chain = self.chains.get((id(steps), pos), False)
+            if chain:
+                return self.g.add_chain(chain, device, cs, deps, label)
         first = last = -1
         beside: list[int] = []  # collectives running beside the previous step, which the next waits for
         for i, st in enumerate(steps):
@@ -437,8 +381,7 @@ class _Builder:
             elif st.kind == "compute":
                 last = self.g.add(f"{label[0]} {st.name} mb{label[2]}", device, cs, st.duration, st.category,
                                   step_deps, label=label, info={"layers": st.name})
-                if st.duration > 0 and st.measured:
-                    self.g.tasks[last].measured = st.measured / st.duration
+                self.g.tasks[last].measured = _kernel_share(st)
             else:
                 c = st.collective
                 last = self.collective(f"{label[0]} {st.name} mb{label[2]}", c.op, c.nbytes, st.group, pos,
@@ -449,7 +392,33 @@ class _Builder:
                 hooks.after(st, last)
         if beside:  # the pass ends when the collectives beside its last kernels end
             last = self.g.add(f"{label[0]} join mb{label[2]}", device, cs, 0.0, COMPUTE, beside, label=label)
+        if hooks is None and (id(steps), pos) not in self.chains:
+            self.chains[(id(steps), pos)] = self._chain(steps, pos)
         return first, last
+
+    def _chain(self, steps: list[Step], pos: tuple[int, int, int]) -> tuple | None:
+        """What `emit` made of `steps` on `pos` without hooks, as `TaskGraph.add_chain` makes it again for
+        the next micro-batches: one task per step on the compute stream, each collective priced alone
+        (none simulated member by member, no overlap step, no halo messages); None otherwise. Read
+        from the plans and prices the first instantiation left, so that making it adds no port and
+        prices nothing."""
+        chain = []
+        for st in steps:
+            if st.kind == "compute":
+                chain.append((st.name, st.duration, st.category, _kernel_share(st), (), {"layers": st.name}))
+                continue
+            c = st.collective
+            plan = self.collective_plans.get((c.op, c.nbytes, st.group, pos)) if st.kind == "collective" else None
+            if plan is None or c.messages:
+                return None
+            _, _, info, est, ports, explicit = plan
+            if est is None:
+                chain.append((st.name, 0.0, COMM, 0.0, (), info))
+            elif explicit:
+                return None
+            else:
+                chain.append((st.name, est.seconds, COMM, measured_fraction(est.source), ports, info))
+        return tuple(chain)
 
     def _emit_overlap(self, st: Step, pos: tuple[int, int, int], label: tuple, i: int,
                       deps: list[int], previous: int = -1) -> tuple[int, list[int]]:
@@ -583,6 +552,11 @@ class _Builder:
             last_compute = self.g.orders[self.cstream[device]][-1]
             prev_first = first
         sync.finish(last_compute)
+
+
+def _kernel_share(st: Step) -> float:
+    """The share of a compute step's duration priced from measured (or interpolated) tables."""
+    return st.measured / st.duration if st.duration > 0 and st.measured else 0.0
 
 
 def build_iteration(x: IterationInputs) -> TaskGraph:

@@ -374,7 +374,7 @@ class ScenarioBuilder:
         """The strategy whose run `s` is, task for task and byte for byte: selective recomputation of a
         table with no attention core to recompute (flash attention keeps no score matrix; a model
         without attention has none) and no activation offload recomputes nothing and keeps what no
-        recomputation keeps (`dlsim.plan.iteration` reads `recompute` nowhere else), so it runs as
+        recomputation keeps (the iteration reads `recompute` nowhere else: `dlsim.plan.passes`), so it runs as
         recompute none; any other `s` as itself. A caller times one run per `runs_as`
         (`dlsim.api.optimize`); tests/test_runs_as.py holds the two records equal but for the field."""
         if s.recompute != "selective" or offloads_activations(s.offload):

@@ -39,6 +39,11 @@ MEMORY_KINDS = (ACTIVATIONS, TRANSIENT_PARAMS, WORKSPACE, BUFFERS, STAGING)
 _MEASURED, _INTERPOLATED = Source.MEASURED, Source.INTERPOLATED  # (an enum member looked up once)
 
 
+def measured_fraction(source: Source) -> float:
+    """A task's `measured` share priced from one source: 1 for measured or interpolated tables, else 0."""
+    return 1.0 if source is _MEASURED or source is _INTERPOLATED else 0.0
+
+
 @dataclass(slots=True)
 class Task:
     """One unit of work. `stream` is an index into `TaskGraph.streams` (−1: a transfer on no
@@ -53,7 +58,8 @@ class Task:
     `rate` bytes/s when alone, and stretch when the links are shared (`dlsim.sim.engine`). `info` says what the task is, for traces (the
     engine never reads it): ``layers`` (the layer run, "a..b"), or ``op``, ``bytes``, ``group``,
     ``ranks``, ``source`` of a collective or transfer (``to_task``: the task a transfer feeds);
-    `part_info` is the same per entry of `parts`."""
+    `part_info` is the same per entry of `parts`. Both are read only: the tasks of a pass's
+    micro-batches may share them (`TaskGraph.add_chain`, fused tasks' `part_info`)."""
 
     tid: int
     name: str
@@ -196,7 +202,7 @@ class TaskGraph:
                     parts, duration, sum(p[2] for p in parts) / duration if duration > 0 else 0.0)
             duration, measured = totals[1], totals[2]
         else:
-            measured = 1.0 if source is _MEASURED or source is _INTERPOLATED else 0.0
+            measured = measured_fraction(source)
         links, wire, rate = flow
         self.tasks.append(Task(tid, name, device, stream, duration, category, deps, measured, ports, group,
                                mem_start, mem_end, label, cross_stage, parts, rigid, links, wire, rate, info,
@@ -204,6 +210,24 @@ class TaskGraph:
         if stream >= 0:
             self.orders[stream].append(tid)
         return tid
+
+    def add_chain(self, chain: tuple[tuple, ...], device: int, stream: int, deps: list[int], label: tuple) -> tuple[int, int]:
+        """Append a pass's tasks one after another on `stream` (the first waiting for `deps`, each
+        next one only for its place in the stream): `chain` lists (name, duration, category,
+        measured, ports, info) per task, named "<label[0]> <name> mb<label[2]>" and labelled
+        `label`, as `add` makes them, in a fraction of its time (a pass instantiated for every
+        micro-batch; the chain's `info` dicts shared, read only). Returns (first task, last task)."""
+        tasks, order = self.tasks, self.orders[stream]
+        head, tail = f"{label[0]} ", f" mb{label[2]}"
+        first = tid = len(tasks)
+        step_deps = list(deps)
+        for name, duration, category, measured, ports, info in chain:
+            tasks.append(Task(tid, head + name + tail, device, stream, duration, category, step_deps, measured, ports,
+                              -1, (), (), label, False, (), (), (), 0.0, 0.0, info, ()))
+            order.append(tid)
+            tid += 1
+            step_deps = []
+        return first, tid - 1
 
     def add_group(self, members: list[int], duration: float, ports: tuple[int, ...] = (),
                   messages: tuple[Message, ...] = ()) -> int:

@@ -266,8 +266,15 @@ def critical_path(graph: TaskGraph, tl: Timeline) -> list[int]:
     cur = end.index(max(end))  # the last to finish, the smallest id of equal ends
     path = [cur]
     while True:
-        best, best_end = -1, 0.0
-        for c in path_candidates(graph, prev_on_stream, cur):
+        t = tasks[cur]
+        if t.group < 0:  # (`path_candidates` of a task alone: its dependencies and its stream's previous task)
+            best = prev_on_stream[cur]
+            best_end = end[best] if best >= 0 else 0.0
+            candidates = t.deps
+        else:
+            best, best_end = -1, 0.0
+            candidates = path_candidates(graph, prev_on_stream, cur)
+        for c in candidates:  # the latest end, the smallest id of equal ends (in any order)
             if best < 0 or end[c] > best_end or (end[c] == best_end and c < best):
                 best, best_end = c, end[c]
         if best < 0:
@@ -307,15 +314,21 @@ def segment_totals(graph: TaskGraph, weights: list[int] | None = None) -> tuple[
     seconds_all: list[float] = []
     measured_all: list[float] = []
     split: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    add_seconds, add_measured = seconds_all.append, measured_all.append
     for t in graph.tasks:
-        if t.parts:
-            pair = split.get(id(t.parts))
-            if pair is None:
-                pair = split[id(t.parts)] = (tuple(p[1] for p in t.parts), tuple(p[2] for p in t.parts))
-            seconds, measured = pair
-        else:
-            seconds, measured = (t.duration,), (t.duration * t.measured,)
         w = 1 if weights is None else weights[t.tid]
+        if not t.parts:  # one segment: (duration, duration · measured share)
+            if w == 1:
+                add_seconds(t.duration)
+                add_measured(t.duration * t.measured)
+            else:
+                add_seconds(t.duration * w)
+                add_measured(t.duration * t.measured * w)
+            continue
+        pair = split.get(id(t.parts))
+        if pair is None:
+            pair = split[id(t.parts)] = (tuple(p[1] for p in t.parts), tuple(p[2] for p in t.parts))
+        seconds, measured = pair
         if w == 1:
             seconds_all.extend(seconds)
             measured_all.extend(measured)

@@ -149,15 +149,11 @@ class _Run(OverlapSlowdown):
         self.port_log = PortLog(graph)
         self.port_key = [(port.direction == "in", i) for i, port in enumerate(graph.ports)].__getitem__
         self.resources = self._contended_ports()
-        # per task: the ports it must actually acquire (contended ones), in the global order
-        self.acquire: list[tuple[int, ...]] = []
-        ordered: dict[tuple[int, ...], tuple[int, ...]] = {(): ()}  # by the task's ports (tasks share them)
-        for t in graph.tasks:
-            wanted = ordered.get(t.ports)
-            if wanted is None:
-                wanted = ordered[t.ports] = tuple(sorted((p for p in t.ports if p in self.resources),
-                                                         key=self.port_key))
-            self.acquire.append(wanted)
+        # per task: the ports it must actually acquire (contended ones), in the global order, worked out
+        # once per distinct ports tuple (tasks share them)
+        ordered = {ports: tuple(sorted((p for p in ports if p in self.resources), key=self.port_key))
+                   for ports in {t.ports for t in graph.tasks}}
+        self.acquire: list[tuple[int, ...]] = [ordered[t.ports] for t in graph.tasks]
         self.group_acquire = [tuple(sorted((p for p in gr.ports if p in self.resources), key=self.port_key))
                               for gr in graph.groups]
         self.group_left = [len(gr.members) for gr in graph.groups]
@@ -188,15 +184,14 @@ class _Run(OverlapSlowdown):
         """Ports that two or more independent users can want at once (others need no resource)."""
         users: dict[int, set] = {}
         seen: set[tuple[int, tuple[int, ...]]] = set()  # (stream, ports) already counted
-        for t in self.g.tasks:
-            if t.ports and t.group < 0:
-                if t.stream >= 0:
-                    if (t.stream, t.ports) in seen:
-                        continue
-                    seen.add((t.stream, t.ports))
-                key = ("s", t.stream) if t.stream >= 0 else ("t", t.tid)
-                for p in t.ports:
-                    users.setdefault(p, set()).add(key)
+        for t in [t for t in self.g.tasks if t.ports and t.group < 0]:
+            if t.stream >= 0:
+                if (t.stream, t.ports) in seen:
+                    continue
+                seen.add((t.stream, t.ports))
+            key = ("s", t.stream) if t.stream >= 0 else ("t", t.tid)
+            for p in t.ports:
+                users.setdefault(p, set()).add(key)
         for gid, gr in enumerate(self.g.groups):
             for p in gr.ports:
                 users.setdefault(p, set()).add(("g", gid))

@@ -29,6 +29,7 @@ from dlsim.plan.taskgraph import COMM, TaskGraph
 
 Span = tuple[float, float, int]
 FEW = 16  # fused tasks alike up to which their intervals are computed one by one (numpy's calls cost more)
+FEW_HOLDERS = 256  # holders up to which `PortLog.device_spans` lists their intervals one by one, in lists
 
 
 class PortLog:
@@ -67,12 +68,15 @@ class PortLog:
         return out
 
     def device_spans(self, start: list[float], end: list[float], stretched: dict[int, tuple[float, ...]],
-                     devices: int) -> list[tuple[np.ndarray, np.ndarray]]:
+                     devices: int) -> list[tuple[np.ndarray | list[float], np.ndarray | list[float]]]:
         """Per device (a port's device modulo `devices`, as a Python index): the starts and ends of the
         intervals its ports were held, as arrays, an interval held on two ports of one device once.
-        The holders are taken by (ports, parts) alike: one array operation per part of each."""
+        The holders are taken by (ports, parts) alike: one array operation per part of each; up to
+        FEW_HOLDERS holders, one by one, as lists (`_device_spans_listed`)."""
         tasks, ports = self.graph.tasks, self.graph.ports
         nd = max(1, devices)
+        if len(self.tasks) <= FEW_HOLDERS:
+            return self._device_spans_listed(start, end, stretched, nd, devices)
         alike: dict[tuple, list[int]] = {}  # (ports, id(parts)) -> tasks held so
         for tid in self.tasks:
             t = tasks[tid]
@@ -130,6 +134,34 @@ class PortLog:
         cuts = np.searchsorted(d[order], np.arange(devices + 1))
         a, b = a[order], b[order]
         return [(a[cuts[dev]:cuts[dev + 1]], b[cuts[dev]:cuts[dev + 1]]) for dev in range(devices)]
+
+
+    def _device_spans_listed(self, start: list[float], end: list[float], stretched: dict[int, tuple[float, ...]],
+                             nd: int, devices: int) -> list[tuple[list[float], list[float]]]:
+        """`device_spans` task by task (`task_spans`): the same intervals, as lists (for a few holders,
+        numpy's calls cost more than they save)."""
+        tasks, ports = self.graph.tasks, self.graph.ports
+        out: list[tuple[list[float], list[float]]] = [([], []) for _ in range(devices)]
+        for _, p, span in self.spans:
+            a, b = out[ports[p].device % nd]
+            a.append(span[0])
+            b.append(span[1])
+        owners: dict[tuple[int, ...], tuple[int, ...]] = {}  # by a task's ports: their devices
+        for tid in self.tasks:
+            t = tasks[tid]
+            devs = owners.get(t.ports)
+            if devs is None:
+                devs = owners[t.ports] = tuple(sorted({ports[p].device % nd for p in t.ports}))
+            if t.parts:
+                held = task_spans(t, start[tid], end[tid], stretched.get(tid))
+            else:
+                held = ((start[tid], end[tid], tid),)
+            for d in devs:
+                a, b = out[d]
+                for span in held:
+                    a.append(span[0])
+                    b.append(span[1])
+        return out
 
 
 def task_spans(t, start: float, end: float, ends: tuple[float, ...] | None) -> list[Span]:

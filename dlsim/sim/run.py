@@ -49,11 +49,16 @@ def _critical(graph: TaskGraph, tl: Timeline) -> dict[str, Any]:
     by_kind: dict[str, float] = {}
     waiting = 0.0
     previous_end = 0.0
+    start, end, stretched = tl.start, tl.end, tl.stretched
     for tid in path:
-        for category, seconds in task_seconds(graph.tasks[tid], tl):
-            by_kind[category] = by_kind.get(category, 0.0) + seconds
-        waiting += max(0.0, tl.start[tid] - previous_end)
-        previous_end = tl.end[tid]
+        t = graph.tasks[tid]
+        if t.parts or tid in stretched:
+            for category, seconds in task_seconds(t, tl):
+                by_kind[category] = by_kind.get(category, 0.0) + seconds
+        else:  # (`task_seconds` of a task run whole)
+            by_kind[t.category] = by_kind.get(t.category, 0.0) + (end[tid] - start[tid])
+        waiting += max(0.0, start[tid] - previous_end)
+        previous_end = end[tid]
     tasks = [{"task": graph.tasks[tid].name, "device": graph.devices[graph.tasks[tid].device].name,
               "category": graph.tasks[tid].category, "start_s": tl.start[tid], "end_s": tl.end[tid]}
              for tid in path[-CRITICAL_PATH_TASKS:]]

@@ -45,32 +45,40 @@ class OverlapSlowdown:
         """Per task: the devices whose compute its run slows (collectives on a communication stream)
         and, for compute-stream kernels, their (nominal seconds, slowable) segments."""
         g = self.g
-        kinds = [st.kind for st in g.streams]
-        self.comm_devices: list[tuple[int, ...] | None] = [None] * len(g.tasks)
-        self.slow_segs: list[tuple[tuple[float, bool], ...] | None] = [None] * len(g.tasks)
+        tasks = g.tasks
+        self.comm_devices: list[tuple[int, ...] | None] = [None] * len(tasks)
+        self.slow_segs: list[tuple[tuple[float, bool], ...] | None] = [None] * len(tasks)
+        comm_devices, slow_segs = self.comm_devices, self.slow_segs
         slowable = (COMPUTE, RECOMPUTE)
         fused: dict[tuple[int, tuple[int, ...]], tuple | None] = {}  # parts are shared by a pass's tasks
         slowed: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}  # by (device, ports)
-        for t in g.tasks:
-            kind = kinds[t.stream] if t.stream >= 0 else "link"
-            if kind == "comm":
-                if t.category not in slowable:
-                    devices = slowed.get((t.device, t.ports))
-                    if devices is None:
-                        devs = {t.device} | {g.ports[p].device for p in t.ports}
-                        devices = slowed[(t.device, t.ports)] = tuple(sorted(d for d in devs if d >= 0))
-                    self.comm_devices[t.tid] = devices
-            elif kind == "compute" and t.group < 0 and t.duration > 0:
+        for sid, st in enumerate(g.streams):  # (every task on a stream is in its order; transfers on none)
+            if st.kind == "comm":
+                for tid in g.orders[sid]:
+                    t = tasks[tid]
+                    if t.category not in slowable:
+                        devices = slowed.get((t.device, t.ports))
+                        if devices is None:
+                            devs = {t.device} | {g.ports[p].device for p in t.ports}
+                            devices = slowed[(t.device, t.ports)] = tuple(sorted(d for d in devs if d >= 0))
+                        comm_devices[tid] = devices
+                continue
+            if st.kind != "compute":
+                continue
+            for tid in g.orders[sid]:
+                t = tasks[tid]
+                if t.group >= 0 or not t.duration > 0:
+                    continue
                 if not t.parts:
                     if t.category in slowable and not t.rigid:
-                        self.slow_segs[t.tid] = ((t.duration, True),)
+                        slow_segs[tid] = ((t.duration, True),)
                     continue
                 key = (id(t.parts), t.rigid)
                 if key not in fused:
                     segs = tuple((seconds, category in slowable and n not in t.rigid)
                                  for n, (category, seconds, _) in enumerate(t.parts))
                     fused[key] = segs if any(slow and seconds > 0 for seconds, slow in segs) else None
-                self.slow_segs[t.tid] = fused[key]
+                slow_segs[tid] = fused[key]
         self.group_devices = []
         for gr in g.groups:
             devs = {g.tasks[m].device for m in gr.members} | {g.ports[p].device for p in gr.ports}

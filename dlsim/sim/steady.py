@@ -190,6 +190,7 @@ class _Periodic:
         # the micro-batch of every micro-batch task (its label's kind in MB_LABELS), else None
         self.microbatch: list[int | None] = [None] * len(graph.tasks)
         keys, index, microbatch = self.keys, self.index, self.microbatch
+        repeats: dict[tuple, int] = {}  # (stream, whole label) -> the next repeat's ordinal
         for t in graph.tasks:
             label = t.label
             if len(label) < 3 or label[0] not in MB_LABELS:
@@ -197,25 +198,22 @@ class _Periodic:
             tid = t.tid
             mb = microbatch[tid] = label[2]
             stream = t.stream if t.stream >= 0 else (-1, t.device)
-            # the ordinal: how many tasks of this stream and label came before (their key taken for mb)
+            # the ordinal: how many tasks of this stream and label came before (the first: 0)
             key = (stream, label[0], label[1], label[3:], 0)
             twins = index.get(key)
             if twins is None:
                 index[key] = {mb: tid}
             elif mb not in twins:
                 twins[mb] = tid
-            else:
-                n = 1
-                while True:
-                    key = (stream, label[0], label[1], label[3:], n)
-                    twins = index.get(key)
-                    if twins is None:
-                        index[key] = {mb: tid}
-                        break
-                    if mb not in twins:
-                        twins[mb] = tid
-                        break
-                    n += 1
+            else:  # a repeat of a whole label (a pass's tasks on its stream): counted
+                n = repeats.get((stream, label), 1)
+                repeats[(stream, label)] = n + 1
+                key = (stream, label[0], label[1], label[3:], n)
+                twins = index.get(key)
+                if twins is None:
+                    index[key] = {mb: tid}
+                else:
+                    twins[mb] = tid
             keys[tid] = key
 
 
