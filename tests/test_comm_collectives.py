@@ -277,3 +277,24 @@ def test_double_binary_tree_arrays_equal_the_rank_by_rank_construction():
         edges, up, down = dbt_layout(p)
         assert edges == _reference_layout(p), p
         assert up == tuple(sorted({e[3] for e in edges})) and down == tuple(sorted({e[4] for e in edges}))
+
+
+def test_auto_prices_the_chosen_algorithm_as_asked_by_name():
+    """`auto` keeps the price it chose by: the same seconds, to the bit, as the chosen algorithm asked
+    for by name, for every collective, across sizes, rank counts and node layouts."""
+    checked = 0
+    for collective in ALGORITHMS:
+        for p, per_node in ((2, None), (6, None), (8, None), (16, 4), (64, 8)):
+            for n in (0.0, 1e3, 3.3e5, 1e8):
+                kw = dict(gamma=GAMMA, ranks_per_node=per_node, intra=FAST if per_node else None)
+                try:
+                    name = choose_algorithm(collective, n, p, NET, **kw)
+                except SpecError:
+                    continue
+                if not name:
+                    continue
+                auto = collective_time(collective, "auto", n, p, NET, **kw)
+                assert auto.seconds == collective_time(collective, name, n, p, NET, **kw).seconds
+                assert name in auto.note and "auto" in auto.note
+                checked += 1
+    assert checked >= 100

@@ -311,3 +311,18 @@ def test_algorithms_cover_the_hierarchical_entries():
         algo = ALGORITHMS[coll]["hierarchical"]
         assert applicable(algo, 16, make_options(ranks_per_node=8))
         assert not applicable(algo, 12, make_options(ranks_per_node=8))
+
+
+def test_layout_tiers_and_ranks_per_node_by_node_of_each_rank():
+    """`Layout.tier` (from the least and greatest rank) and `ranks_per_node` agree with `node` taken
+    rank by rank, for groups in any order, on and across node boundaries."""
+    import random
+    from collections import Counter
+    rng = random.Random(5)
+    for per_node in (1, 2, 4, 8):
+        lay = Layout(4, 2, 2, per_node)
+        for _ in range(300):
+            ranks = rng.sample(range(32), rng.randint(1, 8))
+            nodes = Counter(lay.node(r) for r in ranks)
+            assert lay.tier(ranks) == ("intra" if len(nodes) == 1 else "inter")
+            assert lay.ranks_per_node(ranks) == max(nodes.values())

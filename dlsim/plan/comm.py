@@ -61,15 +61,18 @@ class Layout:
         return rank // self.devices_per_node
 
     def tier(self, ranks: Sequence[int]) -> str:
-        """intra when all `ranks` share a node, inter otherwise."""
-        first = self.node(ranks[0])
-        return INTRA if all(self.node(r) == first for r in ranks) else INTER
+        """intra when all `ranks` share a node, inter otherwise (the node, rank // devices_per_node, grows
+        with the rank: all share one where the least and the greatest do)."""
+        n = self.devices_per_node
+        return INTRA if min(ranks) // n == max(ranks) // n else INTER
 
     def ranks_per_node(self, ranks: Sequence[int]) -> int:
-        """Largest number of group members on one node."""
+        """Largest number of group members on one node (`node`)."""
+        n = self.devices_per_node
         count: dict[int, int] = {}
         for r in ranks:
-            count[self.node(r)] = count.get(self.node(r), 0) + 1
+            k = r // n
+            count[k] = count.get(k, 0) + 1
         return max(count.values())
 
     def tp_group(self, dp_rank: int, stage: int) -> list[int]:

@@ -76,9 +76,11 @@ def units_of(entries: Sequence[LayerEntry], buckets) -> dict[int, int]:
 
 
 class _Acc:
+    """A pass's `Step`s as they are made."""
+
     def __init__(self, category: str, lead: dict[int, float] | None = None):
         self.category = category
-        self.steps: list[Step] = []
+        self.steps: list = []
         self.first = self.last = ""  # the current run's first and last layer names, `count` of them
         self.count = 0
         self.duration = 0.0
@@ -100,21 +102,21 @@ class _Acc:
         n = self.count
         if n or buckets:
             name = self.first if n == 1 else f"{self.first}..{self.last}" if n else "-"
-            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, buckets=buckets,
-                                    unit=self.unit))
+            self.steps.append(Step("compute", name, self.category, self.duration, self.measured, None, "tp",
+                                   buckets, self.unit))
             self.count, self.duration, self.measured = 0, 0.0, 0.0
 
     def collective(self, c: Collective, group: str) -> None:
         if self.count:
             self.flush()
-        self.steps.append(Step("collective", c.why, COMM, collective=c, group=group, unit=self.unit))
+        self.steps.append(Step("collective", c.why, COMM, 0.0, 0.0, c, group, (), self.unit))
 
     def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str,
                 slowdown: float | None = None, own_stream: bool = False) -> None:
         if self.count:
             self.flush()
-        self.steps.append(Step("overlap", name, self.category, seconds, seconds * table_share,
-                                collective=c, group=group, unit=self.unit, slowdown=slowdown, own_stream=own_stream))
+        self.steps.append(Step("overlap", name, self.category, seconds, seconds * table_share, c, group, (),
+                               self.unit, slowdown, own_stream))
 
     def enter(self, unit: int) -> None:
         """Start a new parameter unit (flushing the current run)."""
@@ -125,6 +127,32 @@ class _Acc:
                 self.entered.add(unit)
                 if self.lead.get(unit):  # FSDP2's all-gather copy-out (`dlsim.plan.fsdp`)
                     self.add(f"copy-out unit{unit}", self.lead[unit], 0.0)
+
+
+class _LeanAcc(_Acc):
+    """A pass's steps made as the tuples the analytic evaluator keeps (`dlsim.plan.evaluate.leansteps`:
+    kind, kernel seconds, the collective's op, bytes and messages, group, buckets, unit, slowdown), the
+    same as `leansteps.lean` of `_Acc`'s steps, without making them (no names, no measured shares)."""
+
+    def add(self, name: str, seconds: float, table_share: float) -> None:
+        self.count += 1
+        self.duration += seconds
+
+    def flush(self, buckets: tuple[int, ...] = ()) -> None:
+        if self.count or buckets:
+            self.steps.append(("compute", self.duration, None, 0.0, (), "tp", buckets, self.unit, None))
+            self.count, self.duration = 0, 0.0
+
+    def collective(self, c: Collective, group: str) -> None:
+        if self.count:
+            self.flush()
+        self.steps.append(("collective", 0.0, c.op, c.nbytes, c.messages, group, (), self.unit, None))
+
+    def overlap(self, name: str, seconds: float, table_share: float, c: Collective, group: str,
+                slowdown: float | None = None, own_stream: bool = False) -> None:
+        if self.count:
+            self.flush()
+        self.steps.append(("overlap", seconds, c.op, c.nbytes, c.messages, group, (), self.unit, slowdown))
 
 
 def _group(entry: LayerEntry, tp: int, c: Collective) -> str:
@@ -232,12 +260,13 @@ def _experts_run(acc: _Acc, e: LayerEntry, total, head: float, shared: float, be
 
 
 def forward_steps(entries: Sequence[LayerEntry], tp: int, category: str = COMPUTE,
-                  unit_of: dict[int, int] | None = None, unit_lead: dict[int, float] | None = None) -> list[Step]:
+                  unit_of: dict[int, int] | None = None, unit_lead: dict[int, float] | None = None,
+                  lean: bool = False) -> list[Step]:
     """Forward pass of a chunk (`category` recompute for a full recomputation); with `unit_of`
     (layer index → parameter unit) the pass is split where the unit changes, and `unit_lead` (unit →
     seconds, FSDP2's all-gather copy-out, `dlsim.plan.fsdp.unit_copies`) runs at each unit's first
-    step."""
-    acc = _Acc(category, unit_lead)
+    step. With `lean`, the steps as the analytic evaluator keeps them (`_LeanAcc`)."""
+    acc = (_LeanAcc if lean else _Acc)(category, unit_lead)
     for e in entries:
         if unit_of is not None:
             acc.enter(unit_of[e.index])
@@ -280,14 +309,14 @@ def _chunked_forward(acc: _Acc, e: LayerEntry, tp: int) -> None:
 
 def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, tuple[int, ...]] | None = None,
                    unit_of: dict[int, int] | None = None, overlap: bool = False,
-                   unit_lead: dict[int, float] | None = None) -> list[Step]:
+                   unit_lead: dict[int, float] | None = None, lean: bool = False) -> list[Step]:
     """Backward pass of a chunk, layers in reverse. `ready_at` maps a layer index to the buckets its
     backward completes; the pass is split there (and where the parameter unit changes). With
     `overlap` (asynchronous tensor-parallel backward communication) a collective flagged "dgrad"
     runs beside the ∇x GEMM of the layer's input projection and one flagged "wgrad" beside its ∇w
     GEMM (`LayerEntry.windows`); the rest of the layer's backward runs before them. `unit_lead` as
-    in `forward_steps`."""
-    acc = _Acc(COMPUTE, unit_lead)
+    in `forward_steps`; `lean` as there."""
+    acc = (_LeanAcc if lean else _Acc)(COMPUTE, unit_lead)
     for e in reversed(entries):
         if unit_of is not None:
             acc.enter(unit_of[e.index])
@@ -330,9 +359,10 @@ def backward_steps(entries: Sequence[LayerEntry], tp: int, ready_at: dict[int, t
     return acc.steps
 
 
-def selective_recompute_steps(entries: Sequence[LayerEntry]) -> list[Step]:
-    """The attention cores of a chunk, recomputed before its backward pass (selective recomputation)."""
-    acc = _Acc(RECOMPUTE)
+def selective_recompute_steps(entries: Sequence[LayerEntry], lean: bool = False) -> list[Step]:
+    """The attention cores of a chunk, recomputed before its backward pass (selective recomputation);
+    `lean` as in `forward_steps`."""
+    acc = (_LeanAcc if lean else _Acc)(RECOMPUTE)
     for e in entries:
         if e.core.seconds > 0:
             acc.add(e.name, e.core.seconds, e.core.table_share)
@@ -340,10 +370,11 @@ def selective_recompute_steps(entries: Sequence[LayerEntry]) -> list[Step]:
     return acc.steps
 
 
-def op_recompute_steps(entries: Sequence[LayerEntry], instance: dict[str, str | None]) -> list[Step]:
+def op_recompute_steps(entries: Sequence[LayerEntry], instance: dict[str, str | None],
+                       lean: bool = False) -> list[Step]:
     """What torchtitan's selective_op policy recomputes of a chunk's blocks before their backward
-    (`LayerEntry.op_core`, `dlsim.plan.oprecompute`)."""
-    acc = _Acc(RECOMPUTE)
+    (`LayerEntry.op_core`, `dlsim.plan.oprecompute`); `lean` as in `forward_steps`."""
+    acc = (_LeanAcc if lean else _Acc)(RECOMPUTE)
     for e in entries:
         if instance[e.name] is not None and e.op_core.seconds > 0:
             acc.add(e.name, e.op_core.seconds, e.op_core.table_share)

@@ -115,13 +115,18 @@ def priced(algo: Algorithm, n, p, costs: Costs, options: Options):
 
 def choose(collective: str, n_bytes: float, ranks: int, costs: Costs, options: Options) -> str:
     """The cheapest applicable algorithm by closed form (NCCL's rule, `reference/algorithms.md` §3.4)."""
+    return _cheapest(collective, n_bytes, ranks, costs, options)[0]
+
+
+def _cheapest(collective: str, n_bytes: float, ranks: int, costs: Costs, options: Options) -> tuple[str, float]:
+    """`choose`'s algorithm and its seconds (`priced`; "" and inf where none applies)."""
     best, best_time = "", math.inf
     for name, algo in check_collective(collective).items():
         if algo.auto and applicable(algo, ranks, options):
             t = float(priced(algo, n_bytes, ranks, costs, options))
             if t < best_time:
                 best, best_time = name, t
-    return best
+    return best, best_time
 
 
 @lru_cache(maxsize=1024)
@@ -162,12 +167,13 @@ def collective_time(collective: str, algorithm: str, n_bytes: float, ranks: int,
     """
     options = make_options(ranks_per_node=ranks_per_node, **params) if params else _options(ranks_per_node)
     n, p, costs = _prepare(collective, n_bytes, ranks, link, gamma, intra, model, options)
-    name = choose(collective, n, p, costs, options) if algorithm == "auto" else algorithm
+    name, seconds = _cheapest(collective, n, p, costs, options) if algorithm == "auto" else (algorithm, math.inf)
     if contention != 1.0:
         costs = make_costs(link, gamma=gamma, intra=intra, model=model, ranks_per_node=options.ranks_per_node,
                            contention=contention)
     algo = get_algorithm(collective, name, p, options)
-    seconds = float(priced(algo, n, p, costs, options))
+    if contention != 1.0 or seconds == math.inf:  # else `_cheapest` priced it as below
+        seconds = float(priced(algo, n, p, costs, options))
     note = f"{collective} {name} ({costs.main.model})" + (" chosen by auto" if algorithm == "auto" else "")
     return Estimate(seconds, Source.MODEL, note)
 

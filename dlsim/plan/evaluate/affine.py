@@ -222,6 +222,11 @@ class Pieces:
                 return end[0] + end[1] * q + end[2] * e, busy[0] + busy[1] * q + busy[2] * e
         return None
 
+    def of(self, key: tuple) -> list[tuple[tuple[Affine, ...], Affine, Affine]]:
+        """The pieces of pass `key`, the list that `get` searches (the piece last found first) and `add`
+        extends: a caller may test its first piece as `get` does first (`StreamWalk._walk_programs`)."""
+        return self._pieces.setdefault(key, [])
+
     def add(self, key: tuple, q: float, e: float, end: Affine, busy: Affine, cons: list[Affine]) -> None:
         bounds = edges(cons)
         self._pieces.setdefault(key, []).append((tuple(cons if bounds is None else bounds), end, busy))

@@ -7,6 +7,9 @@ for as long as it lives, and every full collection visits; a tuple of plain valu
 tuples of them) it stops tracking at its first collection. Timing the GPT-3 175B / 1,024 A100 search
 space (`benchmarks/bench_predict.py`), the kept steps were 590,000 of the 1.67 million objects the
 collector tracked at the end, and its full collections took about 15% of the CPU time.
+
+The evaluator has the templates make its step lists in this form directly (`dlsim.plan.templates`,
+`lean=True`: no `Step` made); `lean` converts made steps, the same tuples (tests/test_lean_steps.py).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ LeanStep = tuple
 
 
 def lean(steps: Sequence[Step]) -> list[LeanStep]:
-    """`steps` as lean steps (see the module docstring)."""
+    """`steps` as lean steps (see the module docstring; `dlsim.plan.templates._LeanAcc` makes the same
+    tuples with `lean`)."""
     out = []
     for st in steps:
         c = st.collective

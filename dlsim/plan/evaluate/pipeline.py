@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from dlsim.plan.evaluate.periodic import Walked, periodic_walk
-from dlsim.plan.evaluate.wavefront import cached_stage_ops, cached_stage_steps, reused_structure, walk as wavefront_walk
+from dlsim.plan.evaluate.wavefront import (cached_stage_ops, cached_stage_steps, chunk_of, reused_structure,
+                                          walk as wavefront_walk)
 from dlsim.plan.pipeline import FORWARD
 
 
@@ -118,12 +119,13 @@ def _walk_timed(st, schedule: str, p: int, m: int, v: int, c: Sequence[float], r
     ops = [op for r in range(p) for op in cached_stage_ops(schedule, p, m, v, r)]  # by id
     E = [0.0] * (st.n + 1)
     transfers = list(c) + [0.0]
-    for j, prev, dep, trans, r, _, _, k in st.ops:
+    K = st.K
+    for j, prev, dep, trans, r, slot in st.ops:
         t = E[prev]
         x = E[dep] + transfers[trans]
         if x > t:
             t = x
-        E[j] = run_op(r, ops[j], k, t)
+        E[j] = run_op(r, ops[j], chunk_of(slot, K), t)
     return E
 
 

@@ -23,7 +23,7 @@ from dlsim.plan.zero import gathers_in_forward, gathers_updated_params, gradient
 from dlsim.spec.strategy import Strategy
 from dlsim.plan.evaluate.records import (WALK_OPS, WALK_PLAIN_OPS, Evaluation)
 from dlsim.plan.evaluate.pipeline import pipeline_ends, pipeline_walk
-from dlsim.plan.evaluate.leansteps import BUCKETS, DURATION, GROUP, KIND, LeanStep, lean, sigma as step_sigma
+from dlsim.plan.evaluate.leansteps import BUCKETS, DURATION, GROUP, KIND, LeanStep, sigma as step_sigma
 from dlsim.plan.evaluate.stream import StreamWalk
 
 
@@ -173,13 +173,13 @@ class Timing(StreamWalk):
             plain_key = ("plain forward", fsig, tp, tpg, s.collective)
             plain = ev._cache.get(plain_key)
             if plain is None:
-                fwd = lean(forward_steps(es, tp))
+                fwd = forward_steps(es, tp, lean=True)
                 plain = ev._cache[plain_key] = (fwd, self.steps_time(fwd, r))
             fwd, fwd_time = plain  # type: ignore[misc]
             units = units_of(es, buckets) if (zero3 or first_gathers) and buckets else None
             kept, copy_f, copy_b = unit_copies(es, buckets, s, ev.elementwise_time, ev.last_block) if zero3 \
                 else (frozenset(), None, None)
-            fwd_u = lean(forward_steps(es, tp, unit_of=units, unit_lead=copy_f)) if units is not None else fwd
+            fwd_u = forward_steps(es, tp, unit_of=units, unit_lead=copy_f, lean=True) if units is not None else fwd
             # with FSDP2's copy-out, the unit-split pass is longer than the plain one by its copies
             forward = ev._cache[fkey] = (a, buckets, units, fwd_u, self.steps_time(fwd_u, r) if copy_f else fwd_time,
                                          kept, copy_b)
@@ -196,8 +196,8 @@ class Timing(StreamWalk):
             for j, bu in enumerate(buckets):
                 at = bu.ready_after - a0 + a
                 ready[at] = ready.get(at, ()) + (j,)
-            bwd = lean(backward_steps(es, tp, ready, units, overlap=overlap, unit_lead=copy_b) if zero3 and units is not None
-                       else backward_steps(es, tp, ready, overlap=overlap))
+            bwd = backward_steps(es, tp, ready, units, overlap=overlap, unit_lead=copy_b, lean=True) \
+                if zero3 and units is not None else backward_steps(es, tp, ready, overlap=overlap, lean=True)
             passes = ev._cache[pkey] = (bwd, self.steps_time(bwd, r))
         bwd, (b_t, b_c, b_m) = passes  # type: ignore[misc]
         rkey = ("recompute", fsig, tp, tpg, s.collective, s.recompute)
@@ -206,11 +206,11 @@ class Timing(StreamWalk):
             es = self.chunk_entries[k]
             if s.recompute in ("full", "selective_layer"):
                 inside = ev.instance if s.recompute == "full" else alternate_layers(ev.model)
-                rec = lean(forward_steps([e for e in es if inside[e.name]], tp, "recompute"))
+                rec = forward_steps([e for e in es if inside[e.name]], tp, "recompute", lean=True)
             elif s.recompute == "selective":
-                rec = lean(selective_recompute_steps(es))
+                rec = selective_recompute_steps(es, lean=True)
             elif s.recompute == "selective_op":
-                rec = lean(op_recompute_steps(es, ev.instance))
+                rec = op_recompute_steps(es, ev.instance, lean=True)
             else:
                 rec = []
             rec_time = ev._cache[rkey] = (rec, self.steps_time(rec, r))

@@ -50,8 +50,9 @@ about as many walks, so a schedule walked a few times, as most of a search's are
 class Structure:
     """The ops of every stage (stage r's are ids offsets[r] .. offsets[r+1]−1, in its op order), in an
     order that puts every op after its predecessor on the stage and its input (`ops`: per op (id,
-    predecessor, input, transfer index, stage, whether a forward, micro-batch, global chunk); N, the id
-    of the slot that stays 0, stands for a missing one; transfer index K − 1 is the zero transfer), and
+    predecessor, input, transfer index, stage, slot); N, the id of the slot that stays 0, stands for a
+    missing one; transfer index K − 1 is the zero transfer; the slot names the op's kind and global
+    chunk k: 2k for a backward, 2k + 1 for a forward, 2K + k for micro-batch 0's forward, `chunk_of`), and
     the ids of each stage's last backward of each local chunk (`last`). Derived on first use, for the
     walks that time the pipeline alone (`walk`): `steps`, per op (id, predecessor, input, transfer index,
     duration index; durations are f[0..K−1] then b[0..K−1]), and the same steps grouped into levels of
@@ -69,7 +70,8 @@ class Structure:
     @cached_property
     def steps(self) -> tuple[tuple[int, int, int, int, int], ...]:
         K = self.K
-        return tuple([(j, prev, dep, trans, k if forward else K + k) for j, prev, dep, trans, _, forward, _, k in self.ops])
+        return tuple([(j, prev, dep, trans, chunk_of(slot, K) if slot & 1 or slot >= 2 * K else K + (slot >> 1))
+                      for j, prev, dep, trans, _, slot in self.ops])
 
     @cached_property
     def levels(self) -> tuple[tuple[np.ndarray, ...], ...]:
@@ -93,6 +95,11 @@ class Structure:
             self.walks[0] += 1
             return False
         return bool(self.levels)
+
+
+def chunk_of(slot: int, K: int) -> int:
+    """The global chunk of an op's slot (`Structure.ops`)."""
+    return slot - 2 * K if slot >= 2 * K else slot >> 1
 
 
 def reused_structure(schedule: str, p: int, m: int, v: int) -> Structure | None:
@@ -142,7 +149,7 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
                     else:
                         dep, trans = n, K - 1
                     fid[k][mb] = j
-                    op_rows.append((j, j - 1 if i else n, dep, trans, r, True, mb, k))
+                    op_rows.append((j, j - 1 if i else n, dep, trans, r, 2 * k + 1 if mb else 2 * K + k))
                 else:
                     if k < K - 1:
                         dep = bid[k + 1][mb]
@@ -153,7 +160,7 @@ def structure(schedule: str, p: int, m: int, v: int) -> Structure:
                         dep, trans = n, K - 1
                     bid[k][mb] = j
                     last[r][chunk] = j
-                    op_rows.append((j, j - 1 if i else n, dep, trans, r, False, mb, k))
+                    op_rows.append((j, j - 1 if i else n, dep, trans, r, 2 * k))
                 i += 1
             pos[r] = i
         if len(op_rows) == before:  # pragma: no cover  (the schedules are deadlock-free)
