@@ -27,7 +27,7 @@ differently in time, the two clocks), never a second copy of the assembly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from dlsim.cost.flash import attention_note
 from dlsim.cost.layers import layer_cost
@@ -83,6 +83,10 @@ class LayerTable:
     partitions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     sigs: list[int] | None = None
     prefix: dict[str, list[float]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What an evaluator derives from the entries' byte counts (`dlsim.plan.recompute.ChunkActivations`),
+    kept with the table so that every builder sharing it (`_shared`) derives it once; shared with the
+    accumulated tables of this base, as `prefix` is (their byte counts are the base's)."""
     chunk_sigs: dict[tuple[int, int], tuple] = field(default_factory=dict)
     key: int = 0
     base: "LayerTable | None" = None  # None: this table has no accumulation (it is its own base)
@@ -337,7 +341,7 @@ class ScenarioBuilder:
             else:
                 t = self._shared(("accumulated", id(base), accumulation), lambda: LayerTable(
                     with_grad_accumulation(base.entries, self.device, accumulation), base.costs, base.partitions,
-                    prefix=base.prefix, key=base.key, base=base))
+                    prefix=base.prefix, facts=base.facts, key=base.key, base=base))
             self._layer_tables[key] = t
         return t
 

@@ -156,12 +156,12 @@ class MemoryModel:
         return out
 
     def _table_acts(self, t: LayerTable) -> ChunkActivations:
-        """The activation bytes of table `t`'s chunks (`ChunkActivations`, cached per table)."""
-        key = ("table acts", t.key)
-        got = self._cache.get(key)
+        """The activation bytes of table `t`'s chunks (`ChunkActivations`, kept with the table: layer
+        tables are shared by the builders of one model, `LayerTable.facts`)."""
+        got = t.facts.get("chunk activations")
         if got is None:
-            got = self._cache[key] = ChunkActivations(self.model, t.entries, self.instance)
-        return got  # type: ignore[return-value]
+            got = t.facts["chunk activations"] = ChunkActivations(self.model, t.entries, self.instance)
+        return got
 
     def stages(self, t: LayerTable, ranges, pp: int, v: int) -> list[tuple[int, float, int, int]]:
         """Per stage: its parameters, largest workspace, routed-expert parameters and tied copies'
