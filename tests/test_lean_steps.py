@@ -1,5 +1,6 @@
 """The pass templates' lean form (`dlsim.plan.templates`, `lean=True`: the tuples the analytic evaluator
-keeps, made without making `Step`s) equals `dlsim.plan.evaluate.leansteps.lean` of the steps, for every
+keeps, made without making `Step`s) equals the `Step`s the simulator's templates make, field by field
+(`lean` below: the positions of `dlsim.plan.evaluate.leansteps`), for every
 kind of step the templates make: tensor-parallel collectives and asynchronous backward overlaps,
 chunked GEMMs beside their collectives, expert-parallel all-to-alls, context-parallel rings, spatial
 halos, bucket splits, parameter units with FSDP2's copy-out."""
@@ -10,11 +11,22 @@ import pytest
 
 from dlsim.api.simulate import prepare
 from dlsim.plan.evaluate import Evaluator
-from dlsim.plan.evaluate.leansteps import lean
 from dlsim.plan.templates import backward_steps, forward_steps, op_recompute_steps, selective_recompute_steps
 
 SMALL = {"layers": 2, "hidden": 1024, "heads": 16, "seq_len": 1024, "positions": 1024}
 MOE = {"layers": 2, "seq_len": 512, "hidden": 1024, "heads": 8, "kv_heads": 2, "ffn_hidden": 1024, "vocab": 4096}
+
+
+
+def lean(steps) -> list[tuple]:
+    """`steps` in the evaluator's lean form (`dlsim.plan.evaluate.leansteps`: kind, kernel seconds, the
+    collective's op, bytes and messages (None, 0 and () without one), group, buckets, unit, slowdown)."""
+    out = []
+    for st in steps:
+        c = st.collective
+        op, nbytes, messages = (None, 0.0, ()) if c is None else (c.op, c.nbytes, c.messages)
+        out.append((st.kind, st.duration, op, nbytes, messages, st.group, st.buckets, st.unit, st.slowdown))
+    return out
 
 
 @pytest.mark.parametrize("model, cluster, fields", [

@@ -131,8 +131,9 @@ class _Acc:
 
 class _LeanAcc(_Acc):
     """A pass's steps made as the tuples the analytic evaluator keeps (`dlsim.plan.evaluate.leansteps`:
-    kind, kernel seconds, the collective's op, bytes and messages, group, buckets, unit, slowdown), the
-    same as `leansteps.lean` of `_Acc`'s steps, without making them (no names, no measured shares)."""
+    kind, kernel seconds, the collective's op, bytes and messages, group, buckets, unit, slowdown): the
+    fields of `_Acc`'s steps that the evaluator reads, without making the steps (no names, no measured
+    shares; tests/test_lean_steps.py holds the two equal)."""
 
     def add(self, name: str, seconds: float, table_share: float) -> None:
         self.count += 1

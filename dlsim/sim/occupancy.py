@@ -135,7 +135,6 @@ class PortLog:
         a, b = a[order], b[order]
         return [(a[cuts[dev]:cuts[dev + 1]], b[cuts[dev]:cuts[dev + 1]]) for dev in range(devices)]
 
-
     def _device_spans_listed(self, start: list[float], end: list[float], stretched: dict[int, tuple[float, ...]],
                              nd: int, devices: int) -> list[tuple[list[float], list[float]]]:
         """`device_spans` task by task (`task_spans`): the same intervals, as lists (for a few holders,

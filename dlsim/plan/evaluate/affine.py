@@ -199,6 +199,16 @@ def edges(cons: list[Affine]) -> list[Affine] | None:
     return [cons[i] for i in sorted({label for _, _, label in poly if label >= 0})]
 
 
+def on_piece(piece: tuple, q: float, e: float, slack: float) -> tuple[float, float] | None:
+    """(end, stream busy until) of a pass at (q, e) from one piece (bounds, end, busy) of its closed
+    form, if the point lies in the piece's region (no bounding half-plane below `slack`), else None."""
+    bounds, end, busy = piece
+    for g in bounds:
+        if g[0] + g[1] * q + g[2] * e < slack:
+            return None
+    return end[0] + end[1] * q + end[2] * e, busy[0] + busy[1] * q + busy[2] * e
+
+
 class Pieces:
     """The pieces of passes' affine functions found so far (see the module docstring): `get` gives
     (end, stream busy until) of a pass at (q, e) from a piece whose region holds the point, `add` keeps
@@ -212,19 +222,17 @@ class Pieces:
         `scale` (the pass's start time: the rounding of the times q and e are differences of) of it."""
         slack = -SNAP * scale
         pieces = self._pieces.get(key, ())
-        for i, (bounds, end, busy) in enumerate(pieces):
-            for g in bounds:
-                if g[0] + g[1] * q + g[2] * e < slack:
-                    break
-            else:
+        for i, piece in enumerate(pieces):
+            got = on_piece(piece, q, e, slack)
+            if got is not None:
                 if i:  # the piece last found first: a walk meets its passes' pieces in runs
                     pieces[0], pieces[i] = pieces[i], pieces[0]
-                return end[0] + end[1] * q + end[2] * e, busy[0] + busy[1] * q + busy[2] * e
+                return got
         return None
 
     def of(self, key: tuple) -> list[tuple[tuple[Affine, ...], Affine, Affine]]:
         """The pieces of pass `key`, the list that `get` searches (the piece last found first) and `add`
-        extends: a caller may test its first piece as `get` does first (`StreamWalk._walk_programs`)."""
+        extends: a caller may test its first piece (`on_piece`) as `get` does first (`StreamWalk._walk_programs`)."""
         return self._pieces.setdefault(key, [])
 
     def add(self, key: tuple, q: float, e: float, end: Affine, busy: Affine, cons: list[Affine]) -> None:

@@ -8,15 +8,12 @@ tuples of them) it stops tracking at its first collection. Timing the GPT-3 175B
 space (`benchmarks/bench_predict.py`), the kept steps were 590,000 of the 1.67 million objects the
 collector tracked at the end, and its full collections took about 15% of the CPU time.
 
-The evaluator has the templates make its step lists in this form directly (`dlsim.plan.templates`,
-`lean=True`: no `Step` made); `lean` converts made steps, the same tuples (tests/test_lean_steps.py).
+The templates make the evaluator's step lists in this form directly (`dlsim.plan.templates`,
+`lean=True`: no `Step` is made); tests/test_lean_steps.py holds them equal to the `Step`s the simulator's
+templates make, field by field.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-
-from dlsim.plan.templates import Step
 
 KIND, DURATION, OP, NBYTES, MESSAGES, GROUP, BUCKETS, UNIT, SLOWDOWN = range(9)
 """Positions in a lean step: the step's kind, kernel seconds, its collective's op, bytes and
@@ -24,20 +21,6 @@ point-to-point messages (None, 0 and () without one), group, buckets complete af
 kernel slowdown beside its collective (None: the device's)."""
 
 LeanStep = tuple
-
-
-def lean(steps: Sequence[Step]) -> list[LeanStep]:
-    """`steps` as lean steps (see the module docstring; `dlsim.plan.templates._LeanAcc` makes the same
-    tuples with `lean`)."""
-    out = []
-    for st in steps:
-        c = st.collective
-        if c is None:
-            out.append((st.kind, st.duration, None, 0.0, (), st.group, st.buckets, st.unit, st.slowdown))
-        else:
-            out.append((st.kind, st.duration, c.op, c.nbytes, c.messages, st.group, st.buckets, st.unit,
-                        st.slowdown))
-    return out
 
 
 def sigma(st: LeanStep, device_sigma: float) -> float:

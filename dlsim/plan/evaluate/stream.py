@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dlsim.cost.overlap import overlap_cost
 from dlsim.plan.evaluate.periodic import TOLERANCE, Walked, periodic_walk
 from dlsim.plan.evaluate.affine import (COLLECTIVE as _COLLECTIVE, COMPUTE as _COMPUTE, OVERLAP as _OVERLAP,
-                                        OVERLAP_QUEUED as _OVERLAP_QUEUED, SNAP, Pieces, walk_affine)
-from dlsim.plan.evaluate.wavefront import op_steps
+                                        OVERLAP_QUEUED as _OVERLAP_QUEUED, SNAP, Pieces, on_piece, walk_affine)
+from dlsim.plan.evaluate.wavefront import chunk_of, op_steps
 from dlsim.plan.evaluate.records import replicas
 from dlsim.plan.expertparallel import EP
 from dlsim.plan.spatial import SPATIAL
@@ -329,15 +329,15 @@ class StreamWalk:
         # per slot of an op (`wavefront.Structure.ops`: 2k backward, 2k + 1 forward of global chunk k,
         # 2K + k its micro-batch 0's forward): the memo of its passes, the floor of its relative
         # times, whether the previous pass's end keys them, the pass key's first fields, the pieces of
-        # its passes' closed form (`Pieces.of`); (None, k, ...) for ZeRO-1/2's micro-batch 0 forwards,
-        # which wait for the updated parameters' first gathers
+        # its passes' closed form (`Pieces.of`); no memo for ZeRO-1/2's micro-batch 0 forwards, which
+        # wait for the updated parameters' first gathers
         K = len(parts)
         slots: list[tuple] = [()] * (3 * K)
         for k, (special, floor, keyed, memo, bkey, fkey) in enumerate(info):
             for forward, head in ((False, bkey), (True, fkey)):
                 slots[2 * k + forward] = (memo[forward], floor, keyed, head,
                                           pieces.of((names[alike[k]], forward, head[2])))
-            slots[2 * K + k] = (None, k, False, None, None) if special else slots[2 * k + 1]
+            slots[2 * K + k] = (None, 0.0, False, None, None) if special else slots[2 * k + 1]
 
         def walk(m: int, record: bool) -> Walked:
             st, rows = op_steps(s.schedule, p, m, v)
@@ -356,8 +356,9 @@ class StreamWalk:
                 key = None
                 if memo is None:
                     # ZeRO-1/2's updated parameters, gathered from the iteration's start: micro-batch 0 only
-                    end, q, _, _ = walk_steps(parts[floor][0], r, {}, None, 0.0, max(0.0, busy - t, first_busy[r] - t),
-                                              0.0, [y - t for y in first_ready[floor]])
+                    k = chunk_of(slot, K)
+                    end, q, _, _ = walk_steps(parts[k][0], r, {}, None, 0.0, max(0.0, busy - t, first_busy[r] - t),
+                                              0.0, [y - t for y in first_ready[k]])
                 else:
                     # passes are time-invariant: keyed by relative times (a stream idle before the start and
                     # the previous pass's end, from which the first gathers are issued, long before it are alike)
@@ -376,14 +377,9 @@ class StreamWalk:
                     if got is None and found:
                         # the piece found last (`Pieces.get`'s first test): most passes the memo misses
                         # differ from one it holds by the rounding of their times alone
-                        bounds, e_end, e_busy = found[0]
-                        slack = -SNAP * t
-                        for g in bounds:
-                            if g[0] + g[1] * rel + g[2] * dep_rel < slack:
-                                break
-                        else:
-                            got = memo[sub] = (e_end[0] + e_end[1] * rel + e_end[2] * dep_rel,
-                                               e_busy[0] + e_busy[1] * rel + e_busy[2] * dep_rel)
+                        got = on_piece(found[0], rel, dep_rel, -SNAP * t)
+                        if got is not None:
+                            memo[sub] = got
                     if got is None or record:
                         key = head + (rel, dep_rel)
                         if got is None:
